@@ -1,0 +1,19 @@
+#include "session/entry.hpp"
+
+namespace wuhu::session {
+
+bool is_message(const entry_body& b) {
+    return std::holds_alternative<party_message>(b) || std::holds_alternative<system_message>(b) ||
+           std::holds_alternative<assistant_message>(b) || std::holds_alternative<tool_result>(b);
+}
+
+std::string_view type_name(const entry_body& b) {
+    static constexpr std::string_view names[] = {
+        "party_message", "system_message", "assistant_message", "tool_started",
+        "tool_result",   "compaction",     "interruption",      "diagnostic",
+    };
+    static_assert(std::size(names) == std::variant_size_v<entry_body>);
+    return names[b.index()];
+}
+
+}  // namespace wuhu::session

@@ -1,0 +1,112 @@
+// Transcript entries: the append-only log of a session.
+//
+// Message entries (party, system, assistant, tool result) are eligible for the LLM context;
+// the others (tool started, compaction, interruption, diagnostic) are markers for recovery,
+// observability and the UI. Entries are never changed once appended.
+#pragma once
+
+#include "session/author.hpp"
+#include "session/ids.hpp"
+#include "session/lane.hpp"
+
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace wuhu::session {
+
+struct token_usage {
+    std::uint64_t input = 0;
+    std::uint64_t cached_input = 0;
+    std::uint64_t output = 0;
+    std::uint64_t total() const { return input + cached_input + output; }
+    bool operator==(const token_usage&) const = default;
+};
+
+struct tool_call {
+    tool_call_id id;
+    std::string name;
+    std::string arguments;  // JSON text, as the provider produced it
+    bool operator==(const tool_call&) const = default;
+};
+
+// A steer or follow-up item, materialized.
+struct party_message {
+    author from;
+    lane via = lane::follow_up;
+    queue_item_id item;
+    std::string content;
+    bool operator==(const party_message&) const = default;
+};
+
+// A system-lane item, materialized.
+struct system_message {
+    system_source source;
+    queue_item_id item;
+    std::string content;
+    bool operator==(const system_message&) const = default;
+};
+
+struct assistant_message {
+    std::string text;
+    std::vector<tool_call> tool_calls;
+    token_usage usage;
+    std::string model;
+    bool operator==(const assistant_message&) const = default;
+};
+
+// Durable "this tool call is about to run" (toolWillExecute).
+struct tool_started {
+    tool_call_id call;
+    std::string tool;
+    bool operator==(const tool_started&) const = default;
+};
+
+// Durable outcome of a tool call (toolDidExecute).
+struct tool_result {
+    tool_call_id call;
+    std::string tool;
+    std::string output;
+    bool is_error = false;
+    bool operator==(const tool_result&) const = default;
+};
+
+// Summary of the segment before `first_kept`; summaries stack across compactions.
+struct compaction {
+    std::string summary;
+    entry_seq first_kept;
+    std::uint64_t tokens_before = 0;
+    bool operator==(const compaction&) const = default;
+};
+
+// Work that stopped before it finished: an abort, or an owner that died mid-stream.
+struct interruption {
+    std::string reason;
+    bool operator==(const interruption&) const = default;
+};
+
+// A visible error or notice, e.g. input_too_large.
+struct diagnostic {
+    std::string code;
+    std::string message;
+    bool operator==(const diagnostic&) const = default;
+};
+
+using entry_body = std::variant<party_message, system_message, assistant_message, tool_started,
+                                tool_result, compaction, interruption, diagnostic>;
+
+struct entry {
+    entry_seq id;
+    unix_ms at;
+    entry_body body;
+    bool operator==(const entry&) const = default;
+};
+
+// True for entries that go into the LLM context projection.
+bool is_message(const entry_body& b);
+
+// "party_message", "assistant_message", ... (the JSON `type` tag).
+std::string_view type_name(const entry_body& b);
+
+}  // namespace wuhu::session

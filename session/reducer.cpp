@@ -1,0 +1,94 @@
+#include "session/reducer.hpp"
+
+#include "session/assert.hpp"
+#include "session/overloaded.hpp"
+
+#include <algorithm>
+
+namespace wuhu::session {
+namespace {
+
+void mark_tool(session_state& s, const tool_call_id& id, tool_status st) {
+    for (auto& t : s.tool_calls) {
+        if (t.call.id == id) {
+            t.status = st;
+            return;
+        }
+    }
+}
+
+void append_entry(session_state& s, const entry& e) {
+    WUHU_ASSERT(e.id.value == s.transcript.size() + 1, "entry ids are consecutive");
+    s.transcript.push_back(e);
+    std::visit(overloaded{
+                   [&](const assistant_message& m) {
+                       s.tool_calls.clear();
+                       for (const auto& c : m.tool_calls) {
+                           s.tool_calls.push_back({c, tool_status::not_started});
+                       }
+                       s.tool_calls_entry = e.id;
+                   },
+                   [&](const tool_started& t) { mark_tool(s, t.call, tool_status::started); },
+                   [&](const tool_result& t) { mark_tool(s, t.call, tool_status::finished); },
+                   [](const auto&) {},
+               },
+               e.body);
+}
+
+void remove_pending(lane_state& ls, const queue_item_id& id) {
+    auto it = std::find_if(ls.pending.begin(), ls.pending.end(),
+                           [&](const queue_item& q) { return q.id == id; });
+    WUHU_ASSERT(it != ls.pending.end(), "a terminal fact refers to a pending item");
+    ls.pending.erase(it);
+}
+
+void record(session_state& s, lane l, const journal_entry& j) {
+    lane_state& ls = s.lanes[index_of(l)];
+    WUHU_ASSERT(j.seq.value == ls.journal.size() + 1, "journal cursors are consecutive");
+    ls.journal.push_back(j);
+    std::visit(overloaded{
+                   [&](const enqueued_fact& f) {
+                       WUHU_ASSERT(f.item.in == l, "item lane matches journal lane");
+                       auto [it, fresh] = s.items.emplace(f.item.id.str(), item_record{l, item_status::pending, {}});
+                       WUHU_ASSERT(fresh, "queue item ids are unique in a session");
+                       ls.pending.push_back(f.item);
+                   },
+                   [&](const canceled_fact& f) {
+                       remove_pending(ls, f.id);
+                       s.items.at(f.id.str()).status = item_status::canceled;
+                   },
+                   [&](const materialized_fact& f) {
+                       remove_pending(ls, f.id);
+                       auto& rec = s.items.at(f.id.str());
+                       rec.status = item_status::materialized;
+                       rec.entry = f.entry;
+                   },
+               },
+               j.fact);
+}
+
+}  // namespace
+
+void apply(const action& a, session_state& s) {
+    std::visit(overloaded{
+                   [&](const entry_appended& x) { append_entry(s, x.e); },
+                   [&](const journal_recorded& x) { record(s, x.in, x.j); },
+                   [&](const settings_set& x) { s.config = x.value; },
+                   [&](const has_work_set& x) { s.has_work = x.value; },
+                   [&](const paused_set& x) { s.paused = x.value; },
+               },
+               a);
+}
+
+void apply(const action_list& actions, session_state& s) {
+    for (const auto& a : actions) {
+        apply(a, s);
+    }
+}
+
+session_state applied(const action_list& actions, session_state s) {
+    apply(actions, s);
+    return s;
+}
+
+}  // namespace wuhu::session

@@ -1,0 +1,188 @@
+#include "session/requests.hpp"
+
+#include "session/json_reader.hpp"
+
+namespace wuhu::session {
+
+namespace json = boost::json;
+using detail::fail;
+using detail::object_reader;
+
+namespace {
+
+decoded<std::optional<queue_item_id>> opt_item_id(object_reader& r) {
+    WUHU_TRY(s, r.opt_str("id"));
+    if (!s) {
+        return std::optional<queue_item_id>{};
+    }
+    auto id = queue_item_id::parse(*s);
+    if (!id) {
+        return fail(errc::invalid_item_id, r.path("id"));
+    }
+    return std::optional<queue_item_id>{std::move(*id)};
+}
+
+}  // namespace
+
+decoded<json::value> parse_body(std::string_view raw, const request_limits& limits) {
+    if (raw.size() > limits.max_request_bytes) {
+        return fail(errc::content_too_large, "");
+    }
+    if (raw.find_first_not_of(" \t\r\n") == std::string_view::npos) {
+        return json::value(json::object{});
+    }
+    WUHU_TRY(v, parse_json(raw));
+    if (!v.is_object()) {
+        return fail(errc::invalid_type, "");
+    }
+    return v;
+}
+
+decoded<enqueue_request> decode_enqueue(const json::value& body, const request_limits& limits) {
+    WUHU_TRY(r, object_reader::open(body, ""));
+    enqueue_request out;
+    WUHU_TRY(l, r.str("lane"));
+    auto in = parse_lane(l);
+    if (!in || *in == lane::system) {
+        return fail(errc::invalid_lane, "lane");
+    }
+    out.in = *in;
+    WUHU_TRY(id, opt_item_id(r));
+    out.id = std::move(id);
+    if (const json::value* a = r.opt_val("author")) {
+        WUHU_TRY(who, author_from_json(*a));
+        if (std::holds_alternative<system_author>(who)) {
+            return fail(errc::invalid_author, "author.kind");
+        }
+        out.from = std::move(who);
+    }
+    WUHU_TRY(content, r.text("content", limits.max_content_bytes));
+    out.content = std::move(content);
+    WUHU_CHECK(r.finish());
+    return out;
+}
+
+decoded<cancel_request> decode_cancel(const json::value& body) {
+    WUHU_TRY(r, object_reader::open(body, ""));
+    WUHU_TRY(l, r.str("lane"));
+    auto in = parse_lane(l);
+    if (!in) {
+        return fail(errc::invalid_lane, "lane");
+    }
+    WUHU_TRY(id, opt_item_id(r));
+    if (!id) {
+        return fail(errc::missing_field, "id");
+    }
+    WUHU_CHECK(r.finish());
+    return cancel_request{*in, std::move(*id)};
+}
+
+decoded<system_request> decode_system(const json::value& body, const request_limits& limits) {
+    WUHU_TRY(r, object_reader::open(body, ""));
+    WUHU_TRY(id, opt_item_id(r));
+    WUHU_TRY(src, r.str("source"));
+    auto source = system_source::parse(src);
+    if (!source) {
+        return fail(errc::invalid_source, "source");
+    }
+    WUHU_TRY(content, r.text("content", limits.max_content_bytes));
+    WUHU_CHECK(r.finish());
+    return system_request{std::move(id), std::move(*source), std::move(content)};
+}
+
+decoded<subscribe_request> decode_subscribe(const json::value& body) {
+    WUHU_TRY(r, object_reader::open(body, ""));
+    subscribe_request out;
+    if (const json::value* since = r.opt_val("since")) {
+        WUHU_TRY(v, version_from_json(*since));
+        out.since = v;
+    }
+    WUHU_CHECK(r.finish());
+    return out;
+}
+
+decoded<configure_request> decode_configure(const json::value& body,
+                                            const request_limits& limits) {
+    WUHU_TRY(r, object_reader::open(body, ""));
+    configure_request out;
+    WUHU_TRY(model, r.opt_str("model"));
+    if (model) {
+        out.model = std::string(*model);
+    }
+    if (r.opt_val("system_prompt") != nullptr) {
+        WUHU_TRY(prompt, r.text("system_prompt", limits.max_content_bytes));
+        out.system_prompt = std::move(prompt);
+    }
+    if (r.opt_val("tools") != nullptr) {
+        WUHU_TRY(tools, r.arr("tools"));
+        std::vector<std::string> names;
+        for (std::size_t i = 0; i < tools->size(); ++i) {
+            if (!(*tools)[i].is_string()) {
+                return fail(errc::invalid_type, "tools." + std::to_string(i));
+            }
+            names.emplace_back((*tools)[i].get_string());
+        }
+        out.tools = std::move(names);
+    }
+    WUHU_TRY(limit, r.opt_u64("context_limit"));
+    out.context_limit = limit;
+    WUHU_TRY(buffer, r.opt_u64("compaction_buffer"));
+    out.compaction_buffer = buffer;
+    WUHU_TRY(keep, r.opt_u64("keep_recent_tokens"));
+    out.keep_recent_tokens = keep;
+    WUHU_TRY(offset, r.opt_i64("utc_offset_minutes"));
+    if (offset) {
+        if (*offset < -14 * 60 || *offset > 14 * 60) {
+            return fail(errc::invalid_settings, "utc_offset_minutes");
+        }
+        out.utc_offset_minutes = static_cast<int>(*offset);
+    }
+    WUHU_CHECK(r.finish());
+    return out;
+}
+
+result<settings> configure_request::applied_to(settings s) const {
+    if (model) {
+        s.model = *model;
+    }
+    if (system_prompt) {
+        s.system_prompt = *system_prompt;
+    }
+    if (tools) {
+        s.tools = *tools;
+    }
+    if (context_limit) {
+        s.context_limit = *context_limit;
+    }
+    if (compaction_buffer) {
+        s.compaction_buffer = *compaction_buffer;
+    }
+    if (keep_recent_tokens) {
+        s.keep_recent_tokens = *keep_recent_tokens;
+    }
+    if (utc_offset_minutes) {
+        s.utc_offset_minutes = *utc_offset_minutes;
+    }
+    if (auto v = validate(s); !v) {
+        return v.error();
+    }
+    return s;
+}
+
+decoded<abort_request> decode_abort(const json::value& body) {
+    WUHU_TRY(r, object_reader::open(body, ""));
+    abort_request out;
+    if (r.opt_val("reason") != nullptr) {
+        WUHU_TRY(reason, r.text("reason", 4096));
+        out.reason = std::move(reason);
+    }
+    WUHU_CHECK(r.finish());
+    return out;
+}
+
+decoded<void> decode_empty(const json::value& body) {
+    WUHU_TRY(r, object_reader::open(body, ""));
+    return r.finish();
+}
+
+}  // namespace wuhu::session

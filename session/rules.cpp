@@ -1,0 +1,203 @@
+#include "session/rules.hpp"
+
+#include "session/overloaded.hpp"
+
+#include <algorithm>
+#include <set>
+
+namespace wuhu::session {
+namespace {
+
+action_list append(const session_state& s, entry_body body, unix_ms at) {
+    return {entry_appended{entry{entry_seq{s.transcript.size() + 1}, at, std::move(body)}}};
+}
+
+}  // namespace
+
+result<enqueue_outcome> plan_enqueue(const session_state& s, enqueue_input in, unix_ms at) {
+    const bool system_payload = std::holds_alternative<system_input>(in.payload);
+    if ((in.in == lane::system) != system_payload) {
+        return errc::invalid_lane;
+    }
+    if (const auto* u = std::get_if<user_input>(&in.payload);
+        u != nullptr && std::holds_alternative<system_author>(u->from)) {
+        return errc::invalid_author;
+    }
+    if (s.find_item(in.id.str()) != nullptr) {
+        return enqueue_outcome{{}, std::move(in.id), true};
+    }
+    enqueue_outcome out{{}, in.id, false};
+    journal_entry j{journal_seq{s.in(in.in).journal.size() + 1}, at,
+                    enqueued_fact{queue_item{std::move(in.id), in.in, at, std::move(in.payload)}}};
+    out.actions.push_back(journal_recorded{in.in, std::move(j)});
+    if (!s.has_work) {
+        out.actions.push_back(has_work_set{true});
+    }
+    return out;
+}
+
+result<cancel_outcome> plan_cancel(const session_state& s, lane l, const queue_item_id& id,
+                                   unix_ms at) {
+    if (l == lane::system) {
+        return errc::not_cancelable;
+    }
+    const item_record* rec = s.find_item(id.str());
+    if (rec == nullptr || rec->in != l) {
+        return errc::item_not_found;
+    }
+    switch (rec->status) {
+        case item_status::canceled:
+            return cancel_outcome{{}, true};
+        case item_status::materialized:
+            return cancel_outcome{{}, false};
+        case item_status::pending:
+            break;
+    }
+    journal_entry j{journal_seq{s.in(l).journal.size() + 1}, at, canceled_fact{id}};
+    return cancel_outcome{{journal_recorded{l, std::move(j)}}, true};
+}
+
+std::vector<queue_item> select_checkpoint(const session_state& s, checkpoint c) {
+    std::vector<const std::vector<queue_item>*> sources{&s.in(lane::system).pending,
+                                                        &s.in(lane::steer).pending};
+    const bool urgent_empty = sources[0]->empty() && sources[1]->empty();
+    if (c == checkpoint::follow_up && urgent_empty) {
+        sources = {&s.in(lane::follow_up).pending};
+    }
+    // Stable k-way merge by enqueue time: FIFO inside a lane is kept even if a clock stepped
+    // back between two enqueues, and ties go to the lane listed first.
+    std::vector<std::size_t> pos(sources.size(), 0);
+    std::vector<queue_item> out;
+    for (;;) {
+        std::size_t best = sources.size();
+        for (std::size_t i = 0; i < sources.size(); ++i) {
+            if (pos[i] >= sources[i]->size()) {
+                continue;
+            }
+            if (best == sources.size() ||
+                (*sources[i])[pos[i]].enqueued_at < (*sources[best])[pos[best]].enqueued_at) {
+                best = i;
+            }
+        }
+        if (best == sources.size()) {
+            return out;
+        }
+        out.push_back((*sources[best])[pos[best]++]);
+    }
+}
+
+entry_body materialize(const queue_item& q) {
+    return std::visit(overloaded{
+                          [&](const user_input& u) -> entry_body {
+                              return party_message{u.from, q.in, q.id, u.content};
+                          },
+                          [&](const system_input& x) -> entry_body {
+                              return system_message{x.source, q.id, x.content};
+                          },
+                      },
+                      q.payload);
+}
+
+action_list plan_drain(const session_state& s, checkpoint c, unix_ms at) {
+    action_list out;
+    std::uint64_t next_entry = s.transcript.size() + 1;
+    std::array<std::uint64_t, 3> next_journal{};
+    for (lane l : all_lanes) {
+        next_journal[index_of(l)] = s.in(l).journal.size() + 1;
+    }
+    for (const queue_item& q : select_checkpoint(s, c)) {
+        entry_seq id{next_entry++};
+        out.push_back(entry_appended{entry{id, at, materialize(q)}});
+        journal_entry j{journal_seq{next_journal[index_of(q.in)]++}, at,
+                        materialized_fact{q.id, id}};
+        out.push_back(journal_recorded{q.in, std::move(j)});
+    }
+    return out;
+}
+
+result<action_list> plan_append_assistant(const session_state& s, assistant_message m,
+                                          unix_ms at) {
+    std::set<std::string> ids;
+    for (const auto& c : m.tool_calls) {
+        if (!ids.insert(c.id.str()).second || c.name.empty()) {
+            return errc::invalid_entry;
+        }
+    }
+    return append(s, std::move(m), at);
+}
+
+result<action_list> plan_tool_will_execute(const session_state& s, const tool_call_id& id,
+                                           unix_ms at) {
+    const tool_call_state* t = s.find_tool_call(id.str());
+    if (t == nullptr) {
+        return errc::unknown_tool_call;
+    }
+    switch (t->status) {
+        case tool_status::finished:
+            return errc::tool_call_finished;
+        case tool_status::started:
+            return action_list{};
+        case tool_status::not_started:
+            break;
+    }
+    return append(s, tool_started{id, t->call.name}, at);
+}
+
+result<action_list> plan_tool_did_execute(const session_state& s, tool_result r, unix_ms at) {
+    const tool_call_state* t = s.find_tool_call(r.call.str());
+    if (t == nullptr) {
+        return errc::unknown_tool_call;
+    }
+    switch (t->status) {
+        case tool_status::finished:
+            return errc::tool_call_finished;
+        case tool_status::not_started:
+            return errc::tool_call_not_started;
+        case tool_status::started:
+            break;
+    }
+    r.tool = t->call.name;
+    return append(s, std::move(r), at);
+}
+
+result<action_list> plan_append_compaction(const session_state& s, compaction c, unix_ms at) {
+    std::uint64_t floor = 1;
+    if (const entry* prev = s.last_compaction()) {
+        floor = std::get<compaction>(prev->body).first_kept.value + 1;
+    }
+    if (c.first_kept.value < floor || c.first_kept.value > s.transcript.size() + 1) {
+        return errc::invalid_entry;
+    }
+    return append(s, std::move(c), at);
+}
+
+action_list plan_append_marker(const session_state& s, std::variant<interruption, diagnostic> m,
+                               unix_ms at) {
+    return std::visit([&](auto&& x) { return append(s, std::move(x), at); }, std::move(m));
+}
+
+result<action_list> plan_set_settings(const session_state& s, settings next) {
+    if (auto r = validate(next); !r) {
+        return r.error();
+    }
+    if (next == s.config) {
+        return action_list{};
+    }
+    return action_list{settings_set{std::move(next)}};
+}
+
+action_list plan_mark_idle(const session_state& s) {
+    if (!s.has_work || s.has_pending()) {
+        return {};
+    }
+    return {has_work_set{false}};
+}
+
+action_list plan_set_paused(const session_state& s, bool paused) {
+    if (s.paused == paused) {
+        return {};
+    }
+    return {paused_set{paused}};
+}
+
+}  // namespace wuhu::session

@@ -1,0 +1,88 @@
+// The pure rules of a session: given the state before and an input, which actions one durable
+// operation records. Stores call these inside their transaction and persist the result, so the
+// rules are written once for every backend.
+//
+// Every function is pure: timestamps and generated ids are inputs.
+#pragma once
+
+#include "session/action.hpp"
+#include "session/state.hpp"
+
+#include <variant>
+#include <vector>
+
+namespace wuhu::session {
+
+struct enqueue_input {
+    lane in = lane::follow_up;
+    queue_item_id id;
+    std::variant<user_input, system_input> payload;
+};
+
+struct enqueue_outcome {
+    action_list actions;
+    queue_item_id id;
+    bool duplicate = false;  // the id existed: nothing changed, same reply
+};
+
+// Enqueue into a lane. The system lane takes a system_input, steer and followUp a user_input
+// whose author is not system_author (invalid_lane / invalid_author otherwise). Sets has_work in
+// the same operation when it was false. An id that exists already changes nothing.
+result<enqueue_outcome> plan_enqueue(const session_state& s, enqueue_input in, unix_ms at);
+
+struct cancel_outcome {
+    action_list actions;
+    bool canceled = false;  // false when the item was materialized first
+};
+
+// Cancel a pending item. The system lane is not cancelable (not_cancelable); an id that is not
+// in that lane is item_not_found; a canceled item reports canceled again and changes nothing;
+// a materialized item reports canceled = false and changes nothing.
+result<cancel_outcome> plan_cancel(const session_state& s, lane l, const queue_item_id& id,
+                                   unix_ms at);
+
+enum class checkpoint {
+    steer,      // after all tool results: drains system + steer
+    follow_up,  // at turn end: drains system + steer, and followUp only if both are empty
+};
+
+// The items a checkpoint materializes, ordered across lanes by enqueue timestamp (ties: system,
+// steer, followUp) and FIFO within a lane.
+std::vector<queue_item> select_checkpoint(const session_state& s, checkpoint c);
+
+// Materializes the selected items: for each, a transcript entry and a `materialized` journal
+// fact linking the item to that entry. Empty when there is nothing to drain.
+action_list plan_drain(const session_state& s, checkpoint c, unix_ms at);
+
+// The transcript entry a queue item becomes.
+entry_body materialize(const queue_item& q);
+
+// Appends the assistant response (tool call ids must be unique within it).
+result<action_list> plan_append_assistant(const session_state& s, assistant_message m,
+                                          unix_ms at);
+
+// toolWillExecute: records that a call of the latest assistant message starts. A call already
+// started (an idempotent tool re-run after a crash) records nothing.
+result<action_list> plan_tool_will_execute(const session_state& s, const tool_call_id& id,
+                                           unix_ms at);
+
+// toolDidExecute: records the result of a started call.
+result<action_list> plan_tool_did_execute(const session_state& s, tool_result r, unix_ms at);
+
+// Appends a compaction entry; first_kept must be after the previous compaction's first_kept
+// and no later than the next entry id.
+result<action_list> plan_append_compaction(const session_state& s, compaction c, unix_ms at);
+
+// Appends an interruption or diagnostic marker.
+action_list plan_append_marker(const session_state& s, std::variant<interruption, diagnostic> m,
+                               unix_ms at);
+
+result<action_list> plan_set_settings(const session_state& s, settings next);
+
+// Clears has_work, but only when no lane has pending items (checked in the same operation, so
+// an enqueue that raced the loop's last drain keeps the session running).
+action_list plan_mark_idle(const session_state& s);
+
+action_list plan_set_paused(const session_state& s, bool paused);
+
+}  // namespace wuhu::session

@@ -1,0 +1,64 @@
+#include "session/settings.hpp"
+
+#include "session/text.hpp"
+
+namespace wuhu::session {
+
+namespace {
+bool valid_tool_name(const std::string& n) {
+    if (n.empty() || n.size() > 64) {
+        return false;
+    }
+    for (char c : n) {
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '_' || c == '-';
+        if (!ok) {
+            return false;
+        }
+    }
+    return true;
+}
+}  // namespace
+
+result<void> validate(const settings& s) {
+    if (s.model.empty() || s.model.size() > 128 || !is_valid_utf8(s.model)) {
+        return errc::invalid_settings;
+    }
+    if (auto r = check_content(s.system_prompt, default_max_content_bytes); !r) {
+        return r.error();
+    }
+    if (s.context_limit == 0 || s.compaction_buffer >= s.context_limit ||
+        s.keep_recent_tokens >= s.context_limit) {
+        return errc::invalid_settings;
+    }
+    if (s.utc_offset_minutes < -14 * 60 || s.utc_offset_minutes > 14 * 60) {
+        return errc::invalid_settings;
+    }
+    if (s.tools.size() > 256) {
+        return errc::invalid_settings;
+    }
+    for (const auto& t : s.tools) {
+        if (!valid_tool_name(t)) {
+            return errc::invalid_settings;
+        }
+    }
+    return {};
+}
+
+std::string_view loop_state_name(loop_state s) {
+    switch (s) {
+        case loop_state::idle:
+            return "idle";
+        case loop_state::preparing:
+            return "preparing";
+        case loop_state::inferring:
+            return "inferring";
+        case loop_state::executing_tools:
+            return "executing_tools";
+        case loop_state::compacting:
+            return "compacting";
+    }
+    return "unknown";
+}
+
+}  // namespace wuhu::session

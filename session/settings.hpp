@@ -1,0 +1,38 @@
+// Per-session settings (a register: its patch is always the current value) and the status
+// register published to subscribers.
+#pragma once
+
+#include "session/errc.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace wuhu::session {
+
+struct settings {
+    std::string model = "scripted";
+    std::string system_prompt;
+    std::vector<std::string> tools;  // names of enabled tools; empty means none
+    std::uint64_t context_limit = 128'000;
+    std::uint64_t compaction_buffer = 16'000;
+    std::uint64_t keep_recent_tokens = 20'000;
+    int utc_offset_minutes = 0;  // for message headers
+    bool operator==(const settings&) const = default;
+};
+
+// Checks ranges: context_limit > compaction_buffer, keep_recent_tokens < context_limit,
+// |utc_offset_minutes| <= 14h, model 1-128 bytes, tool names 1-64 of [A-Za-z0-9_-].
+result<void> validate(const settings& s);
+
+enum class loop_state { idle, preparing, inferring, executing_tools, compacting };
+std::string_view loop_state_name(loop_state s);
+
+struct status {
+    loop_state state = loop_state::idle;
+    bool paused = false;
+    bool has_work = false;
+    bool operator==(const status&) const = default;
+};
+
+}  // namespace wuhu::session

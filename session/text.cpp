@@ -1,0 +1,60 @@
+#include "session/text.hpp"
+
+namespace wuhu::session {
+
+bool is_valid_utf8(std::string_view s) noexcept {
+    const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+    const auto* end = p + s.size();
+    while (p < end) {
+        unsigned char c = *p;
+        if (c < 0x80) {
+            ++p;
+            continue;
+        }
+        int n = 0;
+        std::uint32_t cp = 0;
+        std::uint32_t min = 0;
+        if ((c & 0xE0) == 0xC0) {
+            n = 1, cp = c & 0x1F, min = 0x80;
+        } else if ((c & 0xF0) == 0xE0) {
+            n = 2, cp = c & 0x0F, min = 0x800;
+        } else if ((c & 0xF8) == 0xF0) {
+            n = 3, cp = c & 0x07, min = 0x10000;
+        } else {
+            return false;
+        }
+        if (end - p <= n) {
+            return false;
+        }
+        for (int i = 1; i <= n; ++i) {
+            if ((p[i] & 0xC0) != 0x80) {
+                return false;
+            }
+            cp = (cp << 6) | (p[i] & 0x3F);
+        }
+        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
+            return false;
+        }
+        p += n + 1;
+    }
+    return true;
+}
+
+result<void> check_content(std::string_view s, std::size_t max_bytes) {
+    if (s.size() > max_bytes) {
+        return errc::content_too_large;
+    }
+    if (!is_valid_utf8(s)) {
+        return errc::invalid_utf8;
+    }
+    if (s.find('\0') != std::string_view::npos) {
+        return errc::invalid_content;
+    }
+    return {};
+}
+
+std::uint64_t estimate_tokens(std::string_view s) noexcept {
+    return (s.size() + 3) / 4;
+}
+
+}  // namespace wuhu::session

@@ -1,0 +1,24 @@
+// Validation of user-supplied text: UTF-8, no NUL, size limits.
+#pragma once
+
+#include "session/errc.hpp"
+
+#include <cstddef>
+#include <string_view>
+
+namespace wuhu::session {
+
+// Default limit on the content of one queued message (DESIGN.md "Identity and validation").
+inline constexpr std::size_t default_max_content_bytes = 256 * 1024;
+
+// True when `s` is well-formed UTF-8 (no overlongs, no surrogates, nothing above U+10FFFF).
+bool is_valid_utf8(std::string_view s) noexcept;
+
+// Checks message content: valid UTF-8, no NUL (PostgreSQL jsonb cannot hold \u0000), and at
+// most `max_bytes` bytes.
+result<void> check_content(std::string_view s, std::size_t max_bytes);
+
+// Rough token estimate used by compaction planning: ceil(bytes / 4).
+std::uint64_t estimate_tokens(std::string_view s) noexcept;
+
+}  // namespace wuhu::session

@@ -1,0 +1,41 @@
+#include "storage/faulty_store.hpp"
+
+namespace wuhu::storage {
+
+class faulty_log final : public session_log {
+public:
+    faulty_log(faulty_store& store, std::unique_ptr<session_log> inner)
+        : session_log(inner->id(), inner->epoch()), store_(store), inner_(std::move(inner)) {}
+
+protected:
+    result<session_state> do_load() override { return inner_->load(); }
+    result<session::patch> do_since(const session::version_vector& from) override {
+        return inner_->since(from);
+    }
+    result<void> do_commit(const session_state& before, const action_list& actions) override {
+        if (store_.fail_before_ > 0) {
+            --store_.fail_before_;
+            return errc::unavailable;
+        }
+        auto r = forward_commit(*inner_, before, actions);
+        if (r && store_.fail_after_ > 0) {
+            --store_.fail_after_;
+            return errc::unavailable;
+        }
+        return r;
+    }
+
+private:
+    faulty_store& store_;
+    std::unique_ptr<session_log> inner_;
+};
+
+result<std::unique_ptr<session_log>> faulty_store::open(const session_id& id, lease_epoch epoch) {
+    auto inner = inner_.open(id, epoch);
+    if (!inner) {
+        return inner.error();
+    }
+    return std::unique_ptr<session_log>(std::make_unique<faulty_log>(*this, std::move(*inner)));
+}
+
+}  // namespace wuhu::storage

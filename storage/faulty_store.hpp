@@ -1,0 +1,33 @@
+// A fault-injecting wrapper around any session store, for tests of the persist-first rule.
+//
+// `fail_next_commits(n)` makes the next n commits fail with `unavailable` before they reach the
+// wrapped store (nothing is written: the failure is clean). `fail_after_commit(n)` lets the
+// next n commits reach the store and then reports `unavailable` anyway: the write happened but
+// the caller cannot know (an uncertain outcome).
+#pragma once
+
+#include "storage/store.hpp"
+
+#include <atomic>
+
+namespace wuhu::storage {
+
+class faulty_store final : public session_store {
+public:
+    explicit faulty_store(session_store& inner) : inner_(inner) {}
+
+    void fail_next_commits(int n) { fail_before_ = n; }
+    void fail_after_commit(int n) { fail_after_ = n; }
+
+    result<std::unique_ptr<session_log>> open(const session_id& id, lease_epoch epoch) override;
+    result<void> remove(const session_id& id) override { return inner_.remove(id); }
+    std::string_view backend() const override { return inner_.backend(); }
+
+private:
+    friend class faulty_log;
+    session_store& inner_;
+    std::atomic<int> fail_before_{0};
+    std::atomic<int> fail_after_{0};
+};
+
+}  // namespace wuhu::storage

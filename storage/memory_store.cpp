@@ -1,0 +1,73 @@
+#include "storage/memory_store.hpp"
+
+#include "session/reducer.hpp"
+
+namespace wuhu::storage {
+
+class memory_log final : public session_log {
+public:
+    memory_log(memory_store& store, session_id id, lease_epoch epoch)
+        : session_log(std::move(id), epoch), store_(store) {}
+
+protected:
+    result<session_state> do_load() override {
+        std::lock_guard lock(store_.mu_);
+        auto it = store_.sessions_.find(id().str());
+        if (it == store_.sessions_.end()) {
+            return errc::lease_lost;  // removed after open
+        }
+        return it->second.state;
+    }
+
+    result<session::patch> do_since(const session::version_vector& from) override {
+        std::lock_guard lock(store_.mu_);
+        auto it = store_.sessions_.find(id().str());
+        if (it == store_.sessions_.end()) {
+            return errc::lease_lost;
+        }
+        return session::since(it->second.state, from);
+    }
+
+    result<void> do_commit(const session_state& before, const action_list& actions) override {
+        std::lock_guard lock(store_.mu_);
+        auto it = store_.sessions_.find(id().str());
+        if (it == store_.sessions_.end() || it->second.epoch != epoch()) {
+            return errc::lease_lost;
+        }
+        if (it->second.state.version() != before.version()) {
+            return errc::conflict;
+        }
+        session::apply(actions, it->second.state);
+        ++store_.commits_;
+        return {};
+    }
+
+private:
+    memory_store& store_;
+};
+
+result<std::unique_ptr<session_log>> memory_store::open(const session_id& id,
+                                                        lease_epoch epoch) {
+    std::lock_guard lock(mu_);
+    auto [it, fresh] = sessions_.try_emplace(id.str(), record{epoch, {}});
+    if (!fresh) {
+        if (it->second.epoch > epoch) {
+            return errc::lease_lost;
+        }
+        it->second.epoch = epoch;
+    }
+    return std::unique_ptr<session_log>(std::make_unique<memory_log>(*this, id, epoch));
+}
+
+result<void> memory_store::remove(const session_id& id) {
+    std::lock_guard lock(mu_);
+    sessions_.erase(id.str());
+    return {};
+}
+
+std::uint64_t memory_store::commits() const {
+    std::lock_guard lock(mu_);
+    return commits_;
+}
+
+}  // namespace wuhu::storage

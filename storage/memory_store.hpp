@@ -1,0 +1,33 @@
+// In-memory session store: for tests and benchmarks. Holds each session's state and epoch in a
+// map guarded by a mutex; a commit checks the epoch and the version, then applies the actions
+// with the reducer. Data lives as long as the store object.
+#pragma once
+
+#include "storage/store.hpp"
+
+#include <map>
+#include <mutex>
+
+namespace wuhu::storage {
+
+class memory_store final : public session_store {
+public:
+    result<std::unique_ptr<session_log>> open(const session_id& id, lease_epoch epoch) override;
+    result<void> remove(const session_id& id) override;
+    std::string_view backend() const override { return "memory"; }
+
+    // Test hook: how many commits reached the store.
+    std::uint64_t commits() const;
+
+private:
+    friend class memory_log;
+    struct record {
+        lease_epoch epoch;
+        session_state state;
+    };
+    mutable std::mutex mu_;
+    std::map<std::string, record> sessions_;
+    std::uint64_t commits_ = 0;
+};
+
+}  // namespace wuhu::storage

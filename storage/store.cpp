@@ -1,0 +1,87 @@
+#include "storage/store.hpp"
+
+#include "session/reducer.hpp"
+
+namespace wuhu::storage {
+
+namespace s = wuhu::session;
+
+result<action_list> session_log::commit(const session_state& before, result<action_list> plan) {
+    if (!plan || plan->empty()) {
+        return plan;
+    }
+    if (auto r = do_commit(before, *plan); !r) {
+        return r.error();
+    }
+    return plan;
+}
+
+result<s::enqueue_outcome> session_log::enqueue(const session_state& before, s::enqueue_input in,
+                                                unix_ms at) {
+    auto out = s::plan_enqueue(before, std::move(in), at);
+    if (!out) {
+        return out.error();
+    }
+    if (auto r = commit(before, out->actions); !r) {
+        return r.error();
+    }
+    return out;
+}
+
+result<s::cancel_outcome> session_log::cancel(const session_state& before, s::lane l,
+                                              const s::queue_item_id& id, unix_ms at) {
+    auto out = s::plan_cancel(before, l, id, at);
+    if (!out) {
+        return out.error();
+    }
+    if (auto r = commit(before, out->actions); !r) {
+        return r.error();
+    }
+    return out;
+}
+
+result<action_list> session_log::drain(const session_state& before, s::checkpoint c,
+                                       unix_ms at) {
+    return commit(before, s::plan_drain(before, c, at));
+}
+
+
+result<action_list> session_log::append_assistant(const session_state& before,
+                                                  s::assistant_message m, unix_ms at) {
+    return commit(before, s::plan_append_assistant(before, std::move(m), at));
+}
+
+result<action_list> session_log::tool_will_execute(const session_state& before,
+                                                   const s::tool_call_id& id, unix_ms at) {
+    return commit(before, s::plan_tool_will_execute(before, id, at));
+}
+
+result<action_list> session_log::tool_did_execute(const session_state& before, s::tool_result r,
+                                                  unix_ms at) {
+    return commit(before, s::plan_tool_did_execute(before, std::move(r), at));
+}
+
+result<action_list> session_log::append_compaction(const session_state& before, s::compaction c,
+                                                   unix_ms at) {
+    return commit(before, s::plan_append_compaction(before, std::move(c), at));
+}
+
+result<action_list> session_log::append_marker(const session_state& before,
+                                               std::variant<s::interruption, s::diagnostic> m,
+                                               unix_ms at) {
+    return commit(before, s::plan_append_marker(before, std::move(m), at));
+}
+
+result<action_list> session_log::set_settings(const session_state& before, s::settings next) {
+    return commit(before, s::plan_set_settings(before, std::move(next)));
+}
+
+result<action_list> session_log::mark_idle(const session_state& before) {
+    return commit(before, s::plan_mark_idle(before));
+}
+
+result<action_list> session_log::set_paused(const session_state& before, bool paused) {
+    return commit(before, s::plan_set_paused(before, paused));
+}
+
+}  // namespace wuhu::storage

@@ -1,0 +1,113 @@
+// The session store: what the owner of a session uses to load it and to persist every durable
+// transition.
+//
+// `session_store` is a backend (in-memory, per-session SQLite, PostgreSQL) chosen at run time.
+// `open(sid, epoch)` fences the session at `epoch` and returns a `session_log`, the handle one
+// owner uses for one session. Each operation of a session_log is one atomic transaction that
+// checks the epoch (lease_lost for a stale owner), records what the pure rules decided, and
+// returns those actions; the caller then applies them with the reducer. So:
+//
+//     apply(op(before).actions, before) == load()     after every operation
+//
+// Operations take the owner's current state: the owner is the single writer, and the fence
+// guarantees nobody else wrote since it loaded. An operation that records nothing (a duplicate
+// enqueue, a repeated cancel) does not touch the store.
+//
+// A session_log belongs to one owner at a time and is not thread-safe; a session_store is
+// thread-safe.
+#pragma once
+
+#include "session/patch.hpp"
+#include "session/rules.hpp"
+#include "session/state.hpp"
+#include "storage/errc.hpp"
+
+#include <memory>
+#include <string_view>
+
+namespace wuhu::storage {
+
+using session::action_list;
+using session::lease_epoch;
+using session::session_id;
+using session::session_state;
+using session::unix_ms;
+template <class T>
+using result = boost::system::result<T>;
+
+class session_log {
+public:
+    session_log(session_id id, lease_epoch epoch) : id_(std::move(id)), epoch_(epoch) {}
+    virtual ~session_log() = default;
+    session_log(const session_log&) = delete;
+    session_log& operator=(const session_log&) = delete;
+
+    const session_id& id() const { return id_; }
+    lease_epoch epoch() const { return epoch_; }
+
+    // The stored state (empty for a new session).
+    result<session_state> load() { return do_load(); }
+
+    // Backfill for subscribe(since:): the stable patch from `from` to the stored version, read
+    // from the store. Registers carry the stored settings and durable status.
+    result<session::patch> since(const session::version_vector& from) { return do_since(from); }
+
+    result<session::enqueue_outcome> enqueue(const session_state& before,
+                                             session::enqueue_input in, unix_ms at);
+    result<session::cancel_outcome> cancel(const session_state& before, session::lane l,
+                                           const session::queue_item_id& id, unix_ms at);
+    result<action_list> drain(const session_state& before, session::checkpoint c, unix_ms at);
+    result<action_list> append_assistant(const session_state& before,
+                                         session::assistant_message m, unix_ms at);
+    result<action_list> tool_will_execute(const session_state& before,
+                                          const session::tool_call_id& id, unix_ms at);
+    result<action_list> tool_did_execute(const session_state& before, session::tool_result r,
+                                         unix_ms at);
+    result<action_list> append_compaction(const session_state& before, session::compaction c,
+                                          unix_ms at);
+    result<action_list> append_marker(const session_state& before,
+                                      std::variant<session::interruption, session::diagnostic> m,
+                                      unix_ms at);
+    result<action_list> set_settings(const session_state& before, session::settings s);
+    result<action_list> mark_idle(const session_state& before);
+    result<action_list> set_paused(const session_state& before, bool paused);
+
+protected:
+    virtual result<session_state> do_load() = 0;
+    virtual result<session::patch> do_since(const session::version_vector& from) = 0;
+    // Persists `actions` (non-empty) in one transaction that checks the epoch and that the
+    // stored version is `before.version()`. All or nothing.
+    virtual result<void> do_commit(const session_state& before, const action_list& actions) = 0;
+
+    // For wrappers: commit through another log's backend.
+    static result<void> forward_commit(session_log& inner, const session_state& before,
+                                       const action_list& actions) {
+        return inner.do_commit(before, actions);
+    }
+
+private:
+    result<action_list> commit(const session_state& before, result<action_list> plan);
+
+    session_id id_;
+    lease_epoch epoch_;
+};
+
+class session_store {
+public:
+    virtual ~session_store() = default;
+    session_store() = default;
+    session_store(const session_store&) = delete;
+    session_store& operator=(const session_store&) = delete;
+
+    // Fences the session at `epoch` (stored epoch := epoch) and returns its handle. lease_lost
+    // when the stored epoch is higher. Creates the session if it does not exist.
+    virtual result<std::unique_ptr<session_log>> open(const session_id& id, lease_epoch epoch) = 0;
+
+    // Removes the session's data. Idempotent: removing a missing session succeeds.
+    virtual result<void> remove(const session_id& id) = 0;
+
+    // "memory", "sqlite", "postgres".
+    virtual std::string_view backend() const = 0;
+};
+
+}  // namespace wuhu::storage
