@@ -2,7 +2,7 @@
 //
 // A store persists an operation and returns its actions; the owner applies them with the pure
 // reducer and publishes them. The invariant harness checks
-// `apply(actions, before) == store.load()` after every operation.
+// `apply_actions(actions, before) == store.load()` after every operation.
 #pragma once
 
 #include "session/entry.hpp"

@@ -69,7 +69,7 @@ void record(session_state& s, lane l, const journal_entry& j) {
 
 }  // namespace
 
-void apply(const action& a, session_state& s) {
+void apply_actions(const action& a, session_state& s) {
     std::visit(overloaded{
                    [&](const entry_appended& x) { append_entry(s, x.e); },
                    [&](const journal_recorded& x) { record(s, x.in, x.j); },
@@ -80,14 +80,14 @@ void apply(const action& a, session_state& s) {
                a);
 }
 
-void apply(const action_list& actions, session_state& s) {
+void apply_actions(const action_list& actions, session_state& s) {
     for (const auto& a : actions) {
-        apply(a, s);
+        apply_actions(a, s);
     }
 }
 
 session_state applied(const action_list& actions, session_state s) {
-    apply(actions, s);
+    apply_actions(actions, s);
     return s;
 }
 

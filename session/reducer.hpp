@@ -1,4 +1,4 @@
-// The pure reducer: apply(actions, state) -> state.
+// The pure reducer: apply_actions(actions, state) -> state.
 //
 // Applying never moves a cursor backwards: an entry must carry the next transcript id and a
 // journal fact the next lane cursor. A violation is a bug in a store or in this module and
@@ -10,8 +10,8 @@
 
 namespace wuhu::session {
 
-void apply(const action& a, session_state& s);
-void apply(const action_list& actions, session_state& s);
+void apply_actions(const action& a, session_state& s);
+void apply_actions(const action_list& actions, session_state& s);
 session_state applied(const action_list& actions, session_state s);
 
 }  // namespace wuhu::session

@@ -37,7 +37,7 @@ protected:
         if (it->second.state.version() != before.version()) {
             return errc::conflict;
         }
-        session::apply(actions, it->second.state);
+        session::apply_actions(actions, it->second.state);
         ++store_.commits_;
         return {};
     }

@@ -7,7 +7,7 @@
 // checks the epoch (lease_lost for a stale owner), records what the pure rules decided, and
 // returns those actions; the caller then applies them with the reducer. So:
 //
-//     apply(op(before).actions, before) == load()     after every operation
+//     apply_actions(op(before).actions, before) == load()     after every operation
 //
 // Operations take the owner's current state: the owner is the single writer, and the fence
 // guarantees nobody else wrote since it loaded. An operation that records nothing (a duplicate

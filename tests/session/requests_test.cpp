@@ -1,0 +1,139 @@
+// The edge: every command body is decoded strictly, and each bad input gets its stable code.
+#include "session/requests.hpp"
+
+#include <gtest/gtest.h>
+
+namespace wuhu::session {
+
+namespace json = boost::json;
+
+namespace {
+
+request_limits small_limits() {
+    request_limits l;
+    l.max_content_bytes = 16;
+    l.max_request_bytes = 512;
+    return l;
+}
+
+template <class F>
+decode_error error_of(std::string_view raw, F decode) {
+    auto body = parse_body(raw, small_limits());
+    if (!body) {
+        return body.error();
+    }
+    auto r = decode(*body);
+    EXPECT_FALSE(r.has_value()) << raw;
+    return r ? decode_error{errc::ok, ""} : r.error();
+}
+
+auto enqueue = [](const json::value& v) { return decode_enqueue(v, small_limits()); };
+auto system = [](const json::value& v) { return decode_system(v, small_limits()); };
+
+}  // namespace
+
+TEST(EnqueueRequest, DecodesTheDesignPayload) {
+    auto body = parse_body(
+        R"({"lane":"steer","id":"k-1","author":{"id":"u1","name":"Ann","kind":"human"},"content":"stop"})",
+        small_limits());
+    auto r = decode_enqueue(body.value(), small_limits()).value();
+    EXPECT_EQ(r.in, lane::steer);
+    EXPECT_EQ(r.id->str(), "k-1");
+    EXPECT_EQ(std::get<participant>(r.from).name, "Ann");
+    EXPECT_EQ(r.content, "stop");
+    auto minimal = decode_enqueue(parse_body(R"({"lane":"followUp","content":"hi"})",
+                                             small_limits())
+                                      .value(),
+                                  small_limits())
+                       .value();
+    EXPECT_FALSE(minimal.id.has_value());
+    EXPECT_TRUE(std::holds_alternative<unknown_author>(minimal.from));
+}
+
+struct bad_case {
+    const char* body;
+    errc code;
+};
+
+TEST(EnqueueRequest, BadInputTable) {
+    const bad_case cases[] = {
+        {"not json", errc::invalid_json},
+        {"[1]", errc::invalid_type},
+        {"{\"lane\":\"steer\",\"content\":\"\xFF\"}", errc::invalid_utf8},
+        {R"({"lane":"steer"})", errc::missing_field},
+        {R"({"lane":"steer","content":5})", errc::invalid_type},
+        {R"({"lane":"sideways","content":"x"})", errc::invalid_lane},
+        {R"({"lane":"system","content":"x"})", errc::invalid_lane},
+        {R"({"lane":7,"content":"x"})", errc::invalid_type},
+        {R"({"lane":"steer","content":"x","colour":"red"})", errc::unknown_field},
+        {R"({"lane":"steer","content":"0123456789abcdefg"})", errc::content_too_large},
+        {R"({"lane":"steer","content":"a\u0000b"})", errc::invalid_content},
+        {R"({"lane":"steer","id":"","content":"x"})", errc::invalid_item_id},
+        {R"({"lane":"steer","id":5,"content":"x"})", errc::invalid_type},
+        {R"({"lane":"steer","author":{"id":"u","name":"A","kind":"robot"},"content":"x"})",
+         errc::invalid_author},
+        {R"({"lane":"steer","author":{"kind":"system"},"content":"x"})", errc::invalid_author},
+        {R"({"lane":"steer","author":{"id":"u","name":"A\nB","kind":"bot"},"content":"x"})",
+         errc::invalid_author},
+    };
+    for (const auto& c : cases) {
+        EXPECT_EQ(error_of(c.body, enqueue).code, c.code) << c.body;
+    }
+    std::string huge = R"({"lane":"steer","content":")" + std::string(600, 'x') + "\"}";
+    EXPECT_EQ(error_of(huge, enqueue).code, errc::content_too_large);
+}
+
+TEST(CancelRequest, NeedsALaneAndAnId) {
+    auto ok = decode_cancel(json::parse(R"({"lane":"followUp","id":"a"})")).value();
+    EXPECT_EQ(ok.in, lane::follow_up);
+    EXPECT_EQ(error_of(R"({"lane":"followUp"})", decode_cancel).code, errc::missing_field);
+    EXPECT_EQ(error_of(R"({"lane":"x","id":"a"})", decode_cancel).code, errc::invalid_lane);
+    // The system lane decodes; refusing it is the rule plan_cancel applies (not_cancelable).
+    EXPECT_TRUE(decode_cancel(json::parse(R"({"lane":"system","id":"a"})")).has_value());
+}
+
+TEST(SystemRequest, TakesASourceAndContent) {
+    auto ok = decode_system(json::parse(R"({"source":"asyncBashCallback","content":"done"})"),
+                            small_limits())
+                  .value();
+    EXPECT_EQ(ok.source.str(), "asyncBashCallback");
+    EXPECT_EQ(error_of(R"({"source":"a b","content":"x"})", system).code, errc::invalid_source);
+    EXPECT_EQ(error_of(R"({"content":"x"})", system).code, errc::missing_field);
+}
+
+TEST(SubscribeRequest, SinceIsOptionalAndStrict) {
+    EXPECT_EQ(decode_subscribe(json::parse("{}")).value().since, (version_vector{}));
+    EXPECT_EQ(decode_subscribe(json::parse(R"({"since":{"transcript":4,"followUp":1}})"))
+                  .value()
+                  .since,
+              (version_vector{4, 0, 0, 1}));
+    EXPECT_EQ(error_of(R"({"since":{"transcript":-4}})", decode_subscribe).code,
+              errc::invalid_version);
+    EXPECT_EQ(error_of(R"({"since":3})", decode_subscribe).code, errc::invalid_version);
+}
+
+TEST(ConfigureRequest, UpdatesOnlyTheGivenFieldsAndValidatesTheResult) {
+    auto r = decode_configure(json::parse(R"({"model":"m2","tools":["echo","clock"]})"),
+                              small_limits())
+                 .value();
+    settings s = r.applied_to(settings{}).value();
+    EXPECT_EQ(s.model, "m2");
+    EXPECT_EQ(s.tools, (std::vector<std::string>{"echo", "clock"}));
+    EXPECT_EQ(s.context_limit, settings{}.context_limit);
+    auto bad = decode_configure(json::parse(R"({"context_limit":10})"), small_limits()).value();
+    EXPECT_EQ(bad.applied_to(settings{}).error(), make_error_code(errc::invalid_settings));
+    auto cfg = [](const json::value& v) { return decode_configure(v, small_limits()); };
+    EXPECT_EQ(error_of(R"({"tools":[1]})", cfg).code, errc::invalid_type);
+    EXPECT_EQ(error_of(R"({"temperature":1})", cfg).code, errc::unknown_field);
+    EXPECT_EQ(error_of(R"({"utc_offset_minutes":100000})", cfg).code, errc::invalid_settings);
+}
+
+TEST(EmptyRequests, AcceptAnEmptyBodyOrEmptyObjectOnly) {
+    EXPECT_TRUE(decode_empty(parse_body("", small_limits()).value()).has_value());
+    EXPECT_TRUE(decode_empty(parse_body("{}", small_limits()).value()).has_value());
+    EXPECT_EQ(error_of(R"({"x":1})", decode_empty).code, errc::unknown_field);
+    EXPECT_EQ(decode_abort(json::parse("{}")).value().reason, "aborted");
+    EXPECT_EQ(decode_abort(json::parse(R"({"reason":"user"})")).value().reason, "user");
+}
+
+}  // namespace wuhu::session

@@ -1,0 +1,289 @@
+// The spec rules of lanes, cancelation, checkpoints, tool calls and has_work, each a test.
+#include "session/reducer.hpp"
+#include "session/rules.hpp"
+#include "tests/support/builders.hpp"
+
+#include <gtest/gtest.h>
+
+namespace wuhu::testing {
+
+namespace {
+
+std::vector<std::string> ids(const std::vector<queue_item>& items) {
+    std::vector<std::string> out;
+    for (const auto& q : items) {
+        out.push_back(q.id.str());
+    }
+    return out;
+}
+
+session_state drained(session_state s, checkpoint c, std::int64_t at = 100) {
+    apply_actions(plan_drain(s, c, unix_ms{at}), s);
+    return s;
+}
+
+}  // namespace
+
+TEST(Enqueue, RecordsAnEnqueuedFactAndSetsHasWorkInTheSameOperation) {
+    session_state s;
+    auto out = plan_enqueue(s, user_in(lane::steer, "a", "hi"), unix_ms{5});
+    ASSERT_TRUE(out.has_value());
+    EXPECT_FALSE(out->duplicate);
+    EXPECT_EQ(out->id.str(), "a");
+    ASSERT_EQ(out->actions.size(), 2u);
+    EXPECT_TRUE(std::holds_alternative<journal_recorded>(out->actions[0]));
+    EXPECT_EQ(out->actions[1], action{has_work_set{true}});
+    apply_actions(out->actions, s);
+    EXPECT_TRUE(s.has_work);
+    EXPECT_EQ(s.in(lane::steer).pending.size(), 1u);
+    EXPECT_EQ(s.version(), (version_vector{0, 0, 1, 0}));
+    // has_work is only written when it changes
+    auto again = plan_enqueue(s, user_in(lane::steer, "b", "hi"), unix_ms{6});
+    EXPECT_EQ(again->actions.size(), 1u);
+}
+
+TEST(Enqueue, AnExistingIdReturnsTheSameResultAndChangesNothing) {
+    session_state s = enqueued({}, user_in(lane::follow_up, "k1", "first"), 1);
+    auto out = plan_enqueue(s, user_in(lane::follow_up, "k1", "retry"), unix_ms{2});
+    ASSERT_TRUE(out.has_value());
+    EXPECT_TRUE(out->duplicate);
+    EXPECT_EQ(out->id.str(), "k1");
+    EXPECT_TRUE(out->actions.empty());
+    // Also after materialization, and across lanes: ids are unique per session.
+    s = drained(s, checkpoint::follow_up);
+    EXPECT_TRUE(plan_enqueue(s, user_in(lane::steer, "k1", "x"), unix_ms{3})->duplicate);
+}
+
+TEST(Enqueue, SystemLaneTakesSourcesAndUserLanesTakeAuthors) {
+    session_state s;
+    auto wrong = system_in("s", "x");
+    wrong.in = lane::steer;
+    EXPECT_EQ(plan_enqueue(s, wrong, unix_ms{1}).error(), make_error_code(errc::invalid_lane));
+    auto wrong2 = user_in(lane::steer, "u", "x");
+    wrong2.in = lane::system;
+    EXPECT_EQ(plan_enqueue(s, wrong2, unix_ms{1}).error(), make_error_code(errc::invalid_lane));
+    EXPECT_EQ(plan_enqueue(s, user_in(lane::steer, "u", "x", system_author{}), unix_ms{1}).error(),
+              make_error_code(errc::invalid_author));
+}
+
+TEST(Cancel, SystemLaneIsNotCancelable) {
+    session_state s = enqueued({}, system_in("s1", "callback"), 1);
+    EXPECT_EQ(plan_cancel(s, lane::system, item("s1"), unix_ms{2}).error(),
+              make_error_code(errc::not_cancelable));
+}
+
+TEST(Cancel, PendingSteerAndFollowUpItemsAreCanceled) {
+    for (lane l : {lane::steer, lane::follow_up}) {
+        session_state s = enqueued({}, user_in(l, "a", "x"), 1);
+        auto out = plan_cancel(s, l, item("a"), unix_ms{2});
+        ASSERT_TRUE(out.has_value());
+        EXPECT_TRUE(out->canceled);
+        apply_actions(out->actions, s);
+        EXPECT_TRUE(s.in(l).pending.empty());
+        EXPECT_EQ(s.find_item("a")->status, item_status::canceled);
+        EXPECT_EQ(s.in(l).journal.size(), 2u);
+        // Retrying the cancel gives the same reply and records nothing.
+        auto again = plan_cancel(s, l, item("a"), unix_ms{3});
+        EXPECT_TRUE(again->canceled);
+        EXPECT_TRUE(again->actions.empty());
+    }
+}
+
+TEST(Cancel, MaterializedItemsAreNotCanceled) {
+    session_state s = drained(enqueued({}, user_in(lane::steer, "a", "x"), 1), checkpoint::steer);
+    auto out = plan_cancel(s, lane::steer, item("a"), unix_ms{3});
+    ASSERT_TRUE(out.has_value());
+    EXPECT_FALSE(out->canceled);
+    EXPECT_TRUE(out->actions.empty());
+}
+
+TEST(Cancel, UnknownIdOrWrongLaneIsItemNotFound) {
+    session_state s = enqueued({}, user_in(lane::steer, "a", "x"), 1);
+    EXPECT_EQ(plan_cancel(s, lane::steer, item("zz"), unix_ms{2}).error(),
+              make_error_code(errc::item_not_found));
+    EXPECT_EQ(plan_cancel(s, lane::follow_up, item("a"), unix_ms{2}).error(),
+              make_error_code(errc::item_not_found));
+}
+
+TEST(Checkpoint, SteerCheckpointDrainsSystemAndSteerButNotFollowUp) {
+    session_state s;
+    s = enqueued(s, user_in(lane::follow_up, "f", "later"), 1);
+    s = enqueued(s, user_in(lane::steer, "st", "now"), 2);
+    s = enqueued(s, system_in("sy", "cb"), 3);
+    EXPECT_EQ(ids(select_checkpoint(s, checkpoint::steer)), (std::vector<std::string>{"st", "sy"}));
+    s = drained(s, checkpoint::steer);
+    EXPECT_EQ(s.in(lane::follow_up).pending.size(), 1u);
+    EXPECT_TRUE(s.in(lane::steer).pending.empty());
+    EXPECT_TRUE(s.in(lane::system).pending.empty());
+}
+
+TEST(Checkpoint, FollowUpCheckpointPrefersSystemAndSteer) {
+    session_state s;
+    s = enqueued(s, user_in(lane::follow_up, "f", "later"), 1);
+    s = enqueued(s, user_in(lane::steer, "st", "now"), 2);
+    EXPECT_EQ(ids(select_checkpoint(s, checkpoint::follow_up)), (std::vector<std::string>{"st"}));
+    s = drained(s, checkpoint::follow_up);
+    EXPECT_EQ(ids(select_checkpoint(s, checkpoint::follow_up)), (std::vector<std::string>{"f"}));
+    EXPECT_TRUE(select_checkpoint(s, checkpoint::steer).empty());
+}
+
+TEST(Checkpoint, FollowUpIsDrainedOnlyWhenSystemAndSteerAreEmpty) {
+    session_state s;
+    s = enqueued(s, user_in(lane::follow_up, "f1", "a"), 1);
+    s = enqueued(s, user_in(lane::follow_up, "f2", "b"), 2);
+    EXPECT_EQ(ids(select_checkpoint(s, checkpoint::follow_up)),
+              (std::vector<std::string>{"f1", "f2"}));  // eager: all of them
+}
+
+TEST(Checkpoint, CrossLaneOrderIsByEnqueueTimestamp) {
+    session_state s;
+    s = enqueued(s, user_in(lane::steer, "st1", "a"), 10);
+    s = enqueued(s, system_in("sy1", "b"), 5);  // older than st1
+    s = enqueued(s, user_in(lane::steer, "st2", "c"), 20);
+    s = enqueued(s, system_in("sy2", "d"), 15);
+    EXPECT_EQ(ids(select_checkpoint(s, checkpoint::steer)),
+              (std::vector<std::string>{"sy1", "st1", "sy2", "st2"}));
+}
+
+TEST(Checkpoint, WithinALaneOrderIsFifoEvenIfTheClockSteppedBack) {
+    session_state s;
+    s = enqueued(s, user_in(lane::steer, "st1", "a"), 30);
+    s = enqueued(s, user_in(lane::steer, "st2", "b"), 10);
+    s = enqueued(s, system_in("sy", "c"), 20);
+    EXPECT_EQ(ids(select_checkpoint(s, checkpoint::steer)),
+              (std::vector<std::string>{"sy", "st1", "st2"}));
+}
+
+TEST(Checkpoint, TiesGoToSystemThenSteer) {
+    session_state s;
+    s = enqueued(s, user_in(lane::steer, "st", "a"), 7);
+    s = enqueued(s, system_in("sy", "b"), 7);
+    EXPECT_EQ(ids(select_checkpoint(s, checkpoint::steer)), (std::vector<std::string>{"sy", "st"}));
+}
+
+TEST(Materialization, LinksTheQueueItemToItsTranscriptEntry) {
+    session_state s;
+    s = enqueued(s, user_in(lane::steer, "st", "fix it", human("u1", "Ann", "a@x.io")), 1);
+    s = enqueued(s, system_in("sy", "task done"), 2);
+    s = drained(s, checkpoint::steer, 50);
+    ASSERT_EQ(s.transcript.size(), 2u);
+    const auto& p = std::get<party_message>(s.transcript[0].body);
+    EXPECT_EQ(p.content, "fix it");
+    EXPECT_EQ(p.item.str(), "st");
+    EXPECT_EQ(p.via, lane::steer);
+    EXPECT_EQ(std::get<participant>(p.from).name, "Ann");
+    const auto& m = std::get<system_message>(s.transcript[1].body);
+    EXPECT_EQ(m.source.str(), "asyncBashCallback");
+    EXPECT_EQ(s.find_item("st")->entry, entry_seq{1});
+    EXPECT_EQ(s.find_item("sy")->entry, entry_seq{2});
+    const auto& j = s.in(lane::steer).journal.back();
+    EXPECT_EQ(std::get<materialized_fact>(j.fact).entry, entry_seq{1});
+    EXPECT_EQ(j.at, unix_ms{50});
+}
+
+TEST(Materialization, EmptyCheckpointRecordsNothing) {
+    EXPECT_TRUE(plan_drain({}, checkpoint::follow_up, unix_ms{1}).empty());
+}
+
+TEST(HasWork, MarkIdleClearsItOnlyWhenNoLaneHasPendingItems) {
+    session_state s = enqueued({}, user_in(lane::follow_up, "f", "x"), 1);
+    EXPECT_TRUE(plan_mark_idle(s).empty());  // an item is still queued
+    s = drained(s, checkpoint::follow_up);
+    auto idle = plan_mark_idle(s);
+    ASSERT_EQ(idle.size(), 1u);
+    EXPECT_EQ(idle[0], action{has_work_set{false}});
+    apply_actions(idle, s);
+    EXPECT_TRUE(plan_mark_idle(s).empty());  // already idle: nothing to write
+}
+
+TEST(ToolCalls, WillExecuteThenDidExecute) {
+    session_state s;
+    apply_actions(plan_append_assistant(s, reply("", {{"c1", "echo"}, {"c2", "clock"}}), unix_ms{1})
+              .value(),
+          s);
+    ASSERT_EQ(s.tool_calls.size(), 2u);
+    EXPECT_EQ(s.tool_calls[0].status, tool_status::not_started);
+    EXPECT_EQ(plan_tool_did_execute(s, result_of("c1", "x"), unix_ms{2}).error(),
+              make_error_code(errc::tool_call_not_started));
+    apply_actions(plan_tool_will_execute(s, call_id("c1"), unix_ms{2}).value(), s);
+    EXPECT_EQ(s.find_tool_call("c1")->status, tool_status::started);
+    EXPECT_EQ(std::get<tool_started>(s.transcript.back().body).tool, "echo");
+    // A started call (an idempotent re-run after a crash) records nothing more.
+    EXPECT_TRUE(plan_tool_will_execute(s, call_id("c1"), unix_ms{3}).value().empty());
+    apply_actions(plan_tool_did_execute(s, result_of("c1", "out"), unix_ms{3}).value(), s);
+    EXPECT_EQ(s.find_tool_call("c1")->status, tool_status::finished);
+    EXPECT_EQ(std::get<tool_result>(s.transcript.back().body).tool, "echo");
+    EXPECT_EQ(plan_tool_will_execute(s, call_id("c1"), unix_ms{4}).error(),
+              make_error_code(errc::tool_call_finished));
+    EXPECT_EQ(plan_tool_did_execute(s, result_of("c1", "x"), unix_ms{4}).error(),
+              make_error_code(errc::tool_call_finished));
+    EXPECT_EQ(plan_tool_will_execute(s, call_id("zz"), unix_ms{4}).error(),
+              make_error_code(errc::unknown_tool_call));
+}
+
+TEST(ToolCalls, IdsAreUniqueWithinAResponse) {
+    EXPECT_EQ(plan_append_assistant({}, reply("", {{"c", "echo"}, {"c", "echo"}}), unix_ms{1})
+                  .error(),
+              make_error_code(errc::invalid_entry));
+}
+
+TEST(ToolCalls, StatusTracksTheLatestAssistantMessage) {
+    session_state s;
+    apply_actions(plan_append_assistant(s, reply("", {{"c1", "echo"}}), unix_ms{1}).value(), s);
+    apply_actions(plan_tool_will_execute(s, call_id("c1"), unix_ms{2}).value(), s);
+    apply_actions(plan_tool_did_execute(s, result_of("c1", "x"), unix_ms{2}).value(), s);
+    apply_actions(plan_append_assistant(s, reply("", {{"c1", "echo"}}), unix_ms{3}).value(), s);
+    EXPECT_EQ(s.tool_calls_entry, entry_seq{4});
+    EXPECT_EQ(s.find_tool_call("c1")->status, tool_status::not_started);
+}
+
+TEST(Compaction, FirstKeptMovesForwardAcrossCompactions) {
+    session_state s;
+    for (int i = 0; i < 4; ++i) {
+        s = enqueued(s, user_in(lane::follow_up, "f" + std::to_string(i), "x"), i);
+        s = drained(s, checkpoint::follow_up);
+    }
+    EXPECT_EQ(plan_append_compaction(s, {"sum", entry_seq{9}, 0}, unix_ms{1}).error(),
+              make_error_code(errc::invalid_entry));
+    EXPECT_EQ(plan_append_compaction(s, {"sum", entry_seq{0}, 0}, unix_ms{1}).error(),
+              make_error_code(errc::invalid_entry));
+    apply_actions(plan_append_compaction(s, {"sum", entry_seq{3}, 0}, unix_ms{1}).value(), s);
+    EXPECT_EQ(plan_append_compaction(s, {"sum2", entry_seq{3}, 0}, unix_ms{1}).error(),
+              make_error_code(errc::invalid_entry));
+    EXPECT_TRUE(plan_append_compaction(s, {"sum2", entry_seq{4}, 0}, unix_ms{1}).has_value());
+}
+
+TEST(Settings, AreValidatedAndOnlyWrittenWhenChanged) {
+    session_state s;
+    EXPECT_TRUE(plan_set_settings(s, s.config).value().empty());
+    settings bad = s.config;
+    bad.compaction_buffer = bad.context_limit;
+    EXPECT_EQ(plan_set_settings(s, bad).error(), make_error_code(errc::invalid_settings));
+    bad = s.config;
+    bad.tools = {"has space"};
+    EXPECT_EQ(plan_set_settings(s, bad).error(), make_error_code(errc::invalid_settings));
+    settings next = s.config;
+    next.model = "gpt-x";
+    apply_actions(plan_set_settings(s, next).value(), s);
+    EXPECT_EQ(s.config.model, "gpt-x");
+}
+
+TEST(Pause, IsADurableFlagWrittenOnlyOnChange) {
+    session_state s;
+    EXPECT_TRUE(plan_set_paused(s, false).empty());
+    apply_actions(plan_set_paused(s, true), s);
+    EXPECT_TRUE(s.paused);
+    EXPECT_TRUE(plan_set_paused(s, true).empty());
+}
+
+TEST(Markers, InterruptionsAndDiagnosticsAreNonMessageEntries) {
+    session_state s;
+    apply_actions(plan_append_marker(s, interruption{"aborted"}, unix_ms{1}), s);
+    apply_actions(plan_append_marker(s, diagnostic{"input_too_large", "too big"}, unix_ms{2}), s);
+    ASSERT_EQ(s.transcript.size(), 2u);
+    EXPECT_FALSE(is_message(s.transcript[0].body));
+    EXPECT_FALSE(is_message(s.transcript[1].body));
+    EXPECT_EQ(type_name(s.transcript[1].body), "diagnostic");
+}
+
+}  // namespace wuhu::testing

@@ -1,0 +1,44 @@
+#include "session/text.hpp"
+
+#include <gtest/gtest.h>
+
+namespace wuhu::session {
+
+TEST(Utf8, AcceptsWellFormedText) {
+    for (std::string_view ok : {"", "plain", "résumé", "日本語", "🙂", "\x7F"}) {
+        EXPECT_TRUE(is_valid_utf8(ok)) << ok;
+    }
+}
+
+TEST(Utf8, RejectsMalformedSequences) {
+    for (std::string_view bad : {
+             std::string_view("\xC3", 1),              // truncated
+             std::string_view("\xC0\xAF", 2),          // overlong '/'
+             std::string_view("\xE0\x80\xAF", 3),      // overlong
+             std::string_view("\xED\xA0\x80", 3),      // UTF-16 surrogate
+             std::string_view("\xF4\x90\x80\x80", 4),  // above U+10FFFF
+             std::string_view("\x80", 1),              // stray continuation
+             std::string_view("\xFF", 1),
+             std::string_view("ok\xE6\x97", 5),
+         }) {
+        EXPECT_FALSE(is_valid_utf8(bad));
+    }
+}
+
+TEST(Content, LimitsSizeUtf8AndNul) {
+    EXPECT_TRUE(check_content("hi", 2).has_value());
+    EXPECT_EQ(check_content("hi!", 2).error(), make_error_code(errc::content_too_large));
+    EXPECT_EQ(check_content(std::string_view("\xFF", 1), 10).error(),
+              make_error_code(errc::invalid_utf8));
+    EXPECT_EQ(check_content(std::string_view("a\0b", 3), 10).error(),
+              make_error_code(errc::invalid_content));
+}
+
+TEST(Tokens, EstimateIsBytesOverFourRoundedUp) {
+    EXPECT_EQ(estimate_tokens(""), 0u);
+    EXPECT_EQ(estimate_tokens("abc"), 1u);
+    EXPECT_EQ(estimate_tokens("abcd"), 1u);
+    EXPECT_EQ(estimate_tokens("abcde"), 2u);
+}
+
+}  // namespace wuhu::session

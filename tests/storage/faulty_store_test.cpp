@@ -1,0 +1,54 @@
+#include "storage/faulty_store.hpp"
+#include "storage/memory_store.hpp"
+#include "tests/storage/conformance.hpp"
+
+namespace wuhu::testing {
+
+TEST(FaultyStore, AFailedCommitWritesNothing) {
+    storage::memory_store inner;
+    storage::faulty_store store(inner);
+    auto log = store.open(session_id::parse("s").value(), lease_epoch{1}).value();
+    session_state s = log->load().value();
+    store.fail_next_commits(1);
+    auto r = log->enqueue(s, user_in(lane::steer, "a", "x"), unix_ms{1});
+    EXPECT_EQ(r.error(), make_error_code(storage::errc::unavailable));
+    EXPECT_EQ(log->load().value(), s);
+    EXPECT_EQ(inner.commits(), 0u);
+    EXPECT_TRUE(log->enqueue(s, user_in(lane::steer, "a", "x"), unix_ms{1}).has_value());
+}
+
+TEST(FaultyStore, AnUncertainCommitMayHaveLandedSoTheOwnerMustReload) {
+    storage::memory_store inner;
+    storage::faulty_store store(inner);
+    auto log = store.open(session_id::parse("s").value(), lease_epoch{1}).value();
+    session_state s = log->load().value();
+    store.fail_after_commit(1);
+    auto r = log->enqueue(s, user_in(lane::steer, "a", "x"), unix_ms{1});
+    EXPECT_EQ(r.error(), make_error_code(storage::errc::unavailable));
+    // The write happened: an owner that guessed "not written" and retried from its old state
+    // would be refused, which is why an uncertain write drops the session and reloads.
+    EXPECT_EQ(log->load()->in(lane::steer).pending.size(), 1u);
+    EXPECT_EQ(log->enqueue(s, user_in(lane::steer, "b", "y"), unix_ms{2}).error(),
+              make_error_code(storage::errc::conflict));
+}
+
+INSTANTIATE_TEST_SUITE_P(FaultyWrapperOfMemory, StoreConformance,
+                         ::testing::Values(store_factory{"faulty_memory", [] {
+                             struct owning : storage::session_store {
+                                 storage::memory_store inner;
+                                 storage::faulty_store outer{inner};
+                                 storage::result<std::unique_ptr<storage::session_log>> open(
+                                     const session_id& id, lease_epoch e) override {
+                                     return outer.open(id, e);
+                                 }
+                                 storage::result<void> remove(const session_id& id) override {
+                                     return outer.remove(id);
+                                 }
+                                 std::string_view backend() const override { return "faulty"; }
+                             };
+                             return std::unique_ptr<storage::session_store>(
+                                 std::make_unique<owning>());
+                         }}),
+                         [](const auto& info) { return info.param.name; });
+
+}  // namespace wuhu::testing

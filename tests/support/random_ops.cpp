@@ -1,0 +1,221 @@
+#include "tests/support/random_ops.hpp"
+
+#include "session/compaction.hpp"
+#include "tests/support/builders.hpp"
+
+namespace wuhu::testing {
+
+namespace {
+
+std::string random_text(std::mt19937_64& rng) {
+    static const char* words[] = {"hello", "steer", "please", "stop", "résumé", "日本", "tool",
+                                  "again", "why", "🙂"};
+    std::string out;
+    int n = 1 + static_cast<int>(rng() % 12);
+    for (int i = 0; i < n; ++i) {
+        if (i > 0) {
+            out.push_back(' ');
+        }
+        out.append(words[rng() % std::size(words)]);
+    }
+    return out;
+}
+
+template <class T>
+const T& pick(std::mt19937_64& rng, const std::vector<T>& v) {
+    return v[rng() % v.size()];
+}
+
+}  // namespace
+
+random_op next_op(std::mt19937_64& rng, const session_state& s, unix_ms at) {
+    random_op op;
+    op.at = at;
+    // Ids from a small pool so that duplicates happen.
+    auto fresh_id = [&] { return "q" + std::to_string(rng() % 40); };
+    std::vector<std::string> pending_calls;
+    for (const auto& t : s.tool_calls) {
+        if (t.status != tool_status::finished) {
+            pending_calls.push_back(t.call.id.str());
+        }
+    }
+    switch (rng() % 16) {
+        case 0:
+        case 1:
+        case 2:
+            op.what = random_op::enqueue_user;
+            op.name = "enqueue_user";
+            op.in = user_in(rng() % 2 ? lane::steer : lane::follow_up, fresh_id(), random_text(rng),
+                            rng() % 3 ? human("u" + std::to_string(rng() % 3), "Ann", "a@x.io")
+                                      : author{unknown_author{}});
+            break;
+        case 3:
+            op.what = random_op::enqueue_system;
+            op.name = "enqueue_system";
+            op.in = system_in(fresh_id(), random_text(rng));
+            break;
+        case 4: {
+            op.what = random_op::cancel;
+            op.name = "cancel";
+            op.cancel_lane = all_lanes[rng() % 3];
+            op.id = fresh_id();
+            break;
+        }
+        case 5:
+        case 6:
+            op.what = random_op::drain_steer;
+            op.name = "drain_steer";
+            break;
+        case 7:
+            op.what = random_op::drain_follow_up;
+            op.name = "drain_follow_up";
+            break;
+        case 8:
+        case 9: {
+            op.what = random_op::assistant;
+            op.name = "assistant";
+            std::vector<std::pair<std::string, std::string>> calls;
+            int n = static_cast<int>(rng() % 3);
+            for (int i = 0; i < n; ++i) {
+                calls.emplace_back("c" + std::to_string(s.transcript.size()) + "_" +
+                                       std::to_string(i),
+                                   rng() % 2 ? "echo" : "clock");
+            }
+            op.reply = reply(random_text(rng), calls);
+            op.reply.usage = {rng() % 1000, rng() % 100, rng() % 500};
+            break;
+        }
+        case 10:
+        case 11:
+            op.what = random_op::tool_will;
+            op.name = "tool_will";
+            op.id = pending_calls.empty() ? "nope" : pick(rng, pending_calls);
+            break;
+        case 12:
+            op.what = random_op::tool_did;
+            op.name = "tool_did";
+            op.result = result_of(pending_calls.empty() ? "nope" : pick(rng, pending_calls),
+                                  random_text(rng), rng() % 4 == 0);
+            break;
+        case 13: {
+            op.what = random_op::compact;
+            op.name = "compact";
+            session_state probe = s;
+            probe.config.keep_recent_tokens = 1 + rng() % 40;
+            auto plan = plan_compaction(probe, anthropic_roles);
+            op.comp.summary = "summary " + random_text(rng);
+            op.comp.first_kept = plan ? plan->first_kept : entry_seq{s.transcript.size() + 7};
+            op.comp.tokens_before = plan ? plan->tokens_before : 0;
+            break;
+        }
+        case 14:
+            if (rng() % 2) {
+                op.what = random_op::marker;
+                op.name = "marker";
+            } else {
+                op.what = random_op::configure;
+                op.name = "configure";
+                op.config = s.config;
+                op.config.system_prompt = random_text(rng);
+                op.config.tools = {"echo"};
+            }
+            break;
+        default:
+            if (rng() % 2) {
+                op.what = random_op::mark_idle;
+                op.name = "mark_idle";
+            } else {
+                op.what = random_op::pause;
+                op.name = "pause";
+                op.flag = rng() % 2;
+            }
+            break;
+    }
+    return op;
+}
+
+result<action_list> run_pure(const random_op& op, const session_state& s) {
+    switch (op.what) {
+        case random_op::enqueue_user:
+        case random_op::enqueue_system: {
+            auto out = plan_enqueue(s, op.in, op.at);
+            if (!out) {
+                return out.error();
+            }
+            return out->actions;
+        }
+        case random_op::cancel: {
+            auto id = queue_item_id::parse(op.id).value();
+            auto out = plan_cancel(s, op.cancel_lane, id, op.at);
+            if (!out) {
+                return out.error();
+            }
+            return out->actions;
+        }
+        case random_op::drain_steer:
+            return plan_drain(s, checkpoint::steer, op.at);
+        case random_op::drain_follow_up:
+            return plan_drain(s, checkpoint::follow_up, op.at);
+        case random_op::assistant:
+            return plan_append_assistant(s, op.reply, op.at);
+        case random_op::tool_will:
+            return plan_tool_will_execute(s, tool_call_id::parse(op.id).value(), op.at);
+        case random_op::tool_did:
+            return plan_tool_did_execute(s, op.result, op.at);
+        case random_op::compact:
+            return plan_append_compaction(s, op.comp, op.at);
+        case random_op::marker:
+            return plan_append_marker(s, interruption{"aborted"}, op.at);
+        case random_op::configure:
+            return plan_set_settings(s, op.config);
+        case random_op::mark_idle:
+            return plan_mark_idle(s);
+        case random_op::pause:
+            return plan_set_paused(s, op.flag);
+    }
+    return action_list{};
+}
+
+boost::system::result<action_list> run_store(const random_op& op, storage::session_log& log,
+                                             const session_state& s) {
+    switch (op.what) {
+        case random_op::enqueue_user:
+        case random_op::enqueue_system: {
+            auto out = log.enqueue(s, op.in, op.at);
+            if (!out) {
+                return out.error();
+            }
+            return out->actions;
+        }
+        case random_op::cancel: {
+            auto out = log.cancel(s, op.cancel_lane, queue_item_id::parse(op.id).value(), op.at);
+            if (!out) {
+                return out.error();
+            }
+            return out->actions;
+        }
+        case random_op::drain_steer:
+            return log.drain(s, checkpoint::steer, op.at);
+        case random_op::drain_follow_up:
+            return log.drain(s, checkpoint::follow_up, op.at);
+        case random_op::assistant:
+            return log.append_assistant(s, op.reply, op.at);
+        case random_op::tool_will:
+            return log.tool_will_execute(s, tool_call_id::parse(op.id).value(), op.at);
+        case random_op::tool_did:
+            return log.tool_did_execute(s, op.result, op.at);
+        case random_op::compact:
+            return log.append_compaction(s, op.comp, op.at);
+        case random_op::marker:
+            return log.append_marker(s, interruption{"aborted"}, op.at);
+        case random_op::configure:
+            return log.set_settings(s, op.config);
+        case random_op::mark_idle:
+            return log.mark_idle(s);
+        case random_op::pause:
+            return log.set_paused(s, op.flag);
+    }
+    return action_list{};
+}
+
+}  // namespace wuhu::testing
