@@ -16,10 +16,10 @@ session_state conversation(int turns) {
     session_state s;
     for (int i = 0; i < turns; ++i) {
         auto id = queue_item_id::parse("f" + std::to_string(i)).value();
-        auto out = plan_enqueue(s,
-                                enqueue_input{lane::follow_up, id,
-                                              user_input{unknown_author{}, std::string(200, 'u')}},
-                                unix_ms{i});
+        auto out = plan_enqueue(
+            s,
+            enqueue_input{lane::follow_up, id, user_input{unknown_author{}, std::string(200, 'u')}},
+            unix_ms{i});
         apply_actions(out.value().actions, s);
         apply_actions(plan_drain(s, checkpoint::follow_up, unix_ms{i}), s);
         assistant_message m;

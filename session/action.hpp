@@ -36,8 +36,8 @@ struct paused_set {
     bool operator==(const paused_set&) const = default;
 };
 
-using action = std::variant<entry_appended, journal_recorded, settings_set, has_work_set,
-                            paused_set>;
+using action =
+    std::variant<entry_appended, journal_recorded, settings_set, has_work_set, paused_set>;
 using action_list = std::vector<action>;
 
 }  // namespace wuhu::session

@@ -5,11 +5,11 @@
 #include <cstdio>
 #include <cstdlib>
 
-#define WUHU_ASSERT(cond, msg)                                                            \
-    do {                                                                                  \
-        if (!(cond)) {                                                                    \
-            std::fprintf(stderr, "%s:%d: assertion failed: %s (%s)\n", __FILE__, __LINE__, \
-                         #cond, msg);                                                     \
-            std::abort();                                                                 \
-        }                                                                                 \
+#define WUHU_ASSERT(cond, msg)                                                                    \
+    do {                                                                                          \
+        if (!(cond)) {                                                                            \
+            std::fprintf(stderr, "%s:%d: assertion failed: %s (%s)\n", __FILE__, __LINE__, #cond, \
+                         msg);                                                                    \
+            std::abort();                                                                         \
+        }                                                                                         \
     } while (false)

@@ -11,8 +11,8 @@ result<system_source> system_source::parse(std::string_view s) {
         return errc::invalid_source;
     }
     for (char c : s) {
-        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                  c == '_';
+        bool ok =
+            (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
         if (!ok) {
             return errc::invalid_source;
         }

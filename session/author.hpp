@@ -33,12 +33,12 @@ using author = std::variant<participant, unknown_author, system_author>;
 // Machine source of a system-lane item, e.g. "asyncBashCallback", "asyncTaskNotification",
 // "scheduledCallback". An open set: 1-64 characters of [A-Za-z0-9_].
 class system_source {
-public:
+  public:
     static result<system_source> parse(std::string_view s);
     const std::string& str() const { return value_; }
     auto operator<=>(const system_source&) const = default;
 
-private:
+  private:
     explicit system_source(std::string v) : value_(std::move(v)) {}
     std::string value_;
 };

@@ -203,27 +203,26 @@ json::value to_json(const patch& p) {
 }
 
 json::value to_json(const action& a) {
-    return std::visit(overloaded{
-                          [](const entry_appended& x) -> json::value {
-                              return json::object{{"action", "entry"}, {"entry", to_json(x.e)}};
-                          },
-                          [](const journal_recorded& x) -> json::value {
-                              return json::object{{"action", "journal"},
-                                                  {"lane", lane_name(x.in)},
-                                                  {"fact", to_json(x.j)}};
-                          },
-                          [](const settings_set& x) -> json::value {
-                              return json::object{{"action", "settings"},
-                                                  {"settings", to_json(x.value)}};
-                          },
-                          [](const has_work_set& x) -> json::value {
-                              return json::object{{"action", "has_work"}, {"value", x.value}};
-                          },
-                          [](const paused_set& x) -> json::value {
-                              return json::object{{"action", "paused"}, {"value", x.value}};
-                          },
-                      },
-                      a);
+    return std::visit(
+        overloaded{
+            [](const entry_appended& x) -> json::value {
+                return json::object{{"action", "entry"}, {"entry", to_json(x.e)}};
+            },
+            [](const journal_recorded& x) -> json::value {
+                return json::object{
+                    {"action", "journal"}, {"lane", lane_name(x.in)}, {"fact", to_json(x.j)}};
+            },
+            [](const settings_set& x) -> json::value {
+                return json::object{{"action", "settings"}, {"settings", to_json(x.value)}};
+            },
+            [](const has_work_set& x) -> json::value {
+                return json::object{{"action", "has_work"}, {"value", x.value}};
+            },
+            [](const paused_set& x) -> json::value {
+                return json::object{{"action", "paused"}, {"value", x.value}};
+            },
+        },
+        a);
 }
 
 // ---------------------------------------------------------------------------------- decoders
@@ -378,7 +377,8 @@ decoded<entry_body> body_at(object_reader& r, std::string_view type) {
         WUHU_TRY(tool, r.str("tool"));
         WUHU_TRY(output, r.text("output", stored_text_max));
         WUHU_TRY(is_error, r.boolean("is_error"));
-        return entry_body{tool_result{std::move(call), std::string(tool), std::move(output), is_error}};
+        return entry_body{
+            tool_result{std::move(call), std::string(tool), std::move(output), is_error}};
     }
     if (type == "compaction") {
         WUHU_TRY(summary, r.text("summary", stored_text_max));
@@ -414,9 +414,9 @@ decoded<version_vector> version_at(const json::value& v, const std::string& path
         return fail(errc::invalid_version, path);
     }
     version_vector out;
-    for (auto [key, slot] : {std::pair{"transcript", &out.transcript},
-                             std::pair{"system", &out.system}, std::pair{"steer", &out.steer},
-                             std::pair{"followUp", &out.follow_up}}) {
+    for (auto [key, slot] :
+         {std::pair{"transcript", &out.transcript}, std::pair{"system", &out.system},
+          std::pair{"steer", &out.steer}, std::pair{"followUp", &out.follow_up}}) {
         auto n = r->opt_u64(key);
         if (!n) {
             return fail(errc::invalid_version, n.error().field);

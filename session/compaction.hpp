@@ -13,7 +13,7 @@ bool should_compact(const token_usage& usage, const settings& config);
 struct compaction_plan {
     entry_seq segment_begin;  // first entry of the segment to summarize
     entry_seq first_kept;     // first entry that stays in the context; the segment ends before it
-    std::uint64_t tokens_before = 0;  // estimated tokens of the context before compaction
+    std::uint64_t tokens_before = 0;   // estimated tokens of the context before compaction
     std::vector<llm_message> segment;  // the segment's message entries, to summarize
 };
 

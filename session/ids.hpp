@@ -44,12 +44,12 @@ struct unix_ms {
 
 // 1-64 characters of [A-Za-z0-9_-]. Safe as a NATS subject token and as a file name.
 class session_id {
-public:
+  public:
     static result<session_id> parse(std::string_view s);
     const std::string& str() const { return value_; }
     auto operator<=>(const session_id&) const = default;
 
-private:
+  private:
     explicit session_id(std::string v) : value_(std::move(v)) {}
     std::string value_;
 };
@@ -57,7 +57,7 @@ private:
 // A string id of 1-128 printable ASCII characters (0x20-0x7E). `Tag` keeps the kinds apart.
 template <class Tag>
 class printable_id {
-public:
+  public:
     static result<printable_id> parse(std::string_view s) {
         if (!valid(s)) {
             return Tag::error;
@@ -79,7 +79,7 @@ public:
         return true;
     }
 
-private:
+  private:
     explicit printable_id(std::string v) : value_(std::move(v)) {}
     std::string value_;
 };

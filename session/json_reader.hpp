@@ -17,7 +17,7 @@ decode_error fail(errc code, std::string_view path);
 std::string join(std::string_view path, std::string_view key);
 
 class object_reader {
-public:
+  public:
     static decoded<object_reader> open(const boost::json::value& v, std::string path);
 
     // Required / optional fields of each kind. Optional ones are absent when missing or null.
@@ -40,7 +40,7 @@ public:
     std::string path(std::string_view key) const { return join(path_, key); }
     const std::string& where() const { return path_; }
 
-private:
+  private:
     object_reader(const boost::json::object* o, std::string path)
         : obj_(o), path_(std::move(path)) {}
     const boost::json::value* find(std::string_view key);
@@ -51,20 +51,20 @@ private:
 };
 
 // Unwraps a decoded<T> into `lhs`, or returns its error from the enclosing function.
-#define WUHU_TRY(lhs, expr)                 \
-    auto lhs##_result_ = (expr);            \
-    if (!lhs##_result_) {                   \
-        return lhs##_result_.error();       \
-    }                                       \
+#define WUHU_TRY(lhs, expr)           \
+    auto lhs##_result_ = (expr);      \
+    if (!lhs##_result_) {             \
+        return lhs##_result_.error(); \
+    }                                 \
     auto lhs = std::move(*lhs##_result_)
 
 // Same for decoded<void> and for results whose value is not needed.
-#define WUHU_CHECK(expr)                    \
-    do {                                    \
-        auto wuhu_check_ = (expr);          \
-        if (!wuhu_check_) {                 \
-            return wuhu_check_.error();     \
-        }                                   \
+#define WUHU_CHECK(expr)                \
+    do {                                \
+        auto wuhu_check_ = (expr);      \
+        if (!wuhu_check_) {             \
+            return wuhu_check_.error(); \
+        }                               \
     } while (false)
 
 }  // namespace wuhu::session::detail

@@ -22,7 +22,9 @@ inline constexpr std::array<lane, 3> all_lanes{lane::system, lane::steer, lane::
 // "system", "steer", "followUp".
 std::string_view lane_name(lane l);
 result<lane> parse_lane(std::string_view s);
-constexpr std::size_t index_of(lane l) { return static_cast<std::size_t>(l); }
+constexpr std::size_t index_of(lane l) {
+    return static_cast<std::size_t>(l);
+}
 
 // Payload of a steer or follow-up item: a party's message.
 struct user_input {

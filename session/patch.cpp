@@ -38,8 +38,8 @@ void coalesce(patch& p) {
     }
 }
 
-result<patch> between(const session_state& s, const version_vector& from,
-                      const version_vector& to, loop_state loop) {
+result<patch> between(const session_state& s, const version_vector& from, const version_vector& to,
+                      loop_state loop) {
     if (!from.le(to) || !to.le(s.version())) {
         return errc::invalid_version;
     }
@@ -63,8 +63,8 @@ result<patch> since(const session_state& s, const version_vector& from, loop_sta
     return between(s, from, s.version(), loop);
 }
 
-patch patch_of(const version_vector& from, const action_list& actions,
-               const session_state& after, loop_state loop) {
+patch patch_of(const version_vector& from, const action_list& actions, const session_state& after,
+               loop_state loop) {
     patch p;
     p.from = from;
     p.to = from;

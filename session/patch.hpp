@@ -34,13 +34,13 @@ result<patch> since(const session_state& s, const version_vector& from,
                     loop_state loop = loop_state::idle);
 
 // The stable patch between two versions of the history `s` holds (from <= to <= current).
-result<patch> between(const session_state& s, const version_vector& from,
-                      const version_vector& to, loop_state loop = loop_state::idle);
+result<patch> between(const session_state& s, const version_vector& from, const version_vector& to,
+                      loop_state loop = loop_state::idle);
 
 // The committed patch of one operation: `actions` applied to a state at `from` gave `after`.
 // Registers are present only when the actions changed them.
-patch patch_of(const version_vector& from, const action_list& actions,
-               const session_state& after, loop_state loop = loop_state::idle);
+patch patch_of(const version_vector& from, const action_list& actions, const session_state& after,
+               loop_state loop = loop_state::idle);
 
 // a then b, coalesced. REQUIRES: a.to == b.from.
 patch compose(const patch& a, const patch& b);

@@ -49,7 +49,8 @@ void record(session_state& s, lane l, const journal_entry& j) {
     std::visit(overloaded{
                    [&](const enqueued_fact& f) {
                        WUHU_ASSERT(f.item.in == l, "item lane matches journal lane");
-                       auto [it, fresh] = s.items.emplace(f.item.id.str(), item_record{l, item_status::pending, {}});
+                       auto [it, fresh] = s.items.emplace(f.item.id.str(),
+                                                          item_record{l, item_status::pending, {}});
                        WUHU_ASSERT(fresh, "queue item ids are unique in a session");
                        ls.pending.push_back(f.item);
                    },

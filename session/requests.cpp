@@ -101,8 +101,7 @@ decoded<subscribe_request> decode_subscribe(const json::value& body) {
     return out;
 }
 
-decoded<configure_request> decode_configure(const json::value& body,
-                                            const request_limits& limits) {
+decoded<configure_request> decode_configure(const json::value& body, const request_limits& limits) {
     WUHU_TRY(r, object_reader::open(body, ""));
     configure_request out;
     WUHU_TRY(model, r.opt_str("model"));

@@ -70,8 +70,7 @@ decoded<boost::json::value> parse_body(std::string_view raw, const request_limit
 decoded<enqueue_request> decode_enqueue(const boost::json::value& body,
                                         const request_limits& limits);
 decoded<cancel_request> decode_cancel(const boost::json::value& body);
-decoded<system_request> decode_system(const boost::json::value& body,
-                                      const request_limits& limits);
+decoded<system_request> decode_system(const boost::json::value& body, const request_limits& limits);
 decoded<subscribe_request> decode_subscribe(const boost::json::value& body);
 decoded<configure_request> decode_configure(const boost::json::value& body,
                                             const request_limits& limits);

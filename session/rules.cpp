@@ -115,8 +115,7 @@ action_list plan_drain(const session_state& s, checkpoint c, unix_ms at) {
     return out;
 }
 
-result<action_list> plan_append_assistant(const session_state& s, assistant_message m,
-                                          unix_ms at) {
+result<action_list> plan_append_assistant(const session_state& s, assistant_message m, unix_ms at) {
     std::set<std::string> ids;
     for (const auto& c : m.tool_calls) {
         if (!ids.insert(c.id.str()).second || c.name.empty()) {

@@ -58,8 +58,7 @@ action_list plan_drain(const session_state& s, checkpoint c, unix_ms at);
 entry_body materialize(const queue_item& q);
 
 // Appends the assistant response (tool call ids must be unique within it).
-result<action_list> plan_append_assistant(const session_state& s, assistant_message m,
-                                          unix_ms at);
+result<action_list> plan_append_assistant(const session_state& s, assistant_message m, unix_ms at);
 
 // toolWillExecute: records that a call of the latest assistant message starts. A call already
 // started (an idempotent tool re-run after a crash) records nothing.

@@ -20,7 +20,7 @@ constexpr std::array<errc_text, errc_count> texts{{
 }};
 
 class category final : public boost::system::error_category {
-public:
+  public:
     const char* name() const noexcept override { return "wuhu.storage"; }
     std::string message(int ev) const override {
         if (ev < 0 || ev >= errc_count) {

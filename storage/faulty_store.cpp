@@ -3,11 +3,11 @@
 namespace wuhu::storage {
 
 class faulty_log final : public session_log {
-public:
+  public:
     faulty_log(faulty_store& store, std::unique_ptr<session_log> inner)
         : session_log(inner->id(), inner->epoch()), store_(store), inner_(std::move(inner)) {}
 
-protected:
+  protected:
     result<session_state> do_load() override { return inner_->load(); }
     result<session::patch> do_since(const session::version_vector& from) override {
         return inner_->since(from);
@@ -25,7 +25,7 @@ protected:
         return r;
     }
 
-private:
+  private:
     faulty_store& store_;
     std::unique_ptr<session_log> inner_;
 };

@@ -13,7 +13,7 @@
 namespace wuhu::storage {
 
 class faulty_store final : public session_store {
-public:
+  public:
     explicit faulty_store(session_store& inner) : inner_(inner) {}
 
     void fail_next_commits(int n) { fail_before_ = n; }
@@ -23,7 +23,7 @@ public:
     result<void> remove(const session_id& id) override { return inner_.remove(id); }
     std::string_view backend() const override { return inner_.backend(); }
 
-private:
+  private:
     friend class faulty_log;
     session_store& inner_;
     std::atomic<int> fail_before_{0};

@@ -5,11 +5,11 @@
 namespace wuhu::storage {
 
 class memory_log final : public session_log {
-public:
+  public:
     memory_log(memory_store& store, session_id id, lease_epoch epoch)
         : session_log(std::move(id), epoch), store_(store) {}
 
-protected:
+  protected:
     result<session_state> do_load() override {
         std::lock_guard lock(store_.mu_);
         auto it = store_.sessions_.find(id().str());
@@ -42,12 +42,11 @@ protected:
         return {};
     }
 
-private:
+  private:
     memory_store& store_;
 };
 
-result<std::unique_ptr<session_log>> memory_store::open(const session_id& id,
-                                                        lease_epoch epoch) {
+result<std::unique_ptr<session_log>> memory_store::open(const session_id& id, lease_epoch epoch) {
     std::lock_guard lock(mu_);
     auto [it, fresh] = sessions_.try_emplace(id.str(), record{epoch, {}});
     if (!fresh) {

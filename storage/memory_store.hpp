@@ -11,7 +11,7 @@
 namespace wuhu::storage {
 
 class memory_store final : public session_store {
-public:
+  public:
     result<std::unique_ptr<session_log>> open(const session_id& id, lease_epoch epoch) override;
     result<void> remove(const session_id& id) override;
     std::string_view backend() const override { return "memory"; }
@@ -19,7 +19,7 @@ public:
     // Test hook: how many commits reached the store.
     std::uint64_t commits() const;
 
-private:
+  private:
     friend class memory_log;
     struct record {
         lease_epoch epoch;

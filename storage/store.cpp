@@ -40,11 +40,9 @@ result<s::cancel_outcome> session_log::cancel(const session_state& before, s::la
     return out;
 }
 
-result<action_list> session_log::drain(const session_state& before, s::checkpoint c,
-                                       unix_ms at) {
+result<action_list> session_log::drain(const session_state& before, s::checkpoint c, unix_ms at) {
     return commit(before, s::plan_drain(before, c, at));
 }
-
 
 result<action_list> session_log::append_assistant(const session_state& before,
                                                   s::assistant_message m, unix_ms at) {

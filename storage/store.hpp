@@ -36,7 +36,7 @@ template <class T>
 using result = boost::system::result<T>;
 
 class session_log {
-public:
+  public:
     session_log(session_id id, lease_epoch epoch) : id_(std::move(id)), epoch_(epoch) {}
     virtual ~session_log() = default;
     session_log(const session_log&) = delete;
@@ -52,13 +52,13 @@ public:
     // from the store. Registers carry the stored settings and durable status.
     result<session::patch> since(const session::version_vector& from) { return do_since(from); }
 
-    result<session::enqueue_outcome> enqueue(const session_state& before,
-                                             session::enqueue_input in, unix_ms at);
+    result<session::enqueue_outcome> enqueue(const session_state& before, session::enqueue_input in,
+                                             unix_ms at);
     result<session::cancel_outcome> cancel(const session_state& before, session::lane l,
                                            const session::queue_item_id& id, unix_ms at);
     result<action_list> drain(const session_state& before, session::checkpoint c, unix_ms at);
-    result<action_list> append_assistant(const session_state& before,
-                                         session::assistant_message m, unix_ms at);
+    result<action_list> append_assistant(const session_state& before, session::assistant_message m,
+                                         unix_ms at);
     result<action_list> tool_will_execute(const session_state& before,
                                           const session::tool_call_id& id, unix_ms at);
     result<action_list> tool_did_execute(const session_state& before, session::tool_result r,
@@ -72,7 +72,7 @@ public:
     result<action_list> mark_idle(const session_state& before);
     result<action_list> set_paused(const session_state& before, bool paused);
 
-protected:
+  protected:
     virtual result<session_state> do_load() = 0;
     virtual result<session::patch> do_since(const session::version_vector& from) = 0;
     // Persists `actions` (non-empty) in one transaction that checks the epoch and that the
@@ -85,7 +85,7 @@ protected:
         return inner.do_commit(before, actions);
     }
 
-private:
+  private:
     result<action_list> commit(const session_state& before, result<action_list> plan);
 
     session_id id_;
@@ -93,7 +93,7 @@ private:
 };
 
 class session_store {
-public:
+  public:
     virtual ~session_store() = default;
     session_store() = default;
     session_store(const session_store&) = delete;

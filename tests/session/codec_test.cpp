@@ -70,8 +70,9 @@ TEST(Codec, WireShapesAreStable) {
     EXPECT_EQ(json::serialize(to_json(human("u1", "Ann", "a@x.io"))),
               R"({"kind":"human","id":"u1","name":"Ann","email":"a@x.io"})");
     entry e{entry_seq{3}, unix_ms{9}, tool_result{call_id("c1"), "echo", "hi", false}};
-    EXPECT_EQ(json::serialize(to_json(e)),
-              R"({"id":3,"at":9,"type":"tool_result","call":"c1","tool":"echo","output":"hi","is_error":false})");
+    EXPECT_EQ(
+        json::serialize(to_json(e)),
+        R"({"id":3,"at":9,"type":"tool_result","call":"c1","tool":"echo","output":"hi","is_error":false})");
     EXPECT_EQ(json::serialize(to_json(status{loop_state::executing_tools, false, true})),
               R"({"state":"executing_tools","paused":false,"has_work":true})");
 }

@@ -26,16 +26,18 @@ session_state long_session(int turns, bool with_tools) {
         s = enqueued(s, user_in(lane::follow_up, "f" + id, std::string(40, 'u')), i);
         apply_actions(plan_drain(s, checkpoint::follow_up, unix_ms{i}), s);
         if (with_tools) {
-            apply_actions(plan_append_assistant(s, reply(std::string(40, 'a'), {{"c" + id, "echo"}}),
-                                        unix_ms{i})
-                      .value(),
-                  s);
+            apply_actions(plan_append_assistant(
+                              s, reply(std::string(40, 'a'), {{"c" + id, "echo"}}), unix_ms{i})
+                              .value(),
+                          s);
             apply_actions(plan_tool_will_execute(s, call_id("c" + id), unix_ms{i}).value(), s);
-            apply_actions(plan_tool_did_execute(s, result_of("c" + id, std::string(40, 't')), unix_ms{i})
-                      .value(),
-                  s);
+            apply_actions(
+                plan_tool_did_execute(s, result_of("c" + id, std::string(40, 't')), unix_ms{i})
+                    .value(),
+                s);
         } else {
-            apply_actions(plan_append_assistant(s, reply(std::string(40, 'a')), unix_ms{i}).value(), s);
+            apply_actions(plan_append_assistant(s, reply(std::string(40, 'a')), unix_ms{i}).value(),
+                          s);
         }
     }
     return s;
@@ -86,9 +88,10 @@ TEST(CompactionCutPoint, NeverLandsOnAToolResult) {
 TEST(CompactionCutPoint, SegmentStartsAtThePreviousFirstKept) {
     session_state s = long_session(10, false);
     auto first = plan_compaction(s, anthropic_roles).value();
-    apply_actions(plan_append_compaction(s, {"S1", first.first_kept, first.tokens_before}, unix_ms{1})
-              .value(),
-          s);
+    apply_actions(
+        plan_append_compaction(s, {"S1", first.first_kept, first.tokens_before}, unix_ms{1})
+            .value(),
+        s);
     for (int i = 10; i < 16; ++i) {
         s = enqueued(s, user_in(lane::follow_up, "g" + std::to_string(i), std::string(40, 'u')), i);
         apply_actions(plan_drain(s, checkpoint::follow_up, unix_ms{i}), s);

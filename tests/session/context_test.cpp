@@ -13,9 +13,12 @@ constexpr std::int64_t t0 = 1771340160000;  // 26/2/17 14:56 UTC
 session_state conversation() {
     session_state s;
     s.config.system_prompt = "You are helpful.";
-    s = enqueued(s, user_in(lane::follow_up, "f1", "list files", human("u1", "minsheng", "lambda@liu.ms")), t0);
+    s = enqueued(
+        s, user_in(lane::follow_up, "f1", "list files", human("u1", "minsheng", "lambda@liu.ms")),
+        t0);
     apply_actions(plan_drain(s, checkpoint::follow_up, unix_ms{t0}), s);
-    apply_actions(plan_append_assistant(s, reply("sure", {{"c1", "echo"}}), unix_ms{t0}).value(), s);
+    apply_actions(plan_append_assistant(s, reply("sure", {{"c1", "echo"}}), unix_ms{t0}).value(),
+                  s);
     apply_actions(plan_tool_will_execute(s, call_id("c1"), unix_ms{t0}).value(), s);
     apply_actions(plan_tool_did_execute(s, result_of("c1", "a.txt"), unix_ms{t0}).value(), s);
     s = enqueued(s, system_in("s1", "async task xxx has finished"), t0 + 60'000);
@@ -27,7 +30,8 @@ session_state conversation() {
 
 TEST(ContextProjection, WithoutCompactionIsTheSystemPromptThenMessageEntries) {
     auto ctx = project_context(conversation(), anthropic_roles);
-    ASSERT_EQ(ctx.size(), 5u);  // prompt, party, assistant, tool result, system (tool_started dropped)
+    ASSERT_EQ(ctx.size(),
+              5u);  // prompt, party, assistant, tool result, system (tool_started dropped)
     EXPECT_EQ(ctx[0].role, llm_role::system);
     EXPECT_EQ(ctx[0].content, "You are helpful.");
     EXPECT_EQ(ctx[1].role, llm_role::user);
@@ -79,7 +83,8 @@ TEST(ContextProjection, CompactionSummariesStackThenEntriesFromFirstKept) {
     say("c");  // 6, 7
     apply_actions(plan_append_compaction(s, {"S2", entry_seq{6}, 0}, unix_ms{t0}).value(), s);  // 8
     say("d");  // 9, 10
-    apply_actions(plan_append_compaction(s, {"S3", entry_seq{7}, 0}, unix_ms{t0}).value(), s);  // 11
+    apply_actions(plan_append_compaction(s, {"S3", entry_seq{7}, 0}, unix_ms{t0}).value(),
+                  s);  // 11
     auto ctx = project_context(s, anthropic_roles);
     std::vector<std::string> got;
     for (const auto& m : ctx) {

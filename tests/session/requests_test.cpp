@@ -41,11 +41,10 @@ TEST(EnqueueRequest, DecodesTheDesignPayload) {
     EXPECT_EQ(r.id->str(), "k-1");
     EXPECT_EQ(std::get<participant>(r.from).name, "Ann");
     EXPECT_EQ(r.content, "stop");
-    auto minimal = decode_enqueue(parse_body(R"({"lane":"followUp","content":"hi"})",
-                                             small_limits())
-                                      .value(),
-                                  small_limits())
-                       .value();
+    auto minimal =
+        decode_enqueue(parse_body(R"({"lane":"followUp","content":"hi"})", small_limits()).value(),
+                       small_limits())
+            .value();
     EXPECT_FALSE(minimal.id.has_value());
     EXPECT_TRUE(std::holds_alternative<unknown_author>(minimal.from));
 }
@@ -103,19 +102,18 @@ TEST(SystemRequest, TakesASourceAndContent) {
 
 TEST(SubscribeRequest, SinceIsOptionalAndStrict) {
     EXPECT_EQ(decode_subscribe(json::parse("{}")).value().since, (version_vector{}));
-    EXPECT_EQ(decode_subscribe(json::parse(R"({"since":{"transcript":4,"followUp":1}})"))
-                  .value()
-                  .since,
-              (version_vector{4, 0, 0, 1}));
+    EXPECT_EQ(
+        decode_subscribe(json::parse(R"({"since":{"transcript":4,"followUp":1}})")).value().since,
+        (version_vector{4, 0, 0, 1}));
     EXPECT_EQ(error_of(R"({"since":{"transcript":-4}})", decode_subscribe).code,
               errc::invalid_version);
     EXPECT_EQ(error_of(R"({"since":3})", decode_subscribe).code, errc::invalid_version);
 }
 
 TEST(ConfigureRequest, UpdatesOnlyTheGivenFieldsAndValidatesTheResult) {
-    auto r = decode_configure(json::parse(R"({"model":"m2","tools":["echo","clock"]})"),
-                              small_limits())
-                 .value();
+    auto r =
+        decode_configure(json::parse(R"({"model":"m2","tools":["echo","clock"]})"), small_limits())
+            .value();
     settings s = r.applied_to(settings{}).value();
     EXPECT_EQ(s.model, "m2");
     EXPECT_EQ(s.tools, (std::vector<std::string>{"echo", "clock"}));

@@ -1,6 +1,6 @@
 // The spec rules of lanes, cancelation, checkpoints, tool calls and has_work, each a test.
-#include "session/reducer.hpp"
 #include "session/rules.hpp"
+#include "session/reducer.hpp"
 #include "tests/support/builders.hpp"
 
 #include <gtest/gtest.h>
@@ -198,9 +198,9 @@ TEST(HasWork, MarkIdleClearsItOnlyWhenNoLaneHasPendingItems) {
 
 TEST(ToolCalls, WillExecuteThenDidExecute) {
     session_state s;
-    apply_actions(plan_append_assistant(s, reply("", {{"c1", "echo"}, {"c2", "clock"}}), unix_ms{1})
-              .value(),
-          s);
+    apply_actions(
+        plan_append_assistant(s, reply("", {{"c1", "echo"}, {"c2", "clock"}}), unix_ms{1}).value(),
+        s);
     ASSERT_EQ(s.tool_calls.size(), 2u);
     EXPECT_EQ(s.tool_calls[0].status, tool_status::not_started);
     EXPECT_EQ(plan_tool_did_execute(s, result_of("c1", "x"), unix_ms{2}).error(),
@@ -222,9 +222,9 @@ TEST(ToolCalls, WillExecuteThenDidExecute) {
 }
 
 TEST(ToolCalls, IdsAreUniqueWithinAResponse) {
-    EXPECT_EQ(plan_append_assistant({}, reply("", {{"c", "echo"}, {"c", "echo"}}), unix_ms{1})
-                  .error(),
-              make_error_code(errc::invalid_entry));
+    EXPECT_EQ(
+        plan_append_assistant({}, reply("", {{"c", "echo"}, {"c", "echo"}}), unix_ms{1}).error(),
+        make_error_code(errc::invalid_entry));
 }
 
 TEST(ToolCalls, StatusTracksTheLatestAssistantMessage) {

@@ -34,7 +34,7 @@ inline std::ostream& operator<<(std::ostream& os, const store_factory& f) {
 
 // Wraps a session_log and checks the invariant after each operation.
 class checked_session {
-public:
+  public:
     explicit checked_session(std::unique_ptr<storage::session_log> log)
         : log_(std::move(log)), state_(log_->load().value()) {}
 
@@ -59,7 +59,7 @@ public:
         return r;
     }
 
-private:
+  private:
     static const action_list& actions_of(const action_list& a) { return a; }
     static const action_list& actions_of(const enqueue_outcome& o) { return o.actions; }
     static const action_list& actions_of(const cancel_outcome& o) { return o.actions; }
@@ -70,14 +70,14 @@ private:
 };
 
 class StoreConformance : public ::testing::TestWithParam<store_factory> {
-protected:
+  protected:
     void SetUp() override { store_ = GetParam().make(); }
     storage::session_store& store() { return *store_; }
     std::unique_ptr<storage::session_log> open(const std::string& sid, std::uint64_t epoch) {
         return store_->open(session_id::parse(sid).value(), lease_epoch{epoch}).value();
     }
 
-private:
+  private:
     std::unique_ptr<storage::session_store> store_;
 };
 

@@ -24,34 +24,29 @@ TEST_P(StoreConformance, EveryOperationSatisfiesTheInvariant) {
     ASSERT_TRUE(s.run([&](auto& log, auto& st) {
         return log.enqueue(st, user_in(lane::steer, "s1", "steer me"), at(2));
     }));
-    ASSERT_TRUE(s.run([&](auto& log, auto& st) {
-        return log.enqueue(st, system_in("y1", "callback"), at(3));
-    }));
+    ASSERT_TRUE(s.run(
+        [&](auto& log, auto& st) { return log.enqueue(st, system_in("y1", "callback"), at(3)); }));
     ASSERT_TRUE(s.run([&](auto& log, auto& st) {
         return log.enqueue(st, user_in(lane::steer, "s2", "cancel me"), at(4));
     }));
-    auto canceled = s.run([&](auto& log, auto& st) {
-        return log.cancel(st, lane::steer, item("s2"), at(5));
-    });
+    auto canceled =
+        s.run([&](auto& log, auto& st) { return log.cancel(st, lane::steer, item("s2"), at(5)); });
     ASSERT_TRUE(canceled);
     EXPECT_TRUE(canceled->canceled);
-    auto drained = s.run([&](auto& log, auto& st) {
-        return log.drain(st, checkpoint::follow_up, at(6));
-    });
+    auto drained =
+        s.run([&](auto& log, auto& st) { return log.drain(st, checkpoint::follow_up, at(6)); });
     ASSERT_TRUE(drained);
     EXPECT_EQ(drained->size(), 4u);  // steer + system: two entries, two facts
     ASSERT_TRUE(s.run([&](auto& log, auto& st) {
         return log.append_assistant(st, reply("calling", {{"c1", "echo"}}), at(7));
     }));
-    ASSERT_TRUE(s.run([&](auto& log, auto& st) {
-        return log.tool_will_execute(st, call_id("c1"), at(8));
-    }));
+    ASSERT_TRUE(s.run(
+        [&](auto& log, auto& st) { return log.tool_will_execute(st, call_id("c1"), at(8)); }));
     ASSERT_TRUE(s.run([&](auto& log, auto& st) {
         return log.tool_did_execute(st, result_of("c1", "echoed"), at(9));
     }));
-    ASSERT_TRUE(s.run([&](auto& log, auto& st) {
-        return log.drain(st, checkpoint::follow_up, at(10));
-    }));
+    ASSERT_TRUE(
+        s.run([&](auto& log, auto& st) { return log.drain(st, checkpoint::follow_up, at(10)); }));
     ASSERT_TRUE(s.run([&](auto& log, auto& st) {
         return log.append_compaction(st, compaction{"summary", entry_seq{3}, 40}, at(11));
     }));
@@ -73,12 +68,10 @@ TEST_P(StoreConformance, EveryOperationSatisfiesTheInvariant) {
 
 TEST_P(StoreConformance, RefusedOperationsChangeNothing) {
     checked_session s(open("refused", 1));
-    ASSERT_TRUE(s.run([&](auto& log, auto& st) {
-        return log.enqueue(st, system_in("y", "cb"), unix_ms{1});
-    }));
-    auto r1 = s.run([&](auto& log, auto& st) {
-        return log.cancel(st, lane::system, item("y"), unix_ms{2});
-    });
+    ASSERT_TRUE(s.run(
+        [&](auto& log, auto& st) { return log.enqueue(st, system_in("y", "cb"), unix_ms{1}); }));
+    auto r1 = s.run(
+        [&](auto& log, auto& st) { return log.cancel(st, lane::system, item("y"), unix_ms{2}); });
     EXPECT_EQ(r1.error(), make_error_code(session::errc::not_cancelable));
     auto r2 = s.run([&](auto& log, auto& st) {
         return log.tool_will_execute(st, call_id("nope"), unix_ms{2});

@@ -33,22 +33,24 @@ TEST(FaultyStore, AnUncertainCommitMayHaveLandedSoTheOwnerMustReload) {
 }
 
 INSTANTIATE_TEST_SUITE_P(FaultyWrapperOfMemory, StoreConformance,
-                         ::testing::Values(store_factory{"faulty_memory", [] {
-                             struct owning : storage::session_store {
-                                 storage::memory_store inner;
-                                 storage::faulty_store outer{inner};
-                                 storage::result<std::unique_ptr<storage::session_log>> open(
-                                     const session_id& id, lease_epoch e) override {
-                                     return outer.open(id, e);
-                                 }
-                                 storage::result<void> remove(const session_id& id) override {
-                                     return outer.remove(id);
-                                 }
-                                 std::string_view backend() const override { return "faulty"; }
-                             };
-                             return std::unique_ptr<storage::session_store>(
-                                 std::make_unique<owning>());
-                         }}),
+                         ::testing::Values(store_factory{
+                             "faulty_memory",
+                             [] {
+                                 struct owning : storage::session_store {
+                                     storage::memory_store inner;
+                                     storage::faulty_store outer{inner};
+                                     storage::result<std::unique_ptr<storage::session_log>> open(
+                                         const session_id& id, lease_epoch e) override {
+                                         return outer.open(id, e);
+                                     }
+                                     storage::result<void> remove(const session_id& id) override {
+                                         return outer.remove(id);
+                                     }
+                                     std::string_view backend() const override { return "faulty"; }
+                                 };
+                                 return std::unique_ptr<storage::session_store>(
+                                     std::make_unique<owning>());
+                             }}),
                          [](const auto& info) { return info.param.name; });
 
 }  // namespace wuhu::testing

@@ -4,10 +4,12 @@
 namespace wuhu::testing {
 
 INSTANTIATE_TEST_SUITE_P(Memory, StoreConformance,
-                         ::testing::Values(store_factory{"memory", [] {
-                             return std::unique_ptr<storage::session_store>(
-                                 std::make_unique<storage::memory_store>());
-                         }}),
+                         ::testing::Values(store_factory{
+                             "memory",
+                             [] {
+                                 return std::unique_ptr<storage::session_store>(
+                                     std::make_unique<storage::memory_store>());
+                             }}),
                          [](const auto& info) { return info.param.name; });
 
 TEST(MemoryStore, OperationsThatRecordNothingDoNotCommit) {

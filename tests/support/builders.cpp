@@ -15,8 +15,7 @@ tool_call_id call_id(const std::string& id) {
 }
 
 author human(const std::string& id, const std::string& name, const std::string& email) {
-    return make_participant(participant_id::parse(id).value(), name, email,
-                            participant_kind::human)
+    return make_participant(participant_id::parse(id).value(), name, email, participant_kind::human)
         .value();
 }
 

@@ -17,8 +17,9 @@ enqueue_input user_in(lane l, const std::string& id, const std::string& content,
                       author from = unknown_author{});
 enqueue_input system_in(const std::string& id, const std::string& content,
                         const std::string& source = "asyncBashCallback");
-assistant_message reply(const std::string& text, std::vector<std::pair<std::string, std::string>>
-                                                     calls = {});  // (call id, tool name)
+assistant_message reply(
+    const std::string& text,
+    std::vector<std::pair<std::string, std::string>> calls = {});  // (call id, tool name)
 tool_result result_of(const std::string& call, const std::string& output, bool is_error = false);
 
 // Applies plan_enqueue and returns the new state (asserts success).

@@ -8,8 +8,8 @@ namespace wuhu::testing {
 namespace {
 
 std::string random_text(std::mt19937_64& rng) {
-    static const char* words[] = {"hello", "steer", "please", "stop", "résumé", "日本", "tool",
-                                  "again", "why", "🙂"};
+    static const char* words[] = {"hello", "steer", "please", "stop", "résumé",
+                                  "日本",  "tool",  "again",  "why",  "🙂"};
     std::string out;
     int n = 1 + static_cast<int>(rng() % 12);
     for (int i = 0; i < n; ++i) {
@@ -77,9 +77,9 @@ random_op next_op(std::mt19937_64& rng, const session_state& s, unix_ms at) {
             std::vector<std::pair<std::string, std::string>> calls;
             int n = static_cast<int>(rng() % 3);
             for (int i = 0; i < n; ++i) {
-                calls.emplace_back("c" + std::to_string(s.transcript.size()) + "_" +
-                                       std::to_string(i),
-                                   rng() % 2 ? "echo" : "clock");
+                calls.emplace_back(
+                    "c" + std::to_string(s.transcript.size()) + "_" + std::to_string(i),
+                    rng() % 2 ? "echo" : "clock");
             }
             op.reply = reply(random_text(rng), calls);
             op.reply.usage = {rng() % 1000, rng() % 100, rng() % 500};
