@@ -8,6 +8,7 @@
 #include "session/entry.hpp"
 #include "session/lane.hpp"
 #include "session/settings.hpp"
+#include "session/state.hpp"
 
 #include <variant>
 #include <vector>
@@ -36,8 +37,18 @@ struct paused_set {
     bool operator==(const paused_set&) const = default;
 };
 
-using action =
-    std::variant<entry_appended, journal_recorded, settings_set, has_work_set, paused_set>;
+struct timer_scheduled {
+    timer t;
+    bool operator==(const timer_scheduled&) const = default;
+};
+// The timer is gone: it fired (its item is enqueued in the same operation).
+struct timer_cleared {
+    queue_item_id id;
+    bool operator==(const timer_cleared&) const = default;
+};
+
+using action = std::variant<entry_appended, journal_recorded, settings_set, has_work_set,
+                            paused_set, timer_scheduled, timer_cleared>;
 using action_list = std::vector<action>;
 
 }  // namespace wuhu::session

@@ -139,7 +139,10 @@ json::value to_json(const entry& e) {
                        o["first_kept"] = c.first_kept.value;
                        o["tokens_before"] = c.tokens_before;
                    },
-                   [&](const interruption& i) { o["reason"] = i.reason; },
+                   [&](const interruption& i) {
+                       o["reason"] = i.reason;
+                       o["kind"] = i.kind == interruption_kind::aborted ? "aborted" : "owner_lost";
+                   },
                    [&](const diagnostic& d) {
                        o["code"] = d.code;
                        o["message"] = d.message;
@@ -202,6 +205,13 @@ json::value to_json(const patch& p) {
     return o;
 }
 
+json::value to_json(const timer& t) {
+    return json::object{{"id", t.id.str()},
+                        {"due", t.due.value},
+                        {"source", t.source.str()},
+                        {"content", t.content}};
+}
+
 json::value to_json(const action& a) {
     return std::visit(
         overloaded{
@@ -220,6 +230,12 @@ json::value to_json(const action& a) {
             },
             [](const paused_set& x) -> json::value {
                 return json::object{{"action", "paused"}, {"value", x.value}};
+            },
+            [](const timer_scheduled& x) -> json::value {
+                return json::object{{"action", "timer"}, {"timer", to_json(x.t)}};
+            },
+            [](const timer_cleared& x) -> json::value {
+                return json::object{{"action", "timer_cleared"}, {"id", x.id.str()}};
             },
         },
         a);
@@ -388,7 +404,13 @@ decoded<entry_body> body_at(object_reader& r, std::string_view type) {
     }
     if (type == "interruption") {
         WUHU_TRY(reason, r.text("reason", stored_text_max));
-        return entry_body{interruption{std::move(reason)}};
+        WUHU_TRY(kind, r.str("kind"));
+        if (kind != "aborted" && kind != "owner_lost") {
+            return fail(errc::invalid_entry, r.path("kind"));
+        }
+        return entry_body{interruption{std::move(reason), kind == "aborted"
+                                                              ? interruption_kind::aborted
+                                                              : interruption_kind::owner_lost}};
     }
     if (type == "diagnostic") {
         WUHU_TRY(code, r.str("code"));
@@ -542,6 +564,16 @@ decoded<patch> patch_from_json(const json::value& v) {
     return p;
 }
 
+decoded<timer> timer_from_json(const json::value& v) {
+    WUHU_TRY(r, object_reader::open(v, ""));
+    WUHU_TRY(id, id_field<queue_item_id>(r, "id"));
+    WUHU_TRY(due, r.i64("due"));
+    WUHU_TRY(src, source_field(r, "source"));
+    WUHU_TRY(content, r.text("content", stored_text_max));
+    WUHU_CHECK(r.finish());
+    return timer{std::move(id), unix_ms{due}, std::move(src), std::move(content)};
+}
+
 decoded<action> action_from_json(const json::value& v) {
     WUHU_TRY(r, object_reader::open(v, ""));
     WUHU_TRY(kind, r.str("action"));
@@ -559,6 +591,13 @@ decoded<action> action_from_json(const json::value& v) {
         WUHU_TRY(s, r.val("settings"));
         WUHU_TRY(cfg, settings_at(*s, "settings"));
         out = settings_set{std::move(cfg)};
+    } else if (kind == "timer") {
+        WUHU_TRY(t, r.val("timer"));
+        WUHU_TRY(x, timer_from_json(*t));
+        out = timer_scheduled{std::move(x)};
+    } else if (kind == "timer_cleared") {
+        WUHU_TRY(id, id_field<queue_item_id>(r, "id"));
+        out = timer_cleared{std::move(id)};
     } else if (kind == "has_work" || kind == "paused") {
         WUHU_TRY(b, r.boolean("value"));
         out = kind == "has_work" ? action{has_work_set{b}} : action{paused_set{b}};

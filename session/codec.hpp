@@ -39,6 +39,7 @@ boost::json::value to_json(const settings& s);
 boost::json::value to_json(const status& s);
 boost::json::value to_json(const version_vector& v);
 boost::json::value to_json(const patch& p);
+boost::json::value to_json(const timer& t);
 boost::json::value to_json(const action& a);
 
 // ---- decoders (strict)
@@ -50,6 +51,7 @@ decoded<settings> settings_from_json(const boost::json::value& v);
 decoded<status> status_from_json(const boost::json::value& v);
 decoded<version_vector> version_from_json(const boost::json::value& v);
 decoded<patch> patch_from_json(const boost::json::value& v);
+decoded<timer> timer_from_json(const boost::json::value& v);
 decoded<action> action_from_json(const boost::json::value& v);
 
 // Parses raw bytes as JSON: invalid UTF-8 is invalid_utf8, anything else unparsable is

@@ -80,9 +80,13 @@ struct compaction {
     bool operator==(const compaction&) const = default;
 };
 
-// Work that stopped before it finished: an abort, or an owner that died mid-stream.
+// Work that stopped before it finished. `aborted`: a client asked (the loop does not redo the
+// work). `owner_lost`: the previous owner died mid-stream (the new owner redoes the inference).
+enum class interruption_kind { aborted, owner_lost };
+
 struct interruption {
     std::string reason;
+    interruption_kind kind = interruption_kind::aborted;
     bool operator==(const interruption&) const = default;
 };
 

@@ -82,6 +82,8 @@ patch patch_of(const version_vector& from, const action_list& actions, const ses
                        [&](const settings_set&) { p.config = after.config; },
                        [&](const has_work_set&) { status_changed = true; },
                        [&](const paused_set&) { status_changed = true; },
+                       [](const timer_scheduled&) {},
+                       [](const timer_cleared&) {},
                    },
                    a);
     }

@@ -77,6 +77,13 @@ void apply_actions(const action& a, session_state& s) {
                    [&](const settings_set& x) { s.config = x.value; },
                    [&](const has_work_set& x) { s.has_work = x.value; },
                    [&](const paused_set& x) { s.paused = x.value; },
+                   [&](const timer_scheduled& x) {
+                       auto [it, fresh] = s.timers.emplace(x.t.id.str(), x.t);
+                       WUHU_ASSERT(fresh, "timer ids are unique");
+                   },
+                   [&](const timer_cleared& x) {
+                       WUHU_ASSERT(s.timers.erase(x.id.str()) == 1, "a cleared timer exists");
+                   },
                },
                a);
 }

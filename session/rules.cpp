@@ -151,7 +151,10 @@ result<action_list> plan_tool_did_execute(const session_state& s, tool_result r,
         case tool_status::finished:
             return errc::tool_call_finished;
         case tool_status::not_started:
-            return errc::tool_call_not_started;
+            if (!r.is_error) {
+                return errc::tool_call_not_started;
+            }
+            break;
         case tool_status::started:
             break;
     }
@@ -197,6 +200,36 @@ action_list plan_set_paused(const session_state& s, bool paused) {
         return {};
     }
     return {paused_set{paused}};
+}
+
+action_list plan_schedule_timer(const session_state& s, timer t) {
+    if (s.timers.contains(t.id.str()) || s.find_item(t.id.str()) != nullptr) {
+        return {};
+    }
+    return {timer_scheduled{std::move(t)}};
+}
+
+action_list plan_fire_timer(const session_state& s, const queue_item_id& id, unix_ms at) {
+    auto it = s.timers.find(id.str());
+    if (it == s.timers.end()) {
+        return {};
+    }
+    const timer& t = it->second;
+    auto out =
+        plan_enqueue(s, enqueue_input{lane::system, t.id, system_input{t.source, t.content}}, at);
+    action_list actions = out ? std::move(out->actions) : action_list{};
+    actions.push_back(timer_cleared{id});
+    return actions;
+}
+
+const timer* next_timer(const session_state& s) {
+    const timer* best = nullptr;
+    for (const auto& [id, t] : s.timers) {
+        if (best == nullptr || t.due < best->due) {
+            best = &t;
+        }
+    }
+    return best;
 }
 
 }  // namespace wuhu::session

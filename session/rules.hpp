@@ -65,7 +65,9 @@ result<action_list> plan_append_assistant(const session_state& s, assistant_mess
 result<action_list> plan_tool_will_execute(const session_state& s, const tool_call_id& id,
                                            unix_ms at);
 
-// toolDidExecute: records the result of a started call.
+// toolDidExecute: records the result of a call. A successful result needs a started call
+// (tool_call_not_started otherwise); an error result may close a call that never started
+// (aborted, or recovered after a crash).
 result<action_list> plan_tool_did_execute(const session_state& s, tool_result r, unix_ms at);
 
 // Appends a compaction entry; first_kept must be after the previous compaction's first_kept
@@ -83,5 +85,16 @@ result<action_list> plan_set_settings(const session_state& s, settings next);
 action_list plan_mark_idle(const session_state& s);
 
 action_list plan_set_paused(const session_state& s, bool paused);
+
+// Schedules a durable timer. An id that is already a timer or a queue item records nothing
+// (so a re-run of the scheduling tool after a crash does not schedule twice).
+action_list plan_schedule_timer(const session_state& s, timer t);
+
+// Fires a pending timer: its item enters the system lane (enqueued at `at`) and the timer is
+// cleared, in one operation. A timer that is not pending records nothing.
+action_list plan_fire_timer(const session_state& s, const queue_item_id& id, unix_ms at);
+
+// The earliest pending timer, or nullptr.
+const timer* next_timer(const session_state& s);
 
 }  // namespace wuhu::session

@@ -58,12 +58,23 @@ struct version_vector {
     bool le(const version_vector& o) const;
 };
 
+// A durable timer (schedule_callback): when due, it becomes a system-lane item whose id is the
+// timer id, exactly once.
+struct timer {
+    queue_item_id id;
+    unix_ms due;
+    system_source source;
+    std::string content;
+    bool operator==(const timer&) const = default;
+};
+
 struct session_state {
     std::vector<entry> transcript;
     std::array<lane_state, 3> lanes;
     std::map<std::string, item_record> items;  // by queue item id, across all lanes
     std::vector<tool_call_state> tool_calls;   // of the latest assistant message, in order
     entry_seq tool_calls_entry;                // id of that assistant message (0: none)
+    std::map<std::string, timer> timers;       // pending timers by id
     settings config;
     bool paused = false;
     bool has_work = false;

@@ -85,12 +85,15 @@ struct rejection {
 
 TEST(Codec, RejectsMalformedEntriesWithAStableCodeAndField) {
     const rejection cases[] = {
-        {R"({"id":"1","at":0,"type":"interruption","reason":"x"})", errc::invalid_type, "id"},
-        {R"({"id":-1,"at":0,"type":"interruption","reason":"x"})", errc::invalid_type, "id"},
-        {R"({"at":0,"type":"interruption","reason":"x"})", errc::missing_field, "id"},
+        {R"({"id":"1","at":0,"type":"interruption","reason":"x","kind":"aborted"})",
+         errc::invalid_type, "id"},
+        {R"({"id":-1,"at":0,"type":"interruption","reason":"x","kind":"aborted"})",
+         errc::invalid_type, "id"},
+        {R"({"at":0,"type":"interruption","reason":"x","kind":"aborted"})", errc::missing_field,
+         "id"},
         {R"({"id":1,"at":0,"type":"weird"})", errc::invalid_entry, "type"},
-        {R"({"id":1,"at":0,"type":"interruption","reason":"x","extra":1})", errc::unknown_field,
-         "extra"},
+        {R"({"id":1,"at":0,"type":"interruption","reason":"x","kind":"aborted","extra":1})",
+         errc::unknown_field, "extra"},
         {R"({"id":1,"at":0,"type":"party_message","author":{"kind":"alien"},"lane":"steer","item":"a","content":"x"})",
          errc::invalid_author, "author.kind"},
         {R"({"id":1,"at":0,"type":"party_message","author":{"kind":"unknown"},"lane":"sideways","item":"a","content":"x"})",
@@ -99,8 +102,8 @@ TEST(Codec, RejectsMalformedEntriesWithAStableCodeAndField) {
          errc::invalid_source, "source"},
         {R"({"id":1,"at":0,"type":"tool_result","call":"","tool":"t","output":"","is_error":false})",
          errc::invalid_tool_call_id, "call"},
-        {R"({"id":1,"at":0,"type":"interruption","reason":"a\u0000b"})", errc::invalid_content,
-         "reason"},
+        {R"({"id":1,"at":0,"type":"interruption","kind":"aborted","reason":"a\u0000b"})",
+         errc::invalid_content, "reason"},
         {R"([1,2])", errc::invalid_type, ""},
     };
     for (const auto& c : cases) {

@@ -205,6 +205,8 @@ TEST(ToolCalls, WillExecuteThenDidExecute) {
     EXPECT_EQ(s.tool_calls[0].status, tool_status::not_started);
     EXPECT_EQ(plan_tool_did_execute(s, result_of("c1", "x"), unix_ms{2}).error(),
               make_error_code(errc::tool_call_not_started));
+    // An error result may close a call that never started (aborted, recovered after a crash).
+    EXPECT_TRUE(plan_tool_did_execute(s, result_of("c2", "aborted", true), unix_ms{2}));
     apply_actions(plan_tool_will_execute(s, call_id("c1"), unix_ms{2}).value(), s);
     EXPECT_EQ(s.find_tool_call("c1")->status, tool_status::started);
     EXPECT_EQ(std::get<tool_started>(s.transcript.back().body).tool, "echo");
@@ -284,6 +286,37 @@ TEST(Markers, InterruptionsAndDiagnosticsAreNonMessageEntries) {
     EXPECT_FALSE(is_message(s.transcript[0].body));
     EXPECT_FALSE(is_message(s.transcript[1].body));
     EXPECT_EQ(type_name(s.transcript[1].body), "diagnostic");
+}
+
+}  // namespace wuhu::testing
+
+namespace wuhu::testing {
+
+namespace {
+timer make_timer(const std::string& id, std::int64_t due) {
+    return timer{item(id), unix_ms{due}, system_source::parse("scheduledCallback").value(),
+                 "wake up"};
+}
+}  // namespace
+
+TEST(DurableTimers, FireIntoTheSystemLaneExactlyOnce) {
+    session_state s;
+    apply_actions(plan_schedule_timer(s, make_timer("t1", 500)), s);
+    apply_actions(plan_schedule_timer(s, make_timer("t0", 100)), s);
+    EXPECT_EQ(next_timer(s)->id.str(), "t0");
+    EXPECT_TRUE(plan_schedule_timer(s, make_timer("t1", 900)).empty());  // same id: nothing
+    auto fired = plan_fire_timer(s, item("t1"), unix_ms{510});
+    apply_actions(fired, s);
+    EXPECT_FALSE(s.timers.contains("t1"));
+    ASSERT_EQ(s.in(lane::system).pending.size(), 1u);
+    const auto& q = s.in(lane::system).pending[0];
+    EXPECT_EQ(q.id.str(), "t1");
+    EXPECT_EQ(q.enqueued_at, unix_ms{510});
+    EXPECT_EQ(std::get<system_input>(q.payload).content, "wake up");
+    EXPECT_TRUE(s.has_work);
+    // Firing again, or re-scheduling the fired id, records nothing.
+    EXPECT_TRUE(plan_fire_timer(s, item("t1"), unix_ms{600}).empty());
+    EXPECT_TRUE(plan_schedule_timer(s, make_timer("t1", 900)).empty());
 }
 
 }  // namespace wuhu::testing

@@ -39,7 +39,18 @@ random_op next_op(std::mt19937_64& rng, const session_state& s, unix_ms at) {
             pending_calls.push_back(t.call.id.str());
         }
     }
-    switch (rng() % 16) {
+    switch (rng() % 18) {
+        case 16:
+            op.what = random_op::schedule_timer;
+            op.name = "schedule_timer";
+            op.t.id = queue_item_id::parse("t" + std::to_string(rng() % 10)).value();
+            op.t.due = unix_ms{at.value + static_cast<std::int64_t>(rng() % 1000)};
+            break;
+        case 17:
+            op.what = random_op::fire_timer;
+            op.name = "fire_timer";
+            op.id = "t" + std::to_string(rng() % 10);
+            break;
         case 0:
         case 1:
         case 2:
@@ -172,6 +183,10 @@ result<action_list> run_pure(const random_op& op, const session_state& s) {
             return plan_mark_idle(s);
         case random_op::pause:
             return plan_set_paused(s, op.flag);
+        case random_op::schedule_timer:
+            return plan_schedule_timer(s, op.t);
+        case random_op::fire_timer:
+            return plan_fire_timer(s, queue_item_id::parse(op.id).value(), op.at);
     }
     return action_list{};
 }
@@ -214,6 +229,10 @@ boost::system::result<action_list> run_store(const random_op& op, storage::sessi
             return log.mark_idle(s);
         case random_op::pause:
             return log.set_paused(s, op.flag);
+        case random_op::schedule_timer:
+            return log.schedule_timer(s, op.t);
+        case random_op::fire_timer:
+            return log.fire_timer(s, queue_item_id::parse(op.id).value(), op.at);
     }
     return action_list{};
 }

@@ -27,6 +27,8 @@ struct random_op {
         configure,
         mark_idle,
         pause,
+        schedule_timer,
+        fire_timer,
     } what = enqueue_user;
     std::string name;  // for failure messages
     enqueue_input in = enqueue_input{lane::follow_up, queue_item_id::parse("x").value(),
@@ -37,6 +39,8 @@ struct random_op {
     tool_result result{tool_call_id::parse("x").value(), "", "", false};
     compaction comp;
     settings config;
+    timer t{queue_item_id::parse("t").value(), unix_ms{0},
+            system_source::parse("scheduledCallback").value(), "wake"};
     bool flag = false;
     unix_ms at;
 };
