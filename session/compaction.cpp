@@ -16,14 +16,16 @@ bool valid_cut(const entry& e) {
 
 }  // namespace
 
-result<compaction_plan> plan_compaction(const session_state& s, const role_mapping& roles) {
+result<compaction_plan> plan_compaction(const session_state& s, const role_mapping& roles,
+                                        entry_seq upto) {
+    const std::uint64_t last = upto.value != 0 ? upto.value : s.transcript.size();
     std::uint64_t begin = 1;
     if (const entry* prev = s.last_compaction()) {
         begin = std::get<compaction>(prev->body).first_kept.value;
     }
     // The message entries of the current context, oldest first.
     std::vector<const entry*> live;
-    for (std::uint64_t id = begin; id <= s.transcript.size(); ++id) {
+    for (std::uint64_t id = begin; id <= last; ++id) {
         if (is_message(s.transcript[id - 1].body)) {
             live.push_back(&s.transcript[id - 1]);
         }
@@ -57,7 +59,11 @@ result<compaction_plan> plan_compaction(const session_state& s, const role_mappi
     compaction_plan plan;
     plan.segment_begin = live.front()->id;
     plan.first_kept = live[valid]->id;
-    plan.tokens_before = estimate_tokens(project_context(s, roles));
+    for (const auto& m : project_context(s, roles)) {
+        if (m.source.value <= last) {
+            plan.tokens_before += estimate_tokens(m);
+        }
+    }
     for (std::size_t i = 0; i < valid; ++i) {
         plan.segment.push_back(to_llm_message(*live[i], roles, offset));
     }

@@ -22,7 +22,10 @@ struct compaction_plan {
 // message, never on a tool result (a result stays with its call: the cut moves forward to the
 // next valid boundary, or back if there is none). The segment runs from the previous
 // compaction's first_kept (or the start) to the cut. nothing_to_compact when that is empty.
-result<compaction_plan> plan_compaction(const session_state& s, const role_mapping& roles);
+// `upto` (when not 0) limits the plan to entries up to that id: the response that triggered
+// the compaction, so a retry after a restart plans exactly what the first attempt planned.
+result<compaction_plan> plan_compaction(const session_state& s, const role_mapping& roles,
+                                        entry_seq upto = {});
 
 // The hard error of eager draining: the projected context must fit in context_limit after
 // compaction, or the session reports input_too_large instead of staging the input.

@@ -1,5 +1,6 @@
 #include "session/rules.hpp"
 
+#include "session/compaction.hpp"
 #include "session/overloaded.hpp"
 
 #include <algorithm>
@@ -220,6 +221,57 @@ action_list plan_fire_timer(const session_state& s, const queue_item_id& id, uni
     action_list actions = out ? std::move(out->actions) : action_list{};
     actions.push_back(timer_cleared{id});
     return actions;
+}
+
+bool needs_inference(const session_state& s) {
+    for (auto it = s.transcript.rbegin(); it != s.transcript.rend(); ++it) {
+        const entry_body& b = it->body;
+        if (std::holds_alternative<tool_started>(b) || std::holds_alternative<compaction>(b)) {
+            continue;
+        }
+        if (const auto* i = std::get_if<interruption>(&b)) {
+            if (i->kind == interruption_kind::owner_lost) {
+                continue;
+            }
+            return false;
+        }
+        return std::holds_alternative<party_message>(b) ||
+               std::holds_alternative<system_message>(b) || std::holds_alternative<tool_result>(b);
+    }
+    return false;
+}
+
+bool has_unfinished_tool_calls(const session_state& s) {
+    for (const auto& t : s.tool_calls) {
+        if (t.status != tool_status::finished) {
+            return true;
+        }
+    }
+    return false;
+}
+
+checkpoint current_checkpoint(const session_state& s) {
+    return needs_inference(s) ? checkpoint::steer : checkpoint::follow_up;
+}
+
+entry_seq compaction_due(const session_state& s) {
+    for (auto it = s.transcript.rbegin(); it != s.transcript.rend(); ++it) {
+        if (std::holds_alternative<compaction>(it->body)) {
+            return {};
+        }
+        if (const auto* m = std::get_if<assistant_message>(&it->body)) {
+            return should_compact(m->usage, s.config) ? it->id : entry_seq{};
+        }
+    }
+    return {};
+}
+
+std::uint64_t assistant_count(const session_state& s) {
+    std::uint64_t n = 0;
+    for (const auto& e : s.transcript) {
+        n += std::holds_alternative<assistant_message>(e.body) ? 1 : 0;
+    }
+    return n;
 }
 
 const timer* next_timer(const session_state& s) {

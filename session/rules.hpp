@@ -97,4 +97,29 @@ action_list plan_fire_timer(const session_state& s, const queue_item_id& id, uni
 // The earliest pending timer, or nullptr.
 const timer* next_timer(const session_state& s);
 
+// ---- where the loop stands (pure reads of the transcript)
+
+// True when the newest input has no response yet: walking back over tool_started, compaction
+// and owner_lost interruption markers, the first entry is a party message, a system message or
+// a tool result. An assistant message, an aborted interruption or a diagnostic means the model
+// has nothing to answer (an abort is not re-done; a lost owner's turn is).
+bool needs_inference(const session_state& s);
+
+// True when a tool call of the latest assistant message has no result yet.
+bool has_unfinished_tool_calls(const session_state& s);
+
+// The checkpoint that applies now. Steer while input awaits a response (tool results, or
+// input drained before a crash): only system + steer may join it. Follow-up when the turn is
+// over (or nothing happened yet). So a restarted owner never pulls follow-ups into a turn that
+// a crash interrupted between drain and inference.
+checkpoint current_checkpoint(const session_state& s);
+
+// The newest assistant message's usage triggers compaction (should_compact) and no compaction
+// entry follows it: the id of that message, or 0. A state-driven check, so an owner that died
+// between the response and its compaction compacts after the restart.
+entry_seq compaction_due(const session_state& s);
+
+// Number of assistant messages in the transcript.
+std::uint64_t assistant_count(const session_state& s);
+
 }  // namespace wuhu::session

@@ -13,7 +13,7 @@ namespace wuhu::session {
 struct settings {
     std::string model = "scripted";
     std::string system_prompt;
-    std::vector<std::string> tools;  // names of enabled tools; empty means none
+    std::vector<std::string> tools;  // names of enabled tools; empty means every registered one
     std::uint64_t context_limit = 128'000;
     std::uint64_t compaction_buffer = 16'000;
     std::uint64_t keep_recent_tokens = 20'000;

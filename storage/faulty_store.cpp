@@ -17,7 +17,16 @@ class faulty_log final : public session_log {
             --store_.fail_before_;
             return errc::unavailable;
         }
+        if (store_.crash_budget_ == 0) {
+            return errc::unavailable;
+        }
+        if (store_.crash_budget_ > 0) {
+            --store_.crash_budget_;
+        }
         auto r = forward_commit(*inner_, before, actions);
+        if (r) {
+            ++store_.commits_;
+        }
         if (r && store_.fail_after_ > 0) {
             --store_.fail_after_;
             return errc::unavailable;

@@ -3,7 +3,8 @@
 // `fail_next_commits(n)` makes the next n commits fail with `unavailable` before they reach the
 // wrapped store (nothing is written: the failure is clean). `fail_after_commit(n)` lets the
 // next n commits reach the store and then reports `unavailable` anyway: the write happened but
-// the caller cannot know (an uncertain outcome).
+// the caller cannot know (an uncertain outcome). `crash_after_commits(n)` lets n more commits
+// through and fails every one after that: the process "died" right after commit n.
 #pragma once
 
 #include "storage/store.hpp"
@@ -18,6 +19,9 @@ class faulty_store final : public session_store {
 
     void fail_next_commits(int n) { fail_before_ = n; }
     void fail_after_commit(int n) { fail_after_ = n; }
+    void crash_after_commits(int n) { crash_budget_ = n; }
+    // Commits that reached the wrapped store.
+    int commits() const { return commits_; }
 
     result<std::unique_ptr<session_log>> open(const session_id& id, lease_epoch epoch) override;
     result<void> remove(const session_id& id) override { return inner_.remove(id); }
@@ -28,6 +32,8 @@ class faulty_store final : public session_store {
     session_store& inner_;
     std::atomic<int> fail_before_{0};
     std::atomic<int> fail_after_{0};
+    std::atomic<int> crash_budget_{-1};  // -1: no crash planned
+    std::atomic<int> commits_{0};
 };
 
 }  // namespace wuhu::storage

@@ -126,3 +126,23 @@ TEST(CompactionFits, QueuedInputThatCannotFitEvenAfterCompactionIsAHardError) {
 }
 
 }  // namespace wuhu::testing
+
+namespace wuhu::testing {
+
+TEST(CompactionCutPoint, APlanBoundedByTheTriggeringResponseIgnoresLaterEntries) {
+    session_state s = long_session(6, false);
+    const entry_seq trigger = s.last_entry();
+    auto before = plan_compaction(s, anthropic_roles, trigger).value();
+    for (int i = 0; i < 5; ++i) {
+        s = enqueued(s, user_in(lane::follow_up, "late" + std::to_string(i), std::string(80, 'z')),
+                     100 + i);
+        apply_actions(plan_drain(s, checkpoint::follow_up, unix_ms{100 + i}), s);
+    }
+    auto after = plan_compaction(s, anthropic_roles, trigger).value();
+    EXPECT_EQ(after.first_kept, before.first_kept);
+    EXPECT_EQ(after.segment, before.segment);
+    EXPECT_EQ(after.tokens_before, before.tokens_before);
+    EXPECT_NE(plan_compaction(s, anthropic_roles).value().first_kept, before.first_kept);
+}
+
+}  // namespace wuhu::testing

@@ -320,3 +320,66 @@ TEST(DurableTimers, FireIntoTheSystemLaneExactlyOnce) {
 }
 
 }  // namespace wuhu::testing
+
+namespace wuhu::testing {
+
+TEST(LoopPosition, NeedsInferenceWhenTheNewestInputHasNoResponse) {
+    session_state s;
+    EXPECT_FALSE(needs_inference(s));
+    s = enqueued(s, user_in(lane::follow_up, "f", "hi"), 1);
+    EXPECT_FALSE(needs_inference(s));                         // queued, not materialized
+    EXPECT_EQ(current_checkpoint(s), checkpoint::follow_up);  // the turn boundary
+    apply_actions(plan_drain(s, checkpoint::follow_up, unix_ms{1}), s);
+    EXPECT_TRUE(needs_inference(s));
+    // Drained input awaits its inference: only system + steer may still join it.
+    EXPECT_EQ(current_checkpoint(s), checkpoint::steer);
+    apply_actions(plan_append_assistant(s, reply("", {{"c1", "echo"}}), unix_ms{2}).value(), s);
+    EXPECT_FALSE(needs_inference(s));
+    EXPECT_TRUE(has_unfinished_tool_calls(s));
+    apply_actions(plan_tool_will_execute(s, call_id("c1"), unix_ms{3}).value(), s);
+    EXPECT_FALSE(needs_inference(s));  // tool_started is transparent; the assistant is newest
+    apply_actions(plan_tool_did_execute(s, result_of("c1", "x"), unix_ms{3}).value(), s);
+    EXPECT_FALSE(has_unfinished_tool_calls(s));
+    EXPECT_TRUE(needs_inference(s));  // results await the next inference
+    EXPECT_EQ(current_checkpoint(s), checkpoint::steer);
+    EXPECT_EQ(assistant_count(s), 1u);
+}
+
+TEST(LoopPosition, AnAbortEndsTheTurnButALostOwnerDoesNot) {
+    session_state s = enqueued({}, user_in(lane::follow_up, "f", "hi"), 1);
+    apply_actions(plan_drain(s, checkpoint::follow_up, unix_ms{1}), s);
+    session_state lost = s;
+    apply_actions(plan_append_marker(
+                      lost, interruption{"owner died", interruption_kind::owner_lost}, unix_ms{2}),
+                  lost);
+    EXPECT_TRUE(needs_inference(lost));
+    apply_actions(
+        plan_append_marker(s, interruption{"user", interruption_kind::aborted}, unix_ms{2}), s);
+    EXPECT_FALSE(needs_inference(s));
+    EXPECT_EQ(current_checkpoint(s), checkpoint::follow_up);
+    apply_actions(plan_append_marker(s, diagnostic{"input_too_large", "x"}, unix_ms{3}), s);
+    EXPECT_FALSE(needs_inference(s));
+}
+
+}  // namespace wuhu::testing
+
+namespace wuhu::testing {
+
+TEST(CompactionTrigger, IsDueAfterAResponseOverTheThresholdUntilACompactionFollows) {
+    session_state s;
+    s.config.context_limit = 1000;
+    s.config.compaction_buffer = 100;
+    EXPECT_EQ(compaction_due(s), entry_seq{});
+    auto big = reply("x");
+    big.usage = {950, 0, 0};
+    apply_actions(plan_append_assistant(s, big, unix_ms{1}).value(), s);
+    EXPECT_EQ(compaction_due(s), entry_seq{1});
+    apply_actions(plan_append_marker(s, interruption{"x"}, unix_ms{2}), s);
+    EXPECT_EQ(compaction_due(s), entry_seq{1});  // still due after later entries
+    apply_actions(plan_append_compaction(s, {"S", entry_seq{1}, 0}, unix_ms{3}).value(), s);
+    EXPECT_EQ(compaction_due(s), entry_seq{});
+    apply_actions(plan_append_assistant(s, reply("small"), unix_ms{4}).value(), s);
+    EXPECT_EQ(compaction_due(s), entry_seq{});
+}
+
+}  // namespace wuhu::testing

@@ -1,0 +1,559 @@
+// The agent loop's rules (agent-loop.md, agentic-loop-contracts.md, session-contracts.md), each
+// a deterministic test: in-memory store, scripted provider, manual clock.
+#include "session/context.hpp"
+#include "session/reducer.hpp"
+#include "storage/faulty_store.hpp"
+#include "tests/worker/loop_harness.hpp"
+
+#include <gmock/gmock.h>
+
+namespace wuhu::testing {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+namespace {
+
+bool context_mentions(const worker::inference_request& r, const std::string& text) {
+    for (const auto& m : r.context) {
+        if (m.content.find(text) != std::string::npos) {
+            return true;
+        }
+    }
+    return false;
+}
+
+template <class E>
+std::vector<E> events_of(const loop_harness& h) {
+    std::vector<E> out;
+    for (const auto& e : h.events()) {
+        if (const auto* x = std::get_if<E>(&e)) {
+            out.push_back(*x);
+        }
+    }
+    return out;
+}
+
+}  // namespace
+
+TEST(AgentLoop, AFollowUpRunsOneTurnAndGoesIdle) {
+    loop_harness h(R"({"responses":[{"text":"hello there"}]})");
+    h.start();
+    auto r = h.follow_up("f1", "hi");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->id->str(), "f1");
+    h.settle();
+    EXPECT_THAT(h.transcript_texts(), ElementsAre("party:hi", "assistant:hello there"));
+    EXPECT_FALSE(h.state().has_work);
+    EXPECT_EQ(h.loop().current(), loop_state::idle);
+    // The store holds exactly what the loop holds (persist first).
+    auto log = h.store().open(session_id::parse("s1").value(), lease_epoch{1}).value();
+    EXPECT_EQ(log->load().value(), h.state());
+}
+
+TEST(AgentLoop, ToolCallsRunInOrderBetweenWillAndDidExecute) {
+    loop_harness h(R"({"responses":[
+        {"tool_calls":[{"name":"echo","arguments":{"text":"one"}},
+                       {"name":"echo","arguments":{"text":"two"}}]},
+        {"text":"done"}]})");
+    h.start();
+    h.follow_up("f1", "go");
+    h.settle();
+    EXPECT_THAT(h.transcript_texts(),
+                ElementsAre("party:go", "assistant:+echo+echo", "started:echo", "result:one",
+                            "started:echo", "result:two", "assistant:done"));
+    // The second inference saw both results.
+    ASSERT_EQ(h.provider().requests().size(), 2u);
+    EXPECT_TRUE(context_mentions(h.provider().requests()[1], "two"));
+}
+
+TEST(SteerCheckpoint, ASteerSentDuringToolExecutionIsInTheVeryNextInference) {
+    loop_harness h(R"({"responses":[
+        {"tool_calls":[{"name":"sleep","arguments":{"ms":5000}}]},
+        {"text":"adjusted"}]})");
+    h.start();
+    h.follow_up("f1", "start");
+    ASSERT_TRUE(h.run_until([&] { return h.loop().current() == loop_state::executing_tools; }));
+    h.steer("s1", "use the other file");
+    h.settle();
+    ASSERT_EQ(h.provider().requests().size(), 2u);
+    EXPECT_TRUE(context_mentions(h.provider().requests()[1], "use the other file"));
+    EXPECT_THAT(
+        h.transcript_texts(),
+        ElementsAre("party:start", "assistant:+sleep", "started:sleep", "result:slept 5000 ms",
+                    "party:use the other file", "assistant:adjusted"));
+}
+
+TEST(FollowUpCheckpoint, AFollowUpSentDuringATurnWaitsForTheTurnToEnd) {
+    loop_harness h(R"({"responses":[
+        {"tool_calls":[{"name":"sleep","arguments":{"ms":5000}}]},
+        {"text":"turn one done"},
+        {"text":"turn two"}]})");
+    h.start();
+    h.follow_up("f1", "first");
+    ASSERT_TRUE(h.run_until([&] { return h.loop().current() == loop_state::executing_tools; }));
+    h.follow_up("f2", "second");
+    h.settle();
+    ASSERT_EQ(h.provider().requests().size(), 3u);
+    EXPECT_FALSE(context_mentions(h.provider().requests()[1], "second"));
+    EXPECT_TRUE(context_mentions(h.provider().requests()[2], "second"));
+    EXPECT_THAT(
+        h.transcript_texts(),
+        ElementsAre("party:first", "assistant:+sleep", "started:sleep", "result:slept 5000 ms",
+                    "assistant:turn one done", "party:second", "assistant:turn two"));
+}
+
+TEST(Cancel, BeforeMaterializationTheItemNeverReachesTheTranscript) {
+    loop_harness h(R"({"responses":[
+        {"tool_calls":[{"name":"sleep","arguments":{"ms":5000}}]},
+        {"text":"ok"}]})");
+    h.start();
+    h.follow_up("f1", "first");
+    ASSERT_TRUE(h.run_until([&] { return h.loop().current() == loop_state::executing_tools; }));
+    h.follow_up("f2", "never mind this");
+    auto c = h.send(worker::cancel_command{lane::follow_up, item("f2")});
+    ASSERT_TRUE(c);
+    EXPECT_TRUE(*c->canceled);
+    h.settle();
+    for (const auto& t : h.transcript_texts()) {
+        EXPECT_THAT(t, ::testing::Not(HasSubstr("never mind")));
+    }
+    EXPECT_EQ(h.state().find_item("f2")->status, item_status::canceled);
+}
+
+TEST(Cancel, AfterMaterializationItReportsNotCanceled) {
+    loop_harness h(R"({"responses":[{"text":"ok"}]})");
+    h.start();
+    h.follow_up("f1", "hi");
+    h.settle();
+    auto c = h.send(worker::cancel_command{lane::follow_up, item("f1")});
+    ASSERT_TRUE(c);
+    EXPECT_FALSE(*c->canceled);
+    auto sys = h.send(worker::cancel_command{lane::system, item("f1")});
+    EXPECT_EQ(sys.error(), make_error_code(errc::not_cancelable));
+}
+
+TEST(CrossLaneOrder, SystemCallbacksInterleaveWithSteerByEnqueueTime) {
+    loop_harness h(R"({"responses":[
+        {"tool_calls":[{"name":"sleep","arguments":{"ms":30000}}]},
+        {"text":"ok"}]})");
+    h.start();
+    h.follow_up("f1", "go");
+    ASSERT_TRUE(h.run_until([&] { return h.loop().current() == loop_state::executing_tools; }));
+    h.steer("a", "steer one");
+    h.clock().advance(milliseconds(10));
+    h.system("b", "callback one");
+    h.clock().advance(milliseconds(10));
+    h.steer("c", "steer two");
+    h.clock().advance(milliseconds(10));
+    h.system("d", "callback two");
+    h.settle();
+    EXPECT_THAT(h.transcript_texts(),
+                ElementsAre("party:go", "assistant:+sleep", "started:sleep",
+                            "result:slept 30000 ms", "party:steer one", "system:callback one",
+                            "party:steer two", "system:callback two", "assistant:ok"));
+}
+
+TEST(Compaction, SummariesStackOverThreeCompactions) {
+    // Every response reports usage above the threshold, so each one triggers a compaction.
+    // Replies are ~30 tokens: each compaction keeps the newest reply and summarizes the rest.
+    const std::string pad(120, '.');
+    loop_harness h(R"({"responses":[
+        {"text":"r0 )" +
+                   pad + R"(","usage":{"input":950}},
+        {"text":"r1 )" +
+                   pad + R"(","usage":{"input":950}},
+        {"text":"r2 )" +
+                   pad + R"(","usage":{"input":950}},
+        {"text":"r3"}],
+        "summaries":["S1","S2","S3"]})");
+    h.start();
+    ASSERT_TRUE(h.send(worker::configure_command{[] {
+        session::configure_request c;
+        c.context_limit = 1000;
+        c.compaction_buffer = 100;
+        c.keep_recent_tokens = 20;
+        return c;
+    }()}));
+    for (int i = 0; i < 4; ++i) {
+        h.follow_up("f" + std::to_string(i), std::string(200, 'a' + static_cast<char>(i)));
+        h.settle();
+    }
+    auto texts = h.transcript_texts();
+    EXPECT_EQ(std::count_if(texts.begin(), texts.end(),
+                            [](const std::string& t) { return t.starts_with("compaction:"); }),
+              3);
+    // The fourth inference saw the three summaries in order, then the kept entries.
+    const auto& last = h.provider().requests()[3].context;
+    std::vector<std::string> summaries;
+    for (const auto& m : last) {
+        if (m.content.starts_with(session::summary_preamble)) {
+            summaries.push_back(m.content.substr(session::summary_preamble.size()));
+        }
+    }
+    EXPECT_THAT(summaries, ElementsAre("S1", "S2", "S3"));
+    EXPECT_TRUE(context_mentions(h.provider().requests()[3], std::string(200, 'd')));
+}
+
+TEST(Compaction, ContextOverflowCompactsThenRetriesOnceWithTheMaterializedInput) {
+    loop_harness h(R"({"responses":[
+        {"text":"r0"},
+        {"text":"r1"},
+        {"text":"after overflow","fail_first":[{"kind":"context_overflow","message":"too long"}]}],
+        "summaries":["S1"]})");
+    h.start();
+    ASSERT_TRUE(h.send(worker::configure_command{[] {
+        session::configure_request c;
+        c.keep_recent_tokens = 10;
+        return c;
+    }()}));
+    h.follow_up("f0", "first message");
+    h.settle();
+    h.follow_up("f1", "second message");
+    h.settle();
+    h.follow_up("f2", "third message");
+    h.settle();
+    EXPECT_EQ(h.provider().attempts(2), 2);
+    auto texts = h.transcript_texts();
+    EXPECT_THAT(texts, ::testing::Contains("compaction:S1"));
+    EXPECT_EQ(texts.back(), "assistant:after overflow");
+    // The retry carried the input materialized before the overflow, exactly once.
+    EXPECT_TRUE(context_mentions(h.provider().requests().back(), "third message"));
+    EXPECT_EQ(std::count(texts.begin(), texts.end(), "party:third message"), 1);
+}
+
+TEST(Compaction, InputThatCannotFitEvenAfterCompactionIsAVisibleError) {
+    loop_harness h(R"({"responses":[{"text":"never"}]})");
+    h.start();
+    ASSERT_TRUE(h.send(worker::configure_command{[] {
+        session::configure_request c;
+        c.context_limit = 100;
+        c.compaction_buffer = 10;
+        c.keep_recent_tokens = 50;
+        return c;
+    }()}));
+    h.follow_up("big", std::string(4000, 'x'));
+    h.settle();
+    EXPECT_EQ(h.transcript_texts().back(), "diagnostic:input_too_large");
+    EXPECT_EQ(h.provider().calls(), 0u);
+    EXPECT_FALSE(h.state().has_work);
+}
+
+TEST(Abort, DuringInferenceRecordsAnInterruptionAndGoesIdle) {
+    loop_harness h(R"({"responses":[
+        {"chunks":["partial ","answer"],"chunk_delay_ms":10000}]})");
+    h.start();
+    h.follow_up("f1", "hi");
+    ASSERT_TRUE(h.run_until([&] { return h.loop().current() == loop_state::inferring; }, false));
+    auto r = h.send(worker::abort_command{"user pressed stop"});
+    ASSERT_TRUE(r);
+    EXPECT_TRUE(r->aborted);
+    h.settle();
+    EXPECT_THAT(h.transcript_texts(), ElementsAre("party:hi", "aborted:user pressed stop"));
+    EXPECT_EQ(events_of<worker::stream_ended_event>(h).back().committed, false);
+    // It continues with queued input: the next follow-up is answered. The aborted turn is not
+    // redone, and nothing of its partial text is in the context. (The script answers by step,
+    // and no assistant message was added, so the answer is step 0's again.)
+    h.follow_up("f2", "again");
+    h.settle();
+    EXPECT_EQ(h.transcript_texts().back(), "assistant:partial answer");
+    EXPECT_TRUE(context_mentions(h.provider().requests().back(), "again"));
+    EXPECT_FALSE(context_mentions(h.provider().requests().back(), "partial"));
+    EXPECT_EQ(h.provider().calls(), 2u);
+}
+
+TEST(Abort, DuringAToolClosesTheRemainingCallsAndRecordsAnInterruption) {
+    loop_harness h(R"({"responses":[
+        {"tool_calls":[{"name":"sleep","arguments":{"ms":60000}},
+                       {"name":"echo","arguments":{"text":"never runs"}}]}]})");
+    h.start();
+    h.follow_up("f1", "go");
+    ASSERT_TRUE(
+        h.run_until([&] { return h.loop().current() == loop_state::executing_tools; }, false));
+    ASSERT_TRUE(h.send(worker::abort_command{"stop"})->aborted);
+    h.settle();
+    EXPECT_THAT(
+        h.transcript_texts(),
+        ElementsAre("party:go", "assistant:+sleep+echo", "started:sleep", "error:aborted: stop",
+                    "error:not run: the turn was aborted", "aborted:stop"));
+    EXPECT_FALSE(h.state().has_work);
+}
+
+TEST(Abort, WithNothingInFlightIsANoOp) {
+    loop_harness h(R"({"responses":[]})");
+    h.start();
+    auto r = h.send(worker::abort_command{});
+    ASSERT_TRUE(r);
+    EXPECT_FALSE(r->aborted);
+    EXPECT_TRUE(h.state().transcript.empty());
+}
+
+TEST(Retry, TransientErrorsAreRetriedWithCappedExponentialBackoff) {
+    loop_harness h(R"({"responses":[{"text":"finally","fail_first":[
+        {"kind":"transient","message":"503"},{"kind":"transient","message":"429"},
+        {"kind":"transient","message":"reset"}]}]})");
+    h.start();
+    const auto t0 = h.clock().now();
+    h.follow_up("f1", "hi");
+    h.settle();
+    EXPECT_EQ(h.provider().attempts(0), 4);
+    EXPECT_EQ(h.transcript_texts().back(), "assistant:finally");
+    // Waits of 250-500, 500-1000 and 1000-2000 ms (base 500 ms, equal jitter).
+    auto waited = h.clock().now().value - t0.value;
+    EXPECT_GE(waited, 250 + 500 + 1000);
+    EXPECT_LT(waited, 500 + 1000 + 2000);
+    EXPECT_EQ(worker::backoff({}, 1, 0.0), milliseconds(250));
+    EXPECT_EQ(worker::backoff({}, 30, 0.999), milliseconds(29985));  // capped at 30 s
+}
+
+TEST(Retry, GivesUpAfterMaxAttemptsWithAVisibleError) {
+    auto opts = loop_harness::default_options();
+    opts.retry.max_attempts = 2;
+    loop_harness h(R"({"responses":[{"text":"x","fail_first":[
+        {"kind":"transient"},{"kind":"transient"},{"kind":"transient"}]}]})",
+                   nullptr, 1, opts);
+    h.start();
+    h.follow_up("f1", "hi");
+    h.settle();
+    EXPECT_EQ(h.provider().attempts(0), 2);
+    EXPECT_EQ(h.transcript_texts().back(), "diagnostic:inference_failed");
+    EXPECT_FALSE(h.state().has_work);
+}
+
+TEST(Timeouts, AnInferenceTimeoutIsRetriedLikeATransientError) {
+    auto opts = loop_harness::default_options();
+    opts.inference_timeout = milliseconds(1000);
+    opts.retry.max_attempts = 2;
+    loop_harness h(R"({"responses":[{"text":"slow","delay_ms":5000}]})", nullptr, 1, opts);
+    h.start();
+    h.follow_up("f1", "hi");
+    h.settle();
+    EXPECT_EQ(h.provider().attempts(0), 2);
+    EXPECT_EQ(h.transcript_texts().back(), "diagnostic:inference_failed");
+}
+
+TEST(Timeouts, AToolTimeoutBecomesAnErrorResult) {
+    auto opts = loop_harness::default_options();
+    opts.tool_timeout = milliseconds(1000);
+    loop_harness h(R"({"responses":[
+        {"tool_calls":[{"name":"sleep","arguments":{"ms":5000}}]},{"text":"ok"}]})",
+                   nullptr, 1, opts);
+    h.start();
+    h.follow_up("f1", "hi");
+    h.settle();
+    EXPECT_THAT(h.transcript_texts(), ElementsAre("party:hi", "assistant:+sleep", "started:sleep",
+                                                  "error:timed out after 1000 ms", "assistant:ok"));
+}
+
+TEST(Tools, UnknownOrDisabledToolsGetAnErrorResult) {
+    loop_harness h(R"({"responses":[
+        {"tool_calls":[{"name":"teleport"},{"name":"clock"}]},{"text":"ok"}]})");
+    h.start();
+    session::configure_request c;
+    c.tools = std::vector<std::string>{"echo"};
+    ASSERT_TRUE(h.send(worker::configure_command{c}));
+    h.follow_up("f1", "hi");
+    h.settle();
+    EXPECT_THAT(h.transcript_texts(),
+                ElementsAre("party:hi", "assistant:+teleport+clock", "error:unknown tool: teleport",
+                            "error:unknown tool: clock", "assistant:ok"));
+}
+
+TEST(Tools, BuiltinClockAndEcho) {
+    loop_harness h(R"({"responses":[
+        {"tool_calls":[{"name":"clock"},{"name":"echo","arguments":{"text":"hi"}},
+                       {"name":"echo","arguments":{"wrong":1}}]},{"text":"ok"}]})");
+    h.start();
+    h.follow_up("f1", "time?");
+    h.settle();
+    auto texts = h.transcript_texts();
+    EXPECT_EQ(texts[3], "result:2026-02-17T14:56:00Z");
+    EXPECT_EQ(texts[5], "result:hi");
+    EXPECT_THAT(texts[7], HasSubstr("error:invalid arguments"));
+}
+
+TEST(DurableTimers, ScheduleCallbackMaterializesIntoTheSystemLaneLaterExactlyOnce) {
+    loop_harness h(R"({"responses":[
+        {"tool_calls":[{"id":"cb1","name":"schedule_callback","arguments":{"delay_ms":60000,"content":"build finished"}}]},
+        {"text":"I will tell you when it is done"},
+        {"text":"the build is done"}]})");
+    h.start();
+    h.follow_up("f1", "run the build");
+    h.settle();
+    EXPECT_EQ(h.state().timers.size(), 1u);
+    EXPECT_EQ(h.transcript_texts().back(), "assistant:I will tell you when it is done");
+    EXPECT_FALSE(h.state().has_work);
+    ASSERT_TRUE(h.run_until([&] { return h.state().timers.empty() && h.loop().quiescent(); }));
+    auto texts = h.transcript_texts();
+    EXPECT_EQ(std::count(texts.begin(), texts.end(), "system:build finished"), 1);
+    EXPECT_EQ(texts.back(), "assistant:the build is done");
+    EXPECT_EQ(h.state().find_item("timer-cb1")->in, lane::system);
+}
+
+TEST(DurableTimers, SurviveARestartAndFireOnce) {
+    storage::memory_store store;
+    const char* script = R"({"responses":[
+        {"tool_calls":[{"id":"cb1","name":"schedule_callback","arguments":{"delay_ms":60000,"content":"ping"}}]},
+        {"text":"scheduled"},
+        {"text":"got the ping"}]})";
+    {
+        loop_harness first(script, &store, 1);
+        first.start();
+        first.follow_up("f1", "remind me");
+        first.settle();
+        EXPECT_EQ(first.state().timers.size(), 1u);
+    }  // the first owner stops before the timer fires
+    loop_harness second(script, &store, 2);
+    second.clock().advance(milliseconds(120'000));
+    second.start();
+    second.settle();
+    auto texts = second.transcript_texts();
+    EXPECT_EQ(std::count(texts.begin(), texts.end(), "system:ping"), 1);
+    EXPECT_EQ(texts.back(), "assistant:got the ping");
+    EXPECT_TRUE(second.state().timers.empty());
+}
+
+TEST(Pause, APausedSessionAcceptsCommandsButDoesNotInfer) {
+    loop_harness h(R"({"responses":[{"text":"resumed answer"}]})");
+    h.start();
+    ASSERT_TRUE(h.send(worker::pause_command{}));
+    ASSERT_TRUE(h.follow_up("f1", "while paused"));
+    h.settle();
+    EXPECT_EQ(h.provider().calls(), 0u);
+    EXPECT_TRUE(h.state().paused);
+    EXPECT_TRUE(h.state().has_work);
+    EXPECT_EQ(h.state().in(lane::follow_up).pending.size(), 1u);
+    ASSERT_TRUE(h.send(worker::resume_command{}));
+    h.settle();
+    EXPECT_THAT(h.transcript_texts(),
+                ElementsAre("party:while paused", "assistant:resumed answer"));
+}
+
+TEST(LoopStates, EveryTransitionIsAnEventAndTheCycleEndsIdle) {
+    loop_harness h(R"({"responses":[
+        {"tool_calls":[{"name":"echo","arguments":{"text":"x"}}]},{"text":"ok"}]})");
+    h.start();
+    h.follow_up("f1", "go");
+    h.settle();
+    std::vector<std::string> seen;
+    for (const auto& e : events_of<worker::state_event>(h)) {
+        seen.push_back(std::string(loop_state_name(e.to)));
+    }
+    EXPECT_THAT(seen, ElementsAre("preparing", "inferring", "executing_tools", "preparing",
+                                  "inferring", "preparing", "idle"));
+}
+
+TEST(Observe, MidStreamYieldsTheAccumulatedTextThenLiveDeltasThenTheCommit) {
+    loop_harness h(R"({"responses":[{"chunks":["Hel","lo, ","world"],"chunk_delay_ms":100}]})");
+    h.start();
+    h.follow_up("f1", "hi");
+    // Run until two chunks have streamed.
+    ASSERT_TRUE(h.run_until([&] { return events_of<worker::stream_delta_event>(h).size() == 2; }));
+    std::vector<loop_event> late;
+    auto obs = h.loop().observe([&](const loop_event& e) { late.push_back(e); });
+    ASSERT_TRUE(obs.inflight.has_value());
+    EXPECT_EQ(obs.inflight->text, "Hello, ");
+    EXPECT_EQ(obs.inflight->deltas, 2u);
+    EXPECT_EQ(obs.loop, loop_state::inferring);
+    EXPECT_EQ(obs.state.transcript.size(), 1u);  // mid-flight content is not committed state
+    h.settle();
+    ASSERT_GE(late.size(), 3u);
+    const auto& d = std::get<worker::stream_delta_event>(late[0]);
+    EXPECT_EQ(d.text, "world");
+    EXPECT_EQ(d.seq, 3u);
+    const auto& c = std::get<worker::committed_event>(late[1]);
+    EXPECT_EQ(c.patch.from, obs.state.version());  // gap-free: chains from the snapshot
+    ASSERT_EQ(c.patch.transcript.size(), 1u);
+    EXPECT_EQ(std::get<assistant_message>(c.patch.transcript[0].body).text, "Hello, world");
+    EXPECT_TRUE(std::get<worker::stream_ended_event>(late[2]).committed);
+}
+
+TEST(Observe, CommittedPatchesChainWithoutGaps) {
+    loop_harness h(R"({"responses":[
+        {"tool_calls":[{"name":"echo","arguments":{"text":"x"}}]},{"text":"ok"}]})");
+    auto obs = h.loop().observe([](const loop_event&) {});
+    h.start();
+    h.follow_up("f1", "go");
+    h.settle();
+    version_vector v{};
+    session_state replay;
+    for (const auto& c : events_of<worker::committed_event>(h)) {
+        EXPECT_EQ(c.patch.from, v);
+        v = c.patch.to;
+        apply_actions(c.actions, replay);
+    }
+    EXPECT_EQ(v, h.state().version());
+    EXPECT_EQ(replay, h.state());
+}
+
+TEST(HasWork, IsSetWhileWorkIsQueuedAndClearedWhenTheLoopGoesIdle) {
+    loop_harness h(R"({"responses":[{"text":"ok","delay_ms":1000}]})");
+    h.start();
+    h.follow_up("f1", "hi");
+    auto log = h.store().open(session_id::parse("s1").value(), lease_epoch{1}).value();
+    EXPECT_TRUE(log->load()->has_work);
+    h.settle();
+    EXPECT_FALSE(log->load()->has_work);
+}
+
+TEST(Latency, EnqueueDoesNotWaitForAnInferenceInProgress) {
+    // The inference takes an hour of (manual) time; enqueue and cancel complete without the
+    // clock moving at all, so their latency cannot depend on the inference time.
+    loop_harness h(R"({"responses":[{"text":"slow","delay_ms":3600000},{"text":"next"}]})");
+    h.start();
+    h.follow_up("f1", "think hard");
+    ASSERT_TRUE(h.run_until([&] { return h.loop().current() == loop_state::inferring; }, false));
+    const auto before = h.clock().now();
+    for (int i = 0; i < 20; ++i) {
+        ASSERT_TRUE(h.steer("s" + std::to_string(i), "more"));
+        ASSERT_TRUE(h.send(worker::cancel_command{lane::steer, item("s" + std::to_string(i))}));
+    }
+    EXPECT_EQ(h.clock().now(), before);
+    EXPECT_EQ(h.loop().current(), loop_state::inferring);
+    h.settle();
+}
+
+TEST(Lifecycle, CancellingStartTearsEverythingDown) {
+    loop_harness h(R"({"responses":[{"text":"never","delay_ms":600000}]})");
+    h.start();
+    h.follow_up("f1", "hi");
+    ASSERT_TRUE(h.run_until([&] { return h.loop().current() == loop_state::inferring; }, false));
+    h.stop();
+    EXPECT_TRUE(h.finished());
+    EXPECT_EQ(h.clock().sleepers(), 0u);  // the inference and its timeout were cancelled
+    EXPECT_THAT(h.transcript_texts(), ElementsAre("party:hi"));
+}
+
+TEST(PersistFirst, AStoreFailureFailsTheSessionAndWritesNothingMore) {
+    storage::memory_store inner;
+    storage::faulty_store store(inner);
+    loop_harness h(R"({"responses":[{"text":"ok","delay_ms":1000}]})", &store);
+    h.start();
+    h.follow_up("f1", "hi");     // its reply also ran the drain
+    store.fail_next_commits(1);  // the assistant entry fails to commit
+    h.settle();
+    EXPECT_TRUE(h.loop().failed());
+    EXPECT_EQ(h.loop().failure(), make_error_code(storage::errc::unavailable));
+    EXPECT_TRUE(h.finished());
+    auto r = h.follow_up("f2", "after failure");
+    EXPECT_EQ(r.error(), make_error_code(storage::errc::unavailable));
+    auto log = inner.open(session_id::parse("s1").value(), lease_epoch{1}).value();
+    EXPECT_EQ(log->load().value(), h.state());  // memory never ran ahead of the store
+    EXPECT_THAT(h.transcript_texts(), ElementsAre("party:hi"));
+}
+
+TEST(Fencing, ALoopWhoseLeaseWasTakenStopsWriting) {
+    storage::memory_store store;
+    loop_harness old_owner(R"({"responses":[{"text":"slow","delay_ms":1000}]})", &store, 1);
+    old_owner.start();
+    old_owner.follow_up("f1", "hi");
+    ASSERT_TRUE(old_owner.run_until(
+        [&] { return old_owner.loop().current() == loop_state::inferring; }, false));
+    auto takeover = store.open(session_id::parse("s1").value(), lease_epoch{2}).value();
+    old_owner.settle();
+    EXPECT_TRUE(old_owner.loop().failed());
+    EXPECT_EQ(old_owner.loop().failure(), make_error_code(storage::errc::lease_lost));
+    EXPECT_EQ(takeover->load()->transcript.size(), 1u);  // no assistant entry from the old owner
+}
+
+}  // namespace wuhu::testing

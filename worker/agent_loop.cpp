@@ -1,0 +1,647 @@
+#include "worker/agent_loop.hpp"
+
+#include "session/compaction.hpp"
+#include "session/overloaded.hpp"
+#include "session/reducer.hpp"
+
+#include <boost/asio/experimental/awaitable_operators.hpp>
+
+namespace wuhu::worker {
+
+using namespace boost::asio::experimental::awaitable_operators;
+namespace s = wuhu::session;
+
+namespace {
+
+// Thrown inside the loop when the session has failed; start() returns on it.
+struct session_failure {};
+
+bool is_storage_error(const boost::system::error_code& ec) {
+    return ec.category() == storage::storage_category();
+}
+
+// Wrappers that turn a throwing provider or tool into an error value (named coroutines with
+// by-value parameters, never lambdas, inside co_await expressions: see DEPENDENCIES.md G1).
+// g++ 12 also mis-handles `co_return T{co_await f()}`: the result referred to f's freed frame
+// (ASan caught it). Await into a named local first, then return it.
+// The outcomes are wrapped in structs because the awaitable operators flatten variants.
+struct inferred {
+    inference_outcome outcome;
+};
+struct summarized {
+    summary_outcome outcome;
+};
+
+asio::awaitable<inferred> guarded_infer(provider& p, inference_request req, stream_sink& sink) {
+    try {
+        inference_outcome out = co_await p.infer(std::move(req), sink);
+        co_return inferred{std::move(out)};
+    } catch (const std::exception& e) {
+        co_return inferred{provider_error{provider_error_kind::fatal, e.what()}};
+    }
+}
+
+asio::awaitable<summarized> guarded_summarize(provider& p, std::vector<s::llm_message> segment,
+                                              std::uint64_t step) {
+    try {
+        summary_outcome out = co_await p.summarize(std::move(segment), step);
+        co_return summarized{std::move(out)};
+    } catch (const std::exception& e) {
+        co_return summarized{provider_error{provider_error_kind::fatal, e.what()}};
+    }
+}
+
+asio::awaitable<tool_output> guarded_execute(tool& t, std::string args, tool_call_context ctx) {
+    try {
+        tool_output out = co_await t.execute(std::move(args), ctx);
+        co_return out;
+    } catch (const std::exception& e) {
+        co_return tool_output{std::string("tool failed: ") + e.what(), true};
+    }
+}
+
+}  // namespace
+
+class agent_loop::sink final : public stream_sink {
+  public:
+    explicit sink(agent_loop& l) : loop_(l) {}
+    void text(std::string_view delta) override { loop_.on_text(delta); }
+    void tool_call(const tool_call_delta& d) override { loop_.on_tool_call(d); }
+
+  private:
+    agent_loop& loop_;
+};
+
+struct agent_loop::attempt {
+    enum kind_t { ok, error, aborted } kind = error;
+    s::assistant_message message;
+    provider_error err;
+};
+
+agent_loop::agent_loop(asio::any_io_executor ex, std::unique_ptr<storage::session_log> log,
+                       provider& p, const tool_registry& tools, clock& clk, loop_options opts)
+    : ex_(ex),
+      log_(std::move(log)),
+      provider_(p),
+      tools_(tools),
+      clock_(clk),
+      opts_(opts),
+      sink_(std::make_unique<sink>(*this)),
+      hub_(std::make_shared<event_hub>()),
+      section_(ex),
+      wake_(ex),
+      timers_changed_(ex),
+      abort_(ex),
+      rng_(opts.jitter_seed != 0 ? opts.jitter_seed : std::random_device{}()) {}
+
+agent_loop::~agent_loop() = default;
+
+bool agent_loop::quiescent() const {
+    return loaded_ && !in_flight_ && loop_ == s::loop_state::idle &&
+           (!state_.has_work || state_.paused || failed_);
+}
+
+observation agent_loop::observe(event_sink sink) {
+    return observation{state_, loop_, inflight_, subscription(hub_, hub_->add(std::move(sink)))};
+}
+
+// ------------------------------------------------------------------------------ the section
+
+void agent_loop::ensure_loaded() {
+    if (loaded_) {
+        return;
+    }
+    auto st = log_->load();
+    if (!st) {
+        fail(st.error());
+    }
+    state_ = std::move(*st);
+    step_ = s::assistant_count(state_);
+    loaded_ = true;
+}
+
+void agent_loop::fail(boost::system::error_code ec) {
+    // Persist first: a store error or an unknown outcome is fatal for this session. Do not
+    // guess what was written; stop writing and let the next owner rebuild from the store.
+    failed_ = true;
+    failure_ = ec;
+    wake_.notify();
+    abort_.notify();
+    timers_changed_.notify();
+    throw session_failure{};
+}
+
+void agent_loop::must(storage::result<s::action_list> r) {
+    if (!r) {
+        fail(r.error());  // the loop's own transitions are never refused by the rules
+    }
+    if (!r->empty()) {
+        apply_committed(*r);
+    }
+}
+
+boost::system::error_code agent_loop::command_result(const boost::system::error_code& ec) {
+    if (is_storage_error(ec)) {
+        try {
+            fail(ec);
+        } catch (const session_failure&) {
+        }
+    }
+    return ec;
+}
+
+void agent_loop::apply_committed(const s::action_list& actions) {
+    const s::version_vector from = state_.version();
+    s::apply_actions(actions, state_);
+    for (const auto& a : actions) {
+        if (std::holds_alternative<s::timer_scheduled>(a)) {
+            timers_changed_.notify();
+        } else if (const auto* e = std::get_if<s::entry_appended>(&a);
+                   e != nullptr && std::holds_alternative<s::assistant_message>(e->e.body)) {
+            ++step_;
+        }
+    }
+    hub_->emit(committed_event{actions, s::patch_of(from, actions, state_, loop_)});
+}
+
+void agent_loop::set_loop(s::loop_state to) {
+    if (loop_ == to) {
+        return;
+    }
+    auto from = std::exchange(loop_, to);
+    hub_->emit(state_event{from, to});
+}
+
+void agent_loop::on_text(std::string_view delta) {
+    if (!inflight_) {
+        return;  // late delta of a cancelled attempt
+    }
+    inflight_->text.append(delta);
+    hub_->emit(stream_delta_event{++inflight_->deltas, std::string(delta), std::nullopt});
+}
+
+void agent_loop::on_tool_call(const tool_call_delta& d) {
+    if (!inflight_) {
+        return;
+    }
+    inflight_->tool_calls.push_back(d);
+    hub_->emit(stream_delta_event{++inflight_->deltas, {}, d});
+}
+
+double agent_loop::jitter() {
+    return std::uniform_real_distribution<double>(0.0, 1.0)(rng_);
+}
+
+// ------------------------------------------------------------------------------ commands
+
+asio::awaitable<boost::system::result<command_reply>> agent_loop::send(command c) {
+    if (const auto* a = std::get_if<abort_command>(&c)) {
+        // Not a store operation: abort stops what is in flight, and the loop records the
+        // interruption in its own serialized step.
+        command_reply reply;
+        if (in_flight_ && !failed_) {
+            abort_reason_ = a->reason;
+            abort_.notify();
+            reply.aborted = true;
+        }
+        co_return reply;
+    }
+    auto guard = co_await section_.lock();
+    if (failed_) {
+        co_return failure_;
+    }
+    try {
+        ensure_loaded();
+    } catch (const session_failure&) {
+        co_return failure_;
+    }
+    const s::unix_ms now = clock_.now();
+    command_reply reply;
+    boost::system::error_code ec;
+    std::visit(s::overloaded{
+                   [&](enqueue_command& x) {
+                       auto r = log_->enqueue(state_, std::move(x.in), now);
+                       if (!r) {
+                           ec = command_result(r.error());
+                           return;
+                       }
+                       apply_committed(r->actions);
+                       reply.id = r->id;
+                       reply.duplicate = r->duplicate;
+                       if (!r->actions.empty()) {
+                           wake_.notify();
+                       }
+                   },
+                   [&](cancel_command& x) {
+                       auto r = log_->cancel(state_, x.in, x.id, now);
+                       if (!r) {
+                           ec = command_result(r.error());
+                           return;
+                       }
+                       apply_committed(r->actions);
+                       reply.canceled = r->canceled;
+                   },
+                   [&](configure_command& x) {
+                       auto next = x.update.applied_to(state_.config);
+                       if (!next) {
+                           ec = next.error();
+                           return;
+                       }
+                       auto r = log_->set_settings(state_, std::move(*next));
+                       if (!r) {
+                           ec = command_result(r.error());
+                           return;
+                       }
+                       apply_committed(*r);
+                       reply.config = state_.config;
+                   },
+                   [&](pause_command&) {
+                       auto r = log_->set_paused(state_, true);
+                       if (!r) {
+                           ec = command_result(r.error());
+                           return;
+                       }
+                       apply_committed(*r);
+                   },
+                   [&](resume_command&) {
+                       auto r = log_->set_paused(state_, false);
+                       if (!r) {
+                           ec = command_result(r.error());
+                           return;
+                       }
+                       apply_committed(*r);
+                       wake_.notify();
+                   },
+                   [](abort_command&) {},
+               },
+               c);
+    if (ec) {
+        co_return ec;
+    }
+    co_return reply;
+}
+
+// ------------------------------------------------------------------------------ lifecycle
+
+void agent_loop::recover_orphan() {
+    // Takeover terminalizes orphans: input that awaits a response when the session is loaded
+    // means the previous owner stopped during (or just before) an inference. Record it, so no
+    // client waits for a message that will never end; the normal sequence then redoes the turn.
+    if (s::needs_inference(state_) && !s::has_unfinished_tool_calls(state_)) {
+        must(log_->append_marker(
+            state_,
+            s::interruption{"the previous owner stopped while this turn was in progress",
+                            s::interruption_kind::owner_lost},
+            clock_.now()));
+    }
+}
+
+asio::awaitable<void> agent_loop::start() {
+    try {
+        {
+            auto guard = co_await section_.lock();
+            ensure_loaded();
+            recover_orphan();
+        }
+        if (state_.has_work) {
+            wake_.notify();
+        }
+        co_await (work_loop() && timer_loop());
+    } catch (const session_failure&) {
+    } catch (const asio::multiple_exceptions& e) {
+        // Both children were cancelled: report the first (operation_aborted) as one.
+        std::rethrow_exception(e.first_exception());
+    }
+    if (failed_) {
+        set_loop(s::loop_state::idle);
+    }
+}
+
+// Both children end normally when the session fails, so `&&` completes without an exception.
+asio::awaitable<void> agent_loop::work_loop() {
+    try {
+        for (;;) {
+            co_await wake_.wait();
+            if (failed_) {
+                co_return;
+            }
+            co_await run_until_idle();
+        }
+    } catch (const session_failure&) {
+    }
+}
+
+asio::awaitable<void> agent_loop::timer_loop() {
+    try {
+        co_await fire_timers();
+    } catch (const session_failure&) {
+    }
+}
+
+asio::awaitable<void> agent_loop::fire_timers() {
+    for (;;) {
+        if (failed_) {
+            co_return;
+        }
+        const s::timer* next = s::next_timer(state_);
+        if (next == nullptr) {
+            co_await timers_changed_.wait();
+            continue;
+        }
+        const s::queue_item_id id = next->id;
+        const s::unix_ms due = next->due;
+        timers_changed_.reset();
+        if (due > clock_.now()) {
+            auto r = co_await (clock_.sleep_until(due) || timers_changed_.wait());
+            if (r.index() == 1) {
+                continue;  // a timer was added: maybe an earlier one
+            }
+        }
+        auto guard = co_await section_.lock();
+        must(log_->fire_timer(state_, id, clock_.now()));
+        wake_.notify();
+    }
+}
+
+asio::awaitable<void> agent_loop::schedule_timer(s::timer t) {
+    auto guard = co_await section_.lock();
+    if (failed_) {
+        throw session_failure{};
+    }
+    must(log_->schedule_timer(state_, std::move(t)));
+}
+
+// ------------------------------------------------------------------------------ the loop
+
+asio::awaitable<void> agent_loop::run_until_idle() {
+    for (;;) {
+        if (failed_) {
+            throw session_failure{};
+        }
+        if (state_.paused) {
+            set_loop(s::loop_state::idle);
+            co_return;
+        }
+        // Compaction after a response that crossed the threshold (tried once per response).
+        if (auto due = s::compaction_due(state_); due.value != 0 && due != compaction_tried_) {
+            compaction_tried_ = due;
+            co_await compact(due);
+            continue;
+        }
+        // Resume the tool calls of the latest response (after a crash too).
+        if (s::has_unfinished_tool_calls(state_)) {
+            set_loop(s::loop_state::executing_tools);
+            co_await run_tools();
+            continue;
+        }
+        set_loop(s::loop_state::preparing);
+        {
+            auto guard = co_await section_.lock();
+            // Checkpoint: eager drain of what the checkpoint allows.
+            must(log_->drain(state_, s::current_checkpoint(state_), clock_.now()));
+            if (!s::needs_inference(state_)) {
+                // has_work is cleared in the same operation that checks the lanes are empty.
+                must(log_->mark_idle(state_));
+                if (!state_.has_work || state_.paused) {
+                    set_loop(s::loop_state::idle);
+                    co_return;
+                }
+                continue;
+            }
+        }
+        co_await infer_turn();
+    }
+}
+
+void agent_loop::append_marker_locked(std::variant<s::interruption, s::diagnostic> m) {
+    must(log_->append_marker(state_, std::move(m), clock_.now()));
+}
+
+asio::awaitable<void> agent_loop::infer_turn() {
+    // Eager draining's hard error: input that cannot fit even after compaction is reported,
+    // never staged.
+    if (!s::check_fits(state_, opts_.roles)) {
+        co_await compact(s::entry_seq{});
+        if (!s::check_fits(state_, opts_.roles)) {
+            {
+                auto guard = co_await section_.lock();
+                append_marker_locked(s::diagnostic{
+                    "input_too_large",
+                    "the queued input does not fit in the context window even after compaction"});
+            }
+            co_return;
+        }
+    }
+    bool overflow_retried = false;
+    int transient_failures = 0;
+    for (;;) {
+        set_loop(s::loop_state::inferring);
+        attempt a = co_await infer_once();
+        if (a.kind == attempt::aborted) {
+            {
+                auto guard = co_await section_.lock();
+                append_marker_locked(s::interruption{abort_reason_, s::interruption_kind::aborted});
+            }
+            co_return;
+        }
+        if (a.kind == attempt::ok) {
+            {
+                auto guard = co_await section_.lock();
+                must(log_->append_assistant(state_, std::move(a.message), clock_.now()));
+                const std::uint64_t step = inflight_ ? inflight_->step : step_;
+                inflight_.reset();
+                hub_->emit(stream_ended_event{step, true});
+            }
+            co_return;  // compaction, if due, is the next step of run_until_idle
+        }
+        switch (a.err.kind) {
+            case provider_error_kind::context_overflow:
+                // Fallback: compact, then retry once with the already materialized input.
+                if (!overflow_retried && co_await compact(s::entry_seq{})) {
+                    overflow_retried = true;
+                    continue;
+                }
+                {
+                    auto guard = co_await section_.lock();
+                    append_marker_locked(s::diagnostic{
+                        "input_too_large",
+                        "the context overflowed even after compaction: " + a.err.message});
+                }
+                co_return;
+            case provider_error_kind::transient:
+                if (++transient_failures < opts_.retry.max_attempts) {
+                    if (co_await abortable_sleep(
+                            backoff(opts_.retry, transient_failures, jitter()))) {
+                        {
+                            auto guard = co_await section_.lock();
+                            append_marker_locked(
+                                s::interruption{abort_reason_, s::interruption_kind::aborted});
+                        }
+                        co_return;
+                    }
+                    continue;
+                }
+                {
+                    auto guard = co_await section_.lock();
+                    append_marker_locked(s::diagnostic{
+                        "inference_failed", "gave up after " + std::to_string(transient_failures) +
+                                                " attempts: " + a.err.message});
+                }
+                co_return;
+            case provider_error_kind::fatal: {
+                auto guard = co_await section_.lock();
+                append_marker_locked(s::diagnostic{"inference_failed", a.err.message});
+            }
+                co_return;
+        }
+    }
+}
+
+asio::awaitable<agent_loop::attempt> agent_loop::infer_once() {
+    inference_request req{s::project_context(state_, opts_.roles),
+                          tools_.specs(state_.config.tools), state_.config.model, step_};
+    abort_.reset();
+    in_flight_ = true;
+    inflight_ = inflight_message{step_, {}, {}, 0};
+    hub_->emit(stream_began_event{step_});
+    auto r = co_await (guarded_infer(provider_, std::move(req), *sink_) || abort_.wait() ||
+                       clock_.sleep(opts_.inference_timeout));
+    in_flight_ = false;
+    attempt a;
+    if (failed_) {
+        throw session_failure{};
+    }
+    switch (r.index()) {
+        case 0: {
+            auto& out = std::get<0>(r).outcome;
+            if (auto* m = std::get_if<s::assistant_message>(&out)) {
+                a.kind = attempt::ok;  // inflight_ stays until the entry is committed
+                a.message = std::move(*m);
+                co_return a;
+            }
+            a.err = std::get<provider_error>(out);
+            break;
+        }
+        case 1:
+            a.kind = attempt::aborted;
+            break;
+        default:
+            a.err = {provider_error_kind::transient,
+                     "inference timed out after " +
+                         std::to_string(opts_.inference_timeout.count()) + " ms"};
+            break;
+    }
+    const std::uint64_t step = inflight_->step;
+    inflight_.reset();
+    hub_->emit(stream_ended_event{step, false});
+    co_return a;
+}
+
+asio::awaitable<bool> agent_loop::abortable_sleep(milliseconds d) {
+    abort_.reset();
+    in_flight_ = true;
+    auto r = co_await (clock_.sleep(d) || abort_.wait());
+    in_flight_ = false;
+    if (failed_) {
+        throw session_failure{};
+    }
+    co_return r.index() == 1;
+}
+
+asio::awaitable<bool> agent_loop::compact(s::entry_seq upto) {
+    auto plan = s::plan_compaction(state_, opts_.roles, upto);
+    if (!plan) {
+        co_return false;
+    }
+    set_loop(s::loop_state::compacting);
+    auto r = co_await (guarded_summarize(provider_, plan->segment, step_) ||
+                       clock_.sleep(opts_.summary_timeout));
+    if (failed_) {
+        throw session_failure{};
+    }
+    if (r.index() != 0 || std::holds_alternative<provider_error>(std::get<0>(r).outcome)) {
+        co_return false;  // the next response triggers compaction again
+    }
+    auto guard = co_await section_.lock();
+    must(log_->append_compaction(state_,
+                                 s::compaction{std::get<std::string>(std::get<0>(r).outcome),
+                                               plan->first_kept, plan->tokens_before},
+                                 clock_.now()));
+    co_return true;
+}
+
+void agent_loop::close_call_locked(const s::tool_call& call, std::string output) {
+    must(log_->tool_did_execute(state_, s::tool_result{call.id, call.name, std::move(output), true},
+                                clock_.now()));
+}
+
+asio::awaitable<void> agent_loop::run_tools() {
+    // The calls of one response run in order.
+    for (std::size_t i = 0; i < state_.tool_calls.size(); ++i) {
+        const s::tool_call_state tc = state_.tool_calls[i];  // a copy: state_ changes below
+        if (tc.status == s::tool_status::finished) {
+            continue;
+        }
+        tool* t = tools_.find(tc.call.name, state_.config.tools);
+        if (t == nullptr) {
+            {
+                auto guard = co_await section_.lock();
+                close_call_locked(tc.call, "unknown tool: " + tc.call.name);
+            }
+            continue;
+        }
+        if (tc.status == s::tool_status::started && !t->idempotent()) {
+            // Recovery: it may have run, and running it again could repeat its effect.
+            {
+                auto guard = co_await section_.lock();
+                close_call_locked(tc.call,
+                                  "interrupted: the worker running this tool stopped, and the tool "
+                                  "is not idempotent, so it was not run again");
+            }
+            continue;
+        }
+        if (tc.status == s::tool_status::not_started) {
+            auto guard = co_await section_.lock();
+            must(log_->tool_will_execute(state_, tc.call.id, clock_.now()));
+        }
+        abort_.reset();
+        in_flight_ = true;
+        tool_call_context ctx{tc.call.id, *this};
+        auto r = co_await (guarded_execute(*t, tc.call.arguments, ctx) || abort_.wait() ||
+                           clock_.sleep(opts_.tool_timeout));
+        in_flight_ = false;
+        if (failed_) {
+            throw session_failure{};
+        }
+        if (r.index() == 1) {
+            // Abort: this call and the ones after it get error results, then the interruption.
+            {
+                auto guard = co_await section_.lock();
+                close_call_locked(tc.call, "aborted: " + abort_reason_);
+            }
+            for (std::size_t j = i + 1; j < state_.tool_calls.size(); ++j) {
+                const s::tool_call rest = state_.tool_calls[j].call;
+                {
+                    auto guard = co_await section_.lock();
+                    close_call_locked(rest, "not run: the turn was aborted");
+                }
+            }
+            {
+                auto guard = co_await section_.lock();
+                append_marker_locked(s::interruption{abort_reason_, s::interruption_kind::aborted});
+            }
+            co_return;
+        }
+        tool_output out = r.index() == 0
+                              ? std::get<0>(std::move(r))
+                              : tool_output{"timed out after " +
+                                                std::to_string(opts_.tool_timeout.count()) + " ms",
+                                            true};
+        auto guard = co_await section_.lock();
+        must(log_->tool_did_execute(
+            state_, s::tool_result{tc.call.id, tc.call.name, std::move(out.text), out.is_error},
+            clock_.now()));
+    }
+}
+
+}  // namespace wuhu::worker

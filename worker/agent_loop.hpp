@@ -1,0 +1,166 @@
+// AgentLoop: the single owner of one session.
+//
+// It loads the session once, serves reads from memory, and runs every mutation (commands and
+// its own transitions) in a serialized section: an async mutex on the loop's executor, held
+// from before the store operation until the actions are applied and emitted. Each store
+// operation persists first; the loop then applies the returned actions with the pure reducer
+// and emits them. Inference and tool execution run outside the section, so send() stays fast
+// while the session is inferring.
+//
+// Thread/executor: every member function must be called on `ex` (a strand, or a
+// single-threaded io_context); start() and send() are coroutines to spawn there.
+// Lifetime: start() runs until cancelled (structured: inference, tools and the timer loop are
+// its children) or until the session fails; the loop must outlive it.
+//
+// Invariants:
+//   state() == the stored state (the store is written first)
+//   at most one inference or tool call is in flight
+//   a failed loop (store error, lease lost) writes nothing more; its owner drops it
+#pragma once
+
+#include "session/requests.hpp"
+#include "storage/store.hpp"
+#include "worker/clock.hpp"
+#include "worker/events.hpp"
+#include "worker/provider.hpp"
+#include "worker/retry.hpp"
+#include "worker/sync.hpp"
+#include "worker/tools.hpp"
+
+#include <boost/asio/any_io_executor.hpp>
+
+#include <memory>
+#include <random>
+
+namespace wuhu::worker {
+
+struct loop_options {
+    milliseconds inference_timeout{120'000};
+    milliseconds tool_timeout{60'000};
+    milliseconds summary_timeout{120'000};
+    retry_policy retry;
+    session::role_mapping roles = session::anthropic_roles;
+    std::uint64_t jitter_seed = 0;  // 0: from std::random_device
+};
+
+struct enqueue_command {
+    session::enqueue_input in;  // the id is chosen by the caller (client key or UUIDv7)
+};
+struct cancel_command {
+    session::lane in = session::lane::steer;
+    session::queue_item_id id;
+};
+struct configure_command {
+    session::configure_request update;
+};
+struct abort_command {
+    std::string reason = "aborted";
+};
+struct pause_command {};
+struct resume_command {};
+
+using command = std::variant<enqueue_command, cancel_command, configure_command, abort_command,
+                             pause_command, resume_command>;
+
+struct command_reply {
+    std::optional<session::queue_item_id> id;  // enqueue
+    bool duplicate = false;                    // enqueue of an existing id
+    std::optional<bool> canceled;              // cancel
+    std::optional<session::settings> config;   // configure
+    bool aborted = false;                      // abort found something in flight
+};
+
+class agent_loop final : private tool_services {
+  public:
+    agent_loop(asio::any_io_executor ex, std::unique_ptr<storage::session_log> log, provider& p,
+               const tool_registry& tools, clock& clk, loop_options opts = {});
+    ~agent_loop() override;
+    agent_loop(const agent_loop&) = delete;
+    agent_loop& operator=(const agent_loop&) = delete;
+
+    // Loads the session, terminalizes an orphaned turn, then runs: resume pending work, wait
+    // for a signal, run until idle, wait again. Returns when cancelled or when the session
+    // fails (see failure()).
+    asio::awaitable<void> start();
+
+    // A command, acknowledged after it is durable. Errors: the rule's (session::errc), or the
+    // store's (storage::errc; the session has then failed).
+    asio::awaitable<boost::system::result<command_reply>> send(command c);
+
+    // A gap-free observation: the state, the loop state and the inflight message now, and a
+    // subscription that delivers every later event. Call on the loop's executor.
+    observation observe(event_sink sink);
+
+    const session::session_id& id() const { return log_->id(); }
+    const session::session_state& state() const { return state_; }
+    session::loop_state current() const { return loop_; }
+    bool loaded() const { return loaded_; }
+    bool failed() const { return failed_; }
+    boost::system::error_code failure() const { return failure_; }
+    // True when the loop has nothing to do: idle, and has_work is clear (or the session is
+    // paused).
+    bool quiescent() const;
+
+  private:
+    struct attempt;
+
+    // tool_services
+    clock& time() override { return clock_; }
+    asio::awaitable<void> schedule_timer(session::timer t) override;
+
+    asio::awaitable<void> work_loop();
+    asio::awaitable<void> timer_loop();
+    asio::awaitable<void> fire_timers();
+    asio::awaitable<void> run_until_idle();
+    asio::awaitable<void> infer_turn();
+    asio::awaitable<attempt> infer_once();
+    // Plans over the entries up to `upto` (0: all), summarizes, appends the compaction.
+    asio::awaitable<bool> compact(session::entry_seq upto);
+    asio::awaitable<void> run_tools();
+    asio::awaitable<bool> abortable_sleep(milliseconds d);
+
+    // REQUIRES: the section is held. (Helpers that need arguments are plain functions called
+    // under the lock, so no temporary is an argument inside a co_await expression: G1.)
+    void ensure_loaded();
+    void append_marker_locked(std::variant<session::interruption, session::diagnostic> m);
+    void close_call_locked(const session::tool_call& call, std::string output);
+    void recover_orphan();
+    void must(storage::result<session::action_list> r);
+    boost::system::error_code command_result(const boost::system::error_code& ec);
+    void apply_committed(const session::action_list& actions);
+    [[noreturn]] void fail(boost::system::error_code ec);
+
+    void set_loop(session::loop_state s);
+    void on_text(std::string_view delta);
+    void on_tool_call(const tool_call_delta& d);
+    double jitter();
+
+    class sink;
+    asio::any_io_executor ex_;
+    std::unique_ptr<storage::session_log> log_;
+    provider& provider_;
+    const tool_registry& tools_;
+    clock& clock_;
+    loop_options opts_;
+    std::unique_ptr<sink> sink_;
+    std::shared_ptr<event_hub> hub_;
+
+    async_mutex section_;
+    async_event wake_;
+    async_event timers_changed_;
+    async_event abort_;
+
+    session::session_state state_;
+    session::loop_state loop_ = session::loop_state::idle;
+    std::optional<inflight_message> inflight_;
+    std::uint64_t step_ = 0;               // assistant messages in the transcript
+    session::entry_seq compaction_tried_;  // the response whose compaction was last tried
+    bool loaded_ = false;
+    bool in_flight_ = false;  // an inference, tool call or backoff that abort can stop
+    std::string abort_reason_;
+    bool failed_ = false;
+    boost::system::error_code failure_;
+    std::mt19937_64 rng_;
+};
+
+}  // namespace wuhu::worker

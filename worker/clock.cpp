@@ -1,0 +1,81 @@
+#include "worker/clock.hpp"
+
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/system/system_error.hpp>
+
+#include <algorithm>
+
+namespace wuhu::worker {
+
+asio::awaitable<void> clock::sleep_until(session::unix_ms t) {
+    auto d = t.value - now().value;
+    co_await sleep(milliseconds(d > 0 ? d : 0));
+}
+
+session::unix_ms system_clock::now() {
+    auto since = std::chrono::system_clock::now().time_since_epoch();
+    return {std::chrono::duration_cast<milliseconds>(since).count()};
+}
+
+asio::awaitable<void> system_clock::sleep(milliseconds d) {
+    asio::steady_timer t(co_await asio::this_coro::executor, d);
+    co_await t.async_wait(asio::use_awaitable);
+}
+
+asio::awaitable<void> manual_clock::sleep(milliseconds d) {
+    if (d.count() <= 0) {
+        co_return;
+    }
+    auto s = std::make_shared<sleeper>();
+    s->due = {now_.value + d.count()};
+    s->timer = std::make_unique<asio::steady_timer>(co_await asio::this_coro::executor,
+                                                    asio::steady_timer::time_point::max());
+    sleepers_.push_back(s);
+    boost::system::error_code ec;
+    co_await s->timer->async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    std::erase(sleepers_, s);
+    if (!s->fired) {
+        // Cancelled by the caller (a race lost, an abort, a shutdown), not woken by advance().
+        throw boost::system::system_error(asio::error::operation_aborted);
+    }
+}
+
+void manual_clock::wake_due() {
+    for (auto& s : sleepers_) {
+        if (!s->fired && s->due <= now_) {
+            s->fired = true;
+            s->timer->cancel();
+        }
+    }
+}
+
+void manual_clock::advance(milliseconds d) {
+    now_.value += d.count();
+    wake_due();
+}
+
+bool manual_clock::advance_to_next() {
+    auto next = next_deadline();
+    if (!next) {
+        return false;
+    }
+    if (*next > now_) {
+        now_ = *next;
+    }
+    wake_due();
+    return true;
+}
+
+std::optional<session::unix_ms> manual_clock::next_deadline() const {
+    std::optional<session::unix_ms> best;
+    for (const auto& s : sleepers_) {
+        if (!s->fired && (!best || s->due < *best)) {
+            best = s->due;
+        }
+    }
+    return best;
+}
+
+}  // namespace wuhu::worker

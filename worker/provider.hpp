@@ -1,0 +1,70 @@
+// The inference provider interface.
+//
+// A provider streams one response for a context: text deltas and tool-call deltas go to the
+// sink as they arrive (on the caller's executor), and the call completes with the whole
+// assistant message, or with an error the loop sorts by kind: transient (retry with backoff),
+// context_overflow (compact, then retry once), fatal (report). Cancellation (abort, timeout)
+// arrives through the awaiting coroutine's cancellation slot.
+#pragma once
+
+#include "session/context.hpp"
+
+#include <boost/asio/awaitable.hpp>
+
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace wuhu::worker {
+
+namespace asio = boost::asio;
+
+struct tool_spec {
+    std::string name;
+    std::string description;
+    std::string schema;  // JSON Schema of the arguments, as JSON text
+};
+
+struct inference_request {
+    std::vector<session::llm_message> context;
+    std::vector<tool_spec> tools;
+    std::string model;
+    // How many assistant messages the transcript holds before this one: identifies the turn
+    // (the scripted provider answers by it, so a re-run after a crash gets the same answer).
+    std::uint64_t step = 0;
+};
+
+struct tool_call_delta {
+    std::string id;
+    std::string name;
+    std::string arguments;  // a fragment of the JSON arguments
+};
+
+class stream_sink {
+  public:
+    virtual ~stream_sink() = default;
+    virtual void text(std::string_view delta) = 0;
+    virtual void tool_call(const tool_call_delta& delta) = 0;
+};
+
+enum class provider_error_kind { transient, context_overflow, fatal };
+std::string_view kind_name(provider_error_kind k);
+
+struct provider_error {
+    provider_error_kind kind = provider_error_kind::fatal;
+    std::string message;
+};
+
+using inference_outcome = std::variant<session::assistant_message, provider_error>;
+using summary_outcome = std::variant<std::string, provider_error>;
+
+class provider {
+  public:
+    virtual ~provider() = default;
+    virtual asio::awaitable<inference_outcome> infer(inference_request req, stream_sink& sink) = 0;
+    // Summarizes a segment of the context for compaction.
+    virtual asio::awaitable<summary_outcome> summarize(std::vector<session::llm_message> segment,
+                                                       std::uint64_t step) = 0;
+};
+
+}  // namespace wuhu::worker

@@ -1,0 +1,62 @@
+// Coroutine synchronisation for one executor (a session's strand): a coalescing wake-up
+// signal and a FIFO async mutex. Neither is thread-safe: use them from their executor only.
+#pragma once
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/experimental/channel.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+namespace wuhu::worker {
+
+namespace asio = boost::asio;
+
+// notify() wakes one wait(); notifications that arrive while nobody waits coalesce into one.
+class async_event {
+  public:
+    explicit async_event(asio::any_io_executor ex) : ch_(std::move(ex), 1) {}
+    void notify() { ch_.try_send(boost::system::error_code{}); }
+    // Forgets a pending notification.
+    void reset() {
+        while (ch_.try_receive([](boost::system::error_code) {})) {
+        }
+    }
+    asio::awaitable<void> wait() { co_await ch_.async_receive(asio::use_awaitable); }
+
+  private:
+    asio::experimental::channel<void(boost::system::error_code)> ch_;
+};
+
+// A mutex for coroutines: lock() suspends until the holder unlocks; waiters go in FIFO order.
+// The guard unlocks when destroyed, also when its coroutine is cancelled.
+class async_mutex {
+  public:
+    class guard {
+      public:
+        explicit guard(async_mutex* m) : m_(m) {}
+        guard(guard&& o) noexcept : m_(std::exchange(o.m_, nullptr)) {}
+        guard& operator=(guard&&) = delete;
+        ~guard() {
+            if (m_ != nullptr) {
+                m_->unlock();
+            }
+        }
+
+      private:
+        async_mutex* m_;
+    };
+
+    explicit async_mutex(asio::any_io_executor ex) : ch_(std::move(ex), 1) {
+        ch_.try_send(boost::system::error_code{});
+    }
+    asio::awaitable<guard> lock() {
+        co_await ch_.async_receive(asio::use_awaitable);
+        co_return guard(this);
+    }
+
+  private:
+    void unlock() { ch_.try_send(boost::system::error_code{}); }
+    asio::experimental::channel<void(boost::system::error_code)> ch_;
+};
+
+}  // namespace wuhu::worker

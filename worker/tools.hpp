@@ -1,0 +1,61 @@
+// Tools: what the model can call. A tool has a name, a JSON schema for its arguments, an
+// `idempotent` flag (may it run again after a crash interrupted it?) and an execute coroutine.
+// Execution happens outside the session's serialized section; abort and the per-tool timeout
+// cancel it through the awaiting coroutine's cancellation slot.
+#pragma once
+
+#include "session/state.hpp"
+#include "worker/clock.hpp"
+#include "worker/provider.hpp"
+
+#include <boost/asio/awaitable.hpp>
+
+#include <map>
+#include <memory>
+#include <string>
+
+namespace wuhu::worker {
+
+struct tool_output {
+    std::string text;
+    bool is_error = false;
+};
+
+// What a running tool may use besides its arguments.
+class tool_services {
+  public:
+    virtual ~tool_services() = default;
+    virtual clock& time() = 0;
+    // Persists a durable timer for this session (idempotent by timer id).
+    virtual asio::awaitable<void> schedule_timer(session::timer t) = 0;
+};
+
+struct tool_call_context {
+    session::tool_call_id call;
+    tool_services& services;
+};
+
+class tool {
+  public:
+    virtual ~tool() = default;
+    virtual const tool_spec& spec() const = 0;
+    virtual bool idempotent() const = 0;
+    virtual asio::awaitable<tool_output> execute(std::string arguments, tool_call_context ctx) = 0;
+};
+
+class tool_registry {
+  public:
+    void add(std::shared_ptr<tool> t);
+    // The tool, if registered and enabled by `enabled` (empty: every registered tool).
+    tool* find(const std::string& name, const std::vector<std::string>& enabled) const;
+    std::vector<tool_spec> specs(const std::vector<std::string>& enabled) const;
+
+  private:
+    std::map<std::string, std::shared_ptr<tool>> tools_;
+};
+
+// echo {text} -> text; clock {} -> the current UTC time; sleep {ms} -> sleeps;
+// schedule_callback {delay_ms, content} -> a durable timer that later enters the system lane.
+void add_builtin_tools(tool_registry& r);
+
+}  // namespace wuhu::worker
