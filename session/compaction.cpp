@@ -71,7 +71,11 @@ result<compaction_plan> plan_compaction(const session_state& s, const role_mappi
 }
 
 result<void> check_fits(const session_state& s, const role_mapping& roles) {
-    if (estimate_tokens(project_context(s, roles)) > s.config.context_limit) {
+    return check_fits(project_context(s, roles), s.config);
+}
+
+result<void> check_fits(const std::vector<llm_message>& context, const settings& config) {
+    if (estimate_tokens(context) > config.context_limit) {
         return errc::input_too_large;
     }
     return {};

@@ -30,5 +30,7 @@ result<compaction_plan> plan_compaction(const session_state& s, const role_mappi
 // The hard error of eager draining: the projected context must fit in context_limit after
 // compaction, or the session reports input_too_large instead of staging the input.
 result<void> check_fits(const session_state& s, const role_mapping& roles);
+// The same check on an already projected context.
+result<void> check_fits(const std::vector<llm_message>& context, const settings& config);
 
 }  // namespace wuhu::session

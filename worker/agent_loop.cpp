@@ -420,9 +420,9 @@ void agent_loop::append_marker_locked(std::variant<s::interruption, s::diagnosti
 asio::awaitable<void> agent_loop::infer_turn() {
     // Eager draining's hard error: input that cannot fit even after compaction is reported,
     // never staged.
-    if (!s::check_fits(state_, opts_.roles)) {
+    if (!fits()) {
         co_await compact(s::entry_seq{});
-        if (!s::check_fits(state_, opts_.roles)) {
+        if (!fits()) {
             {
                 auto guard = co_await section_.lock();
                 append_marker_locked(s::diagnostic{
@@ -497,9 +497,20 @@ asio::awaitable<void> agent_loop::infer_turn() {
     }
 }
 
+bool agent_loop::fits() {
+    // The projection is kept for the request that follows, so it is built once per attempt.
+    context_ = s::project_context(state_, opts_.roles);
+    context_version_ = state_.version();
+    return s::check_fits(context_, state_.config).has_value();
+}
+
 asio::awaitable<agent_loop::attempt> agent_loop::infer_once() {
-    inference_request req{s::project_context(state_, opts_.roles),
-                          tools_.specs(state_.config.tools), state_.config.model, step_};
+    if (context_version_ != state_.version() || context_.empty()) {
+        context_ = s::project_context(state_, opts_.roles);
+    }
+    inference_request req{std::move(context_), tools_.specs(state_.config.tools),
+                          state_.config.model, step_};
+    context_.clear();
     abort_.reset();
     in_flight_ = true;
     inflight_ = inflight_message{step_, {}, {}, 0};

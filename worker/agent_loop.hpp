@@ -113,6 +113,8 @@ class agent_loop final : private tool_services {
     asio::awaitable<void> fire_timers();
     asio::awaitable<void> run_until_idle();
     asio::awaitable<void> infer_turn();
+    // Projects the context (kept for the next request) and checks it fits the context limit.
+    bool fits();
     asio::awaitable<attempt> infer_once();
     // Plans over the entries up to `upto` (0: all), summarizes, appends the compaction.
     asio::awaitable<bool> compact(session::entry_seq upto);
@@ -153,8 +155,10 @@ class agent_loop final : private tool_services {
     session::session_state state_;
     session::loop_state loop_ = session::loop_state::idle;
     std::optional<inflight_message> inflight_;
-    std::uint64_t step_ = 0;               // assistant messages in the transcript
-    session::entry_seq compaction_tried_;  // the response whose compaction was last tried
+    std::uint64_t step_ = 0;                     // assistant messages in the transcript
+    session::entry_seq compaction_tried_;        // the response whose compaction was last tried
+    std::vector<session::llm_message> context_;  // projection built by fits(), if still current
+    session::version_vector context_version_;
     bool loaded_ = false;
     bool in_flight_ = false;  // an inference, tool call or backoff that abort can stop
     std::string abort_reason_;

@@ -137,7 +137,9 @@ int scripted_provider::attempts(std::uint64_t step) const {
 asio::awaitable<inference_outcome> scripted_provider::infer(inference_request req,
                                                             stream_sink& sink) {
     ++calls_;
-    requests_.push_back(req);
+    if (record_) {
+        requests_.push_back(req);
+    }
     const int attempt = attempts_[req.step]++;
     if (req.step >= script_.responses.size()) {
         std::string text = "(the script has no response for step " + std::to_string(req.step) + ")";

@@ -50,7 +50,9 @@ class scripted_provider final : public provider {
     // How many times infer() was called for `step` (retries included).
     int attempts(std::uint64_t step) const;
     std::uint64_t calls() const { return calls_; }
-    // Every request received, in order (for tests: what the model saw).
+    // Every request received, in order (for tests: what the model saw). Off by default: the
+    // copies grow with the session.
+    void record_requests(bool on) { record_ = on; }
     const std::vector<inference_request>& requests() const { return requests_; }
 
   private:
@@ -58,6 +60,7 @@ class scripted_provider final : public provider {
     clock& clock_;
     std::map<std::uint64_t, int> attempts_;
     std::vector<inference_request> requests_;
+    bool record_ = false;
     std::uint64_t calls_ = 0;
     std::size_t summaries_ = 0;
 };

@@ -19,6 +19,7 @@ loop_harness::loop_harness(const std::string& script_json, storage::session_stor
         parsed = worker::script{};
     }
     provider_ = std::make_unique<worker::scripted_provider>(std::move(*parsed), clock_);
+    provider_->record_requests(true);
     worker::add_builtin_tools(tools_);
     auto log = store_->open(session_id::parse("s1").value(), lease_epoch{epoch});
     EXPECT_TRUE(log.has_value());
