@@ -94,6 +94,17 @@ patch patch_of(const version_vector& from, const action_list& actions, const ses
     return p;
 }
 
+version_vector advance(version_vector v, const action_list& actions) {
+    for (const auto& a : actions) {
+        if (const auto* e = std::get_if<entry_appended>(&a)) {
+            v.transcript = e->e.id.value;
+        } else if (const auto* j = std::get_if<journal_recorded>(&a)) {
+            v.of(j->in) = j->j.seq.value;
+        }
+    }
+    return v;
+}
+
 patch compose(const patch& a, const patch& b) {
     WUHU_ASSERT(a.to == b.from, "composed patches chain");
     patch p = a;

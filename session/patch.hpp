@@ -42,6 +42,9 @@ result<patch> between(const session_state& s, const version_vector& from, const 
 patch patch_of(const version_vector& from, const action_list& actions, const session_state& after,
                loop_state loop = loop_state::idle);
 
+// The version after `actions` are applied at `from`.
+version_vector advance(version_vector from, const action_list& actions);
+
 // a then b, coalesced. REQUIRES: a.to == b.from.
 patch compose(const patch& a, const patch& b);
 

@@ -2,6 +2,7 @@
 
 #include "session/compaction.hpp"
 #include "session/overloaded.hpp"
+#include "session/text.hpp"
 
 #include <algorithm>
 #include <set>
@@ -117,6 +118,13 @@ action_list plan_drain(const session_state& s, checkpoint c, unix_ms at) {
 }
 
 result<action_list> plan_append_assistant(const session_state& s, assistant_message m, unix_ms at) {
+    // Provider output is stored and published as JSON: no NUL, valid UTF-8.
+    m.text = sanitized(m.text);
+    m.model = sanitized(m.model);
+    for (auto& c : m.tool_calls) {
+        c.name = sanitized(c.name);
+        c.arguments = sanitized(c.arguments);
+    }
     std::set<std::string> ids;
     for (const auto& c : m.tool_calls) {
         if (!ids.insert(c.id.str()).second || c.name.empty()) {
@@ -160,6 +168,7 @@ result<action_list> plan_tool_did_execute(const session_state& s, tool_result r,
             break;
     }
     r.tool = t->call.name;
+    r.output = sanitized(r.output);
     return append(s, std::move(r), at);
 }
 

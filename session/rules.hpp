@@ -57,7 +57,8 @@ action_list plan_drain(const session_state& s, checkpoint c, unix_ms at);
 // The transcript entry a queue item becomes.
 entry_body materialize(const queue_item& q);
 
-// Appends the assistant response (tool call ids must be unique within it).
+// Appends the assistant response (tool call ids must be unique within it). Text, tool names and
+// arguments are sanitized (NUL and invalid UTF-8 become U+FFFD), as are tool outputs below.
 result<action_list> plan_append_assistant(const session_state& s, assistant_message m, unix_ms at);
 
 // toolWillExecute: records that a call of the latest assistant message starts. A call already

@@ -53,6 +53,34 @@ result<void> check_content(std::string_view s, std::size_t max_bytes) {
     return {};
 }
 
+std::string sanitized(std::string_view s) {
+    if (is_valid_utf8(s) && s.find('\0') == std::string_view::npos) {
+        return std::string(s);
+    }
+    static constexpr std::string_view replacement = "\xEF\xBF\xBD";
+    std::string out;
+    out.reserve(s.size());
+    std::size_t i = 0;
+    while (i < s.size()) {
+        // The longest valid sequence starting at i (1-4 bytes), else one replacement.
+        std::size_t len = 0;
+        for (std::size_t n = 1; n <= 4 && i + n <= s.size(); ++n) {
+            if (is_valid_utf8(s.substr(i, n))) {
+                len = n;
+                break;
+            }
+        }
+        if (len == 0 || s[i] == '\0') {
+            out.append(replacement);
+            ++i;
+        } else {
+            out.append(s.substr(i, len));
+            i += len;
+        }
+    }
+    return out;
+}
+
 std::uint64_t estimate_tokens(std::string_view s) noexcept {
     return (s.size() + 3) / 4;
 }

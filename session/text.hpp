@@ -4,6 +4,7 @@
 #include "session/errc.hpp"
 
 #include <cstddef>
+#include <string>
 #include <string_view>
 
 namespace wuhu::session {
@@ -17,6 +18,10 @@ bool is_valid_utf8(std::string_view s) noexcept;
 // Checks message content: valid UTF-8, no NUL (PostgreSQL jsonb cannot hold \u0000), and at
 // most `max_bytes` bytes.
 result<void> check_content(std::string_view s, std::size_t max_bytes);
+
+// Makes text from a provider or a tool safe to store and to send: invalid UTF-8 sequences and
+// NUL characters become U+FFFD. Valid text is unchanged.
+std::string sanitized(std::string_view s);
 
 // Rough token estimate used by compaction planning: ceil(bytes / 4).
 std::uint64_t estimate_tokens(std::string_view s) noexcept;

@@ -383,3 +383,18 @@ TEST(CompactionTrigger, IsDueAfterAResponseOverTheThresholdUntilACompactionFollo
 }
 
 }  // namespace wuhu::testing
+
+namespace wuhu::testing {
+
+TEST(ProviderOutput, IsSanitizedBeforeItIsRecorded) {
+    session_state s;
+    auto m = reply(std::string("bad\0text", 8), {{"c1", "echo"}});
+    apply_actions(plan_append_assistant(s, m, unix_ms{1}).value(), s);
+    EXPECT_EQ(std::get<assistant_message>(s.transcript[0].body).text, "bad\xEF\xBF\xBDtext");
+    apply_actions(plan_tool_did_execute(s, result_of("c1", std::string("\xFF", 1), true), unix_ms{2})
+                      .value(),
+                  s);
+    EXPECT_EQ(std::get<tool_result>(s.transcript[1].body).output, "\xEF\xBF\xBD");
+}
+
+}  // namespace wuhu::testing

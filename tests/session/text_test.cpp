@@ -42,3 +42,15 @@ TEST(Tokens, EstimateIsBytesOverFourRoundedUp) {
 }
 
 }  // namespace wuhu::session
+
+namespace wuhu::session {
+
+TEST(Sanitize, ReplacesNulAndInvalidUtf8AndKeepsValidText) {
+    EXPECT_EQ(sanitized("résumé 🙂"), "résumé 🙂");
+    EXPECT_EQ(sanitized(std::string_view("a\0b", 3)), "a\xEF\xBF\xBD" "b");
+    EXPECT_EQ(sanitized(std::string_view("x\xFFy", 3)), "x\xEF\xBF\xBDy");
+    EXPECT_EQ(sanitized(std::string_view("\xE6\x97", 2)), "\xEF\xBF\xBD\xEF\xBF\xBD");
+    EXPECT_TRUE(is_valid_utf8(sanitized(std::string_view("\xC0\xAF\xED\xA0\x80", 5))));
+}
+
+}  // namespace wuhu::session

@@ -1,0 +1,55 @@
+// Rebuilding a session from stored rows, shared by the SQLite and PostgreSQL stores.
+//
+// Both stores keep one row per transcript entry, per journal fact and per timer, each holding
+// the codec's JSON of that value, plus the registers. Loading feeds the rows, in order, through
+// the reducer, so a loaded state is built exactly like the owner's in-memory one. Anything that
+// does not decode, or would break the reducer's invariants, is `corrupt` (never an abort).
+#pragma once
+
+#include "session/patch.hpp"
+#include "session/state.hpp"
+#include "storage/errc.hpp"
+
+#include <boost/system/result.hpp>
+
+#include <string>
+#include <string_view>
+
+namespace wuhu::storage {
+
+class state_builder {
+  public:
+    // Rows in order: all entries by seq, then each lane's facts by seq, then timers.
+    void entry(std::string_view json);
+    void fact(session::lane l, std::string_view json);
+    void timer(std::string_view json);
+    void registers(std::string_view settings_json, bool paused, bool has_work);
+    boost::system::result<session::session_state> finish();
+
+  private:
+    void corrupt(std::string why);
+    session::session_state state_;
+    std::string error_;
+};
+
+// The stable patch for backfill from rows already selected by the window (from, to]:
+// `entries` and `facts` hold the decoded rows after `from`.
+struct patch_rows {
+    std::vector<std::string> entries;
+    std::array<std::vector<std::string>, 3> facts;
+    std::string settings_json;
+    bool paused = false;
+    bool has_work = false;
+};
+boost::system::result<session::patch> patch_from_rows(const session::version_vector& from,
+                                                      const session::version_vector& to,
+                                                      const patch_rows& rows);
+
+// "t,s,st,f": the version vector as stored in a text column.
+std::string encode_version(const session::version_vector& v);
+boost::system::result<session::version_vector> decode_version(std::string_view s);
+
+// The JSON stored for a session's settings register.
+std::string encode_settings(const session::settings& s);
+
+}  // namespace wuhu::storage

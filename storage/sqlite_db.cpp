@@ -1,0 +1,131 @@
+#include "storage/sqlite_db.hpp"
+
+namespace wuhu::storage::sqlite {
+
+namespace {
+[[noreturn]] void fail(sqlite3* db, int rc, std::string_view what) {
+    throw error(
+        rc, std::string(what) + ": " + (db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc)));
+}
+}  // namespace
+
+stmt::~stmt() {
+    sqlite3_finalize(s_);
+}
+
+stmt& stmt::bind(int i, std::int64_t v) {
+    if (int rc = sqlite3_bind_int64(s_, i, v); rc != SQLITE_OK) {
+        fail(db_, rc, "bind");
+    }
+    return *this;
+}
+
+stmt& stmt::bind(int i, std::string_view v) {
+    if (int rc = sqlite3_bind_text(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+        rc != SQLITE_OK) {
+        fail(db_, rc, "bind");
+    }
+    return *this;
+}
+
+stmt& stmt::bind_null(int i) {
+    if (int rc = sqlite3_bind_null(s_, i); rc != SQLITE_OK) {
+        fail(db_, rc, "bind");
+    }
+    return *this;
+}
+
+bool stmt::step() {
+    int rc = sqlite3_step(s_);
+    if (rc == SQLITE_ROW) {
+        return true;
+    }
+    if (rc == SQLITE_DONE) {
+        return false;
+    }
+    fail(db_, rc, "step");
+}
+
+void stmt::run() {
+    while (step()) {
+    }
+}
+
+void stmt::reset() {
+    sqlite3_reset(s_);
+    sqlite3_clear_bindings(s_);
+}
+
+std::string_view stmt::text(int col) const {
+    const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(s_, col));
+    return p == nullptr
+               ? std::string_view{}
+               : std::string_view(p, static_cast<std::size_t>(sqlite3_column_bytes(s_, col)));
+}
+
+db::db(const std::string& path, std::string_view synchronous, int busy_timeout_ms) {
+    int rc =
+        sqlite3_open_v2(path.c_str(), &db_,
+                        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+    if (rc != SQLITE_OK) {
+        std::string msg = db_ != nullptr ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
+        sqlite3_close(db_);
+        db_ = nullptr;
+        throw error(rc, "open " + path + ": " + msg);
+    }
+    sqlite3_busy_timeout(db_, busy_timeout_ms);
+    try {
+        exec("PRAGMA journal_mode=WAL");
+        exec("PRAGMA synchronous=" + std::string(synchronous));
+    } catch (...) {
+        sqlite3_close(db_);  // the destructor does not run for a constructor that throws
+        db_ = nullptr;
+        throw;
+    }
+}
+
+db::~db() {
+    cache_.clear();
+    sqlite3_close(db_);
+}
+
+void db::exec(const std::string& sql) {
+    char* msg = nullptr;
+    int rc = sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &msg);
+    if (rc != SQLITE_OK) {
+        std::string what = msg != nullptr ? msg : sqlite3_errstr(rc);
+        sqlite3_free(msg);
+        throw error(rc, sql + ": " + what);
+    }
+}
+
+stmt& db::prepare(const char* sql) {
+    auto it = cache_.find(sql);
+    if (it == cache_.end()) {
+        sqlite3_stmt* s = nullptr;
+        int rc = sqlite3_prepare_v3(db_, sql, -1, SQLITE_PREPARE_PERSISTENT, &s, nullptr);
+        if (rc != SQLITE_OK) {
+            fail(db_, rc, sql);
+        }
+        it = cache_.emplace(sql, std::make_unique<stmt>(db_, s)).first;
+    }
+    it->second->reset();
+    return *it->second;
+}
+
+transaction::transaction(db& d) : db_(d) {
+    db_.exec("BEGIN IMMEDIATE");
+}
+
+transaction::~transaction() {
+    if (!done_) {
+        sqlite3_exec(db_.raw(), "ROLLBACK", nullptr, nullptr, nullptr);
+    }
+}
+
+void transaction::commit() {
+    db_.exec("COMMIT");
+    done_ = true;
+}
+
+}  // namespace wuhu::storage::sqlite

@@ -1,0 +1,82 @@
+// Thin RAII wrappers over the SQLite C API, for the SQLite store and its benchmark.
+// A `db` is used by one thread at a time (its owner serializes access).
+#pragma once
+
+#include <sqlite3.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace wuhu::storage::sqlite {
+
+// An SQLite failure: the store maps it to errc::unavailable (busy, IO) or errc::corrupt.
+class error : public std::runtime_error {
+  public:
+    error(int code, const std::string& what) : std::runtime_error(what), code_(code) {}
+    int code() const { return code_; }
+
+  private:
+    int code_;
+};
+
+class stmt {
+  public:
+    stmt(sqlite3* db, sqlite3_stmt* s) : db_(db), s_(s) {}
+    stmt(const stmt&) = delete;
+    ~stmt();
+
+    stmt& bind(int i, std::int64_t v);
+    stmt& bind(int i, std::string_view v);
+    stmt& bind_null(int i);
+    // Steps once: true when a row is available.
+    bool step();
+    // Steps to completion (for statements without rows).
+    void run();
+    void reset();
+
+    std::int64_t int64(int col) const { return sqlite3_column_int64(s_, col); }
+    std::string_view text(int col) const;
+    bool is_null(int col) const { return sqlite3_column_type(s_, col) == SQLITE_NULL; }
+
+  private:
+    sqlite3* db_;
+    sqlite3_stmt* s_;
+};
+
+class db {
+  public:
+    // Opens (creating if needed) the file at `path`: no URI parsing, read-write, no mutex (one
+    // user at a time). Applies the pragmas: WAL, the given synchronous mode, busy timeout.
+    db(const std::string& path, std::string_view synchronous, int busy_timeout_ms);
+    db(const db&) = delete;
+    ~db();
+
+    void exec(const std::string& sql);
+    // A cached prepared statement, reset and with bindings cleared.
+    stmt& prepare(const char* sql);
+    sqlite3* raw() { return db_; }
+
+  private:
+    sqlite3* db_ = nullptr;
+    std::map<const char*, std::unique_ptr<stmt>> cache_;
+};
+
+// BEGIN IMMEDIATE ... COMMIT; rolls back when destroyed without commit().
+class transaction {
+  public:
+    explicit transaction(db& d);
+    transaction(const transaction&) = delete;
+    ~transaction();
+    void commit();
+
+  private:
+    db& db_;
+    bool done_ = false;
+};
+
+}  // namespace wuhu::storage::sqlite

@@ -1,0 +1,387 @@
+#include "storage/sqlite_store.hpp"
+
+#include "session/codec.hpp"
+#include "session/overloaded.hpp"
+#include "storage/rows.hpp"
+#include "storage/sqlite_db.hpp"
+
+#include <stdexcept>
+
+namespace wuhu::storage {
+
+namespace s = wuhu::session;
+namespace json = boost::json;
+
+namespace {
+
+// Versioned schema of a session file; PRAGMA user_version is the number of migrations applied.
+const char* const session_migrations[] = {
+    R"(CREATE TABLE meta (k TEXT PRIMARY KEY, v TEXT NOT NULL) WITHOUT ROWID;
+       CREATE TABLE transcript (seq INTEGER PRIMARY KEY, at INTEGER NOT NULL, body TEXT NOT NULL);
+       CREATE TABLE journal (lane INTEGER NOT NULL, seq INTEGER NOT NULL, at INTEGER NOT NULL,
+                             body TEXT NOT NULL, PRIMARY KEY (lane, seq)) WITHOUT ROWID;
+       CREATE TABLE timers (id TEXT PRIMARY KEY, body TEXT NOT NULL) WITHOUT ROWID;
+       INSERT INTO meta VALUES ('epoch', '0'), ('version', '0,0,0,0'), ('paused', '0'),
+                               ('has_work', '0'), ('settings', '');)",
+};
+
+const char* const catalog_migrations[] = {
+    R"(CREATE TABLE sessions (id TEXT PRIMARY KEY, has_work INTEGER NOT NULL DEFAULT 0)
+       WITHOUT ROWID;)",
+};
+
+template <std::size_t N>
+void migrate(sqlite::db& db, const char* const (&migrations)[N]) {
+    auto& q = db.prepare("PRAGMA user_version");
+    q.step();
+    auto applied = static_cast<std::size_t>(q.int64(0));
+    q.reset();
+    if (applied > N) {
+        throw sqlite::error(SQLITE_CORRUPT, "schema is newer than this program");
+    }
+    for (std::size_t i = applied; i < N; ++i) {
+        sqlite::transaction tx(db);
+        db.exec(migrations[i]);
+        db.exec("PRAGMA user_version = " + std::to_string(i + 1));
+        tx.commit();
+    }
+}
+
+boost::system::error_code map_error(const sqlite::error& e) {
+    switch (e.code() & 0xFF) {
+        case SQLITE_CORRUPT:
+        case SQLITE_NOTADB:
+        case SQLITE_FORMAT:
+            return errc::corrupt;
+        default:
+            return errc::unavailable;
+    }
+}
+
+std::string meta(sqlite::db& db, const char* key) {
+    auto& q = db.prepare("SELECT v FROM meta WHERE k = ?1");
+    q.bind(1, std::string_view(key));
+    std::string out = q.step() ? std::string(q.text(0)) : std::string();
+    q.reset();
+    return out;
+}
+
+void set_meta(sqlite::db& db, const char* key, std::string_view value) {
+    auto& q = db.prepare(
+        "INSERT INTO meta (k, v) VALUES (?1, ?2) "
+        "ON CONFLICT (k) DO UPDATE SET v = excluded.v");
+    q.bind(1, std::string_view(key)).bind(2, value).run();
+}
+
+std::string dump(const json::value& v) {
+    return json::serialize(v);
+}
+
+}  // namespace
+
+struct sqlite_store::handle {
+    std::mutex mu;
+    std::unique_ptr<sqlite::db> db;
+};
+
+class sqlite_log final : public session_log {
+  public:
+    sqlite_log(sqlite_store& store, session_id id, lease_epoch epoch)
+        : session_log(std::move(id), epoch), store_(store) {}
+
+  protected:
+    result<session_state> do_load() override {
+        return with_db([&](sqlite::db& db) -> result<session_state> {
+            state_builder b;
+            {
+                auto& q = db.prepare("SELECT body FROM transcript ORDER BY seq");
+                while (q.step()) {
+                    b.entry(q.text(0));
+                }
+            }
+            {
+                auto& q = db.prepare("SELECT lane, body FROM journal ORDER BY lane, seq");
+                while (q.step()) {
+                    auto lane = q.int64(0);
+                    if (lane < 0 || lane > 2) {
+                        return errc::corrupt;
+                    }
+                    b.fact(static_cast<s::lane>(lane), q.text(1));
+                }
+            }
+            {
+                auto& q = db.prepare("SELECT body FROM timers ORDER BY id");
+                while (q.step()) {
+                    b.timer(q.text(0));
+                }
+            }
+            b.registers(meta(db, "settings"), meta(db, "paused") == "1",
+                        meta(db, "has_work") == "1");
+            return b.finish();
+        });
+    }
+
+    result<s::patch> do_since(const s::version_vector& from) override {
+        return with_db([&](sqlite::db& db) -> result<s::patch> {
+            // One read transaction, so the rows and the version agree.
+            db.exec("BEGIN");
+            struct end_read {
+                sqlite::db& db;
+                ~end_read() { sqlite3_exec(db.raw(), "COMMIT", nullptr, nullptr, nullptr); }
+            } guard{db};
+            auto to = decode_version(meta(db, "version"));
+            if (!to) {
+                return to.error();
+            }
+            if (!from.le(*to)) {
+                return s::errc::invalid_version;
+            }
+            patch_rows rows;
+            {
+                auto& q = db.prepare("SELECT body FROM transcript WHERE seq > ?1 ORDER BY seq");
+                q.bind(1, static_cast<std::int64_t>(from.transcript));
+                while (q.step()) {
+                    rows.entries.emplace_back(q.text(0));
+                }
+            }
+            for (s::lane l : s::all_lanes) {
+                auto& q = db.prepare(
+                    "SELECT body FROM journal WHERE lane = ?1 AND seq > ?2 ORDER BY seq");
+                q.bind(1, static_cast<std::int64_t>(s::index_of(l)))
+                    .bind(2, static_cast<std::int64_t>(from.of(l)));
+                while (q.step()) {
+                    rows.facts[s::index_of(l)].emplace_back(q.text(0));
+                }
+            }
+            rows.settings_json = meta(db, "settings");
+            rows.paused = meta(db, "paused") == "1";
+            rows.has_work = meta(db, "has_work") == "1";
+            return patch_from_rows(from, *to, rows);
+        });
+    }
+
+    result<void> do_commit(const session_state& before, const action_list& actions) override {
+        std::optional<bool> has_work;
+        auto r = with_db([&](sqlite::db& db) -> result<void> {
+            sqlite::transaction tx(db);
+            if (meta(db, "epoch") != std::to_string(epoch().value)) {
+                return errc::lease_lost;
+            }
+            if (meta(db, "version") != encode_version(before.version())) {
+                return errc::conflict;
+            }
+            for (const auto& a : actions) {
+                write(db, a, has_work);
+            }
+            set_meta(db, "version", encode_version(s::advance(before.version(), actions)));
+            tx.commit();
+            return {};
+        });
+        if (r && has_work) {
+            store_.note_has_work(id(), *has_work);
+        }
+        return r;
+    }
+
+  private:
+    template <class F>
+    auto with_db(F&& f) -> decltype(f(std::declval<sqlite::db&>())) {
+        try {
+            auto h = store_.acquire(id(), false);
+            if (!h) {
+                return errc::lease_lost;  // the session was removed
+            }
+            std::lock_guard lock(h->mu);
+            return f(*h->db);
+        } catch (const sqlite::error& e) {
+            return map_error(e);
+        }
+    }
+
+    static void write(sqlite::db& db, const s::action& a, std::optional<bool>& has_work) {
+        std::visit(s::overloaded{
+                       [&](const s::entry_appended& x) {
+                           db.prepare("INSERT INTO transcript (seq, at, body) VALUES (?1, ?2, ?3)")
+                               .bind(1, static_cast<std::int64_t>(x.e.id.value))
+                               .bind(2, x.e.at.value)
+                               .bind(3, dump(s::to_json(x.e)))
+                               .run();
+                       },
+                       [&](const s::journal_recorded& x) {
+                           db.prepare(
+                                 "INSERT INTO journal (lane, seq, at, body) "
+                                 "VALUES (?1, ?2, ?3, ?4)")
+                               .bind(1, static_cast<std::int64_t>(s::index_of(x.in)))
+                               .bind(2, static_cast<std::int64_t>(x.j.seq.value))
+                               .bind(3, x.j.at.value)
+                               .bind(4, dump(s::to_json(x.j)))
+                               .run();
+                       },
+                       [&](const s::settings_set& x) {
+                           set_meta(db, "settings", encode_settings(x.value));
+                       },
+                       [&](const s::has_work_set& x) {
+                           set_meta(db, "has_work", x.value ? "1" : "0");
+                           has_work = x.value;
+                       },
+                       [&](const s::paused_set& x) { set_meta(db, "paused", x.value ? "1" : "0"); },
+                       [&](const s::timer_scheduled& x) {
+                           db.prepare("INSERT INTO timers (id, body) VALUES (?1, ?2)")
+                               .bind(1, x.t.id.str())
+                               .bind(2, dump(s::to_json(x.t)))
+                               .run();
+                       },
+                       [&](const s::timer_cleared& x) {
+                           db.prepare("DELETE FROM timers WHERE id = ?1").bind(1, x.id.str()).run();
+                       },
+                   },
+                   a);
+    }
+
+    sqlite_store& store_;
+};
+
+sqlite_store::sqlite_store(sqlite_options options) : options_(std::move(options)) {
+    if (options_.synchronous != "FULL" && options_.synchronous != "NORMAL" &&
+        options_.synchronous != "EXTRA") {
+        throw std::invalid_argument("sqlite synchronous must be FULL, NORMAL or EXTRA");
+    }
+    std::filesystem::create_directories(options_.data_dir / "sessions");
+    catalog_ = std::make_unique<sqlite::db>((options_.data_dir / "catalog.sqlite").string(),
+                                            options_.synchronous, options_.busy_timeout_ms);
+    migrate(*catalog_, catalog_migrations);
+}
+
+sqlite_store::~sqlite_store() = default;
+
+std::filesystem::path sqlite_store::path_of(const session_id& id) const {
+    return options_.data_dir / "sessions" / (id.str() + ".sqlite");
+}
+
+std::size_t sqlite_store::open_files() const {
+    std::lock_guard lock(mu_);
+    return open_.size();
+}
+
+std::shared_ptr<sqlite_store::handle> sqlite_store::acquire(const session_id& id, bool create) {
+    std::lock_guard lock(mu_);
+    if (auto it = open_.find(id.str()); it != open_.end()) {
+        lru_.splice(lru_.begin(), lru_, it->second.second);
+        return it->second.first;
+    }
+    auto path = path_of(id);
+    if (!create && !std::filesystem::exists(path)) {
+        return nullptr;
+    }
+    auto h = std::make_shared<handle>();
+    h->db =
+        std::make_unique<sqlite::db>(path.string(), options_.synchronous, options_.busy_timeout_ms);
+    migrate(*h->db, session_migrations);
+    lru_.push_front(id.str());
+    open_.emplace(id.str(), std::make_pair(h, lru_.begin()));
+    // Close the least recently used files nobody is using.
+    for (auto it = std::prev(lru_.end());
+         open_.size() > options_.max_open_files && it != lru_.begin();) {
+        auto victim = open_.find(*it);
+        auto prev = std::prev(it);
+        if (victim->second.first.use_count() == 1) {
+            open_.erase(victim);
+            lru_.erase(it);
+        }
+        it = prev;
+    }
+    return h;
+}
+
+void sqlite_store::note_has_work(const session_id& id, bool has_work) {
+    try {
+        std::lock_guard lock(catalog_mu_);
+        catalog_
+            ->prepare(
+                "INSERT INTO sessions (id, has_work) VALUES (?1, ?2) "
+                "ON CONFLICT (id) DO UPDATE SET has_work = excluded.has_work")
+            .bind(1, id.str())
+            .bind(2, has_work ? 1 : 0)
+            .run();
+    } catch (const sqlite::error&) {
+        // The catalog is a hint for the recovery sweep; the session file is authoritative.
+    }
+}
+
+result<std::unique_ptr<session_log>> sqlite_store::open(const session_id& id, lease_epoch epoch) {
+    try {
+        auto h = acquire(id, true);
+        {
+            std::lock_guard lock(h->mu);
+            sqlite::transaction tx(*h->db);
+            auto stored = std::stoull(meta(*h->db, "epoch"));
+            if (stored > epoch.value) {
+                return errc::lease_lost;
+            }
+            set_meta(*h->db, "epoch", std::to_string(epoch.value));
+            tx.commit();
+        }
+        {
+            std::lock_guard lock(catalog_mu_);
+            catalog_->prepare("INSERT INTO sessions (id) VALUES (?1) ON CONFLICT (id) DO NOTHING")
+                .bind(1, id.str())
+                .run();
+        }
+        return std::unique_ptr<session_log>(std::make_unique<sqlite_log>(*this, id, epoch));
+    } catch (const sqlite::error& e) {
+        return map_error(e);
+    } catch (const std::logic_error&) {
+        return errc::corrupt;  // an epoch that is not a number
+    }
+}
+
+result<void> sqlite_store::remove(const session_id& id) {
+    try {
+        std::shared_ptr<handle> h;
+        {
+            std::lock_guard lock(mu_);
+            if (auto it = open_.find(id.str()); it != open_.end()) {
+                h = it->second.first;
+                lru_.erase(it->second.second);
+                open_.erase(it);
+            }
+        }
+        if (h) {
+            std::lock_guard lock(h->mu);  // wait for an operation in progress
+            h->db.reset();
+        }
+        auto path = path_of(id);
+        for (const char* suffix : {"", "-wal", "-shm"}) {
+            std::filesystem::remove(path.string() + suffix);
+        }
+        std::lock_guard lock(catalog_mu_);
+        catalog_->prepare("DELETE FROM sessions WHERE id = ?1").bind(1, id.str()).run();
+        return {};
+    } catch (const sqlite::error& e) {
+        return map_error(e);
+    } catch (const std::filesystem::filesystem_error&) {
+        return errc::unavailable;
+    }
+}
+
+result<std::vector<catalog_entry>> sqlite_store::sessions(bool has_work_only) {
+    try {
+        std::lock_guard lock(catalog_mu_);
+        auto& q = catalog_->prepare(
+            has_work_only ? "SELECT id, has_work FROM sessions WHERE has_work = 1 ORDER BY id"
+                          : "SELECT id, has_work FROM sessions ORDER BY id");
+        std::vector<catalog_entry> out;
+        while (q.step()) {
+            auto sid = session_id::parse(q.text(0));
+            if (!sid) {
+                return errc::corrupt;
+            }
+            out.push_back({*sid, q.int64(1) != 0});
+        }
+        return out;
+    } catch (const sqlite::error& e) {
+        return map_error(e);
+    }
+}
+
+}  // namespace wuhu::storage

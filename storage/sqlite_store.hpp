@@ -1,0 +1,76 @@
+// The per-session SQLite store: the embedded default.
+//
+// Layout: `<data_dir>/sessions/<sid>.sqlite`, one file per session (WAL, synchronous=FULL by
+// default, busy timeout), holding the fencing epoch, the transcript, the journals, the timers
+// and the registers; `<data_dir>/catalog.sqlite` lists the sessions and their has_work flag for
+// the recovery sweep (a hint: the session file is authoritative). The session id is validated
+// before it becomes a path, and files are opened without URI parsing.
+//
+// Many sessions, few descriptors: at most `max_open_files` session files stay open (3 file
+// descriptors each, with -wal and -shm); the least recently used idle one is closed first.
+//
+// Thread-safe: operations on different sessions run in parallel; one session's operations are
+// serialized by its handle.
+#pragma once
+
+#include "storage/store.hpp"
+
+#include <filesystem>
+#include <list>
+#include <map>
+#include <mutex>
+#include <vector>
+
+namespace wuhu::storage {
+
+namespace sqlite {
+class db;
+}
+
+struct sqlite_options {
+    std::filesystem::path data_dir;
+    std::string synchronous = "FULL";  // FULL or NORMAL (NORMAL may lose the last commits on
+                                       // power loss, not on a process crash)
+    int busy_timeout_ms = 5000;
+    std::size_t max_open_files = 256;
+};
+
+struct catalog_entry {
+    session_id id;
+    bool has_work = false;
+};
+
+class sqlite_store final : public session_store {
+  public:
+    // Creates the directories and the catalog; throws std::runtime_error if it cannot.
+    explicit sqlite_store(sqlite_options options);
+    ~sqlite_store() override;
+
+    result<std::unique_ptr<session_log>> open(const session_id& id, lease_epoch epoch) override;
+    result<void> remove(const session_id& id) override;
+    std::string_view backend() const override { return "sqlite"; }
+
+    // Sessions in the catalog (only those with has_work when `has_work_only`).
+    result<std::vector<catalog_entry>> sessions(bool has_work_only);
+    std::filesystem::path path_of(const session_id& id) const;
+    std::size_t open_files() const;
+
+  private:
+    friend class sqlite_log;
+    struct handle;
+
+    // The open handle of a session; opens the file (creating it only when `create`), applies
+    // the migrations. Throws sqlite::error; returns nullptr when the file does not exist.
+    std::shared_ptr<handle> acquire(const session_id& id, bool create);
+    void note_has_work(const session_id& id, bool has_work);
+
+    sqlite_options options_;
+    std::unique_ptr<sqlite::db> catalog_;
+    std::mutex catalog_mu_;
+    mutable std::mutex mu_;
+    std::list<std::string> lru_;  // most recent first
+    std::map<std::string, std::pair<std::shared_ptr<handle>, std::list<std::string>::iterator>>
+        open_;
+};
+
+}  // namespace wuhu::storage

@@ -1,0 +1,166 @@
+#include "storage/sqlite_store.hpp"
+#include "storage/sqlite_db.hpp"
+#include "tests/storage/conformance.hpp"
+#include "tests/support/temp_dir.hpp"
+
+#include <chrono>
+#include <fstream>
+#include <iostream>
+
+namespace wuhu::testing {
+
+namespace {
+
+// A store in its own temporary data directory.
+struct temp_sqlite_store final : storage::session_store {
+    explicit temp_sqlite_store(std::size_t max_open = 256)
+        : store(storage::sqlite_options{dir.path(), "FULL", 5000, max_open}) {}
+    storage::result<std::unique_ptr<storage::session_log>> open(const session_id& id,
+                                                                lease_epoch e) override {
+        return store.open(id, e);
+    }
+    storage::result<void> remove(const session_id& id) override { return store.remove(id); }
+    std::string_view backend() const override { return store.backend(); }
+
+    temp_dir dir;
+    storage::sqlite_store store;
+};
+
+// Commits a prepared action list through a log in one transaction (for bulk test data).
+struct bulk : storage::session_log {
+    static storage::result<void> commit(storage::session_log& log, const session_state& before,
+                                        const action_list& actions) {
+        return forward_commit(log, before, actions);
+    }
+};
+
+}  // namespace
+
+INSTANTIATE_TEST_SUITE_P(Sqlite, StoreConformance,
+                         ::testing::Values(store_factory{
+                             "sqlite",
+                             [] {
+                                 return std::unique_ptr<storage::session_store>(
+                                     std::make_unique<temp_sqlite_store>());
+                             }}),
+                         [](const auto& info) { return info.param.name; });
+
+TEST(SqliteStore, OneFilePerSessionUnderTheDataDirectory) {
+    temp_sqlite_store t;
+    auto log = t.store.open(session_id::parse("abc-1_X").value(), lease_epoch{1}).value();
+    EXPECT_TRUE(std::filesystem::exists(t.dir.path() / "sessions" / "abc-1_X.sqlite"));
+    EXPECT_TRUE(std::filesystem::exists(t.dir.path() / "catalog.sqlite"));
+    // Ids that could escape the directory or name a special database never become paths.
+    for (const char* bad : {"../x", "..", ":memory:", "file:x?mode=memory", "a/b", ""}) {
+        EXPECT_FALSE(session_id::parse(bad).has_value()) << bad;
+    }
+}
+
+TEST(SqliteStore, ClosesIdleFilesToStayUnderTheLimit) {
+    temp_sqlite_store t(4);
+    std::vector<std::unique_ptr<storage::session_log>> logs;
+    for (int i = 0; i < 20; ++i) {
+        auto log = t.store.open(session_id::parse("s" + std::to_string(i)).value(), lease_epoch{1})
+                       .value();
+        session_state st = log->load().value();
+        ASSERT_TRUE(
+            log->enqueue(st, user_in(lane::steer, "a", "x" + std::to_string(i)), unix_ms{1}));
+        EXPECT_LE(t.store.open_files(), 4u);
+        logs.push_back(std::move(log));
+    }
+    // Every session still works after its file was closed: it is reopened on use.
+    for (int i = 0; i < 20; ++i) {
+        auto st = logs[static_cast<std::size_t>(i)]->load().value();
+        ASSERT_EQ(st.in(lane::steer).pending.size(), 1u);
+        EXPECT_EQ(std::get<user_input>(st.in(lane::steer).pending[0].payload).content,
+                  "x" + std::to_string(i));
+        EXPECT_TRUE(logs[static_cast<std::size_t>(i)]->mark_idle(st).has_value());
+    }
+    EXPECT_LE(t.store.open_files(), 4u);
+}
+
+TEST(SqliteStore, TheCatalogListsSessionsAndHasWork) {
+    temp_sqlite_store t;
+    auto busy = t.store.open(session_id::parse("busy").value(), lease_epoch{1}).value();
+    auto idle = t.store.open(session_id::parse("idle").value(), lease_epoch{1}).value();
+    session_state st = busy->load().value();
+    ASSERT_TRUE(busy->enqueue(st, user_in(lane::follow_up, "f", "x"), unix_ms{1}));
+    auto all = t.store.sessions(false).value();
+    ASSERT_EQ(all.size(), 2u);
+    auto working = t.store.sessions(true).value();
+    ASSERT_EQ(working.size(), 1u);
+    EXPECT_EQ(working[0].id.str(), "busy");
+    ASSERT_TRUE(t.store.remove(session_id::parse("busy").value()));
+    EXPECT_TRUE(t.store.sessions(true).value().empty());
+    EXPECT_FALSE(std::filesystem::exists(t.store.path_of(session_id::parse("busy").value())));
+}
+
+TEST(SqliteStore, SchemaIsVersionedAndANewerSchemaIsRefused) {
+    temp_sqlite_store t;
+    auto id = session_id::parse("v").value();
+    { auto log = t.store.open(id, lease_epoch{1}).value(); }
+    {
+        storage::sqlite::db db(t.store.path_of(id).string(), "FULL", 1000);
+        auto& q = db.prepare("PRAGMA user_version");
+        ASSERT_TRUE(q.step());
+        EXPECT_EQ(q.int64(0), 1);
+        q.reset();
+        db.exec("PRAGMA user_version = 99");
+    }
+    // A new store object sees the file for the first time.
+    storage::sqlite_store again(storage::sqlite_options{t.dir.path()});
+    EXPECT_EQ(again.open(id, lease_epoch{2}).error(), make_error_code(storage::errc::corrupt));
+}
+
+TEST(SqliteStore, ACorruptFileIsAClearErrorNotACrash) {
+    temp_sqlite_store t;
+    auto id = session_id::parse("bad").value();
+    {
+        std::ofstream f(t.store.path_of(id), std::ios::binary);
+        f << std::string(8192, 'x');
+    }
+    EXPECT_EQ(t.store.open(id, lease_epoch{1}).error(), make_error_code(storage::errc::corrupt));
+}
+
+TEST(SqliteStore, ACorruptRowIsReportedAsCorrupt) {
+    temp_sqlite_store t;
+    auto id = session_id::parse("rows").value();
+    auto log = t.store.open(id, lease_epoch{1}).value();
+    session_state st = log->load().value();
+    auto out = log->enqueue(st, user_in(lane::steer, "a", "x"), unix_ms{1}).value();
+    {
+        storage::sqlite::db db(t.store.path_of(id).string(), "FULL", 1000);
+        db.exec("UPDATE journal SET body = '{\"seq\":\"oops\"}'");
+    }
+    EXPECT_EQ(log->load().error(), make_error_code(storage::errc::corrupt));
+}
+
+TEST(SqliteStore, LoadsASessionWith100000TranscriptEntries) {
+    temp_sqlite_store t;
+    auto log = t.store.open(session_id::parse("big").value(), lease_epoch{1}).value();
+    session_state st = log->load().value();
+    session_state target = st;
+    action_list actions;
+    for (int i = 0; i < 100'000; ++i) {
+        auto a = plan_append_marker(target, diagnostic{"note", "entry " + std::to_string(i)},
+                                    unix_ms{i});
+        apply_actions(a, target);
+        actions.insert(actions.end(), a.begin(), a.end());
+    }
+    ASSERT_TRUE(bulk::commit(*log, st, actions));
+    auto start = std::chrono::steady_clock::now();
+    auto loaded = log->load();
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                  std::chrono::steady_clock::now() - start)
+                  .count();
+    ASSERT_TRUE(loaded.has_value());
+    EXPECT_EQ(loaded->transcript.size(), 100'000u);
+    EXPECT_EQ(*loaded, target);
+    std::cout << "sqlite: loaded 100000 transcript entries in " << ms << " ms\n";
+    // Backfill since a recent version reads only the tail.
+    version_vector v = target.version();
+    v.transcript -= 10;
+    EXPECT_EQ(log->since(v)->transcript.size(), 10u);
+}
+
+}  // namespace wuhu::testing

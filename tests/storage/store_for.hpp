@@ -1,0 +1,14 @@
+// Opens a store from a URL, for the crash test's child and parent:
+//   sqlite:///path/to/data-dir     postgresql://... (or a libpq key=value DSN after "postgres:")
+#pragma once
+
+#include "storage/store.hpp"
+
+#include <memory>
+#include <string>
+
+namespace wuhu::testing {
+
+std::unique_ptr<storage::session_store> store_for(const std::string& url);
+
+}  // namespace wuhu::testing
