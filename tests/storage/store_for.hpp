@@ -1,5 +1,5 @@
 // Opens a store from a URL, for the crash test's child and parent:
-//   sqlite:///path/to/data-dir     postgresql://... (or a libpq key=value DSN after "postgres:")
+//   sqlite:///path/to/data-dir     postgres:<schema>:<libpq connection string>
 #pragma once
 
 #include "storage/store.hpp"

@@ -1,0 +1,400 @@
+#include "storage/postgres_store.hpp"
+
+#include "session/codec.hpp"
+#include "session/overloaded.hpp"
+#include "storage/rows.hpp"
+
+#include <pqxx/pqxx>
+
+#include <stdexcept>
+
+namespace wuhu::storage {
+
+namespace s = wuhu::session;
+namespace json = boost::json;
+
+namespace {
+
+// Versioned migrations; `migrations.version` records what was applied.
+const char* const migrations[] = {
+    R"(CREATE TABLE sessions (
+           session_id text PRIMARY KEY,
+           epoch bigint NOT NULL,
+           version text NOT NULL DEFAULT '0,0,0,0',
+           settings jsonb,
+           paused boolean NOT NULL DEFAULT false,
+           has_work boolean NOT NULL DEFAULT false);
+       CREATE INDEX sessions_has_work ON sessions (session_id) WHERE has_work;
+       CREATE TABLE transcript (
+           session_id text NOT NULL, seq bigint NOT NULL, at bigint NOT NULL, body jsonb NOT NULL,
+           PRIMARY KEY (session_id, seq));
+       CREATE TABLE journal (
+           session_id text NOT NULL, lane smallint NOT NULL, seq bigint NOT NULL,
+           at bigint NOT NULL, body jsonb NOT NULL,
+           PRIMARY KEY (session_id, lane, seq));
+       CREATE TABLE timers (
+           session_id text NOT NULL, id text NOT NULL, body jsonb NOT NULL,
+           PRIMARY KEY (session_id, id));)",
+};
+
+bool valid_schema(const std::string& s) {
+    if (s.empty() || s.size() > 63 || !((s[0] >= 'a' && s[0] <= 'z') || s[0] == '_')) {
+        return false;
+    }
+    for (char c : s) {
+        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) {
+            return false;
+        }
+    }
+    return true;
+}
+
+void prepare_statements(pqxx::connection& c) {
+    c.prepare("open",
+              "INSERT INTO sessions (session_id, epoch) VALUES ($1, $2) "
+              "ON CONFLICT (session_id) DO UPDATE SET epoch = EXCLUDED.epoch "
+              "WHERE sessions.epoch <= EXCLUDED.epoch RETURNING epoch");
+    c.prepare("fence",
+              "UPDATE sessions SET version = $4 WHERE session_id = $1 AND epoch = $2 "
+              "AND version = $3");
+    c.prepare("fence_why", "SELECT epoch FROM sessions WHERE session_id = $1");
+    c.prepare("insert_entry",
+              "INSERT INTO transcript (session_id, seq, at, body) VALUES ($1, $2, $3, $4::jsonb)");
+    c.prepare("insert_fact",
+              "INSERT INTO journal (session_id, lane, seq, at, body) "
+              "VALUES ($1, $2, $3, $4, $5::jsonb)");
+    c.prepare("set_settings", "UPDATE sessions SET settings = $2::jsonb WHERE session_id = $1");
+    c.prepare("set_has_work", "UPDATE sessions SET has_work = $2 WHERE session_id = $1");
+    c.prepare("set_paused", "UPDATE sessions SET paused = $2 WHERE session_id = $1");
+    c.prepare("insert_timer",
+              "INSERT INTO timers (session_id, id, body) VALUES ($1, $2, $3::jsonb)");
+    c.prepare("delete_timer", "DELETE FROM timers WHERE session_id = $1 AND id = $2");
+    c.prepare("load_session",
+              "SELECT version, settings::text, paused, has_work FROM sessions "
+              "WHERE session_id = $1");
+    c.prepare("load_entries",
+              "SELECT body::text FROM transcript WHERE session_id = $1 AND seq > $2 ORDER BY seq");
+    c.prepare("load_facts",
+              "SELECT lane, body::text FROM journal WHERE session_id = $1 "
+              "ORDER BY lane, seq");
+    c.prepare("load_facts_since",
+              "SELECT body::text FROM journal WHERE session_id = $1 "
+              "AND lane = $2 AND seq > $3 ORDER BY seq");
+    c.prepare("load_timers", "SELECT body::text FROM timers WHERE session_id = $1 ORDER BY id");
+}
+
+std::string dump(const json::value& v) {
+    return json::serialize(v);
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------------------ the pool
+
+struct postgres_store::connection {
+    explicit connection(const std::string& dsn) : c(dsn) {}
+    pqxx::connection c;
+};
+
+class postgres_store::lease {
+  public:
+    lease(postgres_store& s, std::unique_ptr<connection> c) : store_(&s), c_(std::move(c)) {}
+    lease(lease&& o) noexcept = default;
+    ~lease() {
+        if (c_) {
+            store_->release(std::move(c_), broken_);
+        }
+    }
+    pqxx::connection& operator*() { return c_->c; }
+    void mark_broken() { broken_ = true; }
+
+  private:
+    postgres_store* store_;
+    std::unique_ptr<connection> c_;
+    bool broken_ = false;
+};
+
+std::unique_ptr<postgres_store::connection> postgres_store::connect() {
+    auto c = std::make_unique<connection>(options_.dsn);
+    {
+        pqxx::nontransaction n(c->c);
+        n.exec0("SET search_path TO " + options_.schema);
+        n.exec0("SET synchronous_commit TO on");
+    }
+    prepare_statements(c->c);
+    return c;
+}
+
+postgres_store::lease postgres_store::acquire() {
+    std::unique_lock lock(mu_);
+    if (!cv_.wait_for(lock, options_.acquire_timeout,
+                      [&] { return !idle_.empty() || total_ < options_.pool_size; })) {
+        throw pqxx::broken_connection("no pooled connection became free in time");
+    }
+    if (!idle_.empty()) {
+        auto c = std::move(idle_.back());
+        idle_.pop_back();
+        return lease(*this, std::move(c));
+    }
+    ++total_;
+    lock.unlock();
+    try {
+        return lease(*this, connect());
+    } catch (...) {
+        std::lock_guard again(mu_);
+        --total_;
+        cv_.notify_one();
+        throw;
+    }
+}
+
+void postgres_store::release(std::unique_ptr<connection> c, bool broken) {
+    std::lock_guard lock(mu_);
+    if (broken || !c->c.is_open()) {
+        --total_;
+    } else {
+        idle_.push_back(std::move(c));
+    }
+    cv_.notify_one();
+}
+
+postgres_store::postgres_store(postgres_options options) : options_(std::move(options)) {
+    if (!valid_schema(options_.schema)) {
+        throw std::invalid_argument("postgres schema must match [a-z_][a-z0-9_]*");
+    }
+    if (options_.pool_size == 0) {
+        throw std::invalid_argument("postgres pool size must be at least 1");
+    }
+    try {
+        pqxx::connection c(options_.dsn);
+        pqxx::work w(c);
+        // One migrator at a time across the fleet.
+        w.exec("SELECT pg_advisory_xact_lock(7271001)");
+        w.exec0("CREATE SCHEMA IF NOT EXISTS " + options_.schema);
+        w.exec0("SET LOCAL search_path TO " + options_.schema);
+        w.exec0("CREATE TABLE IF NOT EXISTS migrations (version integer PRIMARY KEY)");
+        auto applied = w.exec1("SELECT coalesce(max(version), 0) FROM migrations")[0].as<int>();
+        const int known = static_cast<int>(std::size(migrations));
+        if (applied > known) {
+            throw std::runtime_error("the database schema is newer than this program");
+        }
+        for (int v = applied; v < known; ++v) {
+            w.exec0(migrations[v]);
+            w.exec_params0("INSERT INTO migrations (version) VALUES ($1)", v + 1);
+        }
+        w.commit();
+    } catch (const pqxx::failure& e) {
+        throw std::runtime_error(std::string("postgres: ") + e.what());
+    }
+}
+
+postgres_store::~postgres_store() = default;
+
+// ------------------------------------------------------------------------------ the log
+
+class postgres_log final : public session_log {
+  public:
+    postgres_log(postgres_store& store, session_id id, lease_epoch epoch)
+        : session_log(std::move(id), epoch), store_(store) {}
+
+  protected:
+    result<session_state> do_load() override {
+        return with_connection([&](pqxx::connection& c) -> result<session_state> {
+            pqxx::transaction<pqxx::repeatable_read, pqxx::read_only> t(c);
+            auto sess = t.exec_prepared("load_session", id().str());
+            if (sess.empty()) {
+                return errc::lease_lost;  // removed
+            }
+            state_builder b;
+            for (const auto& row : t.exec_prepared("load_entries", id().str(), 0)) {
+                b.entry(row[0].c_str());
+            }
+            for (const auto& row : t.exec_prepared("load_facts", id().str())) {
+                auto lane = row[0].as<int>();
+                if (lane < 0 || lane > 2) {
+                    return errc::corrupt;
+                }
+                b.fact(static_cast<s::lane>(lane), row[1].c_str());
+            }
+            for (const auto& row : t.exec_prepared("load_timers", id().str())) {
+                b.timer(row[0].c_str());
+            }
+            b.registers(sess[0][1].is_null() ? "" : sess[0][1].c_str(), sess[0][2].as<bool>(),
+                        sess[0][3].as<bool>());
+            t.commit();
+            return b.finish();
+        });
+    }
+
+    result<s::patch> do_since(const s::version_vector& from) override {
+        return with_connection([&](pqxx::connection& c) -> result<s::patch> {
+            pqxx::transaction<pqxx::repeatable_read, pqxx::read_only> t(c);
+            auto sess = t.exec_prepared("load_session", id().str());
+            if (sess.empty()) {
+                return errc::lease_lost;
+            }
+            auto to = decode_version(sess[0][0].c_str());
+            if (!to) {
+                return to.error();
+            }
+            if (!from.le(*to)) {
+                return s::errc::invalid_version;
+            }
+            patch_rows rows;
+            for (const auto& row : t.exec_prepared("load_entries", id().str(),
+                                                   static_cast<std::int64_t>(from.transcript))) {
+                rows.entries.emplace_back(row[0].c_str());
+            }
+            for (s::lane l : s::all_lanes) {
+                for (const auto& row : t.exec_prepared("load_facts_since", id().str(),
+                                                       static_cast<int>(s::index_of(l)),
+                                                       static_cast<std::int64_t>(from.of(l)))) {
+                    rows.facts[s::index_of(l)].emplace_back(row[0].c_str());
+                }
+            }
+            rows.settings_json = sess[0][1].is_null() ? "" : sess[0][1].c_str();
+            rows.paused = sess[0][2].as<bool>();
+            rows.has_work = sess[0][3].as<bool>();
+            t.commit();
+            return patch_from_rows(from, *to, rows);
+        });
+    }
+
+    result<void> do_commit(const session_state& before, const action_list& actions) override {
+        return with_connection([&](pqxx::connection& c) -> result<void> {
+            pqxx::work w(c);
+            const std::string sid = id().str();
+            // The fence: the first statement of the transaction.
+            auto fenced = w.exec_prepared("fence", sid, static_cast<std::int64_t>(epoch().value),
+                                          encode_version(before.version()),
+                                          encode_version(s::advance(before.version(), actions)));
+            if (fenced.affected_rows() != 1) {
+                auto why = w.exec_prepared("fence_why", sid);
+                if (why.empty() ||
+                    why[0][0].as<std::int64_t>() != static_cast<std::int64_t>(epoch().value)) {
+                    return errc::lease_lost;
+                }
+                return errc::conflict;
+            }
+            for (const auto& a : actions) {
+                write(w, sid, a);
+            }
+            w.commit();
+            return {};
+        });
+    }
+
+  private:
+    template <class F>
+    auto with_connection(F&& f) -> decltype(f(std::declval<pqxx::connection&>())) {
+        std::optional<postgres_store::lease> l;
+        try {
+            l.emplace(store_.acquire());
+            return f(**l);
+        } catch (const pqxx::in_doubt_error&) {
+            if (l) {
+                l->mark_broken();
+            }
+            return errc::unavailable;  // the commit may or may not have happened
+        } catch (const pqxx::broken_connection&) {
+            if (l) {
+                l->mark_broken();
+            }
+            return errc::unavailable;
+        } catch (const pqxx::data_exception&) {
+            return errc::corrupt;
+        } catch (const pqxx::failure&) {
+            return errc::unavailable;
+        } catch (const std::exception&) {
+            return errc::unavailable;
+        }
+    }
+
+    static void write(pqxx::work& w, const std::string& sid, const s::action& a) {
+        std::visit(
+            s::overloaded{
+                [&](const s::entry_appended& x) {
+                    w.exec_prepared0("insert_entry", sid, static_cast<std::int64_t>(x.e.id.value),
+                                     x.e.at.value, dump(s::to_json(x.e)));
+                },
+                [&](const s::journal_recorded& x) {
+                    w.exec_prepared0("insert_fact", sid, static_cast<int>(s::index_of(x.in)),
+                                     static_cast<std::int64_t>(x.j.seq.value), x.j.at.value,
+                                     dump(s::to_json(x.j)));
+                },
+                [&](const s::settings_set& x) {
+                    w.exec_prepared0("set_settings", sid, encode_settings(x.value));
+                },
+                [&](const s::has_work_set& x) { w.exec_prepared0("set_has_work", sid, x.value); },
+                [&](const s::paused_set& x) { w.exec_prepared0("set_paused", sid, x.value); },
+                [&](const s::timer_scheduled& x) {
+                    w.exec_prepared0("insert_timer", sid, x.t.id.str(), dump(s::to_json(x.t)));
+                },
+                [&](const s::timer_cleared& x) {
+                    w.exec_prepared0("delete_timer", sid, x.id.str());
+                },
+            },
+            a);
+    }
+
+    postgres_store& store_;
+};
+
+result<std::unique_ptr<session_log>> postgres_store::open(const session_id& id, lease_epoch epoch) {
+    try {
+        auto l = acquire();
+        try {
+            pqxx::work w(*l);
+            auto r = w.exec_prepared("open", id.str(), static_cast<std::int64_t>(epoch.value));
+            w.commit();
+            if (r.empty()) {
+                return errc::lease_lost;
+            }
+        } catch (const pqxx::broken_connection&) {
+            l.mark_broken();
+            throw;
+        }
+        return std::unique_ptr<session_log>(std::make_unique<postgres_log>(*this, id, epoch));
+    } catch (const pqxx::failure&) {
+        return errc::unavailable;
+    }
+}
+
+result<void> postgres_store::remove(const session_id& id) {
+    try {
+        auto l = acquire();
+        pqxx::work w(*l);
+        for (const char* table : {"transcript", "journal", "timers", "sessions"}) {
+            w.exec_params0(std::string("DELETE FROM ") + table + " WHERE session_id = $1",
+                           id.str());
+        }
+        w.commit();
+        return {};
+    } catch (const pqxx::failure&) {
+        return errc::unavailable;
+    }
+}
+
+result<std::vector<catalog_entry>> postgres_store::sessions(bool has_work_only) {
+    try {
+        auto l = acquire();
+        pqxx::nontransaction n(*l);
+        auto rows =
+            n.exec(has_work_only ? "SELECT session_id, has_work FROM sessions WHERE has_work "
+                                   "ORDER BY session_id"
+                                 : "SELECT session_id, has_work FROM sessions ORDER BY session_id");
+        std::vector<catalog_entry> out;
+        for (const auto& row : rows) {
+            auto sid = session_id::parse(row[0].c_str());
+            if (!sid) {
+                return errc::corrupt;
+            }
+            out.push_back({*sid, row[1].as<bool>()});
+        }
+        return out;
+    } catch (const pqxx::failure&) {
+        return errc::unavailable;
+    }
+}
+
+}  // namespace wuhu::storage

@@ -1,0 +1,59 @@
+// The PostgreSQL store: the hosted fleet's backend, where any worker can own any session.
+//
+// Schema (created by versioned migrations in `schema`): `sessions` (epoch, version, registers),
+// `transcript`, `journal` and `timers`, keyed by (session_id, seq) or (session_id, id). Every
+// operation is one transaction at Read Committed whose first statement is the fence: a guarded
+// UPDATE of the session row on (epoch, version). No row updated means lease_lost (a newer
+// epoch) or conflict. Values go in as bound parameters only; JSON bodies are the codec's, and
+// text reaching jsonb never holds \u0000 (the codec and the rules refuse or replace it).
+//
+// Connections come from a pool of `pool_size`; thread-safe.
+#pragma once
+
+#include "storage/sqlite_store.hpp"  // catalog_entry
+#include "storage/store.hpp"
+
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+namespace wuhu::storage {
+
+struct postgres_options {
+    std::string dsn;              // libpq connection string or URL
+    std::string schema = "wuhu";  // [a-z_][a-z0-9_]*, created if missing
+    std::size_t pool_size = 8;
+    std::chrono::milliseconds acquire_timeout{10'000};
+};
+
+class postgres_store final : public session_store {
+  public:
+    // Connects and migrates; throws std::runtime_error if the database cannot be reached.
+    explicit postgres_store(postgres_options options);
+    ~postgres_store() override;
+
+    result<std::unique_ptr<session_log>> open(const session_id& id, lease_epoch epoch) override;
+    result<void> remove(const session_id& id) override;
+    std::string_view backend() const override { return "postgres"; }
+
+    result<std::vector<catalog_entry>> sessions(bool has_work_only);
+
+    struct connection;  // a libpqxx connection with its prepared statements
+    class lease;        // a pooled connection, returned when destroyed
+
+  private:
+    friend class postgres_log;
+    lease acquire();
+    std::unique_ptr<connection> connect();
+    void release(std::unique_ptr<connection> c, bool broken);
+
+    postgres_options options_;
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::vector<std::unique_ptr<connection>> idle_;
+    std::size_t total_ = 0;
+};
+
+}  // namespace wuhu::storage

@@ -1,0 +1,140 @@
+// The PostgreSQL store against a real server (scripts/test starts it).
+#include "storage/postgres_store.hpp"
+#include "tests/storage/conformance.hpp"
+#include "tests/storage/pg_env.hpp"
+
+#include <chrono>
+#include <iostream>
+#include <thread>
+
+namespace wuhu::testing {
+
+namespace {
+
+struct temp_postgres_store final : storage::session_store {
+    explicit temp_postgres_store(std::size_t pool = 4)
+        : schema(fresh_schema("t")), store(storage::postgres_options{pg_dsn(), schema, pool}) {}
+    ~temp_postgres_store() override { drop_schema(schema); }
+    storage::result<std::unique_ptr<storage::session_log>> open(const session_id& id,
+                                                                lease_epoch e) override {
+        return store.open(id, e);
+    }
+    storage::result<void> remove(const session_id& id) override { return store.remove(id); }
+    std::string_view backend() const override { return store.backend(); }
+
+    std::string schema;
+    storage::postgres_store store;
+};
+
+}  // namespace
+
+INSTANTIATE_TEST_SUITE_P(Postgres, StoreConformance,
+                         ::testing::Values(store_factory{
+                             "postgres",
+                             [] {
+                                 return std::unique_ptr<storage::session_store>(
+                                     std::make_unique<temp_postgres_store>());
+                             }}),
+                         [](const auto& info) { return info.param.name; });
+
+TEST(PostgresStore, MigrationsAreVersionedAndIdempotent) {
+    temp_postgres_store t;
+    // A second store on the same schema finds it migrated and changes nothing.
+    storage::postgres_store again(storage::postgres_options{pg_dsn(), t.schema, 1});
+    pqxx::connection c(pg_dsn());
+    pqxx::nontransaction n(c);
+    auto r = n.exec("SELECT max(version), count(*) FROM " + t.schema + ".migrations");
+    EXPECT_EQ(r[0][0].as<int>(), 1);
+    EXPECT_EQ(r[0][1].as<int>(), 1);
+}
+
+TEST(PostgresStore, RejectsASchemaNameThatIsNotAnIdentifier) {
+    EXPECT_THROW(storage::postgres_store(storage::postgres_options{pg_dsn(), "x; DROP TABLE y", 1}),
+                 std::invalid_argument);
+}
+
+TEST(PostgresStore, AnUnreachableServerIsAClearError) {
+    EXPECT_THROW(storage::postgres_store(storage::postgres_options{
+                     "host=127.0.0.1 port=1 connect_timeout=2", "wuhu", 1}),
+                 std::runtime_error);
+}
+
+TEST(PostgresStore, TextReachingJsonbNeverHoldsNul) {
+    temp_postgres_store t;
+    auto log = t.store.open(session_id::parse("nul").value(), lease_epoch{1}).value();
+    session_state st = log->load().value();
+    auto m = reply(std::string("a\0b", 3), {{"c1", "echo"}});
+    auto actions = log->append_assistant(st, m, unix_ms{1});
+    ASSERT_TRUE(actions.has_value()) << actions.error().message();
+    apply_actions(*actions, st);
+    EXPECT_EQ(log->load().value(), st);
+    EXPECT_EQ(std::get<assistant_message>(st.transcript[0].body).text,
+              "a\xEF\xBF\xBD"
+              "b");
+}
+
+TEST(PostgresStore, ConcurrentSessionsShareThePool) {
+    temp_postgres_store t(3);
+    std::vector<std::thread> threads;
+    std::atomic<int> failures{0};
+    for (int i = 0; i < 8; ++i) {
+        threads.emplace_back([&, i] {
+            auto log =
+                t.store.open(session_id::parse("p" + std::to_string(i)).value(), lease_epoch{1});
+            if (!log) {
+                ++failures;
+                return;
+            }
+            session_state st = (*log)->load().value();
+            for (int k = 0; k < 20; ++k) {
+                auto r = (*log)->enqueue(st, user_in(lane::steer, "k" + std::to_string(k), "x"),
+                                         unix_ms{k});
+                if (!r) {
+                    ++failures;
+                    return;
+                }
+                apply_actions(r->actions, st);
+            }
+            if ((*log)->load().value() != st) {
+                ++failures;
+            }
+        });
+    }
+    for (auto& th : threads) {
+        th.join();
+    }
+    EXPECT_EQ(failures.load(), 0);
+    EXPECT_EQ(t.store.sessions(true).value().size(), 8u);
+}
+
+TEST(PostgresStore, LoadsASessionWith100000TranscriptEntries) {
+    temp_postgres_store t;
+    auto log = t.store.open(session_id::parse("big").value(), lease_epoch{1}).value();
+    {
+        pqxx::connection c(pg_dsn());
+        pqxx::work w(c);
+        w.exec0("SET LOCAL search_path TO " + t.schema);
+        w.exec0(
+            "INSERT INTO transcript (session_id, seq, at, body) "
+            "SELECT 'big', g, g, jsonb_build_object('id', g, 'at', g, 'type', 'diagnostic', "
+            "'code', 'note', 'message', 'entry ' || g) FROM generate_series(1, 100000) g");
+        w.exec0("UPDATE sessions SET version = '100000,0,0,0' WHERE session_id = 'big'");
+        w.commit();
+    }
+    auto start = std::chrono::steady_clock::now();
+    auto loaded = log->load();
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                  std::chrono::steady_clock::now() - start)
+                  .count();
+    ASSERT_TRUE(loaded.has_value()) << loaded.error().message();
+    EXPECT_EQ(loaded->transcript.size(), 100'000u);
+    EXPECT_EQ(std::get<diagnostic>(loaded->transcript.back().body).message, "entry 100000");
+    std::cout << "postgres: loaded 100000 transcript entries in " << ms << " ms\n";
+    version_vector v = loaded->version();
+    v.transcript -= 10;
+    EXPECT_EQ(log->since(v)->transcript.size(), 10u);
+    // The next write fences on the version the store holds.
+    EXPECT_TRUE(log->append_marker(*loaded, interruption{"x"}, unix_ms{1}).has_value());
+}
+
+}  // namespace wuhu::testing
