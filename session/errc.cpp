@@ -37,6 +37,7 @@ constexpr std::array<errc_text, errc_count> texts{{
     {"nothing_to_compact", "there is no segment old enough to summarize"},
     {"input_too_large", "queued input does not fit in the context window even after compaction"},
     {"invalid_entry", "the transcript entry is malformed"},
+    {"unknown_command", "the subject names no command of this service"},
 }};
 
 class category final : public boost::system::error_category {

@@ -39,9 +39,10 @@ enum class errc {
     nothing_to_compact,
     input_too_large,
     invalid_entry,
+    unknown_command,
 };
 
-inline constexpr int errc_count = static_cast<int>(errc::invalid_entry) + 1;
+inline constexpr int errc_count = static_cast<int>(errc::unknown_command) + 1;
 
 // The stable wire name, e.g. "invalid_session_id". Never changes once released.
 std::string_view code_name(errc e);

@@ -1,0 +1,203 @@
+#include "broker/protocol.hpp"
+
+#include "session/json_reader.hpp"
+#include "session/overloaded.hpp"
+#include "storage/errc.hpp"
+
+#include <array>
+
+namespace wuhu::broker {
+
+namespace json = boost::json;
+namespace s = wuhu::session;
+
+namespace {
+constexpr std::array<std::pair<verb, std::string_view>, 9> verbs{{
+    {verb::enqueue, "enqueue"},
+    {verb::cancel, "cancel"},
+    {verb::system, "system"},
+    {verb::subscribe, "subscribe"},
+    {verb::configure, "configure"},
+    {verb::abort, "abort"},
+    {verb::pause, "pause"},
+    {verb::resume, "resume"},
+    {verb::remove, "delete"},
+}};
+}  // namespace
+
+std::string_view verb_name(verb v) {
+    for (const auto& [k, name] : verbs) {
+        if (k == v) {
+            return name;
+        }
+    }
+    return "unknown";
+}
+
+s::result<route> parse_subject(std::string_view subject, std::string_view prefix) {
+    const std::string head = std::string(prefix) + ".session.";
+    if (subject.substr(0, head.size()) != head) {
+        return s::errc::unknown_command;
+    }
+    std::string_view rest = subject.substr(head.size());
+    auto dot = rest.rfind('.');
+    if (dot == std::string_view::npos) {
+        return s::errc::invalid_session_id;
+    }
+    std::string_view sid = rest.substr(0, dot);
+    std::string_view name = rest.substr(dot + 1);
+    auto id = s::session_id::parse(sid);  // a dot inside the id fails here
+    if (!id) {
+        return s::errc::invalid_session_id;
+    }
+    for (const auto& [k, n] : verbs) {
+        if (n == name) {
+            return route{std::move(*id), k};
+        }
+    }
+    return s::errc::unknown_command;
+}
+
+std::string request_subject(std::string_view prefix, const s::session_id& sid, verb v) {
+    return std::string(prefix) + ".session." + sid.str() + "." + std::string(verb_name(v));
+}
+
+std::string patch_subject(std::string_view prefix, const s::session_id& sid) {
+    return std::string(prefix) + ".events." + sid.str() + ".patch";
+}
+
+std::string delta_subject(std::string_view prefix, const s::session_id& sid) {
+    return std::string(prefix) + ".events." + sid.str() + ".delta";
+}
+
+std::string error_reply(std::string_view code, std::string_view message) {
+    return json::serialize(
+        json::object{{"ok", false}, {"error", json::object{{"code", code}, {"message", message}}}});
+}
+
+std::string error_reply(const boost::system::error_code& ec) {
+    std::string_view code = "internal";
+    if (ec.category() == s::session_category()) {
+        code = s::code_name(static_cast<s::errc>(ec.value()));
+    } else if (ec.category() == storage::storage_category()) {
+        code = storage::code_name(static_cast<storage::errc>(ec.value()));
+    }
+    return error_reply(code, ec.message());
+}
+
+std::string error_reply(const s::decode_error& e) {
+    return error_reply(s::code_name(e.code), e.message());
+}
+
+s::decoded<worker::command> decode_command(verb v, const json::value& body,
+                                           const s::request_limits& limits,
+                                           const s::queue_item_id& new_id) {
+    switch (v) {
+        case verb::enqueue: {
+            WUHU_TRY(r, s::decode_enqueue(body, limits));
+            return worker::command{worker::enqueue_command{
+                s::enqueue_input{r.in, r.id.value_or(new_id),
+                                 s::user_input{std::move(r.from), std::move(r.content)}}}};
+        }
+        case verb::system: {
+            WUHU_TRY(r, s::decode_system(body, limits));
+            return worker::command{worker::enqueue_command{
+                s::enqueue_input{s::lane::system, r.id.value_or(new_id),
+                                 s::system_input{std::move(r.source), std::move(r.content)}}}};
+        }
+        case verb::cancel: {
+            WUHU_TRY(r, s::decode_cancel(body));
+            return worker::command{worker::cancel_command{r.in, std::move(r.id)}};
+        }
+        case verb::configure: {
+            WUHU_TRY(r, s::decode_configure(body, limits));
+            return worker::command{worker::configure_command{std::move(r)}};
+        }
+        case verb::abort: {
+            WUHU_TRY(r, s::decode_abort(body));
+            return worker::command{worker::abort_command{std::move(r.reason)}};
+        }
+        case verb::pause:
+        case verb::resume: {
+            if (auto r = s::decode_empty(body); !r) {
+                return r.error();
+            }
+            return v == verb::pause ? worker::command{worker::pause_command{}}
+                                    : worker::command{worker::resume_command{}};
+        }
+        case verb::subscribe:
+        case verb::remove:
+            break;
+    }
+    return s::decode_error{s::errc::unknown_command, ""};
+}
+
+std::string ok_reply(verb v, const worker::command_reply& r) {
+    json::object o{{"ok", true}};
+    switch (v) {
+        case verb::enqueue:
+        case verb::system:
+            if (r.id) {
+                o["id"] = r.id->str();
+            }
+            break;
+        case verb::cancel:
+            o["canceled"] = r.canceled.value_or(false);
+            break;
+        case verb::configure:
+            if (r.config) {
+                o["settings"] = s::to_json(*r.config);
+            }
+            break;
+        default:
+            break;
+    }
+    return json::serialize(o);
+}
+
+std::string subscribe_reply(const s::patch& p, const s::status& st,
+                            const std::optional<worker::inflight_message>& inflight) {
+    json::object o{{"ok", true}, {"patch", s::to_json(p)}, {"status", s::to_json(st)}};
+    if (p.config) {
+        o["settings"] = s::to_json(*p.config);
+    }
+    if (inflight) {
+        o["inflight"] = json::object{
+            {"step", inflight->step}, {"text", inflight->text}, {"seq", inflight->deltas}};
+    }
+    return json::serialize(o);
+}
+
+std::string patch_event(const s::patch& p) {
+    return json::serialize(s::to_json(p));
+}
+
+std::optional<std::string> delta_event(const worker::loop_event& e) {
+    return std::visit(
+        s::overloaded{
+            [](const worker::stream_began_event& x) -> std::optional<std::string> {
+                return json::serialize(json::object{{"type", "message.start"}, {"step", x.step}});
+            },
+            [](const worker::stream_delta_event& x) -> std::optional<std::string> {
+                if (x.tool_call) {
+                    return json::serialize(json::object{{"type", "tool_call.delta"},
+                                                        {"seq", x.seq},
+                                                        {"id", x.tool_call->id},
+                                                        {"name", x.tool_call->name},
+                                                        {"arguments", x.tool_call->arguments}});
+                }
+                return json::serialize(
+                    json::object{{"type", "text.delta"}, {"seq", x.seq}, {"text", x.text}});
+            },
+            [](const worker::stream_ended_event& x) -> std::optional<std::string> {
+                if (x.committed) {
+                    return std::nullopt;  // the patch with the assistant entry is message.end
+                }
+                return json::serialize(json::object{{"type", "message.discard"}, {"step", x.step}});
+            },
+            [](const auto&) -> std::optional<std::string> { return std::nullopt; },
+        },
+        e);
+}
+
+}  // namespace wuhu::broker
