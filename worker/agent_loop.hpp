@@ -94,6 +94,7 @@ class agent_loop final : private tool_services {
     const session::session_id& id() const { return log_->id(); }
     const session::session_state& state() const { return state_; }
     session::loop_state current() const { return loop_; }
+    const std::optional<inflight_message>& inflight() const { return inflight_; }
     bool loaded() const { return loaded_; }
     bool failed() const { return failed_; }
     boost::system::error_code failure() const { return failure_; }

@@ -1,0 +1,98 @@
+#include "broker/nats_client.hpp"
+
+#include <nats/nats.h>
+
+#include <stdexcept>
+
+namespace wuhu::broker {
+
+namespace {
+
+void on_message(natsConnection*, natsSubscription*, natsMsg* msg, void* closure) {
+    nats_message m;
+    m.subject = natsMsg_GetSubject(msg);
+    if (const char* r = natsMsg_GetReply(msg)) {
+        m.reply = r;
+    }
+    m.data.assign(natsMsg_GetData(msg), static_cast<std::size_t>(natsMsg_GetDataLength(msg)));
+    natsMsg_Destroy(msg);
+    (*static_cast<nats_client::handler*>(closure))(std::move(m));
+}
+
+void check(natsStatus s, const char* what) {
+    if (s != NATS_OK) {
+        throw std::runtime_error(std::string(what) + ": " + natsStatus_GetText(s));
+    }
+}
+
+}  // namespace
+
+nats_client::nats_client(const std::string& url, const std::string& name) {
+    natsOptions* opts = nullptr;
+    check(natsOptions_Create(&opts), "nats options");
+    natsOptions_SetURL(opts, url.c_str());
+    natsOptions_SetName(opts, name.c_str());
+    natsOptions_SetSendAsap(opts, true);
+    natsOptions_SetMaxReconnect(opts, -1);
+    natsOptions_SetReconnectWait(opts, 250);
+    natsStatus s = natsConnection_Connect(&nc_, opts);
+    natsOptions_Destroy(opts);
+    check(s, ("nats connect to " + url).c_str());
+}
+
+nats_client::~nats_client() {
+    for (auto* sub : subs_) {
+        natsSubscription_Unsubscribe(sub);
+        natsSubscription_Destroy(sub);
+    }
+    if (nc_ != nullptr) {
+        natsConnection_Close(nc_);
+        natsConnection_Destroy(nc_);
+    }
+}
+
+bool nats_client::publish(const std::string& subject, std::string_view data) {
+    return natsConnection_Publish(nc_, subject.c_str(), data.data(),
+                                  static_cast<int>(data.size())) == NATS_OK;
+}
+
+void nats_client::subscribe(const std::string& subject, handler h) {
+    handlers_.push_back(std::make_unique<handler>(std::move(h)));
+    natsSubscription* sub = nullptr;
+    check(natsConnection_Subscribe(&sub, nc_, subject.c_str(), on_message, handlers_.back().get()),
+          "nats subscribe");
+    subs_.push_back(sub);
+}
+
+void nats_client::queue_subscribe(const std::string& subject, const std::string& queue, handler h) {
+    handlers_.push_back(std::make_unique<handler>(std::move(h)));
+    natsSubscription* sub = nullptr;
+    check(natsConnection_QueueSubscribe(&sub, nc_, subject.c_str(), queue.c_str(), on_message,
+                                        handlers_.back().get()),
+          "nats queue subscribe");
+    subs_.push_back(sub);
+}
+
+std::optional<std::string> nats_client::request(const std::string& subject, std::string_view data,
+                                                std::chrono::milliseconds timeout) {
+    natsMsg* reply = nullptr;
+    natsStatus s = natsConnection_Request(&reply, nc_, subject.c_str(), data.data(),
+                                          static_cast<int>(data.size()),
+                                          static_cast<int64_t>(timeout.count()));
+    if (s != NATS_OK) {
+        return std::nullopt;
+    }
+    std::string out(natsMsg_GetData(reply), static_cast<std::size_t>(natsMsg_GetDataLength(reply)));
+    natsMsg_Destroy(reply);
+    return out;
+}
+
+void nats_client::flush() {
+    natsConnection_FlushTimeout(nc_, 5000);
+}
+
+std::int64_t nats_client::max_payload() const {
+    return natsConnection_GetMaxPayload(nc_);
+}
+
+}  // namespace wuhu::broker

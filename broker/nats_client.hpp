@@ -1,0 +1,54 @@
+// A small C++ face on libnats: connect, publish, subscribe (optionally in a queue group) and
+// request. Message callbacks run on libnats threads: they get a copy of the message and must
+// not block (post the work to an executor).
+//
+// The connection sends at once (natsOptions_SetSendAsap: replies take ~0.2 ms instead of ~1 ms)
+// and reconnects forever, replaying its subscriptions.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+struct __natsConnection;
+struct __natsSubscription;
+
+namespace wuhu::broker {
+
+struct nats_message {
+    std::string subject;
+    std::string reply;
+    std::string data;
+};
+
+class nats_client {
+  public:
+    using handler = std::function<void(nats_message)>;
+
+    // Throws std::runtime_error when the server cannot be reached.
+    nats_client(const std::string& url, const std::string& name);
+    ~nats_client();
+    nats_client(const nats_client&) = delete;
+    nats_client& operator=(const nats_client&) = delete;
+
+    // False when the message could not be handed to libnats.
+    bool publish(const std::string& subject, std::string_view data);
+    void subscribe(const std::string& subject, handler h);
+    void queue_subscribe(const std::string& subject, const std::string& queue, handler h);
+    // A request-reply round trip; nullopt on timeout or no responders.
+    std::optional<std::string> request(const std::string& subject, std::string_view data,
+                                       std::chrono::milliseconds timeout);
+    void flush();
+    std::int64_t max_payload() const;
+
+  private:
+    __natsConnection* nc_ = nullptr;
+    std::vector<__natsSubscription*> subs_;
+    std::vector<std::unique_ptr<handler>> handlers_;
+};
+
+}  // namespace wuhu::broker

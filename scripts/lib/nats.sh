@@ -1,0 +1,44 @@
+# Starts and stops a throwaway nats-server for tests: 127.0.0.1, a free port, stopped by PID.
+#
+#   source scripts/lib/nats.sh
+#   nats_start            # exports WUHU_TEST_NATS_URL; exits the shell with an error if it cannot
+#   nats_stop
+
+nats_start() {
+    NATS_DIR=$(mktemp -d /tmp/wuhu-nats.XXXXXX)
+    local tries port
+    for tries in 1 2 3; do
+        port=$((20000 + RANDOM % 30000))
+        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+            continue
+        fi
+        nats-server -a 127.0.0.1 -p "$port" -l "$NATS_DIR/nats.log" -P "$NATS_DIR/nats.pid" &
+        NATS_PID=$!
+        for _ in $(seq 50); do
+            if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+                export WUHU_TEST_NATS_URL="nats://127.0.0.1:$port"
+                echo "nats: started on 127.0.0.1:$port (pid $NATS_PID)"
+                return 0
+            fi
+            kill -0 "$NATS_PID" 2>/dev/null || break
+            sleep 0.1
+        done
+        kill "$NATS_PID" 2>/dev/null || true
+    done
+    echo "nats: could not start; log:" >&2
+    cat "$NATS_DIR/nats.log" >&2 || true
+    exit 1
+}
+
+nats_stop() {
+    if [ -n "${NATS_PID:-}" ] && kill -0 "$NATS_PID" 2>/dev/null; then
+        kill "$NATS_PID"
+        for _ in $(seq 50); do
+            kill -0 "$NATS_PID" 2>/dev/null || break
+            sleep 0.1
+        done
+    fi
+    [ -n "${NATS_DIR:-}" ] && rm -rf "$NATS_DIR"
+    NATS_PID=
+    NATS_DIR=
+}

@@ -1,0 +1,239 @@
+// The worker's request side against a real nats-server (scripts/test starts it and sets
+// WUHU_TEST_NATS_URL): requests in, replies after commit, patches and deltas out.
+#include "broker/server.hpp"
+#include "storage/sqlite_store.hpp"
+#include "tests/support/builders.hpp"
+#include "tests/support/temp_dir.hpp"
+#include "worker/scripted_provider.hpp"
+
+#include <gtest/gtest.h>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+
+#include <condition_variable>
+#include <cstdlib>
+#include <future>
+#include <thread>
+
+namespace wuhu::testing {
+
+namespace json = boost::json;
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::string nats_url() {
+    const char* url = std::getenv("WUHU_TEST_NATS_URL");
+    if (url == nullptr || *url == '\0') {
+        ADD_FAILURE() << "WUHU_TEST_NATS_URL is not set: run the tests with scripts/test, which "
+                         "starts a nats-server";
+        return "nats://127.0.0.1:1";
+    }
+    return url;
+}
+
+constexpr const char* script = R"({"responses":[
+    {"chunks":["Hel","lo"],"chunk_delay_ms":5},
+    {"text":"second answer"},
+    {"text":"third answer"}]})";
+
+// A worker (SQLite store in a temp dir, scripted model) on its own thread, and a client.
+class worker_fixture : public ::testing::Test {
+  protected:
+    void SetUp() override {
+        store_ = std::make_unique<storage::sqlite_store>(storage::sqlite_options{dir_.path()});
+        worker::add_builtin_tools(tools_);
+        nats_ = std::make_unique<broker::nats_client>(nats_url(), "test-worker");
+        client_ = std::make_unique<broker::nats_client>(nats_url(), "test-client");
+        broker::server_options options;
+        options.prefix = prefix_;
+        server_ = std::make_unique<broker::server>(io_.get_executor(), *nats_, options);
+        registry_ = std::make_unique<worker::session_registry>(
+            io_.get_executor(), *store_,
+            [this] {
+                return std::make_unique<worker::scripted_provider>(
+                    worker::parse_script(script).value(), clock_);
+            },
+            tools_, clock_, worker::loop_options{},
+            [](const session_id&) { return lease_epoch{1}; }, server_->publisher());
+        server_->start(*registry_);
+        thread_ = std::thread([this] { io_.run(); });
+    }
+
+    void TearDown() override {
+        std::promise<void> stopped;
+        asio::post(io_, [&] {
+            registry_->stop();
+            stopped.set_value();
+        });
+        stopped.get_future().wait();
+        std::this_thread::sleep_for(50ms);  // let the cancelled loops return
+        work_.reset();
+        io_.stop();
+        thread_.join();
+        registry_.reset();
+    }
+
+    json::value request(const std::string& sid, const std::string& verb, const std::string& body) {
+        return request_raw("wuhu_t.session." + sid + "." + verb, body);
+    }
+    json::value request_raw(const std::string& subject, const std::string& body) {
+        auto r = client_->request(subject, body, 5s);
+        if (!r) {
+            ADD_FAILURE() << "no reply to " << subject;
+            return json::object{};
+        }
+        return json::parse(*r);
+    }
+
+    // Collects events of one session.
+    void watch(const std::string& sid) {
+        client_->subscribe("wuhu_t.events." + sid + ".>", [this](broker::nats_message m) {
+            std::lock_guard lock(mu_);
+            events_.push_back({m.subject, json::parse(m.data)});
+            cv_.notify_all();
+        });
+        client_->flush();
+    }
+    // Waits (at most 10 s) until `pred` holds over the events.
+    bool wait_for(
+        const std::function<bool(const std::vector<std::pair<std::string, json::value>>&)>& pred) {
+        std::unique_lock lock(mu_);
+        return cv_.wait_for(lock, 10s, [&] { return pred(events_); });
+    }
+
+    temp_dir dir_;
+    std::string prefix_ = "wuhu_t";
+    asio::io_context io_;
+    asio::executor_work_guard<asio::io_context::executor_type> work_{io_.get_executor()};
+    worker::system_clock clock_;
+    worker::tool_registry tools_;
+    std::unique_ptr<storage::sqlite_store> store_;
+    std::unique_ptr<broker::nats_client> nats_;
+    std::unique_ptr<broker::nats_client> client_;
+    std::unique_ptr<broker::server> server_;
+    std::unique_ptr<worker::session_registry> registry_;
+    std::thread thread_;
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::vector<std::pair<std::string, json::value>> events_;
+};
+
+bool has_assistant(const std::vector<std::pair<std::string, json::value>>& events,
+                   const std::string& text) {
+    for (const auto& [subject, v] : events) {
+        if (subject.ends_with(".patch")) {
+            for (const auto& e : v.at("transcript").as_array()) {
+                if (e.at("type") == "assistant_message" && e.at("text").as_string() == text) {
+                    return true;
+                }
+            }
+        }
+    }
+    return false;
+}
+
+}  // namespace
+
+TEST_F(worker_fixture, EnqueueIsAckedThenMaterializedAndAnsweredInChainedPatches) {
+    watch("s1");
+    auto reply = request(
+        "s1", "enqueue",
+        R"({"lane":"followUp","id":"f1","author":{"id":"u1","name":"Ann","kind":"human"},"content":"hi"})");
+    EXPECT_EQ(reply.at("ok"), true);
+    EXPECT_EQ(reply.at("id"), "f1");
+    ASSERT_TRUE(wait_for([](const auto& ev) { return has_assistant(ev, "Hello"); }));
+    std::lock_guard lock(mu_);
+    json::value last_to;
+    bool saw_start = false;
+    int text_deltas = 0;
+    for (const auto& [subject, v] : events_) {
+        if (subject.ends_with(".patch")) {
+            if (!last_to.is_null()) {
+                EXPECT_EQ(v.at("from"), last_to) << "patches chain without gaps";
+            }
+            last_to = v.at("to");
+        } else {
+            saw_start |= v.at("type") == "message.start";
+            text_deltas += v.at("type") == "text.delta";
+        }
+    }
+    EXPECT_TRUE(saw_start);
+    EXPECT_EQ(text_deltas, 2);
+}
+
+TEST_F(worker_fixture, AnIdRetriedGetsTheSameReplyAndChangesNothing) {
+    auto first =
+        request("s2", "system", R"({"id":"cb-1","source":"asyncBashCallback","content":"done"})");
+    auto again =
+        request("s2", "system", R"({"id":"cb-1","source":"asyncBashCallback","content":"done"})");
+    EXPECT_EQ(first, again);
+    EXPECT_EQ(first.at("id"), "cb-1");
+    // One enqueued fact (and perhaps its materialization), never a second enqueue.
+    auto sub = request("s2", "subscribe", "{}");
+    EXPECT_LE(sub.at("patch").at("to").at("system").to_number<int>(), 2);
+    int enqueues = 0;
+    for (const auto& f : sub.at("patch").at("journal").at("system").as_array()) {
+        enqueues += f.at("fact") == "enqueued";
+    }
+    EXPECT_LE(enqueues, 1);
+}
+
+TEST_F(worker_fixture, BadInputGetsItsErrorCodeAndChangesNothing) {
+    struct bad {
+        std::string subject;
+        std::string body;
+        const char* code;
+    };
+    const std::string big(300 * 1024, 'x');
+    const std::vector<bad> table = {
+        {"wuhu_t.session.a.b.enqueue", R"({"lane":"steer","content":"x"})", "invalid_session_id"},
+        {"wuhu_t.session.*.enqueue", R"({"lane":"steer","content":"x"})", "invalid_session_id"},
+        {"wuhu_t.session.>.enqueue", R"({"lane":"steer","content":"x"})", "invalid_session_id"},
+        {"wuhu_t.session.clean.enqueue", "{not json", "invalid_json"},
+        {"wuhu_t.session.clean.enqueue", R"({"lane":"steer","content":5})", "invalid_type"},
+        {"wuhu_t.session.clean.enqueue", R"({"lane":"sideways","content":"x"})", "invalid_lane"},
+        {"wuhu_t.session.clean.cancel", R"({"lane":"system","id":"x"})", "not_cancelable"},
+        {"wuhu_t.session.clean.enqueue", R"({"lane":"steer","content":")" + big + "\"}",
+         "content_too_large"},
+        {"wuhu_t.session.clean.enqueue", "{\"lane\":\"steer\",\"content\":\"\xFF\"}",
+         "invalid_utf8"},
+        {"wuhu_t.session.clean.explode", "{}", "unknown_command"},
+    };
+    for (const auto& b : table) {
+        auto r = request_raw(b.subject, b.body);
+        ASSERT_TRUE(r.is_object()) << b.subject;
+        EXPECT_EQ(r.at("ok"), false) << b.subject << " " << b.body.substr(0, 60);
+        EXPECT_EQ(r.at("error").at("code"), b.code) << b.subject << " " << b.body.substr(0, 60);
+        EXPECT_FALSE(r.at("error").at("message").as_string().empty());
+    }
+    auto sub = request("clean", "subscribe", "{}");
+    EXPECT_EQ(sub.at("patch").at("to"),
+              json::parse(R"({"transcript":0,"system":0,"steer":0,"followUp":0})"));
+}
+
+TEST_F(worker_fixture, SubscribeSinceAVersionGetsExactlyTheMissingChanges) {
+    watch("s3");
+    request("s3", "enqueue", R"({"lane":"followUp","id":"f1","content":"one"})");
+    ASSERT_TRUE(wait_for([](const auto& ev) { return has_assistant(ev, "Hello"); }));
+    auto mid = request("s3", "subscribe", "{}").at("patch").at("to");
+    request("s3", "enqueue", R"({"lane":"followUp","id":"f2","content":"two"})");
+    ASSERT_TRUE(wait_for([](const auto& ev) { return has_assistant(ev, "second answer"); }));
+    auto sub = request("s3", "subscribe", R"({"since":)" + json::serialize(mid) + "}");
+    ASSERT_EQ(sub.at("ok"), true);
+    const auto& p = sub.at("patch");
+    EXPECT_EQ(p.at("from"), mid);
+    const auto& entries = p.at("transcript").as_array();
+    ASSERT_EQ(entries.size(), 2u);  // the follow-up and its answer, nothing older
+    EXPECT_EQ(entries[0].at("content"), "two");
+    EXPECT_EQ(entries[1].at("text"), "second answer");
+    // f2 was enqueued and materialized inside the window: coalesced away.
+    EXPECT_TRUE(p.at("journal").at("followUp").as_array().empty());
+    // The registers always come with the reply (their value races the loop's last step).
+    EXPECT_TRUE(sub.at("status").as_object().contains("state"));
+    EXPECT_TRUE(sub.at("settings").as_object().contains("model"));
+}
+
+}  // namespace wuhu::testing

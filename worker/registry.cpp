@@ -1,0 +1,69 @@
+#include "worker/registry.hpp"
+
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/co_spawn.hpp>
+
+namespace wuhu::worker {
+
+session_registry::session_registry(asio::any_io_executor ex, storage::session_store& store,
+                                   provider_factory providers, const tool_registry& tools,
+                                   clock& clk, loop_options opts, epoch_source epochs,
+                                   event_forwarder events)
+    : ex_(std::move(ex)),
+      store_(store),
+      providers_(std::move(providers)),
+      tools_(tools),
+      clock_(clk),
+      opts_(opts),
+      epochs_(std::move(epochs)),
+      events_(std::move(events)) {}
+
+session_registry::~session_registry() {
+    stop();
+}
+
+void session_registry::drop_failed() {
+    std::erase_if(sessions_, [](const auto& kv) { return !kv.second->running; });
+}
+
+boost::system::result<agent_loop*> session_registry::get(const session::session_id& id) {
+    drop_failed();  // a failed session is reloaded from the store on its next use
+    if (auto it = sessions_.find(id.str()); it != sessions_.end()) {
+        return it->second->loop.get();
+    }
+    auto log = store_.open(id, epochs_(id));
+    if (!log) {
+        return log.error();
+    }
+    auto e = std::make_unique<entry>();
+    e->prov = providers_();
+    e->loop = std::make_unique<agent_loop>(ex_, std::move(*log), *e->prov, tools_, clock_, opts_);
+    e->sub = e->loop->observe([this, id](const loop_event& ev) { events_(id, ev); }).sub;
+    e->running = true;
+    entry* raw = e.get();
+    // The loop is a tracked child: stop() cancels it through its slot, and its completion
+    // marks the entry so the next get() reloads the session.
+    asio::co_spawn(ex_, raw->loop->start(),
+                   asio::bind_cancellation_slot(
+                       raw->stop.slot(), [raw](std::exception_ptr) { raw->running = false; }));
+    sessions_.emplace(id.str(), std::move(e));
+    return raw->loop.get();
+}
+
+boost::system::result<void> session_registry::remove(const session::session_id& id) {
+    if (auto it = sessions_.find(id.str()); it != sessions_.end()) {
+        it->second->stop.emit(asio::cancellation_type::terminal);
+        // The entry stays until its loop has returned (it holds the loop the coroutine uses).
+    }
+    return store_.remove(id);
+}
+
+void session_registry::stop() {
+    for (auto& [id, e] : sessions_) {
+        if (e->running) {
+            e->stop.emit(asio::cancellation_type::terminal);
+        }
+    }
+}
+
+}  // namespace wuhu::worker
