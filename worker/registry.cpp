@@ -58,6 +58,14 @@ boost::system::result<void> session_registry::remove(const session::session_id& 
     return store_.remove(id);
 }
 
+std::size_t session_registry::running() const {
+    std::size_t n = 0;
+    for (const auto& [id, e] : sessions_) {
+        n += e->running ? 1 : 0;
+    }
+    return n;
+}
+
 void session_registry::stop() {
     for (auto& [id, e] : sessions_) {
         if (e->running) {

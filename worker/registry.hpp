@@ -33,6 +33,8 @@ class session_registry {
     // Cancels every loop.
     void stop();
     std::size_t size() const { return sessions_.size(); }
+    // Loops that have not returned yet.
+    std::size_t running() const;
 
   private:
     struct entry {

@@ -80,7 +80,8 @@ class worker_fixture : public ::testing::Test {
         return request_raw("wuhu_t.session." + sid + "." + verb, body);
     }
     json::value request_raw(const std::string& subject, const std::string& body) {
-        auto r = client_->request(subject, body, 5s);
+        // Bounded, but generous: under the full parallel run the crash tests saturate the disk.
+        auto r = client_->request(subject, body, 30s);
         if (!r) {
             ADD_FAILURE() << "no reply to " << subject;
             return json::object{};
@@ -101,7 +102,7 @@ class worker_fixture : public ::testing::Test {
     bool wait_for(
         const std::function<bool(const std::vector<std::pair<std::string, json::value>>&)>& pred) {
         std::unique_lock lock(mu_);
-        return cv_.wait_for(lock, 10s, [&] { return pred(events_); });
+        return cv_.wait_for(lock, 30s, [&] { return pred(events_); });
     }
 
     temp_dir dir_;
