@@ -34,7 +34,7 @@ std::string nats_url() {
     return url;
 }
 
-constexpr const char* script = R"({"responses":[
+constexpr const char* default_script = R"({"responses":[
     {"chunks":["Hel","lo"],"chunk_delay_ms":5},
     {"text":"second answer"},
     {"text":"third answer"}]})";
@@ -54,7 +54,7 @@ class worker_fixture : public ::testing::Test {
             io_.get_executor(), *store_,
             [this] {
                 return std::make_unique<worker::scripted_provider>(
-                    worker::parse_script(script).value(), clock_);
+                    worker::parse_script(script_).value(), clock_);
             },
             tools_, clock_, worker::loop_options{},
             [](const session_id&) { return lease_epoch{1}; }, server_->publisher());
@@ -105,6 +105,7 @@ class worker_fixture : public ::testing::Test {
         return cv_.wait_for(lock, 30s, [&] { return pred(events_); });
     }
 
+    std::string script_ = default_script;
     temp_dir dir_;
     std::string prefix_ = "wuhu_t";
     asio::io_context io_;
@@ -121,6 +122,29 @@ class worker_fixture : public ::testing::Test {
     std::condition_variable cv_;
     std::vector<std::pair<std::string, json::value>> events_;
 };
+
+// The transcript entries of every patch, in order.
+std::vector<json::value> entries_of(
+    const std::vector<std::pair<std::string, json::value>>& events) {
+    std::vector<json::value> out;
+    for (const auto& [subject, v] : events) {
+        if (subject.ends_with(".patch")) {
+            for (const auto& e : v.at("transcript").as_array()) {
+                out.push_back(e);
+            }
+        }
+    }
+    return out;
+}
+
+bool has_entry(const std::vector<std::pair<std::string, json::value>>& events, const char* type) {
+    for (const auto& e : entries_of(events)) {
+        if (e.at("type") == type) {
+            return true;
+        }
+    }
+    return false;
+}
 
 bool has_assistant(const std::vector<std::pair<std::string, json::value>>& events,
                    const std::string& text) {
@@ -235,6 +259,94 @@ TEST_F(worker_fixture, SubscribeSinceAVersionGetsExactlyTheMissingChanges) {
     // The registers always come with the reply (their value races the loop's last step).
     EXPECT_TRUE(sub.at("status").as_object().contains("state"));
     EXPECT_TRUE(sub.at("settings").as_object().contains("model"));
+}
+
+class tool_worker_fixture : public worker_fixture {
+  protected:
+    tool_worker_fixture() {
+        script_ = R"({"responses":[
+            {"text":"working","tool_calls":[{"name":"sleep","arguments":{"ms":1500}}]},
+            {"text":"adjusted"},
+            {"text":"follow-up answered"}]})";
+    }
+};
+
+TEST_F(tool_worker_fixture, ASteerDuringAToolCallReachesTheNextInference) {
+    watch("t1");
+    request("t1", "enqueue", R"({"lane":"followUp","id":"f1","content":"go"})");
+    ASSERT_TRUE(wait_for([](const auto& ev) { return has_entry(ev, "tool_started"); }));
+    auto r = request("t1", "enqueue", R"({"lane":"steer","id":"s1","content":"use staging"})");
+    EXPECT_EQ(r.at("ok"), true);
+    ASSERT_TRUE(wait_for([](const auto& ev) { return has_assistant(ev, "adjusted"); }));
+    std::lock_guard lock(mu_);
+    std::vector<std::string> order;
+    for (const auto& e : entries_of(events_)) {
+        order.push_back(json::value_to<std::string>(e.at("type")));
+    }
+    EXPECT_EQ(order,
+              (std::vector<std::string>{"party_message", "assistant_message", "tool_started",
+                                        "tool_result", "party_message", "assistant_message"}));
+}
+
+TEST_F(tool_worker_fixture, CancelBeforeMaterializationAndASystemCallback) {
+    watch("t2");
+    request("t2", "enqueue", R"({"lane":"followUp","id":"f1","content":"go"})");
+    ASSERT_TRUE(wait_for([](const auto& ev) { return has_entry(ev, "tool_started"); }));
+    request("t2", "enqueue", R"({"lane":"followUp","id":"f2","content":"never mind"})");
+    auto c = request("t2", "cancel", R"({"lane":"followUp","id":"f2"})");
+    EXPECT_EQ(c.at("canceled"), true);
+    auto sys = request("t2", "system",
+                       R"({"id":"cb","source":"asyncTaskNotification","content":"task 7 done"})");
+    EXPECT_EQ(sys.at("id"), "cb");
+    ASSERT_TRUE(wait_for([](const auto& ev) { return has_assistant(ev, "adjusted"); }));
+    std::lock_guard lock(mu_);
+    bool system_seen = false;
+    for (const auto& e : entries_of(events_)) {
+        EXPECT_NE(e.as_object().contains("content") ? e.at("content") : json::value(),
+                  "never mind");
+        system_seen |= e.at("type") == "system_message" && e.at("content") == "task 7 done";
+    }
+    EXPECT_TRUE(system_seen);
+    // A canceled item cannot be canceled into "not canceled": the retry gives the same reply.
+    EXPECT_EQ(request("t2", "cancel", R"({"lane":"followUp","id":"f2"})"), c);
+}
+
+class streaming_worker_fixture : public worker_fixture {
+  protected:
+    streaming_worker_fixture() {
+        script_ = R"({"responses":[
+            {"chunks":["one ","two ","three ","four"],"chunk_delay_ms":400}]})";
+    }
+};
+
+TEST_F(streaming_worker_fixture, SubscribingMidStreamYieldsTheAccumulatedTextThenLiveDeltas) {
+    watch("m1");
+    request("m1", "enqueue", R"({"lane":"followUp","id":"f1","content":"count"})");
+    ASSERT_TRUE(wait_for([](const auto& ev) {
+        for (const auto& [subject, v] : ev) {
+            if (v.as_object().contains("type") && v.at("type") == "text.delta" &&
+                v.at("seq") == 2) {
+                return true;
+            }
+        }
+        return false;
+    }));
+    auto sub = request("m1", "subscribe", "{}");
+    ASSERT_TRUE(sub.as_object().contains("inflight")) << json::serialize(sub);
+    const auto inflight_text = json::value_to<std::string>(sub.at("inflight").at("text"));
+    const auto inflight_seq = sub.at("inflight").at("seq").to_number<int>();
+    EXPECT_TRUE(inflight_text.starts_with("one two")) << inflight_text;
+    ASSERT_TRUE(wait_for([](const auto& ev) { return has_assistant(ev, "one two three four"); }));
+    // Deltas after the subscribe continue the sequence: accumulated text + later deltas = all.
+    std::lock_guard lock(mu_);
+    std::string rest;
+    for (const auto& [subject, v] : events_) {
+        if (subject.ends_with(".delta") && v.at("type") == "text.delta" &&
+            v.at("seq").to_number<int>() > inflight_seq) {
+            rest += json::value_to<std::string>(v.at("text"));
+        }
+    }
+    EXPECT_EQ(inflight_text + rest, "one two three four");
 }
 
 }  // namespace wuhu::testing
