@@ -281,6 +281,15 @@ asio::awaitable<boost::system::result<command_reply>> agent_loop::send(command c
     co_return reply;
 }
 
+boost::system::error_code agent_loop::load() {
+    try {
+        ensure_loaded();
+    } catch (const session_failure&) {
+        return failure_;
+    }
+    return {};
+}
+
 // ------------------------------------------------------------------------------ lifecycle
 
 void agent_loop::recover_orphan() {

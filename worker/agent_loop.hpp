@@ -83,6 +83,10 @@ class agent_loop final : private tool_services {
     // fails (see failure()).
     asio::awaitable<void> start();
 
+    // Loads the session from the store now (start() and send() do it too): the state and
+    // observe() then reflect the store. The failure, if loading fails (the loop has failed).
+    boost::system::error_code load();
+
     // A command, acknowledged after it is durable. Errors: the rule's (session::errc), or the
     // store's (storage::errc; the session has then failed).
     asio::awaitable<boost::system::result<command_reply>> send(command c);

@@ -12,9 +12,12 @@
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
 
 #include <fstream>
 #include <sstream>
@@ -42,6 +45,18 @@ std::unique_ptr<wuhu::storage::session_store> open_store(const std::string& url,
         return std::make_unique<wuhu::storage::postgres_store>(o);
     }
     throw std::invalid_argument("--store must be sqlite:///<dir> or postgresql://...");
+}
+
+// Lets the cancelled session loops unwind (at most 10 s), then stops the io_context.
+asio::awaitable<void> drain_then_stop(wuhu::worker::session_registry& registry,
+                                      asio::io_context& io) {
+    asio::steady_timer timer(co_await asio::this_coro::executor);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (registry.running() > 0 && std::chrono::steady_clock::now() < deadline) {
+        timer.expires_after(std::chrono::milliseconds(10));
+        co_await timer.async_wait(asio::use_awaitable);
+    }
+    io.stop();
 }
 
 std::string read_file(const std::string& path) {
@@ -114,19 +129,7 @@ int main(int argc, char** argv) {
             }
             log->info("signal {}: stopping {} sessions", sig, registry.size());
             registry.stop();
-            // Let the cancelled loops unwind (bounded), then stop.
-            auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-            auto check = std::make_shared<std::function<void()>>();
-            auto timer = std::make_shared<asio::steady_timer>(io);
-            *check = [&, check, timer, deadline] {
-                if (registry.running() == 0 || std::chrono::steady_clock::now() > deadline) {
-                    io.stop();
-                    return;
-                }
-                timer->expires_after(std::chrono::milliseconds(10));
-                timer->async_wait([check](const boost::system::error_code&) { (*check)(); });
-            };
-            (*check)();
+            asio::co_spawn(io, drain_then_stop(registry, io), asio::detached);
         });
         log->info("serving {}.session.> on {} with store {}", prefix, nats_url,
                   std::string(store->backend()));

@@ -38,6 +38,10 @@ boost::system::result<agent_loop*> session_registry::get(const session::session_
     auto e = std::make_unique<entry>();
     e->prov = providers_();
     e->loop = std::make_unique<agent_loop>(ex_, std::move(*log), *e->prov, tools_, clock_, opts_);
+    // Loaded before anyone reads it (a subscribe right after the load sees the stored state).
+    if (auto ec = e->loop->load()) {
+        return ec;
+    }
     e->sub = e->loop->observe([this, id](const loop_event& ev) { events_(id, ev); }).sub;
     e->running = true;
     entry* raw = e.get();

@@ -11,6 +11,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 
+#include <unistd.h>
 #include <condition_variable>
 #include <cstdlib>
 #include <future>
@@ -77,7 +78,7 @@ class worker_fixture : public ::testing::Test {
     }
 
     json::value request(const std::string& sid, const std::string& verb, const std::string& body) {
-        return request_raw("wuhu_t.session." + sid + "." + verb, body);
+        return request_raw(prefix_ + ".session." + sid + "." + verb, body);
     }
     json::value request_raw(const std::string& subject, const std::string& body) {
         // Bounded, but generous: under the full parallel run the crash tests saturate the disk.
@@ -91,7 +92,7 @@ class worker_fixture : public ::testing::Test {
 
     // Collects events of one session.
     void watch(const std::string& sid) {
-        client_->subscribe("wuhu_t.events." + sid + ".>", [this](broker::nats_message m) {
+        client_->subscribe(prefix_ + ".events." + sid + ".>", [this](broker::nats_message m) {
             std::lock_guard lock(mu_);
             events_.push_back({m.subject, json::parse(m.data)});
             cv_.notify_all();
@@ -107,7 +108,9 @@ class worker_fixture : public ::testing::Test {
 
     std::string script_ = default_script;
     temp_dir dir_;
-    std::string prefix_ = "wuhu_t";
+    // Each test process has its own prefix: ctest runs them in parallel on one nats-server, and
+    // a shared prefix would load-balance one test's requests to another test's worker.
+    std::string prefix_ = "wuhu_t" + std::to_string(getpid());
     asio::io_context io_;
     asio::executor_work_guard<asio::io_context::executor_type> work_{io_.get_executor()};
     worker::system_clock clock_;
@@ -214,18 +217,20 @@ TEST_F(worker_fixture, BadInputGetsItsErrorCodeAndChangesNothing) {
     };
     const std::string big(300 * 1024, 'x');
     const std::vector<bad> table = {
-        {"wuhu_t.session.a.b.enqueue", R"({"lane":"steer","content":"x"})", "invalid_session_id"},
-        {"wuhu_t.session.*.enqueue", R"({"lane":"steer","content":"x"})", "invalid_session_id"},
-        {"wuhu_t.session.>.enqueue", R"({"lane":"steer","content":"x"})", "invalid_session_id"},
-        {"wuhu_t.session.clean.enqueue", "{not json", "invalid_json"},
-        {"wuhu_t.session.clean.enqueue", R"({"lane":"steer","content":5})", "invalid_type"},
-        {"wuhu_t.session.clean.enqueue", R"({"lane":"sideways","content":"x"})", "invalid_lane"},
-        {"wuhu_t.session.clean.cancel", R"({"lane":"system","id":"x"})", "not_cancelable"},
-        {"wuhu_t.session.clean.enqueue", R"({"lane":"steer","content":")" + big + "\"}",
+        {prefix_ + ".session.a.b.enqueue", R"({"lane":"steer","content":"x"})",
+         "invalid_session_id"},
+        {prefix_ + ".session.*.enqueue", R"({"lane":"steer","content":"x"})", "invalid_session_id"},
+        {prefix_ + ".session.>.enqueue", R"({"lane":"steer","content":"x"})", "invalid_session_id"},
+        {prefix_ + ".session.clean.enqueue", "{not json", "invalid_json"},
+        {prefix_ + ".session.clean.enqueue", R"({"lane":"steer","content":5})", "invalid_type"},
+        {prefix_ + ".session.clean.enqueue", R"({"lane":"sideways","content":"x"})",
+         "invalid_lane"},
+        {prefix_ + ".session.clean.cancel", R"({"lane":"system","id":"x"})", "not_cancelable"},
+        {prefix_ + ".session.clean.enqueue", R"({"lane":"steer","content":")" + big + "\"}",
          "content_too_large"},
-        {"wuhu_t.session.clean.enqueue", "{\"lane\":\"steer\",\"content\":\"\xFF\"}",
+        {prefix_ + ".session.clean.enqueue", "{\"lane\":\"steer\",\"content\":\"\xFF\"}",
          "invalid_utf8"},
-        {"wuhu_t.session.clean.explode", "{}", "unknown_command"},
+        {prefix_ + ".session.clean.explode", "{}", "unknown_command"},
     };
     for (const auto& b : table) {
         auto r = request_raw(b.subject, b.body);

@@ -557,3 +557,21 @@ TEST(Fencing, ALoopWhoseLeaseWasTakenStopsWriting) {
 }
 
 }  // namespace wuhu::testing
+
+namespace wuhu::testing {
+
+TEST(Lifecycle, LoadMakesTheStoredStateVisibleBeforeStart) {
+    storage::memory_store store;
+    {
+        loop_harness first(R"({"responses":[{"text":"done"}]})", &store, 1);
+        first.start();
+        first.follow_up("f1", "hi");
+        first.settle();
+    }
+    loop_harness second(R"({"responses":[]})", &store, 2);
+    EXPECT_TRUE(second.state().transcript.empty());  // nothing read yet
+    EXPECT_FALSE(second.loop().load());
+    EXPECT_EQ(second.state().transcript.size(), 2u);
+}
+
+}  // namespace wuhu::testing

@@ -1,0 +1,124 @@
+// The wuhu-worker process: it serves requests over a real nats-server, stops cleanly on
+// SIGTERM, and a restarted worker on the same data directory has the session.
+#include "broker/nats_client.hpp"
+#include "tests/support/temp_dir.hpp"
+
+#include <gtest/gtest.h>
+#include <boost/json.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
+#include <csignal>
+#include <fstream>
+#include <thread>
+
+namespace wuhu::testing {
+
+namespace json = boost::json;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::string nats_url() {
+    const char* url = std::getenv("WUHU_TEST_NATS_URL");
+    if (url == nullptr || *url == '\0') {
+        ADD_FAILURE() << "WUHU_TEST_NATS_URL is not set: run the tests with scripts/test";
+        return "nats://127.0.0.1:1";
+    }
+    return url;
+}
+
+pid_t spawn_worker(const std::string& data, const std::string& script, const std::string& prefix) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        std::string store = "sqlite://" + data;
+        std::string url = nats_url();
+        execl(WUHU_WORKER_BIN, WUHU_WORKER_BIN, "--nats", url.c_str(), "--store", store.c_str(),
+              "--script", script.c_str(), "--prefix", prefix.c_str(), "--worker-id", "proc-1",
+              nullptr);
+        _exit(127);
+    }
+    return pid;
+}
+
+// Waits (bounded) for the process to exit; its exit status, or -1 if it did not.
+int wait_exit(pid_t pid, std::chrono::seconds limit) {
+    auto deadline = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < deadline) {
+        int status = 0;
+        if (waitpid(pid, &status, WNOHANG) == pid) {
+            return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        }
+        std::this_thread::sleep_for(20ms);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    return -1;
+}
+
+// Kills the worker if a test ends early.
+struct process_guard {
+    pid_t& pid;
+    ~process_guard() {
+        if (pid > 0 && waitpid(pid, nullptr, WNOHANG) == 0) {
+            kill(pid, SIGKILL);
+            waitpid(pid, nullptr, 0);
+        }
+    }
+};
+
+json::value subscribe_when_up(broker::nats_client& nc, const std::string& prefix) {
+    for (int i = 0; i < 100; ++i) {
+        if (auto r = nc.request(prefix + ".session.p1.subscribe", "{}", 200ms)) {
+            return json::parse(*r);
+        }
+        std::this_thread::sleep_for(100ms);
+    }
+    ADD_FAILURE() << "the worker never answered";
+    return json::object{};
+}
+
+}  // namespace
+
+TEST(WorkerProcess, ServesRequestsStopsOnSigtermAndKeepsSessionsAcrossRestarts) {
+    temp_dir dir;
+    const std::string prefix = "wuhu_p" + std::to_string(getpid());
+    const std::string script = (dir.path() / "script.json").string();
+    std::ofstream(script) << R"({"responses":[{"text":"hello from the worker"}]})";
+    const std::string data = (dir.path() / "data").string();
+    broker::nats_client nc(nats_url(), "proctest-client");
+
+    pid_t worker = spawn_worker(data, script, prefix);
+    process_guard guard{worker};
+    auto first = subscribe_when_up(nc, prefix);
+    EXPECT_EQ(first.at("ok"), true);
+    auto r = nc.request(prefix + ".session.p1.enqueue",
+                        R"({"lane":"followUp","id":"f1","content":"hi"})", 10s);
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(json::parse(*r).at("id"), "f1");
+    // The answer lands (bounded wait), then SIGTERM stops the worker cleanly.
+    bool answered = false;
+    for (int i = 0; i < 100 && !answered; ++i) {
+        auto s = json::parse(*nc.request(prefix + ".session.p1.subscribe", "{}", 5s));
+        answered = s.at("patch").at("to").at("transcript").to_number<int>() >= 2;
+        std::this_thread::sleep_for(50ms);
+    }
+    EXPECT_TRUE(answered);
+    kill(worker, SIGTERM);
+    EXPECT_EQ(wait_exit(worker, 15s), 0) << "SIGTERM must stop the worker with status 0";
+    worker = 0;
+
+    // A new worker on the same data directory has the session.
+    worker = spawn_worker(data, script, prefix);
+    auto again = subscribe_when_up(nc, prefix);
+    ASSERT_EQ(again.at("ok"), true);
+    const auto& entries = again.at("patch").at("transcript").as_array();
+    ASSERT_GE(entries.size(), 2u);
+    EXPECT_EQ(entries[0].at("content"), "hi");
+    EXPECT_EQ(entries[1].at("text"), "hello from the worker");
+    kill(worker, SIGTERM);
+    EXPECT_EQ(wait_exit(worker, 15s), 0);
+    worker = 0;
+}
+
+}  // namespace wuhu::testing
