@@ -1,17 +1,11 @@
 #include "session/errc.hpp"
 
-#include <array>
-#include <string>
+#include "session/error_table.hpp"
 
 namespace wuhu::session {
 namespace {
 
-struct errc_text {
-    std::string_view code;
-    std::string_view message;
-};
-
-constexpr std::array<errc_text, errc_count> texts{{
+constexpr std::array<error_text, errc_count> texts{{
     {"ok", "success"},
     {"invalid_session_id", "session id must be 1-64 characters of [A-Za-z0-9_-]"},
     {"invalid_item_id", "queue item id must be 1-128 printable ASCII characters"},
@@ -40,27 +34,20 @@ constexpr std::array<errc_text, errc_count> texts{{
     {"unknown_command", "the subject names no command of this service"},
 }};
 
-class category final : public boost::system::error_category {
-  public:
-    const char* name() const noexcept override { return "wuhu.session"; }
-    std::string message(int ev) const override {
-        if (ev < 0 || ev >= errc_count) {
-            return "unknown session error";
-        }
-        return std::string(texts[static_cast<std::size_t>(ev)].message);
-    }
-};
+const table_category<errc_count>& category() {
+    static const table_category<errc_count> instance("wuhu.session", texts,
+                                                     "unknown session error");
+    return instance;
+}
 
 }  // namespace
 
 std::string_view code_name(errc e) {
-    auto i = static_cast<std::size_t>(e);
-    return i < texts.size() ? texts[i].code : std::string_view("unknown");
+    return category().code(static_cast<int>(e));
 }
 
 const boost::system::error_category& session_category() noexcept {
-    static const category instance;
-    return instance;
+    return category();
 }
 
 }  // namespace wuhu::session

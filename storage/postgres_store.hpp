@@ -10,7 +10,6 @@
 // Connections come from a pool of `pool_size`; thread-safe.
 #pragma once
 
-#include "storage/sqlite_store.hpp"  // catalog_entry
 #include "storage/store.hpp"
 
 #include <chrono>

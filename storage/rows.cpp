@@ -10,6 +10,20 @@ namespace wuhu::storage {
 namespace s = wuhu::session;
 namespace json = boost::json;
 
+namespace {
+
+// Parses stored JSON text and decodes it with `from_json` (one of the codec's decoders).
+template <class F>
+auto decode_text(std::string_view text, F from_json) -> decltype(from_json(json::value{})) {
+    auto v = s::parse_json(text);
+    if (!v) {
+        return v.error();
+    }
+    return from_json(*v);
+}
+
+}  // namespace
+
 void state_builder::corrupt(std::string why) {
     if (error_.empty()) {
         error_ = std::move(why);
@@ -20,8 +34,7 @@ void state_builder::entry(std::string_view text) {
     if (!error_.empty()) {
         return;
     }
-    auto v = s::parse_json(text);
-    auto e = v ? s::entry_from_json(*v) : s::decoded<s::entry>(v.error());
+    auto e = decode_text(text, s::entry_from_json);
     if (!e || e->id.value != state_.transcript.size() + 1) {
         return corrupt("transcript entry " + std::to_string(state_.transcript.size() + 1));
     }
@@ -32,8 +45,7 @@ void state_builder::fact(s::lane l, std::string_view text) {
     if (!error_.empty()) {
         return;
     }
-    auto v = s::parse_json(text);
-    auto j = v ? s::journal_entry_from_json(*v) : s::decoded<s::journal_entry>(v.error());
+    auto j = decode_text(text, s::journal_entry_from_json);
     const auto& lane = state_.in(l);
     if (!j || j->seq.value != lane.journal.size() + 1) {
         return corrupt("journal fact " + std::to_string(lane.journal.size() + 1));
@@ -52,8 +64,7 @@ void state_builder::timer(std::string_view text) {
     if (!error_.empty()) {
         return;
     }
-    auto v = s::parse_json(text);
-    auto t = v ? s::timer_from_json(*v) : s::decoded<s::timer>(v.error());
+    auto t = decode_text(text, s::timer_from_json);
     if (!t || state_.timers.contains(t->id.str())) {
         return corrupt("timer");
     }
@@ -65,8 +76,7 @@ void state_builder::registers(std::string_view settings_json, bool paused, bool 
         return;
     }
     if (!settings_json.empty()) {
-        auto v = s::parse_json(settings_json);
-        auto cfg = v ? s::settings_from_json(*v) : s::decoded<s::settings>(v.error());
+        auto cfg = decode_text(settings_json, s::settings_from_json);
         if (!cfg) {
             return corrupt("settings");
         }
@@ -93,8 +103,7 @@ boost::system::result<s::patch> patch_from_rows(const s::version_vector& from,
     p.from = from;
     p.to = to;
     for (const auto& text : rows.entries) {
-        auto v = s::parse_json(text);
-        auto e = v ? s::entry_from_json(*v) : s::decoded<s::entry>(v.error());
+        auto e = decode_text(text, s::entry_from_json);
         if (!e) {
             return errc::corrupt;
         }
@@ -102,8 +111,7 @@ boost::system::result<s::patch> patch_from_rows(const s::version_vector& from,
     }
     for (s::lane l : s::all_lanes) {
         for (const auto& text : rows.facts[s::index_of(l)]) {
-            auto v = s::parse_json(text);
-            auto j = v ? s::journal_entry_from_json(*v) : s::decoded<s::journal_entry>(v.error());
+            auto j = decode_text(text, s::journal_entry_from_json);
             if (!j) {
                 return errc::corrupt;
             }
@@ -112,8 +120,7 @@ boost::system::result<s::patch> patch_from_rows(const s::version_vector& from,
     }
     s::settings cfg;
     if (!rows.settings_json.empty()) {
-        auto v = s::parse_json(rows.settings_json);
-        auto d = v ? s::settings_from_json(*v) : s::decoded<s::settings>(v.error());
+        auto d = decode_text(rows.settings_json, s::settings_from_json);
         if (!d) {
             return errc::corrupt;
         }

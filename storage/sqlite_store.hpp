@@ -35,11 +35,6 @@ struct sqlite_options {
     std::size_t max_open_files = 256;
 };
 
-struct catalog_entry {
-    session_id id;
-    bool has_work = false;
-};
-
 class sqlite_store final : public session_store {
   public:
     // Creates the directories and the catalog; throws std::runtime_error if it cannot.

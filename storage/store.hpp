@@ -35,6 +35,12 @@ using session::unix_ms;
 template <class T>
 using result = boost::system::result<T>;
 
+// A session as the recovery sweep lists it.
+struct catalog_entry {
+    session_id id;
+    bool has_work = false;
+};
+
 class session_log {
   public:
     session_log(session_id id, lease_epoch epoch) : id_(std::move(id)), epoch_(epoch) {}
