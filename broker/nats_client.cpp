@@ -56,6 +56,15 @@ bool nats_client::publish(const std::string& subject, std::string_view data) {
                                   static_cast<int>(data.size())) == NATS_OK;
 }
 
+bool nats_client::publish_request(const std::string& subject, const std::string& reply,
+                                  std::string_view data) {
+    if (reply.empty()) {
+        return publish(subject, data);
+    }
+    return natsConnection_PublishRequest(nc_, subject.c_str(), reply.c_str(), data.data(),
+                                         static_cast<int>(data.size())) == NATS_OK;
+}
+
 void nats_client::subscribe(const std::string& subject, handler h) {
     handlers_.push_back(std::make_unique<handler>(std::move(h)));
     natsSubscription* sub = nullptr;

@@ -37,6 +37,9 @@ class nats_client {
 
     // False when the message could not be handed to libnats.
     bool publish(const std::string& subject, std::string_view data);
+    // Publishes with a reply subject (forwarding a request keeps the caller's reply subject).
+    bool publish_request(const std::string& subject, const std::string& reply,
+                         std::string_view data);
     void subscribe(const std::string& subject, handler h);
     void queue_subscribe(const std::string& subject, const std::string& queue, handler h);
     // A request-reply round trip; nullopt on timeout or no responders.

@@ -1,5 +1,6 @@
 #include "broker/protocol.hpp"
 
+#include "session/error_table.hpp"
 #include "session/json_reader.hpp"
 #include "session/overloaded.hpp"
 #include "storage/errc.hpp"
@@ -76,13 +77,7 @@ std::string error_reply(std::string_view code, std::string_view message) {
 }
 
 std::string error_reply(const boost::system::error_code& ec) {
-    std::string_view code = "internal";
-    if (ec.category() == s::session_category()) {
-        code = s::code_name(static_cast<s::errc>(ec.value()));
-    } else if (ec.category() == storage::storage_category()) {
-        code = storage::code_name(static_cast<storage::errc>(ec.value()));
-    }
-    return error_reply(code, ec.message());
+    return error_reply(s::wire_code(ec), ec.message());
 }
 
 std::string error_reply(const s::decode_error& e) {
@@ -166,6 +161,51 @@ std::string subscribe_reply(const s::patch& p, const s::status& st,
             {"step", inflight->step}, {"text", inflight->text}, {"seq", inflight->deltas}};
     }
     return json::serialize(o);
+}
+
+std::vector<std::string> chunked(std::string reply, std::size_t max_bytes) {
+    if (reply.size() <= max_bytes) {
+        return {std::move(reply)};
+    }
+    // Escaping at most doubles a part (`"` and `\` gain a backslash; the reply has no raw
+    // control characters), and the envelope takes well under 128 bytes.
+    constexpr std::size_t envelope = 128;
+    const std::size_t part_max = max_bytes > 2 * envelope ? (max_bytes - envelope) / 2 : 64;
+    std::vector<std::string_view> parts;
+    std::string_view rest = reply;
+    while (!rest.empty()) {
+        std::size_t n = std::min(part_max, rest.size());
+        while (n < rest.size() && n > 0 && (static_cast<unsigned char>(rest[n]) & 0xC0) == 0x80) {
+            --n;  // do not cut inside a UTF-8 sequence
+        }
+        parts.push_back(rest.substr(0, n));
+        rest.remove_prefix(n);
+    }
+    std::vector<std::string> out;
+    out.reserve(parts.size());
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+        out.push_back(json::serialize(json::object{
+            {"ok", true}, {"chunk", i}, {"chunks", parts.size()}, {"part", parts[i]}}));
+    }
+    return out;
+}
+
+std::optional<std::string> chunk_assembler::feed(std::string message) {
+    auto v = json::parse(message);
+    const auto* chunk = v.as_object().if_contains("chunk");
+    if (chunk == nullptr) {
+        return message;
+    }
+    if (chunk->to_number<std::uint64_t>() != next_) {
+        throw std::runtime_error("reply chunk out of order");
+    }
+    ++next_;
+    text_ += v.at("part").as_string();
+    if (next_ < v.at("chunks").to_number<std::uint64_t>()) {
+        return std::nullopt;
+    }
+    next_ = 0;
+    return std::exchange(text_, {});
 }
 
 std::string patch_event(const s::patch& p) {

@@ -1,5 +1,7 @@
 #include "broker/server.hpp"
 
+#include "storage/errc.hpp"
+
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/post.hpp>
@@ -8,11 +10,27 @@ namespace wuhu::broker {
 
 namespace s = wuhu::session;
 
-server::server(asio::any_io_executor ex, nats_client& nats, server_options options)
-    : ex_(std::move(ex)), nats_(nats), options_(std::move(options)) {
+namespace {
+
+struct remove_work {};
+// A request decoded and validated, ready to run on the session's owner.
+using work = std::variant<remove_work, s::subscribe_request, worker::command>;
+
+}  // namespace
+
+server::server(asio::any_io_executor ex, nats_client& nats, ownership::keeper& keeper,
+               server_options options)
+    : ex_(std::move(ex)),
+      nats_(nats),
+      keeper_(keeper),
+      options_(std::move(options)),
+      forward_prefix_(options_.prefix + ".worker." + keeper_.worker_id()) {
     auto max = nats_.max_payload();
     if (max > 0) {
         options_.limits.max_request_bytes = static_cast<std::size_t>(max);
+        if (options_.max_reply_bytes == 0) {
+            options_.max_reply_bytes = static_cast<std::size_t>(max);
+        }
     }
 }
 
@@ -26,25 +44,32 @@ worker::session_registry::event_forwarder server::publisher() {
     };
 }
 
+worker::session_registry::epoch_source server::epochs() {
+    return [this](const s::session_id& sid) { return keeper_.epoch_of(sid); };
+}
+
 namespace {
 
 // One request, answered on the executor (a named coroutine taking its arguments by value).
 asio::awaitable<void> serve(server* srv, worker::session_registry* reg, nats_client* nats,
                             nats_message m) {
     std::string reply_to = m.reply;
-    std::string reply = co_await srv->handle(*reg, std::move(m));
+    auto replies = co_await srv->handle(*reg, std::move(m));
     if (!reply_to.empty()) {
-        nats->publish(reply_to, reply);
+        for (const auto& r : replies) {
+            nats->publish(reply_to, r);
+        }
     }
 }
 
 }  // namespace
 
 void server::start(worker::session_registry& registry) {
-    nats_.queue_subscribe(
-        options_.prefix + ".session.>", options_.queue_group, [this, &registry](nats_message m) {
-            asio::co_spawn(ex_, serve(this, &registry, &nats_, std::move(m)), asio::detached);
-        });
+    auto on_request = [this, &registry](nats_message m) {
+        asio::co_spawn(ex_, serve(this, &registry, &nats_, std::move(m)), asio::detached);
+    };
+    nats_.queue_subscribe(options_.prefix + ".session.>", options_.queue_group, on_request);
+    nats_.subscribe(forward_prefix_ + ".session.>", on_request);
     nats_.flush();
 }
 
@@ -56,51 +81,85 @@ s::queue_item_id server::new_item_id() {
     return s::make_uuid_v7(clock_.now(), random);
 }
 
-asio::awaitable<std::string> server::handle(worker::session_registry& registry, nats_message m) {
-    auto route = parse_subject(m.subject, options_.prefix);
+asio::awaitable<std::vector<std::string>> server::handle(worker::session_registry& registry,
+                                                         nats_message m) {
+    using replies = std::vector<std::string>;
+    const bool forwarded = m.subject.starts_with(forward_prefix_ + ".");
+    auto route = parse_subject(m.subject, forwarded ? forward_prefix_ : options_.prefix);
     if (!route) {
-        co_return error_reply(route.error());
+        co_return replies{error_reply(route.error())};
     }
+    // Bad input is answered by whichever worker received it, before any routing.
     auto body = s::parse_body(m.data, options_.limits);
     if (!body) {
-        co_return error_reply(body.error());
+        co_return replies{error_reply(body.error())};
     }
+    work w;
     if (route->what == verb::remove) {
         if (auto d = s::decode_empty(*body); !d) {
-            co_return error_reply(d.error());
+            co_return replies{error_reply(d.error())};
         }
-        auto r = registry.remove(route->sid);
-        co_return r ? ok_reply(verb::remove, {}) : error_reply(r.error());
-    }
-    if (route->what == verb::subscribe) {
+        w = remove_work{};
+    } else if (route->what == verb::subscribe) {
         auto req = s::decode_subscribe(*body);
         if (!req) {
-            co_return error_reply(req.error());
+            co_return replies{error_reply(req.error())};
         }
-        auto loop = registry.get(route->sid);
-        if (!loop) {
-            co_return error_reply(loop.error());
+        w = std::move(*req);
+    } else {
+        auto cmd = decode_command(route->what, *body, options_.limits, new_item_id());
+        if (!cmd) {
+            co_return replies{error_reply(cmd.error())};
         }
+        w = std::move(*cmd);
+    }
+
+    const s::session_id sid = route->sid;
+    auto where = keeper_.place(sid);
+    if (!where) {
+        co_return replies{error_reply(where.error())};
+    }
+    if (const auto* other = std::get_if<ownership::keeper::elsewhere>(&*where)) {
+        if (forwarded) {  // never forwarded twice: the client retries and is routed afresh
+            co_return replies{error_reply(ownership::errc::owner_changed)};
+        }
+        nats_.publish_request(request_subject(options_.prefix + ".worker." + other->owner, sid,
+                                              route->what),
+                              m.reply, m.data);
+        co_return replies{};
+    }
+
+    if (std::holds_alternative<remove_work>(w)) {
+        auto r = registry.remove(sid);
+        if (!r) {
+            co_return replies{error_reply(r.error())};
+        }
+        auto l = keeper_.remove(sid);
+        co_return replies{l ? ok_reply(verb::remove, {}) : error_reply(l.error())};
+    }
+    auto loop = registry.get(sid);
+    if (!loop) {
+        if (loop.error() == storage::errc::lease_lost) {
+            keeper_.release(sid);  // a newer owner fenced this one out: route afresh next time
+        }
+        co_return replies{error_reply(loop.error())};
+    }
+    if (const auto* req = std::get_if<s::subscribe_request>(&w)) {
         const auto& st = (*loop)->state();
         auto p = s::since(st, req->since, (*loop)->current());
         if (!p) {
-            co_return error_reply(p.error());
+            co_return replies{error_reply(p.error())};
         }
-        co_return subscribe_reply(*p, *p->state, (*loop)->inflight());
+        co_return chunked(subscribe_reply(*p, *p->state, (*loop)->inflight()),
+                          options_.max_reply_bytes);
     }
-    auto cmd = decode_command(route->what, *body, options_.limits, new_item_id());
-    if (!cmd) {
-        co_return error_reply(cmd.error());
-    }
-    auto loop = registry.get(route->sid);
-    if (!loop) {
-        co_return error_reply(loop.error());
-    }
-    auto r = co_await (*loop)->send(std::move(*cmd));
+    auto cmd = std::get<worker::command>(std::move(w));
+    auto sent = (*loop)->send(std::move(cmd));
+    auto r = co_await std::move(sent);
     if (!r) {
-        co_return error_reply(r.error());
+        co_return replies{error_reply(r.error())};
     }
-    co_return ok_reply(route->what, *r);
+    co_return replies{ok_reply(route->what, *r)};
 }
 
 }  // namespace wuhu::broker

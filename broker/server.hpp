@@ -1,5 +1,7 @@
 // The request side of a worker: takes requests on `<prefix>.session.>` in the queue group
-// `wuhu-workers`, answers each after its command is durable, and publishes every session's
+// `wuhu-workers` and requests forwarded to it on `<prefix>.worker.<worker-id>.session.>`,
+// routes each by the session's lease (here, or forwarded to the live owner with the reply
+// subject unchanged), answers after the command is durable, and publishes every session's
 // committed patches and stream deltas. libnats callbacks only copy the message and post it to
 // the worker's executor; nothing blocks a libnats thread.
 //
@@ -8,6 +10,7 @@
 
 #include "broker/nats_client.hpp"
 #include "broker/protocol.hpp"
+#include "ownership/keeper.hpp"
 #include "worker/registry.hpp"
 
 #include <boost/asio/any_io_executor.hpp>
@@ -22,26 +25,38 @@ struct server_options {
     std::string prefix = "wuhu";
     std::string queue_group = "wuhu-workers";
     session::request_limits limits;
+    // The largest reply message; a larger subscribe reply goes out in ordered chunks. 0: the
+    // server's max payload.
+    std::size_t max_reply_bytes = 0;
 };
 
 class server {
   public:
-    server(asio::any_io_executor ex, nats_client& nats, server_options options);
+    server(asio::any_io_executor ex, nats_client& nats, ownership::keeper& keeper,
+           server_options options);
 
     // The forwarder to give the session registry: publishes patches and deltas.
     worker::session_registry::event_forwarder publisher();
+    // The epoch source to give the session registry: the keeper's lease.
+    worker::session_registry::epoch_source epochs();
     // Subscribes; requests are then handled on the executor.
     void start(worker::session_registry& registry);
 
-    // The reply to one request (also used directly by tests).
-    asio::awaitable<std::string> handle(worker::session_registry& registry, nats_message m);
+    // The reply messages to one request, in order (one, or the chunks of a large subscribe
+    // reply); none when the request was forwarded to the session's owner.
+    asio::awaitable<std::vector<std::string>> handle(worker::session_registry& registry,
+                                                     nats_message m);
+
+    const server_options& options() const { return options_; }
 
   private:
     session::queue_item_id new_item_id();
 
     asio::any_io_executor ex_;
     nats_client& nats_;
+    ownership::keeper& keeper_;
     server_options options_;
+    std::string forward_prefix_;  // <prefix>.worker.<worker-id>
     worker::system_clock clock_;
     std::mt19937_64 rng_{std::random_device{}()};
 };

@@ -79,4 +79,8 @@ class transaction {
     bool done_ = false;
 };
 
+// Creates or upgrades the schema of `<data-dir>/catalog.sqlite` (sessions and leases); shared
+// by the SQLite store and the SQLite lease (ownership/sqlite_lease). Throws sqlite::error.
+void migrate_catalog(db& d);
+
 }  // namespace wuhu::storage::sqlite

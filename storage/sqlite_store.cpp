@@ -25,9 +25,16 @@ const char* const session_migrations[] = {
                                ('has_work', '0'), ('settings', '');)",
 };
 
+// The catalog: the sessions with their has_work flag, and the leases (ownership/sqlite_lease).
+// `lease_epoch` is the last epoch handed out for any session: epochs only grow, even across a
+// session's deletion.
 const char* const catalog_migrations[] = {
     R"(CREATE TABLE sessions (id TEXT PRIMARY KEY, has_work INTEGER NOT NULL DEFAULT 0)
        WITHOUT ROWID;)",
+    R"(CREATE TABLE leases (id TEXT PRIMARY KEY, owner TEXT NOT NULL, epoch INTEGER NOT NULL,
+                            expires INTEGER NOT NULL) WITHOUT ROWID;
+       CREATE TABLE lease_epoch (one INTEGER PRIMARY KEY CHECK (one = 1), last INTEGER NOT NULL);
+       INSERT INTO lease_epoch VALUES (1, 0);)",
 };
 
 template <std::size_t N>
@@ -78,6 +85,10 @@ std::string dump(const json::value& v) {
 }
 
 }  // namespace
+
+void sqlite::migrate_catalog(db& d) {
+    migrate(d, catalog_migrations);
+}
 
 struct sqlite_store::handle {
     std::mutex mu;
@@ -249,7 +260,7 @@ sqlite_store::sqlite_store(sqlite_options options) : options_(std::move(options)
     std::filesystem::create_directories(options_.data_dir / "sessions");
     catalog_ = std::make_unique<sqlite::db>((options_.data_dir / "catalog.sqlite").string(),
                                             options_.synchronous, options_.busy_timeout_ms);
-    migrate(*catalog_, catalog_migrations);
+    sqlite::migrate_catalog(*catalog_);
 }
 
 sqlite_store::~sqlite_store() = default;

@@ -5,6 +5,8 @@
 // Every flag has a WUHU_* environment variable (flags win). Logs are JSON lines on stderr.
 // SIGTERM or SIGINT: stop taking requests, stop every session loop, exit 0.
 #include "broker/server.hpp"
+#include "ownership/memory_lease.hpp"
+#include "ownership/sqlite_lease.hpp"
 #include "storage/postgres_store.hpp"
 #include "storage/sqlite_store.hpp"
 #include "worker/scripted_provider.hpp"
@@ -12,6 +14,7 @@
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
@@ -32,11 +35,15 @@ std::string env_or(const char* name, std::string fallback) {
     return v != nullptr && *v != '\0' ? std::string(v) : fallback;
 }
 
-std::unique_ptr<wuhu::storage::session_store> open_store(const std::string& url, std::size_t pool) {
+// The SQLite data directory of a sqlite:// store URL, or empty.
+std::string sqlite_dir(const std::string& url) {
     const std::string sqlite = "sqlite://";
-    if (url.rfind(sqlite, 0) == 0) {
-        return std::make_unique<wuhu::storage::sqlite_store>(
-            wuhu::storage::sqlite_options{url.substr(sqlite.size())});
+    return url.rfind(sqlite, 0) == 0 ? url.substr(sqlite.size()) : std::string();
+}
+
+std::unique_ptr<wuhu::storage::session_store> open_store(const std::string& url, std::size_t pool) {
+    if (auto dir = sqlite_dir(url); !dir.empty()) {
+        return std::make_unique<wuhu::storage::sqlite_store>(wuhu::storage::sqlite_options{dir});
     }
     if (url.rfind("postgresql://", 0) == 0 || url.rfind("postgres://", 0) == 0) {
         wuhu::storage::postgres_options o;
@@ -47,15 +54,57 @@ std::unique_ptr<wuhu::storage::session_store> open_store(const std::string& url,
     throw std::invalid_argument("--store must be sqlite:///<dir> or postgresql://...");
 }
 
-// Lets the cancelled session loops unwind (at most 10 s), then stops the io_context.
+// `auto` (`sqlite` with a SQLite store, `memory` otherwise), `sqlite` (the catalog of the
+// SQLite store's data directory), `sqlite://<dir>`, or `memory` (one worker only: nothing is
+// shared; the PostgreSQL lease arrives with the ownership work).
+std::unique_ptr<wuhu::ownership::lease_store> open_leases(const std::string& lease,
+                                                          const std::string& store_url) {
+    if (lease == "auto") {
+        return open_leases(sqlite_dir(store_url).empty() ? "memory" : "sqlite", store_url);
+    }
+    if (lease == "memory") {
+        return std::make_unique<wuhu::ownership::memory_lease>();
+    }
+    std::string dir = lease == "sqlite" ? sqlite_dir(store_url) : sqlite_dir(lease);
+    if (dir.empty()) {
+        throw std::invalid_argument(
+            "--lease must be sqlite (with a sqlite:// store), sqlite:///<dir> or memory");
+    }
+    return std::make_unique<wuhu::ownership::sqlite_lease>(dir);
+}
+
+// Renews this worker's leases every TTL/3; a session whose lease was lost is unloaded at once
+// (its store writes would fail on the fence anyway).
+asio::awaitable<void> keep_leases(wuhu::ownership::keeper& keeper,
+                                  wuhu::worker::session_registry& registry,
+                                  std::shared_ptr<spdlog::logger> log) {
+    asio::steady_timer timer(co_await asio::this_coro::executor);
+    for (;;) {
+        timer.expires_after(keeper.ttl() / 3);
+        co_await timer.async_wait(asio::use_awaitable);
+        auto lost = keeper.renew();
+        if (!lost) {
+            log->error("lease renewal failed: {}", lost.error().message());
+            continue;
+        }
+        for (const auto& sid : *lost) {
+            log->warn("lease of session {} lost: unloading it", sid.str());
+            registry.unload(sid);
+        }
+    }
+}
+
+// Lets the cancelled session loops unwind (at most 10 s), releases the leases so that other
+// workers take the sessions at once, then stops the io_context.
 asio::awaitable<void> drain_then_stop(wuhu::worker::session_registry& registry,
-                                      asio::io_context& io) {
+                                      wuhu::ownership::keeper& keeper, asio::io_context& io) {
     asio::steady_timer timer(co_await asio::this_coro::executor);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (registry.running() > 0 && std::chrono::steady_clock::now() < deadline) {
         timer.expires_after(std::chrono::milliseconds(10));
         co_await timer.async_wait(asio::use_awaitable);
     }
+    keeper.release_all();
     io.stop();
 }
 
@@ -79,6 +128,8 @@ int main(int argc, char** argv) {
     std::string prefix = env_or("WUHU_PREFIX", "wuhu");
     std::string worker_id = env_or("WUHU_WORKER_ID", "worker-" + std::to_string(getpid()));
     std::size_t pool = std::stoul(env_or("WUHU_PG_POOL", "8"));
+    std::string lease = env_or("WUHU_LEASE", "auto");
+    long lease_ttl_ms = std::stol(env_or("WUHU_LEASE_TTL_MS", "15000"));
     app.add_option("--nats", nats_url, "NATS URL (WUHU_NATS_URL)");
     app.add_option("--store", store_url, "sqlite:///<data-dir> or postgresql://... (WUHU_STORE)");
     app.add_option("--script", script_path,
@@ -86,6 +137,11 @@ int main(int argc, char** argv) {
     app.add_option("--prefix", prefix, "subject prefix (WUHU_PREFIX)");
     app.add_option("--worker-id", worker_id, "this worker's id (WUHU_WORKER_ID)");
     app.add_option("--pg-pool", pool, "PostgreSQL connections (WUHU_PG_POOL)");
+    app.add_option("--lease", lease,
+                   "lease backend: auto, sqlite (the SQLite store's catalog), sqlite:///<dir>, "
+                   "or memory (a single worker) (WUHU_LEASE)");
+    app.add_option("--lease-ttl-ms", lease_ttl_ms, "lease time to live (WUHU_LEASE_TTL_MS)")
+        ->check(CLI::Range(300L, 3600000L));
     CLI11_PARSE(app, argc, argv);
 
     auto log = spdlog::stderr_logger_mt("wuhu");
@@ -103,6 +159,8 @@ int main(int argc, char** argv) {
             script = std::move(*parsed);
         }
         auto store = open_store(store_url, pool);
+        auto leases = open_leases(lease, store_url);
+        wuhu::ownership::keeper keeper(*leases, worker_id, std::chrono::milliseconds(lease_ttl_ms));
         asio::io_context io;
         wuhu::worker::system_clock clock;
         wuhu::worker::tool_registry tools;
@@ -110,29 +168,28 @@ int main(int argc, char** argv) {
         wuhu::broker::nats_client nats(nats_url, worker_id);
         wuhu::broker::server_options options;
         options.prefix = prefix;
-        wuhu::broker::server server(io.get_executor(), nats, options);
-        // Until the lease arrives, the fencing epoch is the time of the open: a restarted
-        // worker always fences out its previous run.
+        wuhu::broker::server server(io.get_executor(), nats, keeper, options);
         wuhu::worker::session_registry registry(
             io.get_executor(), *store,
             [&] { return std::make_unique<wuhu::worker::scripted_provider>(script, clock); }, tools,
-            clock, wuhu::worker::loop_options{},
-            [&](const s::session_id&) {
-                return s::lease_epoch{static_cast<std::uint64_t>(clock.now().value)};
-            },
-            server.publisher());
+            clock, wuhu::worker::loop_options{}, server.epochs(), server.publisher());
         server.start(registry);
+        asio::cancellation_signal stop_keeping;
+        asio::co_spawn(io, keep_leases(keeper, registry, log),
+                       asio::bind_cancellation_slot(stop_keeping.slot(), asio::detached));
         asio::signal_set signals(io, SIGTERM, SIGINT);
         signals.async_wait([&](const boost::system::error_code& ec, int sig) {
             if (ec) {
                 return;
             }
             log->info("signal {}: stopping {} sessions", sig, registry.size());
+            stop_keeping.emit(asio::cancellation_type::terminal);
             registry.stop();
-            asio::co_spawn(io, drain_then_stop(registry, io), asio::detached);
+            asio::co_spawn(io, drain_then_stop(registry, keeper, io), asio::detached);
         });
-        log->info("serving {}.session.> on {} with store {}", prefix, nats_url,
-                  std::string(store->backend()));
+        log->info("serving {}.session.> on {} with store {} and {} leases (ttl {} ms)", prefix,
+                  nats_url, std::string(store->backend()), std::string(leases->backend()),
+                  lease_ttl_ms);
         io.run();
         log->info("stopped");
         return 0;

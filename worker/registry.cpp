@@ -24,6 +24,19 @@ session_registry::~session_registry() {
 
 void session_registry::drop_failed() {
     std::erase_if(sessions_, [](const auto& kv) { return !kv.second->running; });
+    std::erase_if(retired_, [](const auto& e) { return !e->running; });
+}
+
+void session_registry::retire(const session::session_id& id) {
+    if (auto it = sessions_.find(id.str()); it != sessions_.end()) {
+        if (it->second->running) {
+            it->second->stop.emit(asio::cancellation_type::terminal);
+            // Kept until its loop has returned (it holds the loop the coroutine uses), but no
+            // longer handed out: the next get() loads the session afresh.
+            retired_.push_back(std::move(it->second));
+        }
+        sessions_.erase(it);
+    }
 }
 
 boost::system::result<agent_loop*> session_registry::get(const session::session_id& id) {
@@ -31,7 +44,11 @@ boost::system::result<agent_loop*> session_registry::get(const session::session_
     if (auto it = sessions_.find(id.str()); it != sessions_.end()) {
         return it->second->loop.get();
     }
-    auto log = store_.open(id, epochs_(id));
+    auto epoch = epochs_(id);
+    if (!epoch) {
+        return epoch.error();
+    }
+    auto log = store_.open(id, *epoch);
     if (!log) {
         return log.error();
     }
@@ -55,11 +72,12 @@ boost::system::result<agent_loop*> session_registry::get(const session::session_
 }
 
 boost::system::result<void> session_registry::remove(const session::session_id& id) {
-    if (auto it = sessions_.find(id.str()); it != sessions_.end()) {
-        it->second->stop.emit(asio::cancellation_type::terminal);
-        // The entry stays until its loop has returned (it holds the loop the coroutine uses).
-    }
+    retire(id);
     return store_.remove(id);
+}
+
+void session_registry::unload(const session::session_id& id) {
+    retire(id);
 }
 
 std::size_t session_registry::running() const {
@@ -67,7 +85,18 @@ std::size_t session_registry::running() const {
     for (const auto& [id, e] : sessions_) {
         n += e->running ? 1 : 0;
     }
+    for (const auto& e : retired_) {
+        n += e->running ? 1 : 0;
+    }
     return n;
+}
+
+std::vector<session::session_id> session_registry::ids() const {
+    std::vector<session::session_id> out;
+    for (const auto& [id, e] : sessions_) {
+        out.push_back(e->loop->id());
+    }
+    return out;
 }
 
 void session_registry::stop() {

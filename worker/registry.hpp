@@ -17,8 +17,9 @@ namespace wuhu::worker {
 class session_registry {
   public:
     using provider_factory = std::function<std::unique_ptr<provider>()>;
-    // The fencing epoch to open a session at (from the lease).
-    using epoch_source = std::function<session::lease_epoch(const session::session_id&)>;
+    // The fencing epoch to open a session at (the lease this worker holds), or why it has none.
+    using epoch_source =
+        std::function<boost::system::result<session::lease_epoch>(const session::session_id&)>;
     using event_forwarder = std::function<void(const session::session_id&, const loop_event&)>;
 
     session_registry(asio::any_io_executor ex, storage::session_store& store,
@@ -30,9 +31,15 @@ class session_registry {
     boost::system::result<agent_loop*> get(const session::session_id& id);
     // Stops the session's loop and removes its data (idempotent).
     boost::system::result<void> remove(const session::session_id& id);
+    // Stops the session's loop and forgets it; its data stays (the lease was lost, or the
+    // session is handed over).
+    void unload(const session::session_id& id);
+    bool contains(const session::session_id& id) const { return sessions_.contains(id.str()); }
     // Cancels every loop.
     void stop();
     std::size_t size() const { return sessions_.size(); }
+    // The ids of the loaded sessions.
+    std::vector<session::session_id> ids() const;
     // Loops that have not returned yet.
     std::size_t running() const;
 
@@ -45,6 +52,7 @@ class session_registry {
         bool running = false;
     };
     void drop_failed();
+    void retire(const session::session_id& id);
 
     asio::any_io_executor ex_;
     storage::session_store& store_;
@@ -55,6 +63,7 @@ class session_registry {
     epoch_source epochs_;
     event_forwarder events_;
     std::map<std::string, std::unique_ptr<entry>> sessions_;
+    std::vector<std::unique_ptr<entry>> retired_;  // stopped, their loops still returning
 };
 
 }  // namespace wuhu::worker

@@ -1,6 +1,7 @@
 // The worker's request side against a real nats-server (scripts/test starts it and sets
 // WUHU_TEST_NATS_URL): requests in, replies after commit, patches and deltas out.
 #include "broker/server.hpp"
+#include "ownership/memory_lease.hpp"
 #include "storage/sqlite_store.hpp"
 #include "tests/support/builders.hpp"
 #include "tests/support/temp_dir.hpp"
@@ -50,7 +51,7 @@ class worker_fixture : public ::testing::Test {
         client_ = std::make_unique<broker::nats_client>(nats_url(), "test-client");
         broker::server_options options;
         options.prefix = prefix_;
-        server_ = std::make_unique<broker::server>(io_.get_executor(), *nats_, options);
+        server_ = std::make_unique<broker::server>(io_.get_executor(), *nats_, keeper_, options);
         registry_ = std::make_unique<worker::session_registry>(
             io_.get_executor(), *store_,
             [this] {
@@ -58,7 +59,7 @@ class worker_fixture : public ::testing::Test {
                     worker::parse_script(script_).value(), clock_);
             },
             tools_, clock_, worker::loop_options{},
-            [](const session_id&) { return lease_epoch{1}; }, server_->publisher());
+            server_->epochs(), server_->publisher());
         server_->start(*registry_);
         thread_ = std::thread([this] { io_.run(); });
     }
@@ -116,6 +117,8 @@ class worker_fixture : public ::testing::Test {
     worker::system_clock clock_;
     worker::tool_registry tools_;
     std::unique_ptr<storage::sqlite_store> store_;
+    ownership::memory_lease leases_;
+    ownership::keeper keeper_{leases_, "w1", 15s};
     std::unique_ptr<broker::nats_client> nats_;
     std::unique_ptr<broker::nats_client> client_;
     std::unique_ptr<broker::server> server_;

@@ -1,0 +1,84 @@
+// Leases: which worker owns a session, and the fencing epoch it writes with.
+//
+// A lease is (session, owner worker id, epoch, expiry). Exactly one live lease per session; an
+// acquisition hands out an epoch higher than every epoch handed out before, for any session, so
+// an epoch is never given twice and a deleted-then-recreated session still fences out its old
+// owners. The owner opens the session's store log at that epoch (storage/store.hpp), so a stale
+// owner's writes fail with lease_lost even if it missed that its lease expired.
+//
+// Time is the backend's own: the SQLite catalog uses the host's clock (its workers share it),
+// the PostgreSQL backend the database's clock. Every operation is one transaction.
+//
+// Thread-safe.
+#pragma once
+
+#include "session/ids.hpp"
+#include "session/state.hpp"
+#include "storage/errc.hpp"
+
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace wuhu::ownership {
+
+using session::lease_epoch;
+using session::session_id;
+using session::unix_ms;
+template <class T>
+using result = boost::system::result<T>;
+
+struct lease {
+    session_id id;
+    std::string owner;
+    lease_epoch epoch;
+    unix_ms expires;
+    bool operator==(const lease&) const = default;
+};
+
+// acquire() when another worker holds a live lease.
+struct held_elsewhere {
+    std::string owner;
+    unix_ms expires;
+};
+
+using acquisition = std::variant<lease, held_elsewhere>;
+
+class lease_store {
+  public:
+    virtual ~lease_store() = default;
+    lease_store() = default;
+    lease_store(const lease_store&) = delete;
+    lease_store& operator=(const lease_store&) = delete;
+
+    // Takes the session for `owner` unless another owner's lease is live: a new epoch, expiry
+    // now + ttl. Taking a lease `owner` already holds also gives a new epoch (the caller did not
+    // know it held it: an earlier run with the same worker id must be fenced out).
+    virtual result<acquisition> acquire(const session_id& id, std::string_view owner,
+                                        std::chrono::milliseconds ttl) = 0;
+    // Extends each of `held` (all of one owner) to now + ttl in one transaction, if it is still
+    // that owner's at that epoch. Returns the ids that are not (lost: the caller must drop them).
+    virtual result<std::vector<session_id>> renew(const std::vector<lease>& held,
+                                                  std::chrono::milliseconds ttl) = 0;
+    // Gives the lease up (if still held at that epoch): another worker may take it at once.
+    virtual result<void> release(const lease& held) = 0;
+    // The live lease of the session, if any.
+    virtual result<std::optional<lease>> owner_of(const session_id& id) = 0;
+    // Every live lease, by session id.
+    virtual result<std::vector<lease>> live() = 0;
+    // Forgets the session's lease whoever holds it (the session is deleted). Idempotent.
+    virtual result<void> remove(const session_id& id) = 0;
+
+    // "memory", "sqlite".
+    virtual std::string_view backend() const = 0;
+};
+
+// The clock a backend reads when it has none of its own (milliseconds since the epoch).
+using wall_clock = std::function<unix_ms()>;
+unix_ms system_now();
+
+}  // namespace wuhu::ownership

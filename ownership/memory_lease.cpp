@@ -1,0 +1,82 @@
+#include "ownership/memory_lease.hpp"
+
+namespace wuhu::ownership {
+
+unix_ms system_now() {
+    return unix_ms{std::chrono::duration_cast<std::chrono::milliseconds>(
+                       std::chrono::system_clock::now().time_since_epoch())
+                       .count()};
+}
+
+namespace {
+unix_ms plus(unix_ms t, std::chrono::milliseconds d) {
+    return unix_ms{t.value + d.count()};
+}
+}  // namespace
+
+result<acquisition> memory_lease::acquire(const session_id& id, std::string_view owner,
+                                          std::chrono::milliseconds ttl) {
+    std::lock_guard lock(mu_);
+    const auto now = now_();
+    auto it = leases_.find(id.str());
+    if (it != leases_.end() && it->second.expires > now && it->second.owner != owner) {
+        return acquisition{held_elsewhere{it->second.owner, it->second.expires}};
+    }
+    lease l{id, std::string(owner), lease_epoch{++last_epoch_}, plus(now, ttl)};
+    leases_.insert_or_assign(id.str(), l);
+    return acquisition{l};
+}
+
+result<std::vector<session_id>> memory_lease::renew(const std::vector<lease>& held,
+                                                    std::chrono::milliseconds ttl) {
+    std::lock_guard lock(mu_);
+    const auto now = now_();
+    std::vector<session_id> lost;
+    for (const auto& h : held) {
+        auto it = leases_.find(h.id.str());
+        if (it == leases_.end() || it->second.owner != h.owner || it->second.epoch != h.epoch) {
+            lost.push_back(h.id);
+            continue;
+        }
+        it->second.expires = plus(now, ttl);
+    }
+    return lost;
+}
+
+result<void> memory_lease::release(const lease& held) {
+    std::lock_guard lock(mu_);
+    auto it = leases_.find(held.id.str());
+    if (it != leases_.end() && it->second.owner == held.owner && it->second.epoch == held.epoch) {
+        leases_.erase(it);
+    }
+    return {};
+}
+
+result<std::optional<lease>> memory_lease::owner_of(const session_id& id) {
+    std::lock_guard lock(mu_);
+    auto it = leases_.find(id.str());
+    if (it == leases_.end() || it->second.expires <= now_()) {
+        return std::optional<lease>{};
+    }
+    return std::optional<lease>{it->second};
+}
+
+result<std::vector<lease>> memory_lease::live() {
+    std::lock_guard lock(mu_);
+    const auto now = now_();
+    std::vector<lease> out;
+    for (const auto& [id, l] : leases_) {
+        if (l.expires > now) {
+            out.push_back(l);
+        }
+    }
+    return out;
+}
+
+result<void> memory_lease::remove(const session_id& id) {
+    std::lock_guard lock(mu_);
+    leases_.erase(id.str());
+    return {};
+}
+
+}  // namespace wuhu::ownership

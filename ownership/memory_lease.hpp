@@ -1,0 +1,32 @@
+// In-memory leases, for tests: one process, the given clock.
+#pragma once
+
+#include "ownership/lease.hpp"
+
+#include <map>
+#include <mutex>
+
+namespace wuhu::ownership {
+
+class memory_lease final : public lease_store {
+  public:
+    explicit memory_lease(wall_clock now = system_now) : now_(std::move(now)) {}
+
+    result<acquisition> acquire(const session_id& id, std::string_view owner,
+                                std::chrono::milliseconds ttl) override;
+    result<std::vector<session_id>> renew(const std::vector<lease>& held,
+                                          std::chrono::milliseconds ttl) override;
+    result<void> release(const lease& held) override;
+    result<std::optional<lease>> owner_of(const session_id& id) override;
+    result<std::vector<lease>> live() override;
+    result<void> remove(const session_id& id) override;
+    std::string_view backend() const override { return "memory"; }
+
+  private:
+    wall_clock now_;
+    std::mutex mu_;
+    std::uint64_t last_epoch_ = 0;
+    std::map<std::string, lease> leases_;
+};
+
+}  // namespace wuhu::ownership

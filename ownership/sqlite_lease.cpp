@@ -1,0 +1,156 @@
+#include "ownership/sqlite_lease.hpp"
+
+#include "storage/sqlite_db.hpp"
+
+namespace wuhu::ownership {
+
+namespace sql = wuhu::storage::sqlite;
+
+namespace {
+
+// Runs `f` and maps an SQLite failure to storage::errc::unavailable: the outcome is unknown,
+// and the caller treats the lease as not held.
+template <class F>
+auto guarded(F&& f) -> decltype(f()) {
+    try {
+        return f();
+    } catch (const sql::error&) {
+        return storage::errc::unavailable;
+    }
+}
+
+lease row_lease(const sql::stmt& q) {
+    return lease{session_id::parse(q.text(0)).value(), std::string(q.text(1)),
+                 lease_epoch{static_cast<std::uint64_t>(q.int64(2))}, unix_ms{q.int64(3)}};
+}
+
+}  // namespace
+
+sqlite_lease::sqlite_lease(const std::filesystem::path& data_dir, wall_clock now,
+                           int busy_timeout_ms)
+    : now_(std::move(now)) {
+    std::filesystem::create_directories(data_dir);
+    db_ = std::make_unique<sql::db>((data_dir / "catalog.sqlite").string(), "FULL",
+                                    busy_timeout_ms);
+    sql::migrate_catalog(*db_);
+}
+
+sqlite_lease::~sqlite_lease() = default;
+
+result<acquisition> sqlite_lease::acquire(const session_id& id, std::string_view owner,
+                                          std::chrono::milliseconds ttl) {
+    std::lock_guard lock(mu_);
+    return guarded([&]() -> result<acquisition> {
+        sql::transaction tx(*db_);
+        const auto now = now_();
+        auto& cur = db_->prepare("SELECT owner, expires FROM leases WHERE id = ?1");
+        cur.bind(1, id.str());
+        std::optional<held_elsewhere> other;
+        if (cur.step() && cur.int64(1) > now.value && cur.text(0) != owner) {
+            other = held_elsewhere{std::string(cur.text(0)), unix_ms{cur.int64(1)}};
+        }
+        cur.reset();
+        if (other) {
+            return acquisition{*other};
+        }
+        auto& next = db_->prepare("UPDATE lease_epoch SET last = last + 1 RETURNING last");
+        next.step();
+        const lease_epoch epoch{static_cast<std::uint64_t>(next.int64(0))};
+        next.reset();
+        // Conditional: only a missing, expired or own lease is replaced.
+        auto& take = db_->prepare(
+            "INSERT INTO leases (id, owner, epoch, expires) VALUES (?1, ?2, ?3, ?4) "
+            "ON CONFLICT (id) DO UPDATE SET owner = excluded.owner, epoch = excluded.epoch, "
+            "expires = excluded.expires WHERE leases.expires <= ?5 OR leases.owner = ?2");
+        const unix_ms expires{now.value + ttl.count()};
+        take.bind(1, id.str())
+            .bind(2, owner)
+            .bind(3, static_cast<std::int64_t>(epoch.value))
+            .bind(4, expires.value)
+            .bind(5, now.value)
+            .run();
+        if (sqlite3_changes(db_->raw()) != 1) {
+            return storage::errc::conflict;  // cannot happen inside the transaction
+        }
+        tx.commit();
+        return acquisition{lease{id, std::string(owner), epoch, expires}};
+    });
+}
+
+result<std::vector<session_id>> sqlite_lease::renew(const std::vector<lease>& held,
+                                                    std::chrono::milliseconds ttl) {
+    std::lock_guard lock(mu_);
+    return guarded([&]() -> result<std::vector<session_id>> {
+        std::vector<session_id> lost;
+        if (held.empty()) {
+            return lost;
+        }
+        sql::transaction tx(*db_);
+        const unix_ms expires{now_().value + ttl.count()};
+        for (const auto& h : held) {
+            db_->prepare("UPDATE leases SET expires = ?1 WHERE id = ?2 AND owner = ?3 AND epoch = ?4")
+                .bind(1, expires.value)
+                .bind(2, h.id.str())
+                .bind(3, h.owner)
+                .bind(4, static_cast<std::int64_t>(h.epoch.value))
+                .run();
+            if (sqlite3_changes(db_->raw()) != 1) {
+                lost.push_back(h.id);
+            }
+        }
+        tx.commit();
+        return lost;
+    });
+}
+
+result<void> sqlite_lease::release(const lease& held) {
+    std::lock_guard lock(mu_);
+    return guarded([&]() -> result<void> {
+        db_->prepare("DELETE FROM leases WHERE id = ?1 AND owner = ?2 AND epoch = ?3")
+            .bind(1, held.id.str())
+            .bind(2, held.owner)
+            .bind(3, static_cast<std::int64_t>(held.epoch.value))
+            .run();
+        return {};
+    });
+}
+
+result<std::optional<lease>> sqlite_lease::owner_of(const session_id& id) {
+    std::lock_guard lock(mu_);
+    return guarded([&]() -> result<std::optional<lease>> {
+        auto& q = db_->prepare(
+            "SELECT id, owner, epoch, expires FROM leases WHERE id = ?1 AND expires > ?2");
+        q.bind(1, id.str()).bind(2, now_().value);
+        std::optional<lease> out;
+        if (q.step()) {
+            out = row_lease(q);
+        }
+        q.reset();
+        return out;
+    });
+}
+
+result<std::vector<lease>> sqlite_lease::live() {
+    std::lock_guard lock(mu_);
+    return guarded([&]() -> result<std::vector<lease>> {
+        auto& q = db_->prepare(
+            "SELECT id, owner, epoch, expires FROM leases WHERE expires > ?1 ORDER BY id");
+        q.bind(1, now_().value);
+        std::vector<lease> out;
+        while (q.step()) {
+            out.push_back(row_lease(q));
+        }
+        q.reset();
+        return out;
+    });
+}
+
+result<void> sqlite_lease::remove(const session_id& id) {
+    std::lock_guard lock(mu_);
+    return guarded([&]() -> result<void> {
+        db_->prepare("DELETE FROM leases WHERE id = ?1").bind(1, id.str()).run();
+        return {};
+    });
+}
+
+}  // namespace wuhu::ownership

@@ -1,0 +1,43 @@
+// Leases in `<data-dir>/catalog.sqlite`: the embedded default, shared by the workers of one
+// host (they read the same clock). Each operation is one BEGIN IMMEDIATE transaction whose
+// writes are conditional updates, so two workers racing for a session cannot both win, and the
+// next epoch comes from one counter row, so an epoch is never handed out twice.
+#pragma once
+
+#include "ownership/lease.hpp"
+
+#include <filesystem>
+#include <memory>
+#include <mutex>
+
+namespace wuhu::storage::sqlite {
+class db;
+}
+
+namespace wuhu::ownership {
+
+class sqlite_lease final : public lease_store {
+  public:
+    // Opens (creating and migrating if needed) `<data_dir>/catalog.sqlite`; throws
+    // std::runtime_error if it cannot.
+    explicit sqlite_lease(const std::filesystem::path& data_dir, wall_clock now = system_now,
+                          int busy_timeout_ms = 5000);
+    ~sqlite_lease() override;
+
+    result<acquisition> acquire(const session_id& id, std::string_view owner,
+                                std::chrono::milliseconds ttl) override;
+    result<std::vector<session_id>> renew(const std::vector<lease>& held,
+                                          std::chrono::milliseconds ttl) override;
+    result<void> release(const lease& held) override;
+    result<std::optional<lease>> owner_of(const session_id& id) override;
+    result<std::vector<lease>> live() override;
+    result<void> remove(const session_id& id) override;
+    std::string_view backend() const override { return "sqlite"; }
+
+  private:
+    wall_clock now_;
+    std::mutex mu_;
+    std::unique_ptr<storage::sqlite::db> db_;
+};
+
+}  // namespace wuhu::ownership

@@ -1,0 +1,237 @@
+// One suite for every lease backend (in-memory, SQLite catalog): the rules of ownership/lease.hpp.
+#include "ownership/keeper.hpp"
+#include "ownership/memory_lease.hpp"
+#include "ownership/sqlite_lease.hpp"
+#include "tests/support/temp_dir.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+namespace wuhu::testing {
+
+using namespace std::chrono_literals;
+using ownership::acquisition;
+using ownership::held_elsewhere;
+using ownership::lease;
+using session::lease_epoch;
+using session::session_id;
+using session::unix_ms;
+
+namespace {
+
+session_id sid(const char* s) {
+    return session_id::parse(s).value();
+}
+
+// A backend over a manual clock.
+struct backend {
+    virtual ~backend() = default;
+    virtual ownership::lease_store& store() = 0;
+    // Another handle on the same leases (another worker process for SQLite).
+    virtual std::unique_ptr<ownership::lease_store> another() = 0;
+    std::atomic<std::int64_t> now{1'000'000};
+    ownership::wall_clock clock() {
+        return [this] { return unix_ms{now.load()}; };
+    }
+};
+
+struct memory_backend final : backend {
+    ownership::memory_lease leases{clock()};
+    ownership::lease_store& store() override { return leases; }
+    std::unique_ptr<ownership::lease_store> another() override { return nullptr; }
+};
+
+struct sqlite_backend final : backend {
+    temp_dir dir;
+    ownership::sqlite_lease leases{dir.path(), clock()};
+    ownership::lease_store& store() override { return leases; }
+    std::unique_ptr<ownership::lease_store> another() override {
+        return std::make_unique<ownership::sqlite_lease>(dir.path(), clock());
+    }
+};
+
+lease granted(const ownership::result<acquisition>& a) {
+    EXPECT_TRUE(a.has_value());
+    EXPECT_TRUE(a && std::holds_alternative<lease>(*a)) << "expected the lease to be granted";
+    if (a && std::holds_alternative<lease>(*a)) {
+        return std::get<lease>(*a);
+    }
+    return lease{sid("none"), "", lease_epoch{0}, unix_ms{0}};
+}
+
+}  // namespace
+
+class LeaseConformance : public ::testing::TestWithParam<std::string> {
+  protected:
+    void SetUp() override {
+        if (GetParam() == "memory") {
+            b_ = std::make_unique<memory_backend>();
+        } else {
+            b_ = std::make_unique<sqlite_backend>();
+        }
+    }
+    ownership::lease_store& store() { return b_->store(); }
+    std::unique_ptr<backend> b_;
+};
+
+TEST_P(LeaseConformance, AcquireFreeSessionGrantsLeaseUntilNowPlusTtl) {
+    auto l = granted(store().acquire(sid("s1"), "w1", 10s));
+    EXPECT_EQ(l.id, sid("s1"));
+    EXPECT_EQ(l.owner, "w1");
+    EXPECT_EQ(l.expires, unix_ms{b_->now + 10'000});
+    EXPECT_GT(l.epoch, lease_epoch{0});
+    EXPECT_EQ(store().owner_of(sid("s1")).value(), l);
+}
+
+TEST_P(LeaseConformance, LiveLeaseOfAnotherOwnerIsHeldElsewhere) {
+    auto l = granted(store().acquire(sid("s1"), "w1", 10s));
+    auto other = store().acquire(sid("s1"), "w2", 10s);
+    ASSERT_TRUE(other.has_value());
+    ASSERT_TRUE(std::holds_alternative<held_elsewhere>(*other));
+    EXPECT_EQ(std::get<held_elsewhere>(*other).owner, "w1");
+    EXPECT_EQ(std::get<held_elsewhere>(*other).expires, l.expires);
+}
+
+TEST_P(LeaseConformance, EpochsOnlyGrowAcrossSessionsOwnersAndRemoval) {
+    auto a = granted(store().acquire(sid("s1"), "w1", 10s));
+    auto b = granted(store().acquire(sid("s2"), "w1", 10s));
+    EXPECT_GT(b.epoch, a.epoch);
+    auto again = granted(store().acquire(sid("s1"), "w1", 10s));  // own lease, taken afresh
+    EXPECT_GT(again.epoch, b.epoch);
+    ASSERT_TRUE(store().remove(sid("s1")));
+    auto recreated = granted(store().acquire(sid("s1"), "w2", 10s));
+    EXPECT_GT(recreated.epoch, again.epoch);
+}
+
+TEST_P(LeaseConformance, ExpiredLeaseIsTakenOverWithHigherEpochAndOldOwnerLosesRenewal) {
+    auto old = granted(store().acquire(sid("s1"), "w1", 10s));
+    b_->now += 10'000;  // expired exactly now
+    EXPECT_FALSE(store().owner_of(sid("s1")).value().has_value());
+    auto taken = granted(store().acquire(sid("s1"), "w2", 10s));
+    EXPECT_GT(taken.epoch, old.epoch);
+    auto lost = store().renew({old}, 10s).value();
+    ASSERT_EQ(lost.size(), 1u);
+    EXPECT_EQ(lost[0], sid("s1"));
+    EXPECT_EQ(store().owner_of(sid("s1")).value()->owner, "w2");
+}
+
+TEST_P(LeaseConformance, RenewExtendsEveryHeldLeaseInOneCall) {
+    auto a = granted(store().acquire(sid("a"), "w1", 10s));
+    auto b = granted(store().acquire(sid("b"), "w1", 10s));
+    b_->now += 9'000;
+    EXPECT_TRUE(store().renew({a, b}, 10s).value().empty());
+    b_->now += 9'000;  // past the first expiry, within the renewed one
+    EXPECT_EQ(store().owner_of(sid("a")).value()->owner, "w1");
+    EXPECT_EQ(store().owner_of(sid("b")).value()->epoch, b.epoch);
+    EXPECT_TRUE(std::holds_alternative<held_elsewhere>(store().acquire(sid("a"), "w2", 1s).value()));
+}
+
+TEST_P(LeaseConformance, ReleaseLetsAnotherOwnerTakeAtOnce) {
+    auto l = granted(store().acquire(sid("s1"), "w1", 10s));
+    ASSERT_TRUE(store().release(l));
+    EXPECT_FALSE(store().owner_of(sid("s1")).value().has_value());
+    auto next = granted(store().acquire(sid("s1"), "w2", 10s));
+    EXPECT_GT(next.epoch, l.epoch);
+}
+
+TEST_P(LeaseConformance, StaleReleaseDoesNotFreeTheNewOwnersLease) {
+    auto old = granted(store().acquire(sid("s1"), "w1", 1s));
+    b_->now += 1'000;
+    auto next = granted(store().acquire(sid("s1"), "w2", 10s));
+    ASSERT_TRUE(store().release(old));
+    EXPECT_EQ(store().owner_of(sid("s1")).value(), next);
+}
+
+TEST_P(LeaseConformance, LiveListsOnlyUnexpiredLeases) {
+    granted(store().acquire(sid("a"), "w1", 1s));
+    auto b = granted(store().acquire(sid("b"), "w2", 10s));
+    b_->now += 1'000;
+    auto live = store().live().value();
+    ASSERT_EQ(live.size(), 1u);
+    EXPECT_EQ(live[0], b);
+}
+
+TEST_P(LeaseConformance, RacingWorkersNeverBothWin) {
+    // Two handles (two processes for SQLite), eight threads each racing for the same sessions.
+    auto second = b_->another();
+    ownership::lease_store& a = store();
+    ownership::lease_store& b = second ? *second : store();
+    constexpr int sessions = 20;
+    std::atomic<int> wins[sessions] = {};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 8; ++t) {
+        threads.emplace_back([&, t] {
+            auto& st = t % 2 == 0 ? a : b;
+            for (int i = 0; i < sessions; ++i) {
+                auto got = st.acquire(sid(("r" + std::to_string(i)).c_str()),
+                                      "w" + std::to_string(t), 60s);
+                ASSERT_TRUE(got.has_value()) << got.error().message();
+                if (std::holds_alternative<lease>(*got)) {
+                    ++wins[i];
+                }
+            }
+        });
+    }
+    for (auto& th : threads) {
+        th.join();
+    }
+    for (int i = 0; i < sessions; ++i) {
+        EXPECT_EQ(wins[i].load(), 1) << "session r" << i;
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, LeaseConformance, ::testing::Values("memory", "sqlite"),
+                         [](const auto& info) { return info.param; });
+
+// ---- the keeper
+
+TEST(Keeper, PlacesHereOnceAcquiredAndElsewhereWhileAnotherWorkerIsLive) {
+    std::atomic<std::int64_t> now{1'000};
+    ownership::memory_lease leases([&] { return unix_ms{now.load()}; });
+    ownership::keeper w1(leases, "w1", 3s), w2(leases, "w2", 3s);
+    auto p1 = w1.place(sid("s")).value();
+    ASSERT_TRUE(std::holds_alternative<ownership::keeper::here>(p1));
+    EXPECT_EQ(w1.epoch_of(sid("s")).value(), std::get<ownership::keeper::here>(p1).epoch);
+    auto p2 = w2.place(sid("s")).value();
+    ASSERT_TRUE(std::holds_alternative<ownership::keeper::elsewhere>(p2));
+    EXPECT_EQ(std::get<ownership::keeper::elsewhere>(p2).owner, "w1");
+    EXPECT_EQ(w2.epoch_of(sid("s")).error(), make_error_code(ownership::errc::not_held));
+}
+
+TEST(Keeper, RenewReportsLostLeasesAndForgetsThem) {
+    std::atomic<std::int64_t> now{1'000};
+    ownership::memory_lease leases([&] { return unix_ms{now.load()}; });
+    ownership::keeper w1(leases, "w1", 3s), w2(leases, "w2", 3s);
+    w1.place(sid("kept")).value();
+    w1.place(sid("lost")).value();
+    now += 3'000;  // w1 missed its renewals
+    EXPECT_TRUE(std::holds_alternative<ownership::keeper::here>(w2.place(sid("lost")).value()));
+    auto lost = w1.renew().value();
+    ASSERT_EQ(lost.size(), 1u);
+    EXPECT_EQ(lost[0], sid("lost"));
+    EXPECT_EQ(w1.held(), 1u);
+    EXPECT_FALSE(w1.epoch_of(sid("lost")).has_value());
+}
+
+TEST(Keeper, ReleaseAllHandsSessionsOverAtOnce) {
+    ownership::memory_lease leases;
+    ownership::keeper w1(leases, "w1", 60s), w2(leases, "w2", 60s);
+    w1.place(sid("a")).value();
+    w1.place(sid("b")).value();
+    w1.release_all();
+    EXPECT_EQ(w1.held(), 0u);
+    EXPECT_TRUE(std::holds_alternative<ownership::keeper::here>(w2.place(sid("a")).value()));
+    EXPECT_TRUE(std::holds_alternative<ownership::keeper::here>(w2.place(sid("b")).value()));
+}
+
+TEST(Keeper, RejectsWorkerIdsThatAreNotSubjectTokens) {
+    ownership::memory_lease leases;
+    for (const char* bad : {"", "a.b", "w*", "w>", "w 1", "a/b"}) {
+        EXPECT_THROW(ownership::keeper(leases, bad, 1s), std::invalid_argument) << bad;
+    }
+    EXPECT_NO_THROW(ownership::keeper(leases, "worker-1_A", 1s));
+}
+
+}  // namespace wuhu::testing
