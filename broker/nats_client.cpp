@@ -42,8 +42,10 @@ nats_client::nats_client(const std::string& url, const std::string& name) {
 
 nats_client::~nats_client() {
     for (auto* sub : subs_) {
-        natsSubscription_Unsubscribe(sub);
-        natsSubscription_Destroy(sub);
+        if (sub != nullptr) {
+            natsSubscription_Unsubscribe(sub);
+            natsSubscription_Destroy(sub);
+        }
     }
     if (nc_ != nullptr) {
         natsConnection_Close(nc_);
@@ -65,21 +67,62 @@ bool nats_client::publish_request(const std::string& subject, const std::string&
                                          static_cast<int>(data.size())) == NATS_OK;
 }
 
-void nats_client::subscribe(const std::string& subject, handler h) {
+std::size_t nats_client::subscribe(const std::string& subject, handler h) {
     handlers_.push_back(std::make_unique<handler>(std::move(h)));
     natsSubscription* sub = nullptr;
     check(natsConnection_Subscribe(&sub, nc_, subject.c_str(), on_message, handlers_.back().get()),
           "nats subscribe");
     subs_.push_back(sub);
+    return subs_.size() - 1;
 }
 
-void nats_client::queue_subscribe(const std::string& subject, const std::string& queue, handler h) {
+std::size_t nats_client::queue_subscribe(const std::string& subject, const std::string& queue,
+                                         handler h) {
     handlers_.push_back(std::make_unique<handler>(std::move(h)));
     natsSubscription* sub = nullptr;
     check(natsConnection_QueueSubscribe(&sub, nc_, subject.c_str(), queue.c_str(), on_message,
                                         handlers_.back().get()),
           "nats queue subscribe");
     subs_.push_back(sub);
+    return subs_.size() - 1;
+}
+
+void nats_client::unsubscribe(std::size_t token) {
+    if (token < subs_.size() && subs_[token] != nullptr) {
+        natsSubscription_Unsubscribe(subs_[token]);
+        natsSubscription_Destroy(subs_[token]);
+        subs_[token] = nullptr;
+    }
+}
+
+bool nats_client::request_many(const std::string& subject, std::string_view data,
+                               std::chrono::milliseconds timeout,
+                               const std::function<bool(std::string)>& more) {
+    natsInbox* inbox = nullptr;
+    check(natsInbox_Create(&inbox), "nats inbox");
+    natsSubscription* sub = nullptr;
+    natsStatus s = natsConnection_SubscribeSync(&sub, nc_, inbox);
+    if (s == NATS_OK) {
+        s = natsConnection_PublishRequest(nc_, subject.c_str(), inbox, data.data(),
+                                          static_cast<int>(data.size()));
+    }
+    bool done = false;
+    while (s == NATS_OK && !done) {
+        natsMsg* msg = nullptr;
+        s = natsSubscription_NextMsg(&msg, sub, static_cast<int64_t>(timeout.count()));
+        if (s == NATS_OK) {
+            std::string m(natsMsg_GetData(msg),
+                          static_cast<std::size_t>(natsMsg_GetDataLength(msg)));
+            natsMsg_Destroy(msg);
+            done = !more(std::move(m));
+        }
+    }
+    if (sub != nullptr) {
+        natsSubscription_Unsubscribe(sub);
+        natsSubscription_Destroy(sub);
+    }
+    natsInbox_Destroy(inbox);
+    return done;
 }
 
 std::optional<std::string> nats_client::request(const std::string& subject, std::string_view data,

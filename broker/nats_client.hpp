@@ -7,6 +7,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -40,11 +41,20 @@ class nats_client {
     // Publishes with a reply subject (forwarding a request keeps the caller's reply subject).
     bool publish_request(const std::string& subject, const std::string& reply,
                          std::string_view data);
-    void subscribe(const std::string& subject, handler h);
-    void queue_subscribe(const std::string& subject, const std::string& queue, handler h);
+    // Subscriptions return a token for unsubscribe(). The handler stays alive until the
+    // client is destroyed (a callback may still be running when unsubscribe returns).
+    std::size_t subscribe(const std::string& subject, handler h);
+    std::size_t queue_subscribe(const std::string& subject, const std::string& queue, handler h);
+    void unsubscribe(std::size_t token);
     // A request-reply round trip; nullopt on timeout or no responders.
     std::optional<std::string> request(const std::string& subject, std::string_view data,
                                        std::chrono::milliseconds timeout);
+    // A request answered by several messages (a chunked reply): `more` gets each reply
+    // message and returns whether more are expected. False on timeout (each message within
+    // `timeout` of the previous one).
+    bool request_many(const std::string& subject, std::string_view data,
+                      std::chrono::milliseconds timeout,
+                      const std::function<bool(std::string)>& more);
     void flush();
     std::int64_t max_payload() const;
 

@@ -150,9 +150,10 @@ std::string ok_reply(verb v, const worker::command_reply& r) {
     return json::serialize(o);
 }
 
-std::string subscribe_reply(const s::patch& p, const s::status& st,
+std::string subscribe_reply(const s::patch& p, const s::status& st, std::uint64_t step,
                             const std::optional<worker::inflight_message>& inflight) {
-    json::object o{{"ok", true}, {"patch", s::to_json(p)}, {"status", s::to_json(st)}};
+    json::object o{
+        {"ok", true}, {"patch", s::to_json(p)}, {"status", s::to_json(st)}, {"step", step}};
     if (p.config) {
         o["settings"] = s::to_json(*p.config);
     }
@@ -190,24 +191,6 @@ std::vector<std::string> chunked(std::string reply, std::size_t max_bytes) {
     return out;
 }
 
-std::optional<std::string> chunk_assembler::feed(std::string message) {
-    auto v = json::parse(message);
-    const auto* chunk = v.as_object().if_contains("chunk");
-    if (chunk == nullptr) {
-        return message;
-    }
-    if (chunk->to_number<std::uint64_t>() != next_) {
-        throw std::runtime_error("reply chunk out of order");
-    }
-    ++next_;
-    text_ += v.at("part").as_string();
-    if (next_ < v.at("chunks").to_number<std::uint64_t>()) {
-        return std::nullopt;
-    }
-    next_ = 0;
-    return std::exchange(text_, {});
-}
-
 std::string patch_event(const s::patch& p) {
     return json::serialize(s::to_json(p));
 }
@@ -221,13 +204,15 @@ std::optional<std::string> delta_event(const worker::loop_event& e) {
             [](const worker::stream_delta_event& x) -> std::optional<std::string> {
                 if (x.tool_call) {
                     return json::serialize(json::object{{"type", "tool_call.delta"},
+                                                        {"step", x.step},
                                                         {"seq", x.seq},
                                                         {"id", x.tool_call->id},
                                                         {"name", x.tool_call->name},
                                                         {"arguments", x.tool_call->arguments}});
                 }
                 return json::serialize(
-                    json::object{{"type", "text.delta"}, {"seq", x.seq}, {"text", x.text}});
+                    json::object{
+                        {"type", "text.delta"}, {"step", x.step}, {"seq", x.seq}, {"text", x.text}});
             },
             [](const worker::stream_ended_event& x) -> std::optional<std::string> {
                 if (x.committed) {

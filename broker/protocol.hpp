@@ -44,26 +44,18 @@ session::decoded<worker::command> decode_command(verb v, const boost::json::valu
 // {"ok":true, ...}: id for enqueue/system, canceled for cancel, settings for configure.
 std::string ok_reply(verb v, const worker::command_reply& r);
 
-// The subscribe reply: {ok, patch, status, settings, inflight?}.
+// The subscribe reply: {ok, patch, status, settings, step, inflight?}. `step` is the number of
+// assistant messages up to the patch's `to`: the step of the next streamed message (a client
+// drops stream events of lower steps, whose messages the patch already holds).
 std::string subscribe_reply(const session::patch& p, const session::status& st,
+                            std::uint64_t step,
                             const std::optional<worker::inflight_message>& inflight);
 
 // A reply no larger than `max_bytes` as is; a larger one as ordered chunks, each within
 // `max_bytes`: {"ok":true,"chunk":i,"chunks":n,"part":"..."} where the parts, concatenated in
-// order, are the reply's JSON text (cut between UTF-8 characters).
+// order, are the reply's JSON text (cut between UTF-8 characters). broker/client.hpp
+// reassembles them.
 std::vector<std::string> chunked(std::string reply, std::size_t max_bytes);
-// The inverse, for clients: feeds one reply message; returns the whole reply once complete.
-class chunk_assembler {
-  public:
-    // The reply when `message` completes it; nullopt while chunks are missing. Throws
-    // std::runtime_error on a chunk out of order.
-    std::optional<std::string> feed(std::string message);
-
-  private:
-    std::string text_;
-    std::uint64_t next_ = 0;
-};
-
 // Event payloads. Patches go to `<prefix>.events.<sid>.patch`; stream events to `.delta`:
 // {"type":"message.start","step":n}, {"type":"text.delta","seq":n,"text":"..."},
 // {"type":"tool_call.delta","seq":n,"id","name","arguments"},

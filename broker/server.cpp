@@ -123,6 +123,7 @@ asio::awaitable<std::vector<std::string>> server::handle(worker::session_registr
         if (forwarded) {  // never forwarded twice: the client retries and is routed afresh
             co_return replies{error_reply(ownership::errc::owner_changed)};
         }
+        ++forwarded_;
         nats_.publish_request(request_subject(options_.prefix + ".worker." + other->owner, sid,
                                               route->what),
                               m.reply, m.data);
@@ -150,8 +151,9 @@ asio::awaitable<std::vector<std::string>> server::handle(worker::session_registr
         if (!p) {
             co_return replies{error_reply(p.error())};
         }
-        co_return chunked(subscribe_reply(*p, *p->state, (*loop)->inflight()),
-                          options_.max_reply_bytes);
+        co_return chunked(
+            subscribe_reply(*p, *p->state, s::assistant_count(st), (*loop)->inflight()),
+            options_.max_reply_bytes);
     }
     auto cmd = std::get<worker::command>(std::move(w));
     auto sent = (*loop)->send(std::move(cmd));

@@ -15,6 +15,7 @@
 
 #include <boost/asio/any_io_executor.hpp>
 
+#include <atomic>
 #include <random>
 
 namespace wuhu::broker {
@@ -48,6 +49,8 @@ class server {
                                                      nats_message m);
 
     const server_options& options() const { return options_; }
+    // Requests this worker forwarded to another owner (for tests and logs).
+    std::size_t forwarded() const { return forwarded_.load(); }
 
   private:
     session::queue_item_id new_item_id();
@@ -59,6 +62,7 @@ class server {
     std::string forward_prefix_;  // <prefix>.worker.<worker-id>
     worker::system_clock clock_;
     std::mt19937_64 rng_{std::random_device{}()};
+    std::atomic<std::size_t> forwarded_{0};
 };
 
 }  // namespace wuhu::broker

@@ -8,7 +8,7 @@
 //
 // --json prints replies as JSON. Exit codes: 0 ok, 1 the service refused (error reply),
 // 2 usage, 3 no reply (no worker, or NATS unreachable).
-#include "broker/nats_client.hpp"
+#include "broker/client.hpp"
 
 #include <CLI/CLI.hpp>
 #include <boost/json.hpp>
@@ -23,7 +23,6 @@ namespace {
 namespace json = boost::json;
 using namespace std::chrono_literals;
 using wuhu::broker::nats_client;
-using wuhu::broker::nats_message;
 
 struct options {
     std::string nats = "nats://127.0.0.1:4222";
@@ -36,32 +35,33 @@ std::string env_or(const char* name, std::string fallback) {
     return v != nullptr && *v != '\0' ? std::string(v) : fallback;
 }
 
-int call(nats_client& nc, const options& o, const std::string& sid, const std::string& verb,
-         const json::value& body) {
-    auto reply = nc.request(o.prefix + ".session." + sid + "." + verb, json::serialize(body), 10s);
-    if (!reply) {
-        std::cerr << "wuhuctl: no reply (is a worker running?)\n";
-        return 3;
-    }
-    auto v = json::parse(*reply);
+// Prints a failure; the exit code for it (3: no reply, 1: the service refused).
+int report(const wuhu::client::failure& f, const options& o) {
     if (o.as_json) {
-        std::cout << *reply << "\n";
+        std::cout << json::serialize(json::object{
+                         {"ok", false}, {"error", {{"code", f.code}, {"message", f.message}}}})
+                  << "\n";
+    } else {
+        std::cerr << (f.code == "no_reply" ? "wuhuctl: " : "error " + f.code + ": ") << f.message
+                  << "\n";
     }
-    if (!v.at("ok").as_bool()) {
-        if (!o.as_json) {
-            std::cerr << "error " << json::value_to<std::string>(v.at("error").at("code")) << ": "
-                      << json::value_to<std::string>(v.at("error").at("message")) << "\n";
-        }
-        return 1;
+    return f.code == "no_reply" ? 3 : 1;
+}
+
+int call(wuhu::client::client& c, const options& o, const std::string& sid,
+         const std::string& verb, const json::object& body) {
+    auto r = c.call(sid, verb, body);
+    if (!r) {
+        return report(r.error(), o);
     }
-    if (!o.as_json) {
-        if (const auto* id = v.as_object().if_contains("id")) {
-            std::cout << "ok " << json::value_to<std::string>(*id) << "\n";
-        } else if (const auto* c = v.as_object().if_contains("canceled")) {
-            std::cout << (c->as_bool() ? "canceled\n" : "not canceled (already materialized)\n");
-        } else {
-            std::cout << "ok\n";
-        }
+    if (o.as_json) {
+        std::cout << json::serialize(*r) << "\n";
+    } else if (const auto* id = r->if_contains("id")) {
+        std::cout << "ok " << json::value_to<std::string>(*id) << "\n";
+    } else if (const auto* c = r->if_contains("canceled")) {
+        std::cout << (c->as_bool() ? "canceled\n" : "not canceled (already materialized)\n");
+    } else {
+        std::cout << "ok\n";
     }
     return 0;
 }
@@ -123,75 +123,43 @@ class renderer {
     bool streaming_ = false;
 };
 
-bool covered(const json::value& to, const json::value& version) {
-    for (const char* k : {"transcript", "system", "steer", "followUp"}) {
-        if (to.at(k).to_number<std::uint64_t>() > version.at(k).to_number<std::uint64_t>()) {
-            return false;
-        }
-    }
-    return true;
-}
-
-int watch(nats_client& nc, const options& o, const std::string& sid, bool until_idle,
+int watch(wuhu::client::client& c, const options& o, const std::string& sid, bool until_idle,
           int timeout_s) {
-    std::mutex mu;
-    std::condition_variable cv;
-    std::deque<nats_message> queue;
-    // Subscribe first, then ask for the backfill: nothing falls between the two.
-    nc.subscribe(o.prefix + ".events." + sid + ".>", [&](nats_message m) {
-        std::lock_guard lock(mu);
-        queue.push_back(std::move(m));
-        cv.notify_one();
-    });
-    nc.flush();
-    auto reply = nc.request(o.prefix + ".session." + sid + ".subscribe", "{}", 10s);
-    if (!reply) {
-        std::cerr << "wuhuctl: no reply (is a worker running?)\n";
-        return 3;
-    }
-    auto sub = json::parse(*reply);
-    if (!sub.at("ok").as_bool()) {
-        std::cerr << "error " << str(sub.at("error"), "code") << "\n";
-        return 1;
+    auto w = wuhu::client::watch::open(c, sid);
+    if (!w) {
+        return report(w.error(), o);
     }
     renderer r;
-    for (const auto& e : sub.at("patch").at("transcript").as_array()) {
-        r.entry(e);
-    }
-    json::value version = sub.at("patch").at("to");
-    bool idle = !sub.at("status").at("has_work").as_bool();
-    if (const auto* in = sub.as_object().if_contains("inflight")) {
-        r.delta(json::object{{"type", "message.start"}});
-        r.delta(json::object{{"type", "text.delta"}, {"text", in->at("text")}});
-    }
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
-    bool seen_work = !idle;
-    while (!(until_idle && idle && seen_work)) {
-        std::unique_lock lock(mu);
-        if (!cv.wait_until(lock, deadline, [&] { return !queue.empty(); })) {
-            return until_idle ? 4 : 0;
+    bool idle = false, seen_work = false;
+    wuhu::client::watch::handlers h;
+    h.on_patch = [&](const json::object& p) {
+        if (o.as_json) {
+            std::cout << json::serialize(json::object{{"patch", p}}) << std::endl;
+        } else {
+            for (const auto& e : p.at("transcript").as_array()) {
+                r.entry(e);
+            }
         }
-        nats_message m = std::move(queue.front());
-        queue.pop_front();
-        lock.unlock();
-        auto v = json::parse(m.data);
-        if (m.subject.ends_with(".delta")) {
-            r.delta(v);
-            continue;
-        }
-        // Already in the backfill: a patch that ends at or below the version. A register-only
-        // patch (from == to) at the current version is new (has_work, paused changed).
-        const bool register_only = v.at("from") == v.at("to");
-        if (covered(v.at("to"), version) && !(register_only && v.at("to") == version)) {
-            continue;
-        }
-        for (const auto& e : v.at("transcript").as_array()) {
-            r.entry(e);
-        }
-        version = v.at("to");
-        if (const auto* st = v.as_object().if_contains("status")) {
+        if (const auto* st = p.if_contains("status")) {
             idle = !st->at("has_work").as_bool();
             seen_work |= !idle;
+        }
+    };
+    h.on_delta = [&](const json::object& d) {
+        if (o.as_json) {
+            std::cout << json::serialize(json::object{{"delta", d}}) << std::endl;
+        } else {
+            r.delta(d);
+        }
+    };
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+    while (!(until_idle && idle && seen_work)) {
+        auto got = (*w)->next(deadline, h);
+        if (!got) {
+            return report(got.error(), o);
+        }
+        if (!*got) {
+            return until_idle ? 4 : 0;
         }
     }
     return 0;
@@ -250,6 +218,7 @@ int main(int argc, char** argv) {
 
     try {
         nats_client nc(o.nats, "wuhuctl");
+        wuhu::client::client c(nc, wuhu::client::options{o.prefix, 10s});
         json::object body;
         auto* cmd = app.get_subcommands().front();
         const std::string name = cmd->get_name();
@@ -260,17 +229,17 @@ int main(int argc, char** argv) {
             if (!id.empty()) {
                 body["id"] = id;
             }
-            return call(nc, o, sid, "enqueue", body);
+            return call(c, o, sid, "enqueue", body);
         }
         if (name == "system") {
             body = {{"source", source}, {"content", text}};
             if (!id.empty()) {
                 body["id"] = id;
             }
-            return call(nc, o, sid, "system", body);
+            return call(c, o, sid, "system", body);
         }
         if (name == "cancel") {
-            return call(nc, o, sid, "cancel", json::object{{"lane", lane}, {"id", id}});
+            return call(c, o, sid, "cancel", json::object{{"lane", lane}, {"id", id}});
         }
         if (name == "configure") {
             for (const auto& kv : settings) {
@@ -286,35 +255,30 @@ int main(int argc, char** argv) {
                                 ? json::value(value)
                                 : parsed;
             }
-            return call(nc, o, sid, "configure", body);
+            return call(c, o, sid, "configure", body);
         }
         if (name == "status") {
-            auto reply = nc.request(o.prefix + ".session." + sid + ".subscribe", "{}", 10s);
-            if (!reply) {
-                std::cerr << "wuhuctl: no reply (is a worker running?)\n";
-                return 3;
+            auto v = c.subscribe(sid);
+            if (!v) {
+                return report(v.error(), o);
             }
-            auto v = json::parse(*reply);
-            if (o.as_json || !v.at("ok").as_bool()) {
-                std::cout << json::serialize(json::object{
-                                 {"ok", v.at("ok")},
-                                 {"status", v.as_object().contains("status") ? v.at("status")
-                                                                             : json::value()},
-                                 {"version", v.as_object().contains("patch")
-                                                 ? v.at("patch").at("to")
-                                                 : json::value()}})
+            if (o.as_json) {
+                std::cout << json::serialize(json::object{{"ok", true},
+                                                          {"status", v->at("status")},
+                                                          {"version", v->at("patch").at("to")}})
                           << "\n";
-                return v.at("ok").as_bool() ? 0 : 1;
+                return 0;
             }
-            std::cout << "state " << str(v.at("status"), "state") << ", has_work "
-                      << v.at("status").at("has_work") << ", paused " << v.at("status").at("paused")
-                      << ", version " << json::serialize(v.at("patch").at("to")) << "\n";
+            std::cout << "state " << str(v->at("status"), "state") << ", has_work "
+                      << v->at("status").at("has_work") << ", paused "
+                      << v->at("status").at("paused") << ", version "
+                      << json::serialize(v->at("patch").at("to")) << "\n";
             return 0;
         }
         if (name == "watch") {
-            return watch(nc, o, sid, until_idle, timeout_s);
+            return watch(c, o, sid, until_idle, timeout_s);
         }
-        return call(nc, o, sid, name, json::object{});
+        return call(c, o, sid, name, json::object{});
     } catch (const std::exception& e) {
         std::cerr << "wuhuctl: " << e.what() << "\n";
         return 3;

@@ -30,8 +30,9 @@ struct state_event {
 struct stream_began_event {
     std::uint64_t step = 0;
 };
-// A streamed fragment; `seq` counts the deltas of this message from 1.
+// A streamed fragment of the message of `step`; `seq` counts its deltas from 1.
 struct stream_delta_event {
+    std::uint64_t step = 0;
     std::uint64_t seq = 0;
     std::string text;
     std::optional<tool_call_delta> tool_call;

@@ -1,16 +1,11 @@
 // The worker's request side against a real nats-server (scripts/test starts it and sets
 // WUHU_TEST_NATS_URL): requests in, replies after commit, patches and deltas out.
-#include "broker/server.hpp"
-#include "ownership/memory_lease.hpp"
-#include "storage/sqlite_store.hpp"
+#include "broker/client.hpp"
+#include "tests/broker/worker_node.hpp"
 #include "tests/support/builders.hpp"
 #include "tests/support/temp_dir.hpp"
-#include "worker/scripted_provider.hpp"
 
 #include <gtest/gtest.h>
-#include <boost/asio/executor_work_guard.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/post.hpp>
 
 #include <unistd.h>
 #include <condition_variable>
@@ -21,7 +16,6 @@
 namespace wuhu::testing {
 
 namespace json = boost::json;
-namespace asio = boost::asio;
 using namespace std::chrono_literals;
 
 namespace {
@@ -41,41 +35,23 @@ constexpr const char* default_script = R"({"responses":[
     {"text":"second answer"},
     {"text":"third answer"}]})";
 
-// A worker (SQLite store in a temp dir, scripted model) on its own thread, and a client.
+// A worker (SQLite store and lease in a temp dir, scripted model) on its own thread, and a
+// client.
 class worker_fixture : public ::testing::Test {
   protected:
     void SetUp() override {
-        store_ = std::make_unique<storage::sqlite_store>(storage::sqlite_options{dir_.path()});
-        worker::add_builtin_tools(tools_);
-        nats_ = std::make_unique<broker::nats_client>(nats_url(), "test-worker");
         client_ = std::make_unique<broker::nats_client>(nats_url(), "test-client");
-        broker::server_options options;
-        options.prefix = prefix_;
-        server_ = std::make_unique<broker::server>(io_.get_executor(), *nats_, keeper_, options);
-        registry_ = std::make_unique<worker::session_registry>(
-            io_.get_executor(), *store_,
-            [this] {
-                return std::make_unique<worker::scripted_provider>(
-                    worker::parse_script(script_).value(), clock_);
-            },
-            tools_, clock_, worker::loop_options{},
-            server_->epochs(), server_->publisher());
-        server_->start(*registry_);
-        thread_ = std::thread([this] { io_.run(); });
+        node_ = start_node("w1");
+    }
+    void TearDown() override {
+        node_.reset();
+        client_.reset();  // its handlers use the members below
     }
 
-    void TearDown() override {
-        std::promise<void> stopped;
-        asio::post(io_, [&] {
-            registry_->stop();
-            stopped.set_value();
-        });
-        stopped.get_future().wait();
-        std::this_thread::sleep_for(50ms);  // let the cancelled loops return
-        work_.reset();
-        io_.stop();
-        thread_.join();
-        registry_.reset();
+    std::unique_ptr<worker_node> start_node(const std::string& id,
+                                            std::size_t max_reply_bytes = 0) {
+        return std::make_unique<worker_node>(
+            node_options{nats_url(), prefix_, dir_.path(), id, script_, max_reply_bytes});
     }
 
     json::value request(const std::string& sid, const std::string& verb, const std::string& body) {
@@ -112,18 +88,8 @@ class worker_fixture : public ::testing::Test {
     // Each test process has its own prefix: ctest runs them in parallel on one nats-server, and
     // a shared prefix would load-balance one test's requests to another test's worker.
     std::string prefix_ = "wuhu_t" + std::to_string(getpid());
-    asio::io_context io_;
-    asio::executor_work_guard<asio::io_context::executor_type> work_{io_.get_executor()};
-    worker::system_clock clock_;
-    worker::tool_registry tools_;
-    std::unique_ptr<storage::sqlite_store> store_;
-    ownership::memory_lease leases_;
-    ownership::keeper keeper_{leases_, "w1", 15s};
-    std::unique_ptr<broker::nats_client> nats_;
     std::unique_ptr<broker::nats_client> client_;
-    std::unique_ptr<broker::server> server_;
-    std::unique_ptr<worker::session_registry> registry_;
-    std::thread thread_;
+    std::unique_ptr<worker_node> node_;
     std::mutex mu_;
     std::condition_variable cv_;
     std::vector<std::pair<std::string, json::value>> events_;
@@ -355,6 +321,161 @@ TEST_F(streaming_worker_fixture, SubscribingMidStreamYieldsTheAccumulatedTextThe
         }
     }
     EXPECT_EQ(inflight_text + rest, "one two three four");
+}
+
+// ---- two workers
+
+TEST_F(worker_fixture, TwoWorkersForwardToTheOwnerAndTheOwnerAnswersDirectly) {
+    auto second = start_node("w2");
+    watch("fw");
+    // The queue group spreads these over both workers; whichever does not own the session
+    // forwards to the one that does, and every reply still reaches the client.
+    constexpr int n = 24;
+    for (int i = 0; i < n; ++i) {
+        auto r = request("fw", "system",
+                         R"({"id":"cb-)" + std::to_string(i) +
+                             R"(","source":"asyncTaskNotification","content":"tick"})");
+        ASSERT_EQ(r.at("ok"), true) << json::serialize(r);
+        EXPECT_EQ(r.at("id").as_string(), "cb-" + std::to_string(i));
+    }
+    EXPECT_GT(node_->forwarded() + second->forwarded(), 0u)
+        << "with " << n << " requests over two workers, some must have been forwarded";
+    EXPECT_NE(node_->has_loaded("fw"), second->has_loaded("fw")) << "exactly one owner";
+    // Subscribe is routed the same way: every item is there, once.
+    auto sub = request("fw", "subscribe", "{}");
+    ASSERT_EQ(sub.at("ok"), true);
+    EXPECT_EQ(sub.at("patch").at("to").at("system").to_number<int>() >= n, true);
+    // Only the owner publishes, so the patches chain.
+    ASSERT_TRUE(wait_for([&](const auto& ev) {
+        int systems = 0;
+        for (const auto& e : entries_of(ev)) {
+            systems += e.at("type") == "system_message";
+        }
+        return systems == n;
+    }));
+    std::lock_guard lock(mu_);
+    json::value last_to;
+    for (const auto& [subject, v] : events_) {
+        if (subject.ends_with(".patch")) {
+            if (!last_to.is_null()) {
+                EXPECT_EQ(v.at("from"), last_to);
+            }
+            last_to = v.at("to");
+        }
+    }
+}
+
+TEST_F(worker_fixture, AWorkerThatStopsReleasesItsSessionsAndAnotherTakesThemOver) {
+    auto second = start_node("w2");
+    // Make w1 the owner: address it directly.
+    auto r = request_raw(prefix_ + ".worker.w1.session.handover.enqueue",
+                         R"({"lane":"followUp","id":"f1","content":"one"})");
+    ASSERT_EQ(r.at("ok"), true) << json::serialize(r);
+    ASSERT_TRUE(node_->has_loaded("handover"));
+    auto before = request("handover", "subscribe", "{}");
+    node_.reset();  // graceful: loops stopped, leases released
+    // w2 takes the session at once (no lease to wait out) and continues from the store.
+    auto after = request("handover", "enqueue", R"({"lane":"followUp","id":"f2","content":"two"})");
+    ASSERT_EQ(after.at("ok"), true) << json::serialize(after);
+    EXPECT_TRUE(second->has_loaded("handover"));
+    auto sub = request("handover", "subscribe", "{}");
+    EXPECT_GE(sub.at("patch").at("to").at("followUp").to_number<int>(),
+              before.at("patch").at("to").at("followUp").to_number<int>() + 1);
+    node_ = std::move(second);
+}
+
+TEST_F(worker_fixture, AForwardedRequestIsNeverForwardedAgain) {
+    auto second = start_node("w2");
+    auto own = request_raw(prefix_ + ".worker.w1.session.once.pause", "{}");
+    ASSERT_EQ(own.at("ok"), true);
+    // w2 is addressed directly as if forwarded, but w1 owns the session: a clear error.
+    auto r = request_raw(prefix_ + ".worker.w2.session.once.resume", "{}");
+    EXPECT_EQ(r.at("ok"), false);
+    EXPECT_EQ(r.at("error").at("code"), "owner_changed");
+}
+
+// ---- chunked subscribe replies and the client library
+
+TEST_F(worker_fixture, ALargeSubscribeReplyArrivesInOrderedChunks) {
+    node_.reset();
+    node_ = start_node("w1", 4096);
+    broker::nats_client nc(nats_url(), "chunk-client");
+    client::client c(nc, client::options{prefix_, 30s});
+    const std::string content(1500, 'y');
+    for (int i = 0; i < 6; ++i) {
+        ASSERT_TRUE(c.system("big", "asyncTaskNotification", content + std::to_string(i),
+                             "cb-" + std::to_string(i)));
+    }
+    auto raw = client_->request(prefix_ + ".session.big.subscribe", "{}", 30s);
+    ASSERT_TRUE(raw.has_value());
+    EXPECT_LE(raw->size(), 4096u);
+    EXPECT_EQ(json::parse(*raw).at("chunk"), 0) << "the first message is chunk 0";
+    auto whole = c.subscribe("big");
+    ASSERT_TRUE(whole) << whole.error().message;
+    const auto& journal = whole->at("patch").at("journal").at("system").as_array();
+    std::size_t with_content = 0;
+    for (const auto& f : journal) {
+        if (f.as_object().contains("item")) {
+            with_content += f.at("item").at("content").as_string().size() > 1500;
+        }
+    }
+    const auto& transcript = whole->at("patch").at("transcript").as_array();
+    for (const auto& e : transcript) {
+        with_content += e.at("type") == "system_message";
+    }
+    EXPECT_GE(with_content, 6u) << json::serialize(*whole).substr(0, 400);
+}
+
+TEST_F(worker_fixture, TheClientLibraryEnqueuesAndWatchesWithoutGaps) {
+    broker::nats_client nc(nats_url(), "lib-client");
+    client::client c(nc, client::options{prefix_, 30s});
+    auto w = client::watch::open(c, "lib");
+    ASSERT_TRUE(w) << w.error().message;
+    auto id = c.enqueue("lib", "followUp", "hi", client::author{"u1", "Ann", "", "human"}, "f1");
+    ASSERT_TRUE(id) << id.error().message;
+    EXPECT_EQ(*id, "f1");
+    std::string streamed;
+    std::vector<std::string> types;
+    json::value last_to;
+    bool chained = true, idle = false;
+    client::watch::handlers h;
+    h.on_patch = [&](const json::object& p) {
+        if (!last_to.is_null()) {
+            chained &= p.at("from") == last_to;
+        }
+        last_to = p.at("to");
+        for (const auto& e : p.at("transcript").as_array()) {
+            types.push_back(json::value_to<std::string>(e.at("type")));
+        }
+        if (const auto* st = p.if_contains("status")) {
+            idle = !types.empty() && !st->at("has_work").as_bool();
+        }
+    };
+    h.on_delta = [&](const json::object& d) {
+        if (d.at("type") == "text.delta") {
+            streamed += d.at("text").as_string();
+        }
+    };
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (!idle) {
+        auto got = (*w)->next(deadline, h);
+        ASSERT_TRUE(got) << got.error().message;
+        ASSERT_TRUE(*got) << "timed out";
+    }
+    EXPECT_TRUE(chained);
+    EXPECT_EQ(streamed, "Hello");
+    EXPECT_EQ(types, (std::vector<std::string>{"party_message", "assistant_message"}));
+    EXPECT_EQ((*w)->resyncs(), 0u);
+    // Commands of the library, each answered.
+    EXPECT_FALSE(c.cancel("lib", "followUp", "f1").value());
+    EXPECT_TRUE(c.pause("lib"));
+    EXPECT_TRUE(c.resume("lib"));
+    EXPECT_EQ(c.configure("lib", json::object{{"model", "m2"}}).value().at("model"), "m2");
+    EXPECT_TRUE(c.abort("lib", "test"));
+    auto bad = c.cancel("lib", "system", "x");
+    ASSERT_FALSE(bad);
+    EXPECT_EQ(bad.error().code, "not_cancelable");
+    EXPECT_TRUE(c.remove("lib"));
 }
 
 }  // namespace wuhu::testing

@@ -1,0 +1,430 @@
+#include "broker/client.hpp"
+
+#include <boost/throw_exception.hpp>
+
+#include <stdexcept>
+
+namespace wuhu::client {
+
+void throw_exception_from_error(const failure& f, const boost::source_location& loc) {
+    boost::throw_exception(std::runtime_error(f.code + ": " + f.message), loc);
+}
+
+namespace {
+
+// The reply object when it is {"ok":true,...}; its error otherwise.
+outcome<json::object> decode_reply(std::string_view text) {
+    boost::system::error_code ec;
+    auto v = json::parse(text, ec);
+    if (ec || !v.is_object() || !v.as_object().contains("ok") ||
+        !v.as_object().at("ok").is_bool()) {
+        return failure{"bad_reply", "the reply is not a Wuhu reply: " + std::string(text.substr(0, 200))};
+    }
+    auto& o = v.as_object();
+    if (!o.at("ok").as_bool()) {
+        const auto* e = o.if_contains("error");
+        if (e == nullptr || !e->is_object()) {
+            return failure{"bad_reply", "an error reply without an error"};
+        }
+        auto str = [&](const char* k) {
+            const auto* x = e->as_object().if_contains(k);
+            return x != nullptr && x->is_string() ? std::string(x->as_string()) : std::string();
+        };
+        return failure{str("code"), str("message")};
+    }
+    return outcome<json::object>(boost::system::in_place_value, std::move(o));
+}
+
+failure no_reply(const std::string& subject) {
+    return failure{"no_reply", "no reply on " + subject + " (is a worker running?)"};
+}
+
+std::string subject_of(const options& o, const std::string& sid, std::string_view verb) {
+    return o.prefix + ".session." + sid + "." + std::string(verb);
+}
+
+std::string field(const json::object& o, const char* key) {
+    const auto* x = o.if_contains(key);
+    return x != nullptr && x->is_string() ? std::string(x->as_string()) : std::string();
+}
+
+std::uint64_t number(const json::object& o, const char* key) {
+    const auto* x = o.if_contains(key);
+    return x != nullptr && x->is_number() ? x->to_number<std::uint64_t>() : 0;
+}
+
+}  // namespace
+
+client::client(broker::nats_client& nats, options o) : nats_(nats), options_(std::move(o)) {}
+
+outcome<json::object> client::call(const std::string& sid, std::string_view verb,
+                                   const json::object& body) {
+    const auto subject = subject_of(options_, sid, verb);
+    auto reply = nats_.request(subject, json::serialize(body), options_.timeout);
+    if (!reply) {
+        return no_reply(subject);
+    }
+    return decode_reply(*reply);
+}
+
+outcome<std::string> client::enqueue(const std::string& sid, std::string_view lane,
+                                     std::string_view content, const author& from,
+                                     std::optional<std::string> id) {
+    json::object a{{"id", from.id}, {"name", from.name}, {"kind", from.kind}};
+    if (!from.email.empty()) {
+        a["email"] = from.email;
+    }
+    json::object body{{"lane", lane}, {"author", std::move(a)}, {"content", content}};
+    if (id) {
+        body["id"] = *id;
+    }
+    auto r = call(sid, "enqueue", body);
+    if (!r) {
+        return r.error();
+    }
+    return outcome<std::string>(boost::system::in_place_value, field(*r, "id"));
+}
+
+outcome<std::string> client::system(const std::string& sid, std::string_view source,
+                                    std::string_view content, std::optional<std::string> id) {
+    json::object body{{"source", source}, {"content", content}};
+    if (id) {
+        body["id"] = *id;
+    }
+    auto r = call(sid, "system", body);
+    if (!r) {
+        return r.error();
+    }
+    return outcome<std::string>(boost::system::in_place_value, field(*r, "id"));
+}
+
+outcome<bool> client::cancel(const std::string& sid, std::string_view lane, std::string_view id) {
+    auto r = call(sid, "cancel", json::object{{"lane", lane}, {"id", id}});
+    if (!r) {
+        return r.error();
+    }
+    const auto* c = r->if_contains("canceled");
+    return outcome<bool>(boost::system::in_place_value, c != nullptr && c->is_bool() && c->as_bool());
+}
+
+outcome<json::object> client::configure(const std::string& sid, json::object settings) {
+    auto r = call(sid, "configure", settings);
+    if (!r) {
+        return r.error();
+    }
+    const auto* s = r->if_contains("settings");
+    return outcome<json::object>(boost::system::in_place_value,
+                                 s != nullptr && s->is_object() ? s->as_object() : json::object{});
+}
+
+namespace {
+outcome<void> done(const outcome<json::object>& r) {
+    if (!r) {
+        return r.error();
+    }
+    return {};
+}
+}  // namespace
+
+outcome<void> client::abort(const std::string& sid, std::optional<std::string> reason) {
+    json::object body;
+    if (reason) {
+        body["reason"] = *reason;
+    }
+    return done(call(sid, "abort", body));
+}
+
+outcome<void> client::pause(const std::string& sid) {
+    return done(call(sid, "pause", {}));
+}
+
+outcome<void> client::resume(const std::string& sid) {
+    return done(call(sid, "resume", {}));
+}
+
+outcome<void> client::remove(const std::string& sid) {
+    return done(call(sid, "delete", {}));
+}
+
+outcome<json::object> client::subscribe(const std::string& sid,
+                                        const std::optional<json::value>& since) {
+    json::object body;
+    if (since) {
+        body["since"] = *since;
+    }
+    const auto subject = subject_of(options_, sid, "subscribe");
+    // A large reply comes in chunks: {"ok":true,"chunk":i,"chunks":n,"part":"..."}.
+    std::string text;
+    std::uint64_t next = 0;
+    std::optional<failure> bad;
+    bool whole = false;
+    const bool answered = nats_.request_many(
+        subject, json::serialize(body), options_.timeout, [&](std::string m) {
+            boost::system::error_code ec;
+            auto v = json::parse(m, ec);
+            const auto* chunk =
+                !ec && v.is_object() ? v.as_object().if_contains("chunk") : nullptr;
+            if (chunk == nullptr) {
+                text = std::move(m);
+                whole = true;
+                return false;
+            }
+            if (!chunk->is_number() || chunk->to_number<std::uint64_t>() != next ||
+                !v.as_object().contains("part") || !v.at("part").is_string()) {
+                bad = failure{"bad_reply", "reply chunk out of order or malformed"};
+                return false;
+            }
+            ++next;
+            text += v.at("part").as_string();
+            whole = next >= number(v.as_object(), "chunks");
+            return !whole;
+        });
+    if (bad) {
+        return *bad;
+    }
+    if (!answered || !whole) {
+        return no_reply(subject);
+    }
+    return decode_reply(text);
+}
+
+// ---- watch_cursor
+
+namespace {
+
+bool covered(const json::value& to, const json::value& version) {
+    if (!to.is_object() || !version.is_object()) {
+        return false;
+    }
+    for (const char* k : {"transcript", "system", "steer", "followUp"}) {
+        if (number(to.as_object(), k) > number(version.as_object(), k)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+std::uint64_t assistant_entries(const json::object& patch) {
+    std::uint64_t n = 0;
+    if (const auto* t = patch.if_contains("transcript"); t != nullptr && t->is_array()) {
+        for (const auto& e : t->as_array()) {
+            n += e.is_object() && field(e.as_object(), "type") == "assistant_message";
+        }
+    }
+    return n;
+}
+
+// The backfill patch of a subscribe reply, with the reply's registers.
+json::object backfill_patch(const json::object& reply) {
+    json::object p = reply.at("patch").as_object();
+    for (const char* k : {"status", "settings"}) {
+        if (const auto* v = reply.if_contains(k); v != nullptr && !p.contains(k)) {
+            p[k] = *v;
+        }
+    }
+    return p;
+}
+
+}  // namespace
+
+void watch_cursor::take_patch(const json::object& p, delivery& out) {
+    version_ = p.at("to");
+    next_step_ += assistant_entries(p);
+    if (streaming_ && step_ < next_step_) {
+        streaming_ = false;  // its assistant entry is committed: the patch is its message.end
+    }
+    out.patches.push_back(p);
+}
+
+void watch_cursor::take_inflight(const json::object& reply, delivery& out) {
+    const auto* in = reply.if_contains("inflight");
+    if (in == nullptr || !in->is_object()) {
+        if (streaming_) {  // neither committed (the patch would have said) nor streaming
+            out.deltas.push_back(json::object{{"type", "message.discard"}, {"step", step_}});
+            streaming_ = false;
+        }
+        return;
+    }
+    const auto& i = in->as_object();
+    const auto step = number(i, "step");
+    const std::string text = field(i, "text");
+    if (!streaming_ || step != step_) {
+        if (streaming_) {
+            out.deltas.push_back(json::object{{"type", "message.discard"}, {"step", step_}});
+        }
+        streaming_ = true;
+        step_ = step;
+        text_delivered_ = 0;
+        out.deltas.push_back(json::object{{"type", "message.start"}, {"step", step}});
+    }
+    seq_ = number(i, "seq");
+    if (text.size() > text_delivered_) {
+        out.deltas.push_back(json::object{{"type", "text.delta"},
+                                          {"step", step},
+                                          {"seq", seq_},
+                                          {"text", text.substr(text_delivered_)}});
+        text_delivered_ = text.size();
+    }
+}
+
+watch_cursor::delivery watch_cursor::start(const json::object& reply) {
+    delivery out;
+    out.patches.push_back(backfill_patch(reply));
+    version_ = reply.at("patch").at("to");
+    next_step_ = number(reply, "step");
+    take_inflight(reply, out);
+    return out;
+}
+
+watch_cursor::delivery watch_cursor::resync(const json::object& reply) {
+    delivery out;
+    auto p = backfill_patch(reply);
+    if (p.at("from") == version_) {
+        take_patch(p, out);
+    } else {
+        out.patches.push_back(p);  // an older since than asked: take it whole
+        version_ = p.at("to");
+    }
+    next_step_ = number(reply, "step");
+    take_inflight(reply, out);
+    return out;
+}
+
+watch_cursor::delivery watch_cursor::patch(const json::object& p) {
+    delivery out;
+    if (p.at("from") == version_) {
+        take_patch(p, out);
+    } else if (!covered(p.at("to"), version_)) {
+        out.gap = true;  // a patch is missing between version_ and this one
+    }
+    return out;
+}
+
+watch_cursor::delivery watch_cursor::delta(const json::object& d) {
+    delivery out;
+    const std::string type = field(d, "type");
+    const auto step = number(d, "step");
+    if (step < next_step_) {
+        return out;  // the message is already committed in what was delivered
+    }
+    if (type == "message.start") {
+        if (!(streaming_ && step == step_)) {
+            streaming_ = true;
+            step_ = step;
+            seq_ = 0;
+            text_delivered_ = 0;
+            out.deltas.push_back(d);
+        }
+        return out;
+    }
+    if (type == "message.discard") {
+        if (streaming_ && step == step_) {
+            streaming_ = false;
+            out.deltas.push_back(d);
+        }
+        return out;
+    }
+    if (!streaming_ || step != step_) {
+        out.gap = true;  // a delta of a message whose start was missed
+        return out;
+    }
+    const auto seq = number(d, "seq");
+    if (seq <= seq_) {
+        return out;  // already delivered (the backfill's inflight text held it)
+    }
+    if (seq != seq_ + 1) {
+        out.gap = true;
+        return out;
+    }
+    seq_ = seq;
+    if (type == "text.delta") {
+        text_delivered_ += field(d, "text").size();
+    }
+    out.deltas.push_back(d);
+    return out;
+}
+
+// ---- watch
+
+watch::watch(client& c, std::string sid)
+    : client_(c), sid_(std::move(sid)), inbox_(std::make_shared<inbox>()) {}
+
+watch::~watch() {
+    client_.nats().unsubscribe(token_);
+}
+
+outcome<std::unique_ptr<watch>> watch::open(client& c, const std::string& sid,
+                                            const std::optional<json::value>& since) {
+    std::unique_ptr<watch> w(new watch(c, sid));
+    // Events first, then the backfill: nothing falls between the two.
+    w->token_ = c.nats().subscribe(
+        c.opts().prefix + ".events." + sid + ".>", [box = w->inbox_](broker::nats_message m) {
+            std::lock_guard lock(box->mu);
+            box->queue.push_back(std::move(m));
+            box->cv.notify_one();
+        });
+    c.nats().flush();
+    auto reply = c.subscribe(sid, since);
+    if (!reply) {
+        return reply.error();
+    }
+    w->backfill_ = w->cursor_.start(*reply);
+    return w;
+}
+
+outcome<bool> watch::deliver(watch_cursor::delivery d, const handlers& h) {
+    bool any = false;
+    for (;;) {
+        for (const auto& p : d.patches) {
+            if (h.on_patch) {
+                h.on_patch(p);
+            }
+            any = true;
+        }
+        for (const auto& x : d.deltas) {
+            if (h.on_delta) {
+                h.on_delta(x);
+            }
+            any = true;
+        }
+        if (!d.gap) {
+            return any;
+        }
+        ++resyncs_;
+        auto reply = client_.subscribe(sid_, cursor_.version());
+        if (!reply) {
+            return reply.error();
+        }
+        d = cursor_.resync(*reply);
+    }
+}
+
+outcome<bool> watch::next(std::chrono::steady_clock::time_point deadline, const handlers& h) {
+    if (backfill_) {
+        auto d = std::move(*backfill_);
+        backfill_.reset();
+        return deliver(std::move(d), h);
+    }
+    for (;;) {
+        std::unique_lock lock(inbox_->mu);
+        if (!inbox_->cv.wait_until(lock, deadline, [&] { return !inbox_->queue.empty(); })) {
+            return false;
+        }
+        broker::nats_message m = std::move(inbox_->queue.front());
+        inbox_->queue.pop_front();
+        lock.unlock();
+        boost::system::error_code ec;
+        auto v = json::parse(m.data, ec);
+        if (ec || !v.is_object()) {
+            continue;  // not ours to judge: skip what does not parse
+        }
+        auto d = m.subject.ends_with(".patch") ? cursor_.patch(v.as_object())
+                                               : cursor_.delta(v.as_object());
+        auto r = deliver(std::move(d), h);
+        if (!r || *r) {
+            return r;
+        }
+    }
+}
+
+}  // namespace wuhu::client

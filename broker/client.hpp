@@ -1,0 +1,162 @@
+// The C++ client of a Wuhu fleet: every command of the NATS contract, and a gap-free watch.
+//
+//   broker::nats_client nats("nats://127.0.0.1:4222", "my-app");
+//   client::client c(nats);
+//   auto id = c.enqueue("demo", "followUp", "hello", {.id = "u1", .name = "Ann"});
+//   client::watch w(c, "demo");                     // events first, then the backfill
+//   while (w.next(deadline, handlers).value()) {}   // patches chained, deltas in order
+//
+// Every call returns an outcome: the value, or a failure with the service's error `code` and
+// `message` ("no_reply" when no worker answered in time). Subscribe replies that come in
+// chunks are reassembled.
+//
+// Thread-safety: a client may be shared; a watch is used by one thread.
+#pragma once
+
+#include "broker/nats_client.hpp"
+
+#include <boost/json.hpp>
+#include <boost/system/result.hpp>
+
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+
+namespace wuhu::client {
+
+namespace json = boost::json;
+
+struct failure {
+    std::string code;  // an error reply's code; "no_reply" or "bad_reply" from the client
+    std::string message;
+};
+[[noreturn]] void throw_exception_from_error(const failure& f, const boost::source_location&);
+
+template <class T>
+using outcome = boost::system::result<T, failure>;
+
+struct author {
+    std::string id = "client";
+    std::string name;
+    std::string email;
+    std::string kind = "human";  // or "bot"
+};
+
+struct options {
+    std::string prefix = "wuhu";
+    std::chrono::milliseconds timeout{10000};
+};
+
+class client {
+  public:
+    explicit client(broker::nats_client& nats, options o = {});
+
+    // Returns the item id (the given one, or the server's UUIDv7) once durable.
+    outcome<std::string> enqueue(const std::string& sid, std::string_view lane,
+                                 std::string_view content, const author& from,
+                                 std::optional<std::string> id = {});
+    outcome<std::string> system(const std::string& sid, std::string_view source,
+                                std::string_view content, std::optional<std::string> id = {});
+    // True if canceled, false if already materialized.
+    outcome<bool> cancel(const std::string& sid, std::string_view lane, std::string_view id);
+    // The session's settings after the change.
+    outcome<json::object> configure(const std::string& sid, json::object settings);
+    outcome<void> abort(const std::string& sid, std::optional<std::string> reason = {});
+    outcome<void> pause(const std::string& sid);
+    outcome<void> resume(const std::string& sid);
+    outcome<void> remove(const std::string& sid);
+    // {patch, status, settings, inflight?}: the stable patch since `since` (everything when
+    // absent) to the current version.
+    outcome<json::object> subscribe(const std::string& sid,
+                                    const std::optional<json::value>& since = {});
+    // Any request; the whole reply when it is ok.
+    outcome<json::object> call(const std::string& sid, std::string_view verb,
+                               const json::object& body);
+
+    broker::nats_client& nats() { return nats_; }
+    const options& opts() const { return options_; }
+
+  private:
+    broker::nats_client& nats_;
+    options options_;
+};
+
+// The pure part of a watch: given the backfill and then the events in arrival order, decides
+// what to deliver and when the view has a gap. Patches are delivered in chain order, each
+// once; deltas in sequence, each once; an event that does not follow is a gap, and the watch
+// asks for the backfill since its version again, which resync() then turns into the missing
+// patch and the missing text.
+class watch_cursor {
+  public:
+    struct delivery {
+        std::vector<json::object> patches;
+        std::vector<json::object> deltas;
+        bool gap = false;  // ask for the backfill since version() and pass it to resync()
+    };
+
+    // The first subscribe reply.
+    delivery start(const json::object& reply);
+    delivery patch(const json::object& p);
+    delivery delta(const json::object& d);
+    // A subscribe reply since version(), after a gap.
+    delivery resync(const json::object& reply);
+
+    const json::value& version() const { return version_; }
+
+  private:
+    void take_patch(const json::object& p, delivery& out);
+    void take_inflight(const json::object& reply, delivery& out);
+
+    json::value version_;
+    bool streaming_ = false;  // a message is being streamed
+    std::uint64_t step_ = 0;
+    std::uint64_t seq_ = 0;            // the last delta delivered of this message
+    std::size_t text_delivered_ = 0;  // bytes of its text delivered
+    std::uint64_t next_step_ = 0;      // assistant messages delivered: lower steps are done
+};
+
+// A live, gap-free view of one session: subscribes to `<prefix>.events.<sid>.>` first, then
+// requests the backfill, drops what the backfill already covers, and re-requests the backfill
+// when an event shows a gap.
+class watch {
+  public:
+    struct handlers {
+        // Committed patches, chained (the backfill first, with `status` and `settings`).
+        std::function<void(const json::object&)> on_patch;
+        // Stream events in order: message.start, text.delta, tool_call.delta, message.discard.
+        std::function<void(const json::object&)> on_delta;
+    };
+
+    // Fails (no_reply, or the service's error) when the backfill cannot be had.
+    static outcome<std::unique_ptr<watch>> open(client& c, const std::string& sid,
+                                                const std::optional<json::value>& since = {});
+    ~watch();
+    watch(const watch&) = delete;
+    watch& operator=(const watch&) = delete;
+
+    // Delivers what is pending (the backfill first); waits until `deadline` for an event.
+    // True when something was delivered, false on timeout.
+    outcome<bool> next(std::chrono::steady_clock::time_point deadline, const handlers& h);
+
+    const json::value& version() const { return cursor_.version(); }
+    std::size_t resyncs() const { return resyncs_; }
+
+  private:
+    struct inbox {
+        std::mutex mu;
+        std::condition_variable cv;
+        std::deque<broker::nats_message> queue;
+    };
+    watch(client& c, std::string sid);
+    outcome<bool> deliver(watch_cursor::delivery d, const handlers& h);
+
+    client& client_;
+    std::string sid_;
+    std::shared_ptr<inbox> inbox_;
+    std::size_t token_ = 0;
+    watch_cursor cursor_;
+    std::optional<watch_cursor::delivery> backfill_;
+    std::size_t resyncs_ = 0;
+};
+
+}  // namespace wuhu::client

@@ -1,0 +1,149 @@
+// The gap-free watch's decisions (broker/client.hpp watch_cursor), without NATS: duplicates
+// from before the backfill are dropped, patches and deltas that do not follow are gaps, and a
+// resync delivers exactly what was missed.
+#include "broker/client.hpp"
+
+#include <gtest/gtest.h>
+
+namespace wuhu::testing {
+
+namespace json = boost::json;
+using client::watch_cursor;
+
+namespace {
+
+json::value version(int transcript, int follow_up = 0) {
+    return json::object{
+        {"transcript", transcript}, {"system", 0}, {"steer", 0}, {"followUp", follow_up}};
+}
+
+json::object patch(json::value from, json::value to, json::array transcript = {}) {
+    return json::object{{"from", std::move(from)},
+                        {"to", std::move(to)},
+                        {"transcript", std::move(transcript)},
+                        {"journal", json::object{}}};
+}
+
+json::object assistant(const char* text) {
+    return json::object{{"type", "assistant_message"}, {"text", text}};
+}
+
+json::object reply(json::object p, std::uint64_t step,
+                   std::optional<json::object> inflight = std::nullopt) {
+    json::object r{{"ok", true},
+                   {"patch", std::move(p)},
+                   {"status", json::object{{"has_work", true}}},
+                   {"settings", json::object{}},
+                   {"step", step}};
+    if (inflight) {
+        r["inflight"] = *inflight;
+    }
+    return r;
+}
+
+json::object text_delta(std::uint64_t step, std::uint64_t seq, const char* text) {
+    return json::object{{"type", "text.delta"}, {"step", step}, {"seq", seq}, {"text", text}};
+}
+
+std::string texts(const watch_cursor::delivery& d) {
+    std::string out;
+    for (const auto& x : d.deltas) {
+        if (x.at("type") == "text.delta") {
+            out += x.at("text").as_string();
+        }
+    }
+    return out;
+}
+
+}  // namespace
+
+TEST(WatchCursor, BackfillComesFirstWithItsRegistersAndInflightText) {
+    watch_cursor c;
+    auto d = c.start(reply(patch(version(0), version(2)), 0,
+                           json::object{{"step", 0}, {"text", "Hel"}, {"seq", 1}}));
+    ASSERT_EQ(d.patches.size(), 1u);
+    EXPECT_TRUE(d.patches[0].contains("status"));
+    ASSERT_EQ(d.deltas.size(), 2u);
+    EXPECT_EQ(d.deltas[0].at("type"), "message.start");
+    EXPECT_EQ(texts(d), "Hel");
+    EXPECT_EQ(c.version(), version(2));
+}
+
+TEST(WatchCursor, EventsAtOrBelowTheBackfillAreDroppedAndLaterOnesDelivered) {
+    watch_cursor c;
+    c.start(reply(patch(version(0), version(2)), 0,
+                  json::object{{"step", 0}, {"text", "Hel"}, {"seq", 1}}));
+    // Queued before the backfill answered: all already in it.
+    EXPECT_TRUE(c.patch(patch(version(1), version(2))).patches.empty());
+    EXPECT_TRUE(c.delta(json::object{{"type", "message.start"}, {"step", 0}}).deltas.empty());
+    EXPECT_TRUE(c.delta(text_delta(0, 1, "Hel")).deltas.empty());
+    // New.
+    EXPECT_EQ(texts(c.delta(text_delta(0, 2, "lo"))), "lo");
+    auto d = c.patch(patch(version(2), version(3), json::array{assistant("Hello")}));
+    ASSERT_EQ(d.patches.size(), 1u);
+    EXPECT_FALSE(d.gap);
+    EXPECT_EQ(c.version(), version(3));
+    // A late delta of the committed message is dropped.
+    EXPECT_TRUE(c.delta(text_delta(0, 3, "!")).deltas.empty());
+}
+
+TEST(WatchCursor, StreamEventsOfAMessageCommittedBeforeTheBackfillAreDropped) {
+    watch_cursor c;
+    c.start(reply(patch(version(0), version(3), json::array{assistant("Hello")}), 1));
+    EXPECT_TRUE(c.delta(json::object{{"type", "message.start"}, {"step", 0}}).deltas.empty());
+    EXPECT_TRUE(c.delta(text_delta(0, 1, "Hello")).deltas.empty());
+    EXPECT_FALSE(c.delta(text_delta(0, 1, "Hello")).gap);
+}
+
+TEST(WatchCursor, AMissingPatchIsAGapAndTheResyncDeliversIt) {
+    watch_cursor c;
+    c.start(reply(patch(version(0), version(1)), 0));
+    auto d = c.patch(patch(version(2), version(3)));
+    EXPECT_TRUE(d.gap);
+    EXPECT_TRUE(d.patches.empty());
+    auto r = c.resync(reply(patch(version(1), version(3), json::array{assistant("a")}), 1));
+    ASSERT_EQ(r.patches.size(), 1u);
+    EXPECT_EQ(r.patches[0].at("from"), version(1));
+    EXPECT_EQ(c.version(), version(3));
+    // The patch that showed the gap, seen again, is now covered.
+    EXPECT_TRUE(c.patch(patch(version(2), version(3))).patches.empty());
+}
+
+TEST(WatchCursor, ASequenceGapResyncsAndDeliversOnlyTheMissingText) {
+    watch_cursor c;
+    c.start(reply(patch(version(0), version(1)), 0));
+    c.delta(json::object{{"type", "message.start"}, {"step", 0}});
+    EXPECT_EQ(texts(c.delta(text_delta(0, 1, "one "))), "one ");
+    auto d = c.delta(text_delta(0, 3, "three "));  // seq 2 was lost
+    EXPECT_TRUE(d.gap);
+    auto r = c.resync(
+        reply(patch(version(1), version(1)), 0,
+              json::object{{"step", 0}, {"text", "one two three "}, {"seq", 3}}));
+    EXPECT_EQ(texts(r), "two three ");
+    EXPECT_EQ(texts(c.delta(text_delta(0, 4, "four"))), "four");
+}
+
+TEST(WatchCursor, ADeltaOfAMessageWhoseStartWasMissedIsAGap) {
+    watch_cursor c;
+    c.start(reply(patch(version(0), version(1)), 0));
+    EXPECT_TRUE(c.delta(text_delta(0, 2, "x")).gap);
+    // The message ended meanwhile and was discarded: the resync says so.
+    auto r = c.resync(reply(patch(version(1), version(1)), 0,
+                            json::object{{"step", 0}, {"text", "x"}, {"seq", 2}}));
+    EXPECT_EQ(r.deltas.front().at("type"), "message.start");
+    auto gone = c.resync(reply(patch(version(1), version(1)), 0));
+    ASSERT_EQ(gone.deltas.size(), 1u);
+    EXPECT_EQ(gone.deltas[0].at("type"), "message.discard");
+}
+
+TEST(WatchCursor, ARegisterOnlyPatchAtTheCurrentVersionIsDelivered) {
+    watch_cursor c;
+    c.start(reply(patch(version(0), version(1)), 0));
+    auto p = patch(version(1), version(1));
+    p["status"] = json::object{{"has_work", false}};
+    auto d = c.patch(p);
+    ASSERT_EQ(d.patches.size(), 1u);
+    EXPECT_FALSE(d.gap);
+}
+
+}  // namespace wuhu::testing
