@@ -67,6 +67,15 @@ outcome<json::object> client::call(const std::string& sid, std::string_view verb
     return decode_reply(*reply);
 }
 
+outcome<json::object> client::sessions(const json::object& query) {
+    const auto subject = options_.prefix + ".admin.sessions";
+    auto reply = nats_.request(subject, json::serialize(query), options_.timeout);
+    if (!reply) {
+        return no_reply(subject);
+    }
+    return decode_reply(*reply);
+}
+
 outcome<std::string> client::enqueue(const std::string& sid, std::string_view lane,
                                      std::string_view content, const author& from,
                                      std::optional<std::string> id) {

@@ -69,6 +69,9 @@ class client {
     // absent) to the current version.
     outcome<json::object> subscribe(const std::string& sid,
                                     const std::optional<json::value>& since = {});
+    // A page of the fleet's sessions: {sessions: [{id, owner?, state, has_work, lanes?, ...}],
+    // next?}. `query`: {state?, has_work?, owner?, limit?, after?}.
+    outcome<json::object> sessions(const json::object& query = {});
     // Any request; the whole reply when it is ok.
     outcome<json::object> call(const std::string& sid, std::string_view verb,
                                const json::object& body);

@@ -1,10 +1,14 @@
 #include "broker/server.hpp"
 
+#include "broker/admin.hpp"
+
 #include "storage/errc.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/post.hpp>
+
+#include <set>
 
 namespace wuhu::broker {
 
@@ -70,7 +74,65 @@ void server::start(worker::session_registry& registry) {
     };
     nats_.queue_subscribe(options_.prefix + ".session.>", options_.queue_group, on_request);
     nats_.subscribe(forward_prefix_ + ".session.>", on_request);
+    // The fleet view: any one worker answers, asking each owner for its loaded sessions.
+    nats_.queue_subscribe(options_.prefix + ".admin.sessions", options_.queue_group,
+                          [this, &registry](nats_message m) {
+                              asio::post(admin_, [this, &registry, m = std::move(m)] {
+                                  nats_.publish(m.reply, list_sessions(registry, m));
+                              });
+                          });
+    nats_.subscribe(forward_prefix_ + ".admin.local", [this, &registry](nats_message m) {
+        asio::post(ex_, [this, &registry, m = std::move(m)] {
+            boost::json::array local;
+            registry.each(
+                [&](const worker::agent_loop& loop) { local.push_back(session_summary(loop)); });
+            nats_.publish(m.reply, boost::json::serialize(
+                                       boost::json::object{{"ok", true}, {"sessions", local}}));
+        });
+    });
     nats_.flush();
+}
+
+std::string server::list_sessions(worker::session_registry& registry, const nats_message& m) {
+    auto body = s::parse_body(m.data, options_.limits);
+    if (!body) {
+        return error_reply(body.error());
+    }
+    auto q = s::decode_sessions_query(*body);
+    if (!q) {
+        return error_reply(q.error());
+    }
+    // The store and the lease store are thread-safe; the registry is only read by its owner's
+    // executor (through admin.local, also for this worker).
+    auto catalog = registry.store().sessions(false);
+    if (!catalog) {
+        return error_reply(catalog.error());
+    }
+    auto leases = keeper_.store().live();
+    if (!leases) {
+        return error_reply(leases.error());
+    }
+    std::set<std::string> owners;
+    for (const auto& l : *leases) {
+        owners.insert(l.owner);
+    }
+    std::map<std::string, boost::json::object> summaries;
+    for (const auto& owner : owners) {
+        auto r = nats_.request(options_.prefix + ".worker." + owner + ".admin.local", "{}",
+                               std::chrono::seconds(2));
+        if (!r) {
+            continue;  // a worker that does not answer: its rows show the lease only
+        }
+        boost::system::error_code ec;
+        auto v = boost::json::parse(*r, ec);
+        if (ec || !v.is_object() || !v.as_object().contains("sessions")) {
+            continue;
+        }
+        for (const auto& row : v.at("sessions").as_array()) {
+            summaries[std::string(row.at("id").as_string())] = row.as_object();
+        }
+    }
+    return sessions_page(*q, *catalog, *leases, summaries);
 }
 
 s::queue_item_id server::new_item_id() {

@@ -2,7 +2,7 @@
 // `wuhu-workers` and requests forwarded to it on `<prefix>.worker.<worker-id>.session.>`,
 // routes each by the session's lease (here, or forwarded to the live owner with the reply
 // subject unchanged), answers after the command is durable, and publishes every session's
-// committed patches and stream deltas. libnats callbacks only copy the message and post it to
+// committed patches and stream deltas. Any worker answers `<prefix>.admin.sessions`. libnats callbacks only copy the message and post it to
 // the worker's executor; nothing blocks a libnats thread.
 //
 // Executor: handle() and the event forwarding run on `ex`, the registry's executor.
@@ -14,6 +14,7 @@
 #include "worker/registry.hpp"
 
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/thread_pool.hpp>
 
 #include <atomic>
 #include <random>
@@ -49,6 +50,10 @@ class server {
                                                      nats_message m);
 
     const server_options& options() const { return options_; }
+    // The answer to `<prefix>.admin.sessions` (blocking: it asks every owner; run it off the
+    // executor).
+    std::string list_sessions(worker::session_registry& registry, const nats_message& m);
+
     // Requests this worker forwarded to another owner (for tests and logs).
     std::size_t forwarded() const { return forwarded_.load(); }
 
@@ -63,6 +68,8 @@ class server {
     worker::system_clock clock_;
     std::mt19937_64 rng_{std::random_device{}()};
     std::atomic<std::size_t> forwarded_{0};
+    // Admin listings wait on other workers' replies: one thread of their own, off the executor.
+    asio::thread_pool admin_{1};
 };
 
 }  // namespace wuhu::broker

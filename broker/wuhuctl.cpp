@@ -5,14 +5,16 @@
 //   wuhuctl status <sid>                 wuhuctl configure <sid> key=value...
 //   wuhuctl abort|pause|resume|delete <sid>
 //   wuhuctl watch <sid> [--until-idle]   the live transcript, streaming text as it arrives
+//   wuhuctl sessions [--state S] [--owner W] [--has-work] [--limit N] [--after ID]
 //
 // --json prints replies as JSON. Exit codes: 0 ok, 1 the service refused (error reply),
-// 2 usage, 3 no reply (no worker, or NATS unreachable).
+// 2 usage, 3 no reply (no worker, or NATS unreachable), 4 watch --until-idle timed out.
 #include "broker/client.hpp"
 
 #include <CLI/CLI.hpp>
 #include <boost/json.hpp>
 
+#include <cstdio>
 #include <condition_variable>
 #include <deque>
 #include <iostream>
@@ -165,6 +167,27 @@ int watch(wuhu::client::client& c, const options& o, const std::string& sid, boo
     return 0;
 }
 
+// One line per session: id, owner, state, work, lane depths.
+void print_sessions(const json::object& page) {
+    std::printf("%-24s %-16s %-16s %-5s %s\n", "SESSION", "OWNER", "STATE", "WORK",
+                "SYSTEM/STEER/FOLLOWUP");
+    for (const auto& row : page.at("sessions").as_array()) {
+        std::string lanes = "-";
+        if (const auto* l = row.as_object().if_contains("lanes")) {
+            lanes = std::to_string(l->at("system").to_number<std::uint64_t>()) + "/" +
+                    std::to_string(l->at("steer").to_number<std::uint64_t>()) + "/" +
+                    std::to_string(l->at("followUp").to_number<std::uint64_t>());
+        }
+        std::printf("%-24s %-16s %-16s %-5s %s\n", str(row, "id").c_str(),
+                    str(row, "owner").empty() ? "-" : str(row, "owner").c_str(),
+                    str(row, "state").c_str(), row.at("has_work").as_bool() ? "yes" : "no",
+                    lanes.c_str());
+    }
+    if (const auto* next = page.if_contains("next")) {
+        std::printf("more: wuhuctl sessions --after %s\n", next->as_string().c_str());
+    }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -209,6 +232,15 @@ int main(int argc, char** argv) {
         simple.push_back(app.add_subcommand(verb, std::string(verb) + " the session"));
         with_sid(simple.back());
     }
+    auto* list = app.add_subcommand("sessions", "the fleet's sessions: owner, state, lanes");
+    std::string state_filter, owner_filter, after;
+    bool busy_only = false;
+    std::size_t limit = 100;
+    list->add_option("--state", state_filter, "only sessions in this loop state");
+    list->add_option("--owner", owner_filter, "only sessions of this worker");
+    list->add_flag("--has-work", busy_only, "only sessions with work");
+    list->add_option("--limit", limit, "page size (1-1000)");
+    list->add_option("--after", after, "the page after this session id");
     auto* w = app.add_subcommand("watch", "the live transcript, streaming text as it arrives");
     with_sid(w);
     w->add_flag("--until-idle", until_idle,
@@ -273,6 +305,31 @@ int main(int argc, char** argv) {
                       << v->at("status").at("has_work") << ", paused "
                       << v->at("status").at("paused") << ", version "
                       << json::serialize(v->at("patch").at("to")) << "\n";
+            return 0;
+        }
+        if (name == "sessions") {
+            json::object q{{"limit", limit}};
+            if (!state_filter.empty()) {
+                q["state"] = state_filter;
+            }
+            if (!owner_filter.empty()) {
+                q["owner"] = owner_filter;
+            }
+            if (busy_only) {
+                q["has_work"] = true;
+            }
+            if (!after.empty()) {
+                q["after"] = after;
+            }
+            auto page = c.sessions(q);
+            if (!page) {
+                return report(page.error(), o);
+            }
+            if (o.as_json) {
+                std::cout << json::serialize(*page) << "\n";
+                return 0;
+            }
+            print_sessions(*page);
             return 0;
         }
         if (name == "watch") {

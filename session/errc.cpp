@@ -31,6 +31,7 @@ constexpr std::array<error_text, errc_count> texts{{
     {"nothing_to_compact", "there is no segment old enough to summarize"},
     {"input_too_large", "queued input does not fit in the context window even after compaction"},
     {"invalid_entry", "the transcript entry is malformed"},
+    {"invalid_query", "a field of the sessions query is out of range"},
     {"unknown_command", "the subject names no command of this service"},
 }};
 

@@ -39,6 +39,7 @@ enum class errc {
     nothing_to_compact,
     input_too_large,
     invalid_entry,
+    invalid_query,
     unknown_command,
 };
 

@@ -179,6 +179,46 @@ decoded<abort_request> decode_abort(const json::value& body) {
     return out;
 }
 
+decoded<sessions_query> decode_sessions_query(const json::value& body) {
+    WUHU_TRY(r, object_reader::open(body, ""));
+    sessions_query q;
+    WUHU_TRY(state, r.opt_str("state"));
+    if (state) {
+        for (auto s : {loop_state::idle, loop_state::preparing, loop_state::inferring,
+                       loop_state::executing_tools, loop_state::compacting}) {
+            if (loop_state_name(s) == *state) {
+                q.state = s;
+            }
+        }
+        if (!q.state) {
+            return fail(errc::invalid_query, "state");
+        }
+    }
+    WUHU_TRY(has_work, r.opt_boolean("has_work"));
+    q.has_work = has_work;
+    WUHU_TRY(owner, r.opt_str("owner"));
+    if (owner) {
+        q.owner = std::string(*owner);
+    }
+    WUHU_TRY(limit, r.opt_u64("limit"));
+    if (limit) {
+        if (*limit < 1 || *limit > 1000) {
+            return fail(errc::invalid_query, "limit");
+        }
+        q.limit = static_cast<std::size_t>(*limit);
+    }
+    WUHU_TRY(after, r.opt_str("after"));
+    if (after) {
+        auto id = session_id::parse(*after);
+        if (!id) {
+            return fail(errc::invalid_session_id, "after");
+        }
+        q.after = std::move(*id);
+    }
+    WUHU_CHECK(r.finish());
+    return q;
+}
+
 decoded<void> decode_empty(const json::value& body) {
     WUHU_TRY(r, object_reader::open(body, ""));
     return r.finish();

@@ -57,6 +57,15 @@ struct configure_request {
     result<settings> applied_to(settings current) const;
 };
 
+// wuhu.admin.sessions: {state?, has_work?, owner?, limit?, after?}; limit 1-1000 (100).
+struct sessions_query {
+    std::optional<loop_state> state;
+    std::optional<bool> has_work;
+    std::optional<std::string> owner;
+    std::size_t limit = 100;
+    std::optional<session_id> after;  // the page starts after this id
+};
+
 // abort: {reason?}
 struct abort_request {
     std::string reason = "aborted";
@@ -75,6 +84,7 @@ decoded<subscribe_request> decode_subscribe(const boost::json::value& body);
 decoded<configure_request> decode_configure(const boost::json::value& body,
                                             const request_limits& limits);
 decoded<abort_request> decode_abort(const boost::json::value& body);
+decoded<sessions_query> decode_sessions_query(const boost::json::value& body);
 // pause, resume, delete: {}
 decoded<void> decode_empty(const boost::json::value& body);
 

@@ -26,6 +26,9 @@ class faulty_store final : public session_store {
     result<std::unique_ptr<session_log>> open(const session_id& id, lease_epoch epoch) override;
     result<void> remove(const session_id& id) override { return inner_.remove(id); }
     std::string_view backend() const override { return inner_.backend(); }
+    result<std::vector<catalog_entry>> sessions(bool has_work_only) override {
+        return inner_.sessions(has_work_only);
+    }
 
   private:
     friend class faulty_log;

@@ -69,4 +69,15 @@ std::uint64_t memory_store::commits() const {
     return commits_;
 }
 
+result<std::vector<catalog_entry>> memory_store::sessions(bool has_work_only) {
+    std::lock_guard lock(mu_);
+    std::vector<catalog_entry> out;
+    for (const auto& [id, r] : sessions_) {
+        if (!has_work_only || r.state.has_work) {
+            out.push_back(catalog_entry{session_id::parse(id).value(), r.state.has_work});
+        }
+    }
+    return out;
+}
+
 }  // namespace wuhu::storage

@@ -15,6 +15,7 @@ class memory_store final : public session_store {
     result<std::unique_ptr<session_log>> open(const session_id& id, lease_epoch epoch) override;
     result<void> remove(const session_id& id) override;
     std::string_view backend() const override { return "memory"; }
+    result<std::vector<catalog_entry>> sessions(bool has_work_only) override;
 
     // Test hook: how many commits reached the store.
     std::uint64_t commits() const;

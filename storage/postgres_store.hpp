@@ -37,7 +37,7 @@ class postgres_store final : public session_store {
     result<void> remove(const session_id& id) override;
     std::string_view backend() const override { return "postgres"; }
 
-    result<std::vector<catalog_entry>> sessions(bool has_work_only);
+    result<std::vector<catalog_entry>> sessions(bool has_work_only) override;
 
     struct connection;  // a libpqxx connection with its prepared statements
     class lease;        // a pooled connection, returned when destroyed

@@ -46,7 +46,7 @@ class sqlite_store final : public session_store {
     std::string_view backend() const override { return "sqlite"; }
 
     // Sessions in the catalog (only those with has_work when `has_work_only`).
-    result<std::vector<catalog_entry>> sessions(bool has_work_only);
+    result<std::vector<catalog_entry>> sessions(bool has_work_only) override;
     std::filesystem::path path_of(const session_id& id) const;
     std::size_t open_files() const;
 

@@ -24,6 +24,7 @@
 
 #include <memory>
 #include <string_view>
+#include <vector>
 
 namespace wuhu::storage {
 
@@ -114,6 +115,9 @@ class session_store {
 
     // Removes the session's data. Idempotent: removing a missing session succeeds.
     virtual result<void> remove(const session_id& id) = 0;
+
+    // The stored sessions by id (only those with has_work when `has_work_only`).
+    virtual result<std::vector<catalog_entry>> sessions(bool has_work_only) = 0;
 
     // "memory", "sqlite", "postgres".
     virtual std::string_view backend() const = 0;

@@ -91,12 +91,12 @@ std::size_t session_registry::running() const {
     return n;
 }
 
-std::vector<session::session_id> session_registry::ids() const {
-    std::vector<session::session_id> out;
+void session_registry::each(const std::function<void(const agent_loop&)>& f) const {
     for (const auto& [id, e] : sessions_) {
-        out.push_back(e->loop->id());
+        if (e->running) {
+            f(*e->loop);
+        }
     }
-    return out;
 }
 
 void session_registry::stop() {

@@ -38,8 +38,9 @@ class session_registry {
     // Cancels every loop.
     void stop();
     std::size_t size() const { return sessions_.size(); }
-    // The ids of the loaded sessions.
-    std::vector<session::session_id> ids() const;
+    // Visits the loaded sessions whose loops run.
+    void each(const std::function<void(const agent_loop&)>& f) const;
+    storage::session_store& store() { return store_; }
     // Loops that have not returned yet.
     std::size_t running() const;
 

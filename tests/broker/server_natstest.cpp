@@ -394,6 +394,39 @@ TEST_F(worker_fixture, AForwardedRequestIsNeverForwardedAgain) {
     EXPECT_EQ(r.at("error").at("code"), "owner_changed");
 }
 
+TEST_F(worker_fixture, AdminSessionsListsTheFleetWithOwnersStatesAndLanes) {
+    auto second = start_node("w2");
+    ASSERT_EQ(request_raw(prefix_ + ".worker.w1.session.adm-a.pause", "{}").at("ok"), true);
+    ASSERT_EQ(request_raw(prefix_ + ".worker.w2.session.adm-b.pause", "{}").at("ok"), true);
+    // Paused sessions keep their queued input: lane depths show it.
+    request("adm-b", "enqueue", R"({"lane":"steer","id":"s1","content":"wait"})");
+    broker::nats_client nc(nats_url(), "admin-client");
+    client::client c(nc, client::options{prefix_, 30s});
+    auto page = c.sessions();
+    ASSERT_TRUE(page) << page.error().message;
+    const auto& rows = page->at("sessions").as_array();
+    ASSERT_EQ(rows.size(), 2u) << json::serialize(*page);
+    EXPECT_EQ(rows[0].at("id"), "adm-a");
+    EXPECT_EQ(rows[0].at("owner"), "w1");
+    EXPECT_EQ(rows[0].at("state"), "idle");
+    EXPECT_EQ(rows[0].at("paused"), true);
+    EXPECT_EQ(rows[1].at("owner"), "w2");
+    EXPECT_EQ(rows[1].at("lanes").at("steer"), 1);
+    EXPECT_EQ(rows[1].at("has_work"), true);
+    // Filters and pages.
+    auto mine = c.sessions(json::object{{"owner", "w2"}}).value();
+    ASSERT_EQ(mine.at("sessions").as_array().size(), 1u);
+    EXPECT_EQ(mine.at("sessions").at(0).at("id"), "adm-b");
+    auto first = c.sessions(json::object{{"limit", 1}}).value();
+    ASSERT_EQ(first.at("sessions").as_array().size(), 1u);
+    ASSERT_EQ(first.at("next"), "adm-a");
+    auto rest = c.sessions(json::object{{"limit", 1}, {"after", "adm-a"}}).value();
+    EXPECT_EQ(rest.at("sessions").at(0).at("id"), "adm-b");
+    auto bad = c.sessions(json::object{{"limit", 0}});
+    ASSERT_FALSE(bad);
+    EXPECT_EQ(bad.error().code, "invalid_query");
+}
+
 // ---- chunked subscribe replies and the client library
 
 TEST_F(worker_fixture, ALargeSubscribeReplyArrivesInOrderedChunks) {

@@ -194,4 +194,22 @@ TEST_P(StoreConformance, RemoveIsIdempotentAndLeavesOtherSessionsAlone) {
     EXPECT_EQ(b->load()->in(lane::steer).pending.size(), 1u);
 }
 
+TEST_P(StoreConformance, SessionsListsStoredSessionsInIdOrderWithHasWork) {
+    auto b = open("list-b", 1);
+    auto a = open("list-a", 1);
+    session_state sb = b->load().value();
+    ASSERT_TRUE(b->enqueue(sb, user_in(lane::follow_up, "f", "work"), unix_ms{1}));
+    auto all = store().sessions(false).value();
+    ASSERT_EQ(all.size(), 2u);
+    EXPECT_EQ(all[0].id.str(), "list-a");
+    EXPECT_FALSE(all[0].has_work);
+    EXPECT_EQ(all[1].id.str(), "list-b");
+    EXPECT_TRUE(all[1].has_work);
+    auto busy = store().sessions(true).value();
+    ASSERT_EQ(busy.size(), 1u);
+    EXPECT_EQ(busy[0].id.str(), "list-b");
+    ASSERT_TRUE(store().remove(session_id::parse("list-b").value()));
+    ASSERT_EQ(store().sessions(false).value().size(), 1u);
+}
+
 }  // namespace wuhu::testing

@@ -46,6 +46,10 @@ INSTANTIATE_TEST_SUITE_P(FaultyWrapperOfMemory, StoreConformance,
                                      storage::result<void> remove(const session_id& id) override {
                                          return outer.remove(id);
                                      }
+                                     storage::result<std::vector<storage::catalog_entry>> sessions(
+                                         bool has_work_only) override {
+                                         return outer.sessions(has_work_only);
+                                     }
                                      std::string_view backend() const override { return "faulty"; }
                                  };
                                  return std::unique_ptr<storage::session_store>(

@@ -20,6 +20,9 @@ struct temp_postgres_store final : storage::session_store {
         return store.open(id, e);
     }
     storage::result<void> remove(const session_id& id) override { return store.remove(id); }
+    storage::result<std::vector<storage::catalog_entry>> sessions(bool has_work_only) override {
+        return store.sessions(has_work_only);
+    }
     std::string_view backend() const override { return store.backend(); }
 
     std::string schema;
