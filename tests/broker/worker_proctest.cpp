@@ -6,6 +6,9 @@
 #include <gtest/gtest.h>
 #include <boost/json.hpp>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <csignal>
@@ -28,17 +31,64 @@ std::string nats_url() {
     return url;
 }
 
-pid_t spawn_worker(const std::string& data, const std::string& script, const std::string& prefix) {
+pid_t spawn_worker(const std::string& data, const std::string& script, const std::string& prefix,
+                   const std::string& url = nats_url()) {
     pid_t pid = fork();
     if (pid == 0) {
         std::string store = "sqlite://" + data;
-        std::string url = nats_url();
         execl(WUHU_WORKER_BIN, WUHU_WORKER_BIN, "--nats", url.c_str(), "--store", store.c_str(),
               "--script", script.c_str(), "--prefix", prefix.c_str(), "--worker-id", "proc-1",
               nullptr);
         _exit(127);
     }
     return pid;
+}
+
+// A free TCP port on 127.0.0.1 (bound, read, released).
+int free_port() {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = 0;
+    socklen_t len = sizeof addr;
+    if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+        getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+        close(fd);
+        return 0;
+    }
+    close(fd);
+    return ntohs(addr.sin_port);
+}
+
+// A nats-server of this test's own on 127.0.0.1:port (so that the test can stop and restart
+// it), or -1 if it did not come up.
+pid_t spawn_nats(int port) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        std::string p = std::to_string(port);
+        execlp("nats-server", "nats-server", "-a", "127.0.0.1", "-p", p.c_str(), nullptr);
+        _exit(127);
+    }
+    for (int i = 0; i < 100; ++i) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in addr{};
+        addr.sin_family = AF_INET;
+        addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        addr.sin_port = htons(static_cast<std::uint16_t>(port));
+        const bool up = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+        close(fd);
+        if (up) {
+            return pid;
+        }
+        if (waitpid(pid, nullptr, WNOHANG) == pid) {
+            return -1;
+        }
+        std::this_thread::sleep_for(50ms);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    return -1;
 }
 
 // Waits (bounded) for the process to exit; its exit status, or -1 if it did not.
@@ -119,6 +169,50 @@ TEST(WorkerProcess, ServesRequestsStopsOnSigtermAndKeepsSessionsAcrossRestarts) 
     kill(worker, SIGTERM);
     EXPECT_EQ(wait_exit(worker, 15s), 0);
     worker = 0;
+}
+
+TEST(WorkerProcess, ReconnectsToNatsAfterTheServerRestarts) {
+    const int port = free_port();
+    ASSERT_GT(port, 0);
+    const std::string url = "nats://127.0.0.1:" + std::to_string(port);
+    pid_t nats = spawn_nats(port);
+    ASSERT_GT(nats, 0) << "nats-server did not start on port " << port;
+    process_guard nats_guard{nats};
+    temp_dir dir;
+    const std::string prefix = "wuhu_r" + std::to_string(getpid());
+    const std::string script = (dir.path() / "script.json").string();
+    std::ofstream(script) << R"({"responses":[{"text":"one"},{"text":"two"}]})";
+    pid_t worker = spawn_worker((dir.path() / "data").string(), script, prefix, url);
+    process_guard guard{worker};
+    broker::nats_client nc(url, "reconnect-client");
+    ASSERT_EQ(subscribe_when_up(nc, prefix).at("ok"), true);
+
+    // The server goes away and comes back on the same address.
+    kill(nats, SIGTERM);
+    ASSERT_GE(wait_exit(nats, 10s), 0);
+    std::this_thread::sleep_for(500ms);
+    EXPECT_EQ(waitpid(worker, nullptr, WNOHANG), 0) << "the worker must survive the outage";
+    nats = spawn_nats(port);
+    ASSERT_GT(nats, 0) << "nats-server did not restart on port " << port;
+
+    // Both sides reconnect and resubscribe: requests are answered again.
+    std::optional<std::string> r;
+    for (int i = 0; i < 100 && !r; ++i) {
+        r = nc.request(prefix + ".session.p1.enqueue",
+                       R"({"lane":"followUp","id":"after-restart","content":"still there?"})",
+                       500ms);
+        if (!r) {
+            std::this_thread::sleep_for(100ms);
+        }
+    }
+    ASSERT_TRUE(r.has_value()) << "no reply within 60 s of the server's restart";
+    EXPECT_EQ(json::parse(*r).at("id"), "after-restart");
+    kill(worker, SIGTERM);
+    EXPECT_EQ(wait_exit(worker, 15s), 0);
+    worker = 0;
+    kill(nats, SIGTERM);
+    wait_exit(nats, 10s);
+    nats = 0;
 }
 
 }  // namespace wuhu::testing
