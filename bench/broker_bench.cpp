@@ -1,0 +1,324 @@
+// The broker on loopback, against the limits of the same machine measured in the same run:
+//
+//   * raw NATS request-reply round trip (an echo responder that sends at once),
+//   * raw store commit (one SQLite FULL insert-and-commit),
+//   * enqueue acknowledgement latency (p50, p99) through a worker: the request crosses NATS,
+//     the worker commits it to its session's SQLite file, then replies. Its floor is one
+//     round trip plus one commit;
+//   * enqueue throughput with 8 clients on 8 sessions, against the raw commit rate;
+//   * streaming delta latency: from the provider handing a text delta to the loop to a NATS
+//     subscriber receiving it.
+//
+// Needs a nats-server: WUHU_BENCH_NATS_URL (or WUHU_TEST_NATS_URL); scripts/bench starts one.
+//
+//   broker_bench [requests]
+#include "broker/server.hpp"
+#include "ownership/sqlite_lease.hpp"
+#include "storage/memory_store.hpp"
+#include "storage/sqlite_db.hpp"
+#include "storage/sqlite_store.hpp"
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <mutex>
+#include <random>
+#include <thread>
+
+namespace {
+
+namespace asio = boost::asio;
+namespace json = boost::json;
+namespace s = wuhu::session;
+using clock_type = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+struct stats {
+    double p50_us = 0, p99_us = 0;
+};
+
+stats percentiles(std::vector<double> us) {
+    std::sort(us.begin(), us.end());
+    auto at = [&](double q) { return us[static_cast<std::size_t>(q * (us.size() - 1))]; };
+    return {at(0.50), at(0.99)};
+}
+
+double micros(clock_type::duration d) {
+    return std::chrono::duration<double, std::micro>(d).count();
+}
+
+std::filesystem::path temp_dir(const char* name) {
+    std::random_device rd;
+    auto p = std::filesystem::temp_directory_path() /
+             (std::string(name) + "-" + std::to_string(rd()) + std::to_string(rd()));
+    std::filesystem::create_directories(p);
+    return p;
+}
+
+// A provider that streams `n` deltas, each carrying the steady-clock time it was handed over.
+class clock_provider final : public wuhu::worker::provider {
+  public:
+    explicit clock_provider(int n) : n_(n) {}
+    asio::awaitable<wuhu::worker::inference_outcome> infer(wuhu::worker::inference_request,
+                                                           wuhu::worker::stream_sink& sink) override {
+        asio::steady_timer t(co_await asio::this_coro::executor);
+        for (int i = 0; i < n_; ++i) {
+            t.expires_after(2ms);
+            co_await t.async_wait(asio::use_awaitable);
+            sink.text(std::to_string(clock_type::now().time_since_epoch().count()) + ";");
+        }
+        s::assistant_message m;
+        m.text = "done";
+        co_return m;
+    }
+    asio::awaitable<wuhu::worker::summary_outcome> summarize(std::vector<s::llm_message>,
+                                                             std::uint64_t) override {
+        co_return std::string("summary");
+    }
+
+  private:
+    int n_;
+};
+
+// A worker in this process: the given store, the SQLite lease, the clock provider, its own
+// connection.
+struct worker {
+    worker(const std::string& url, const std::filesystem::path& dir,
+           wuhu::storage::session_store& store, int deltas)
+        : leases(dir),
+          keeper(leases, "bench-worker", 15s),
+          nats(url, "bench-worker") {
+        wuhu::broker::server_options o;
+        o.prefix = "wuhu_bench";
+        server = std::make_unique<wuhu::broker::server>(io.get_executor(), nats, keeper, o);
+        registry = std::make_unique<wuhu::worker::session_registry>(
+            io.get_executor(), store, [deltas] { return std::make_unique<clock_provider>(deltas); },
+            tools, clk, wuhu::worker::loop_options{}, server->epochs(), server->publisher());
+        server->start(*registry);
+        thread = std::thread([this] { io.run(); });
+    }
+    ~worker() {
+        asio::post(io, [this] { registry->stop(); });
+        std::this_thread::sleep_for(100ms);
+        work.reset();
+        io.stop();
+        thread.join();
+        registry.reset();
+    }
+    asio::io_context io;
+    asio::executor_work_guard<asio::io_context::executor_type> work{io.get_executor()};
+    wuhu::worker::system_clock clk;
+    wuhu::worker::tool_registry tools;
+    wuhu::ownership::sqlite_lease leases;
+    wuhu::ownership::keeper keeper;
+    wuhu::broker::nats_client nats;
+    std::unique_ptr<wuhu::broker::server> server;
+    std::unique_ptr<wuhu::worker::session_registry> registry;
+    std::thread thread;
+};
+
+std::string enqueue_body(const std::string& id) {
+    return R"({"lane":"steer","id":")" + id + R"(","content":"benchmark input"})";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const char* url_env = std::getenv("WUHU_BENCH_NATS_URL");
+    if (url_env == nullptr || *url_env == '\0') {
+        url_env = std::getenv("WUHU_TEST_NATS_URL");
+    }
+    if (url_env == nullptr || *url_env == '\0') {
+        std::fprintf(stderr, "broker_bench: set WUHU_BENCH_NATS_URL (scripts/bench does)\n");
+        return 2;
+    }
+    const std::string url = url_env;
+    const int n = argc > 1 ? std::atoi(argv[1]) : 2000;
+    const auto dir = temp_dir("wuhu-broker-bench");
+
+    // 1. Raw NATS request-reply: an echo responder on its own connection.
+    stats raw_rtt;
+    {
+        wuhu::broker::nats_client responder(url, "bench-echo");
+        wuhu::broker::nats_client requester(url, "bench-requester");
+        responder.subscribe("wuhu_bench_echo", [&responder](wuhu::broker::nats_message m) {
+            responder.publish(m.reply, m.data);
+        });
+        responder.flush();
+        const std::string body = enqueue_body("x");
+        std::vector<double> us;
+        for (int i = 0; i < n; ++i) {
+            auto t0 = clock_type::now();
+            if (!requester.request("wuhu_bench_echo", body, 5s)) {
+                std::fprintf(stderr, "broker_bench: the echo responder did not answer\n");
+                return 1;
+            }
+            us.push_back(micros(clock_type::now() - t0));
+        }
+        raw_rtt = percentiles(us);
+    }
+
+    // 2. Raw store commit: one row per transaction, SQLite WAL + synchronous=FULL.
+    stats raw_commit;
+    double raw_commit_rate = 0;
+    {
+        wuhu::storage::sqlite::db db((dir / "raw.sqlite").string(), "FULL", 5000);
+        db.exec("CREATE TABLE t (seq INTEGER PRIMARY KEY, body TEXT NOT NULL)");
+        std::vector<double> us;
+        auto start = clock_type::now();
+        for (int i = 0; i < n; ++i) {
+            auto t0 = clock_type::now();
+            wuhu::storage::sqlite::transaction tx(db);
+            db.prepare("INSERT INTO t (body) VALUES (?1)").bind(1, std::string_view(R"({"x":1})")).run();
+            tx.commit();
+            us.push_back(micros(clock_type::now() - t0));
+        }
+        raw_commit_rate = n / std::chrono::duration<double>(clock_type::now() - start).count();
+        raw_commit = percentiles(us);
+    }
+
+    wuhu::broker::nats_client client(url, "bench-client");
+    // Enqueue ack latency: a paused session (input is persisted, nothing is inferred), one
+    // request at a time.
+    auto ack_latency = [&](const std::string& sid) -> std::optional<stats> {
+        if (!client.request("wuhu_bench.session." + sid + ".pause", "{}", 10s)) {
+            std::fprintf(stderr, "broker_bench: the worker did not answer\n");
+            return std::nullopt;
+        }
+        std::vector<double> us;
+        for (int i = 0; i < n; ++i) {
+            auto t0 = clock_type::now();
+            auto r = client.request("wuhu_bench.session." + sid + ".enqueue",
+                                    enqueue_body("l" + std::to_string(i)), 10s);
+            us.push_back(micros(clock_type::now() - t0));
+            if (!r || r->find("\"ok\":true") == std::string::npos) {
+                std::fprintf(stderr, "broker_bench: enqueue failed: %s\n",
+                             r ? r->c_str() : "no reply");
+                return std::nullopt;
+            }
+        }
+        return percentiles(us);
+    };
+
+    // 3a. The same through a worker on the in-memory store: the broker's own cost.
+    stats ack_memory;
+    {
+        wuhu::storage::memory_store memory;
+        worker w(url, dir / "memory-worker", memory, 50);
+        auto a = ack_latency("mem");
+        if (!a) {
+            return 1;
+        }
+        ack_memory = *a;
+    }
+
+    wuhu::storage::sqlite_store sqlite(wuhu::storage::sqlite_options{dir / "worker"});
+    worker w(url, dir / "worker", sqlite, 50);
+    // 3b. Through a worker on per-session SQLite.
+    stats ack;
+    if (auto a = ack_latency("lat")) {
+        ack = *a;
+    } else {
+        return 1;
+    }
+
+    // 4. Throughput: 8 clients, each on its own session, each request after the previous ack.
+    double throughput = 0;
+    {
+        constexpr int clients = 8;
+        std::vector<std::unique_ptr<wuhu::broker::nats_client>> conns;
+        for (int c = 0; c < clients; ++c) {
+            conns.push_back(
+                std::make_unique<wuhu::broker::nats_client>(url, "bench-c" + std::to_string(c)));
+            conns.back()->request("wuhu_bench.session.tp" + std::to_string(c) + ".pause", "{}",
+                                  10s);
+        }
+        std::atomic<int> done{0};
+        std::vector<std::thread> threads;
+        auto start = clock_type::now();
+        for (int c = 0; c < clients; ++c) {
+            threads.emplace_back([&, c] {
+                const std::string subject = "wuhu_bench.session.tp" + std::to_string(c) + ".enqueue";
+                for (int i = 0; i < n / clients; ++i) {
+                    if (conns[c]->request(subject, enqueue_body("t" + std::to_string(i)), 10s)) {
+                        ++done;
+                    }
+                }
+            });
+        }
+        for (auto& t : threads) {
+            t.join();
+        }
+        throughput = done / std::chrono::duration<double>(clock_type::now() - start).count();
+    }
+
+    // 5. Delta latency: provider -> loop -> NATS -> subscriber, 50 deltas per message.
+    stats delta;
+    std::size_t deltas_seen = 0;
+    {
+        std::mutex mu;
+        std::condition_variable cv;
+        std::vector<double> us;
+        bool committed = false;
+        client.subscribe("wuhu_bench.events.stream.>", [&](wuhu::broker::nats_message m) {
+            const auto now = clock_type::now().time_since_epoch().count();
+            auto v = json::parse(m.data);
+            std::lock_guard lock(mu);
+            if (m.subject.ends_with(".delta") && v.at("type") == "text.delta") {
+                const std::string text(v.at("text").as_string());
+                us.push_back(static_cast<double>(now - std::stoll(text)) / 1000.0);
+            } else if (m.subject.ends_with(".patch") &&
+                       m.data.find("assistant_message") != std::string::npos) {
+                committed = true;
+            }
+            cv.notify_all();
+        });
+        client.flush();
+        for (int round = 0; round < 10; ++round) {
+            {
+                std::lock_guard lock(mu);
+                committed = false;
+            }
+            client.request("wuhu_bench.session.stream.enqueue",
+                           R"({"lane":"followUp","id":"d)" + std::to_string(round) +
+                               R"(","content":"stream"})",
+                           10s);
+            std::unique_lock lock(mu);
+            cv.wait_for(lock, 30s, [&] { return committed; });
+        }
+        std::lock_guard lock(mu);
+        deltas_seen = us.size();
+        if (us.empty()) {
+            std::fprintf(stderr, "broker_bench: no deltas arrived\n");
+            return 1;
+        }
+        delta = percentiles(us);
+    }
+    std::filesystem::remove_all(dir);
+
+    const double floor_us = raw_rtt.p50_us + raw_commit.p50_us;
+    std::printf("broker_bench (%d requests per measurement, loopback NATS, SQLite FULL)\n", n);
+    std::printf("  raw NATS round trip          p50 %8.1f us   p99 %8.1f us\n", raw_rtt.p50_us,
+                raw_rtt.p99_us);
+    std::printf("  raw SQLite commit            p50 %8.1f us   p99 %8.1f us   %6.0f commits/s\n",
+                raw_commit.p50_us, raw_commit.p99_us, raw_commit_rate);
+    std::printf("  enqueue ack, memory store    p50 %8.1f us   p99 %8.1f us   (broker cost p50 %.1f us)\n",
+                ack_memory.p50_us, ack_memory.p99_us, ack_memory.p50_us - raw_rtt.p50_us);
+    std::printf("  enqueue ack, SQLite          p50 %8.1f us   p99 %8.1f us\n", ack.p50_us,
+                ack.p99_us);
+    std::printf("    floor = round trip + commit  %8.1f us   ratio p50/floor %.2f\n", floor_us,
+                ack.p50_us / floor_us);
+    std::printf("  enqueue throughput (8 clients)   %6.0f acks/s   ratio to raw commit rate %.2f\n",
+                throughput, throughput / raw_commit_rate);
+    std::printf("  delta latency, provider -> subscriber  p50 %6.1f us   p99 %6.1f us  (%zu deltas)\n",
+                delta.p50_us, delta.p99_us, deltas_seen);
+    return 0;
+}
