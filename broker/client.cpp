@@ -57,8 +57,33 @@ std::uint64_t number(const json::object& o, const char* key) {
 
 client::client(broker::nats_client& nats, options o) : nats_(nats), options_(std::move(o)) {}
 
+bool valid_session_id(std::string_view sid) {
+    if (sid.empty() || sid.size() > 64) {
+        return false;
+    }
+    for (char ch : sid) {
+        const bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                        (ch >= '0' && ch <= '9') || ch == '_' || ch == '-';
+        if (!ok) {
+            return false;
+        }
+    }
+    return true;
+}
+
+namespace {
+failure invalid_id(std::string_view sid) {
+    return failure{"invalid_session_id",
+                   "session id must be 1-64 characters of [A-Za-z0-9_-]: \"" + std::string(sid) +
+                       "\""};
+}
+}  // namespace
+
 outcome<json::object> client::call(const std::string& sid, std::string_view verb,
                                    const json::object& body) {
+    if (!valid_session_id(sid)) {
+        return invalid_id(sid);
+    }
     const auto subject = subject_of(options_, sid, verb);
     auto reply = nats_.request(subject, json::serialize(body), options_.timeout);
     if (!reply) {
@@ -157,6 +182,9 @@ outcome<void> client::remove(const std::string& sid) {
 
 outcome<json::object> client::subscribe(const std::string& sid,
                                         const std::optional<json::value>& since) {
+    if (!valid_session_id(sid)) {
+        return invalid_id(sid);
+    }
     json::object body;
     if (since) {
         body["since"] = *since;
@@ -364,6 +392,9 @@ watch::~watch() {
 
 outcome<std::unique_ptr<watch>> watch::open(client& c, const std::string& sid,
                                             const std::optional<json::value>& since) {
+    if (!valid_session_id(sid)) {
+        return invalid_id(sid);
+    }
     std::unique_ptr<watch> w(new watch(c, sid));
     // Events first, then the backfill: nothing falls between the two.
     w->token_ = c.nats().subscribe(

@@ -7,8 +7,9 @@
 //   while (w.next(deadline, handlers).value()) {}   // patches chained, deltas in order
 //
 // Every call returns an outcome: the value, or a failure with the service's error `code` and
-// `message` ("no_reply" when no worker answered in time). Subscribe replies that come in
-// chunks are reassembled.
+// `message` ("no_reply" when no worker answered in time). A session id that is not 1-64 of
+// [A-Za-z0-9_-] fails with "invalid_session_id" before anything is sent (it would otherwise
+// change the subject). Subscribe replies that come in chunks are reassembled.
 //
 // Thread-safety: a client may be shared; a watch is used by one thread.
 #pragma once
@@ -41,6 +42,9 @@ struct author {
     std::string email;
     std::string kind = "human";  // or "bot"
 };
+
+// 1-64 characters of [A-Za-z0-9_-] (the service's rule).
+bool valid_session_id(std::string_view sid);
 
 struct options {
     std::string prefix = "wuhu";

@@ -72,16 +72,18 @@ void server::start(worker::session_registry& registry) {
     auto on_request = [this, &registry](nats_message m) {
         asio::co_spawn(ex_, serve(this, &registry, &nats_, std::move(m)), asio::detached);
     };
-    nats_.queue_subscribe(options_.prefix + ".session.>", options_.queue_group, on_request);
-    nats_.subscribe(forward_prefix_ + ".session.>", on_request);
+    subscriptions_.push_back(
+        nats_.queue_subscribe(options_.prefix + ".session.>", options_.queue_group, on_request));
+    subscriptions_.push_back(nats_.subscribe(forward_prefix_ + ".session.>", on_request));
     // The fleet view: any one worker answers, asking each owner for its loaded sessions.
-    nats_.queue_subscribe(options_.prefix + ".admin.sessions", options_.queue_group,
-                          [this, &registry](nats_message m) {
-                              asio::post(admin_, [this, &registry, m = std::move(m)] {
-                                  nats_.publish(m.reply, list_sessions(registry, m));
-                              });
-                          });
-    nats_.subscribe(forward_prefix_ + ".admin.local", [this, &registry](nats_message m) {
+    subscriptions_.push_back(nats_.queue_subscribe(
+        options_.prefix + ".admin.sessions", options_.queue_group,
+        [this, &registry](nats_message m) {
+            asio::post(admin_, [this, &registry, m = std::move(m)] {
+                nats_.publish(m.reply, list_sessions(registry, m));
+            });
+        }));
+    subscriptions_.push_back(nats_.subscribe(forward_prefix_ + ".admin.local", [this, &registry](nats_message m) {
         asio::post(ex_, [this, &registry, m = std::move(m)] {
             boost::json::array local;
             registry.each(
@@ -89,7 +91,15 @@ void server::start(worker::session_registry& registry) {
             nats_.publish(m.reply, boost::json::serialize(
                                        boost::json::object{{"ok", true}, {"sessions", local}}));
         });
-    });
+    }));
+    nats_.flush();
+}
+
+void server::stop() {
+    for (auto token : subscriptions_) {
+        nats_.unsubscribe(token);
+    }
+    subscriptions_.clear();
     nats_.flush();
 }
 

@@ -43,6 +43,9 @@ class server {
     worker::session_registry::epoch_source epochs();
     // Subscribes; requests are then handled on the executor.
     void start(worker::session_registry& registry);
+    // Unsubscribes (on shutdown, first): new requests go to the other workers of the queue
+    // group, and forwarded ones time out for their callers, who retry.
+    void stop();
 
     // The reply messages to one request, in order (one, or the chunks of a large subscribe
     // reply); none when the request was forwarded to the session's owner.
@@ -68,6 +71,7 @@ class server {
     worker::system_clock clock_;
     std::mt19937_64 rng_{std::random_device{}()};
     std::atomic<std::size_t> forwarded_{0};
+    std::vector<std::size_t> subscriptions_;
     // Admin listings wait on other workers' replies: one thread of their own, off the executor.
     asio::thread_pool admin_{1};
 };

@@ -3,7 +3,7 @@
 //   wuhu-worker --nats nats://127.0.0.1:4222 --store sqlite:///var/lib/wuhu --script demo.json
 //
 // Every flag has a WUHU_* environment variable (flags win). Logs are JSON lines on stderr.
-// SIGTERM or SIGINT: stop taking requests, stop every session loop, exit 0.
+// SIGTERM or SIGINT: stop taking requests, stop every session loop, release the leases, exit 0.
 #include "broker/server.hpp"
 #include "ownership/memory_lease.hpp"
 #include "ownership/sqlite_lease.hpp"
@@ -183,6 +183,7 @@ int main(int argc, char** argv) {
                 return;
             }
             log->info("signal {}: stopping {} sessions", sig, registry.size());
+            server.stop();  // new requests go to the other workers
             stop_keeping.emit(asio::cancellation_type::terminal);
             registry.stop();
             asio::co_spawn(io, drain_then_stop(registry, keeper, io), asio::detached);

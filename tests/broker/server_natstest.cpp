@@ -509,6 +509,14 @@ TEST_F(worker_fixture, TheClientLibraryEnqueuesAndWatchesWithoutGaps) {
     ASSERT_FALSE(bad);
     EXPECT_EQ(bad.error().code, "not_cancelable");
     EXPECT_TRUE(c.remove("lib"));
+    // Ids that would change the subject never leave the client.
+    for (const char* bad : {"a b", "a.b", "*", ">", "a/b"}) {
+        auto r = c.enqueue(bad, "steer", "x", client::author{});
+        ASSERT_FALSE(r) << bad;
+        EXPECT_EQ(r.error().code, "invalid_session_id") << bad;
+        EXPECT_EQ(c.subscribe(bad).error().code, "invalid_session_id") << bad;
+        EXPECT_EQ(client::watch::open(c, bad).error().code, "invalid_session_id") << bad;
+    }
 }
 
 }  // namespace wuhu::testing

@@ -146,4 +146,14 @@ TEST(WatchCursor, ARegisterOnlyPatchAtTheCurrentVersionIsDelivered) {
     EXPECT_FALSE(d.gap);
 }
 
+TEST(ClientSessionIds, BadIdsAreRefusedBeforeAnySubjectIsBuilt) {
+    for (const char* bad : {"", "a.b", "*", ">", "a b", "a/b", "..", "tab\t",
+                            "x12345678901234567890123456789012345678901234567890123456789012345"}) {
+        EXPECT_FALSE(client::valid_session_id(bad)) << bad;
+    }
+    for (const char* good : {"a", "demo", "A-b_9", "s1"}) {
+        EXPECT_TRUE(client::valid_session_id(good)) << good;
+    }
+}
+
 }  // namespace wuhu::testing
