@@ -69,6 +69,7 @@ asio::awaitable<void> serve(server* srv, worker::session_registry* reg, nats_cli
 }  // namespace
 
 void server::start(worker::session_registry& registry) {
+    store_ = &registry.store();
     auto on_request = [this, &registry](nats_message m) {
         asio::co_spawn(ex_, serve(this, &registry, &nats_, std::move(m)), asio::detached);
     };
@@ -78,10 +79,8 @@ void server::start(worker::session_registry& registry) {
     // The fleet view: any one worker answers, asking each owner for its loaded sessions.
     subscriptions_.push_back(nats_.queue_subscribe(
         options_.prefix + ".admin.sessions", options_.queue_group,
-        [this, &registry](nats_message m) {
-            asio::post(admin_, [this, &registry, m = std::move(m)] {
-                nats_.publish(m.reply, list_sessions(registry, m));
-            });
+        [this](nats_message m) {
+            asio::post(admin_, [this, m = std::move(m)] { nats_.publish(m.reply, list_sessions(m)); });
         }));
     subscriptions_.push_back(nats_.subscribe(forward_prefix_ + ".admin.local", [this, &registry](nats_message m) {
         asio::post(ex_, [this, &registry, m = std::move(m)] {
@@ -103,7 +102,7 @@ void server::stop() {
     nats_.flush();
 }
 
-std::string server::list_sessions(worker::session_registry& registry, const nats_message& m) {
+std::string server::list_sessions(const nats_message& m) {
     auto body = s::parse_body(m.data, options_.limits);
     if (!body) {
         return error_reply(body.error());
@@ -114,7 +113,7 @@ std::string server::list_sessions(worker::session_registry& registry, const nats
     }
     // The store and the lease store are thread-safe; the registry is only read by its owner's
     // executor (through admin.local, also for this worker).
-    auto catalog = registry.store().sessions(false);
+    auto catalog = store_->sessions(false);
     if (!catalog) {
         return error_reply(catalog.error());
     }

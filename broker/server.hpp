@@ -55,7 +55,7 @@ class server {
     const server_options& options() const { return options_; }
     // The answer to `<prefix>.admin.sessions` (blocking: it asks every owner; run it off the
     // executor).
-    std::string list_sessions(worker::session_registry& registry, const nats_message& m);
+    std::string list_sessions(const nats_message& m);
 
     // Requests this worker forwarded to another owner (for tests and logs).
     std::size_t forwarded() const { return forwarded_.load(); }
@@ -72,6 +72,8 @@ class server {
     std::mt19937_64 rng_{std::random_device{}()};
     std::atomic<std::size_t> forwarded_{0};
     std::vector<std::size_t> subscriptions_;
+    // The registry's store, for the admin thread (thread-safe, and it outlives the server).
+    storage::session_store* store_ = nullptr;
     // Admin listings wait on other workers' replies: one thread of their own, off the executor.
     asio::thread_pool admin_{1};
 };

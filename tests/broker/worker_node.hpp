@@ -53,7 +53,10 @@ class worker_node {
 
     // Stops every session loop and releases the leases (a graceful shutdown).
     ~worker_node() {
-        on_executor([this] { registry_->stop(); });
+        on_executor([this] {
+            server_->stop();
+            registry_->stop();
+        });
         std::this_thread::sleep_for(std::chrono::milliseconds(50));  // let the loops return
         on_executor([this] { keeper_.release_all(); });
         work_.reset();
