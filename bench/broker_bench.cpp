@@ -21,6 +21,7 @@
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include <algorithm>
@@ -101,7 +102,7 @@ struct worker {
         server = std::make_unique<wuhu::broker::server>(io.get_executor(), nats, keeper, o);
         registry = std::make_unique<wuhu::worker::session_registry>(
             io.get_executor(), store, [deltas] { return std::make_unique<clock_provider>(deltas); },
-            tools, clk, wuhu::worker::loop_options{}, server->epochs(), server->publisher());
+            tools, clk, loop_options(), server->epochs(), server->publisher());
         server->start(*registry);
         thread = std::thread([this] { io.run(); });
     }
@@ -111,9 +112,16 @@ struct worker {
         work.reset();
         io.stop();
         thread.join();
+        store_pool.join();
         registry.reset();
     }
+    wuhu::worker::loop_options loop_options() {
+        wuhu::worker::loop_options o;
+        o.store_executor = store_pool.get_executor();
+        return o;
+    }
     asio::io_context io;
+    asio::thread_pool store_pool{4};
     asio::executor_work_guard<asio::io_context::executor_type> work{io.get_executor()};
     wuhu::worker::system_clock clk;
     wuhu::worker::tool_registry tools;

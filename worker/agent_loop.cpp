@@ -4,7 +4,9 @@
 #include "session/overloaded.hpp"
 #include "session/reducer.hpp"
 
+#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/use_awaitable.hpp>
 
 namespace wuhu::worker {
 
@@ -216,69 +218,106 @@ asio::awaitable<boost::system::result<command_reply>> agent_loop::send(command c
         co_return failure_;
     }
     const s::unix_ms now = clock_.now();
-    command_reply reply;
-    boost::system::error_code ec;
-    std::visit(s::overloaded{
-                   [&](enqueue_command& x) {
-                       auto r = log_->enqueue(state_, std::move(x.in), now);
-                       if (!r) {
-                           ec = command_result(r.error());
-                           return;
-                       }
-                       apply_committed(r->actions);
-                       reply.id = r->id;
-                       reply.duplicate = r->duplicate;
-                       if (!r->actions.empty()) {
-                           wake_.notify();
-                       }
+    // The store operation runs on the store executor (when there is one): a commit's blocking
+    // IO does not hold up the other sessions of this executor. The section stays held, so this
+    // session's state is read there and changed only here, after the commit.
+    auto op = [this, &c, now]() -> command_effect {
+        command_effect out;
+        std::visit(s::overloaded{
+                       [&](enqueue_command& x) {
+                           auto r = log_->enqueue(state_, std::move(x.in), now);
+                           if (!r) {
+                               out.ec = r.error();
+                               return;
+                           }
+                           out.actions = std::move(r->actions);
+                           out.reply.id = r->id;
+                           out.reply.duplicate = r->duplicate;
+                           out.wake = !out.actions.empty();
+                       },
+                       [&](cancel_command& x) {
+                           auto r = log_->cancel(state_, x.in, x.id, now);
+                           if (!r) {
+                               out.ec = r.error();
+                               return;
+                           }
+                           out.actions = std::move(r->actions);
+                           out.reply.canceled = r->canceled;
+                       },
+                       [&](configure_command& x) {
+                           auto next = x.update.applied_to(state_.config);
+                           if (!next) {
+                               out.refused = next.error();
+                               return;
+                           }
+                           auto r = log_->set_settings(state_, std::move(*next));
+                           if (!r) {
+                               out.ec = r.error();
+                               return;
+                           }
+                           out.actions = std::move(*r);
+                       },
+                       [&](pause_command&) {
+                           auto r = log_->set_paused(state_, true);
+                           if (!r) {
+                               out.ec = r.error();
+                               return;
+                           }
+                           out.actions = std::move(*r);
+                       },
+                       [&](resume_command&) {
+                           auto r = log_->set_paused(state_, false);
+                           if (!r) {
+                               out.ec = r.error();
+                               return;
+                           }
+                           out.actions = std::move(*r);
+                           out.wake = true;
+                       },
+                       [](abort_command&) {},
                    },
-                   [&](cancel_command& x) {
-                       auto r = log_->cancel(state_, x.in, x.id, now);
-                       if (!r) {
-                           ec = command_result(r.error());
-                           return;
-                       }
-                       apply_committed(r->actions);
-                       reply.canceled = r->canceled;
-                   },
-                   [&](configure_command& x) {
-                       auto next = x.update.applied_to(state_.config);
-                       if (!next) {
-                           ec = next.error();
-                           return;
-                       }
-                       auto r = log_->set_settings(state_, std::move(*next));
-                       if (!r) {
-                           ec = command_result(r.error());
-                           return;
-                       }
-                       apply_committed(*r);
-                       reply.config = state_.config;
-                   },
-                   [&](pause_command&) {
-                       auto r = log_->set_paused(state_, true);
-                       if (!r) {
-                           ec = command_result(r.error());
-                           return;
-                       }
-                       apply_committed(*r);
-                   },
-                   [&](resume_command&) {
-                       auto r = log_->set_paused(state_, false);
-                       if (!r) {
-                           ec = command_result(r.error());
-                           return;
-                       }
-                       apply_committed(*r);
-                       wake_.notify();
-                   },
-                   [](abort_command&) {},
-               },
-               c);
-    if (ec) {
-        co_return ec;
+                   c);
+        return out;
+    };
+    auto stored = run_store_op(std::move(op));
+    command_effect effect = co_await std::move(stored);
+    if (effect.refused) {
+        co_return effect.refused;
+    }
+    if (effect.ec) {
+        co_return command_result(effect.ec);
+    }
+    apply_committed(effect.actions);
+    command_reply reply = std::move(effect.reply);
+    if (std::holds_alternative<configure_command>(c)) {
+        reply.config = state_.config;
+    }
+    if (effect.wake) {
+        wake_.notify();
     }
     co_return reply;
+}
+
+namespace {
+
+// Runs `op` where this coroutine runs (a named coroutine taking its argument by value: see the
+// g++ 12 note in docs/decisions.md).
+asio::awaitable<agent_loop::command_effect> run_blocking(
+    std::function<agent_loop::command_effect()> op) {
+    co_return op();
+}
+
+}  // namespace
+
+asio::awaitable<agent_loop::command_effect> agent_loop::run_store_op(
+    std::function<command_effect()> op) {
+    if (!opts_.store_executor) {
+        co_return op();
+    }
+    auto task = run_blocking(std::move(op));
+    command_effect out =
+        co_await asio::co_spawn(*opts_.store_executor, std::move(task), asio::use_awaitable);
+    co_return out;
 }
 
 boost::system::error_code agent_loop::load() {

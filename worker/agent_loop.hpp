@@ -29,7 +29,9 @@
 
 #include <boost/asio/any_io_executor.hpp>
 
+#include <functional>
 #include <memory>
+#include <optional>
 #include <random>
 
 namespace wuhu::worker {
@@ -41,6 +43,9 @@ struct loop_options {
     retry_policy retry;
     session::role_mapping roles = session::anthropic_roles;
     std::uint64_t jitter_seed = 0;  // 0: from std::random_device
+    // Where the store operations of client commands run (a bounded pool shared by the
+    // sessions), so that one session's commit does not block the others; none: inline.
+    std::optional<boost::asio::any_io_executor> store_executor;
 };
 
 struct enqueue_command {
@@ -72,6 +77,15 @@ struct command_reply {
 
 class agent_loop final : private tool_services {
   public:
+    // What a command's store operation produced (internal; public for the store-op helper).
+    struct command_effect {
+        boost::system::error_code refused;  // a rule refused the command (nothing stored)
+        boost::system::error_code ec;       // the store failed
+        session::action_list actions;
+        command_reply reply;
+        bool wake = false;
+    };
+
     agent_loop(asio::any_io_executor ex, std::unique_ptr<storage::session_log> log, provider& p,
                const tool_registry& tools, clock& clk, loop_options opts = {});
     ~agent_loop() override;
@@ -133,6 +147,7 @@ class agent_loop final : private tool_services {
     void close_call_locked(const session::tool_call& call, std::string output);
     void recover_orphan();
     void must(storage::result<session::action_list> r);
+    asio::awaitable<command_effect> run_store_op(std::function<command_effect()> op);
     boost::system::error_code command_result(const boost::system::error_code& ec);
     void apply_committed(const session::action_list& actions);
     [[noreturn]] void fail(boost::system::error_code ec);

@@ -20,6 +20,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include <fstream>
@@ -130,6 +131,7 @@ int main(int argc, char** argv) {
     std::size_t pool = std::stoul(env_or("WUHU_PG_POOL", "8"));
     std::string lease = env_or("WUHU_LEASE", "auto");
     long lease_ttl_ms = std::stol(env_or("WUHU_LEASE_TTL_MS", "15000"));
+    std::size_t store_threads = std::stoul(env_or("WUHU_STORE_THREADS", "4"));
     app.add_option("--nats", nats_url, "NATS URL (WUHU_NATS_URL)");
     app.add_option("--store", store_url, "sqlite:///<data-dir> or postgresql://... (WUHU_STORE)");
     app.add_option("--script", script_path,
@@ -140,6 +142,9 @@ int main(int argc, char** argv) {
     app.add_option("--lease", lease,
                    "lease backend: auto, sqlite (the SQLite store's catalog), sqlite:///<dir>, "
                    "or memory (a single worker) (WUHU_LEASE)");
+    app.add_option("--store-threads", store_threads,
+                   "threads that run client commands' store IO (WUHU_STORE_THREADS)")
+        ->check(CLI::Range(std::size_t{1}, std::size_t{256}));
     app.add_option("--lease-ttl-ms", lease_ttl_ms, "lease time to live (WUHU_LEASE_TTL_MS)")
         ->check(CLI::Range(300L, 3600000L));
     CLI11_PARSE(app, argc, argv);
@@ -162,6 +167,10 @@ int main(int argc, char** argv) {
         auto leases = open_leases(lease, store_url);
         wuhu::ownership::keeper keeper(*leases, worker_id, std::chrono::milliseconds(lease_ttl_ms));
         asio::io_context io;
+        // Client commands commit here, so one session's fsync does not stall the others.
+        asio::thread_pool store_pool(store_threads);
+        wuhu::worker::loop_options loop_opts;
+        loop_opts.store_executor = store_pool.get_executor();
         wuhu::worker::system_clock clock;
         wuhu::worker::tool_registry tools;
         wuhu::worker::add_builtin_tools(tools);
@@ -172,7 +181,7 @@ int main(int argc, char** argv) {
         wuhu::worker::session_registry registry(
             io.get_executor(), *store,
             [&] { return std::make_unique<wuhu::worker::scripted_provider>(script, clock); }, tools,
-            clock, wuhu::worker::loop_options{}, server.epochs(), server.publisher());
+            clock, loop_opts, server.epochs(), server.publisher());
         server.start(registry);
         asio::cancellation_signal stop_keeping;
         asio::co_spawn(io, keep_leases(keeper, registry, log),
@@ -192,6 +201,7 @@ int main(int argc, char** argv) {
                   nats_url, std::string(store->backend()), std::string(leases->backend()),
                   lease_ttl_ms);
         io.run();
+        store_pool.join();  // no store operation outlives the sessions
         log->info("stopped");
         return 0;
     } catch (const std::exception& e) {

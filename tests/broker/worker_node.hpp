@@ -11,6 +11,7 @@
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/thread_pool.hpp>
 
 #include <future>
 #include <thread>
@@ -45,7 +46,7 @@ class worker_node {
                 return std::make_unique<worker::scripted_provider>(
                     worker::parse_script(options_.script).value(), clock_);
             },
-            tools_, clock_, worker::loop_options{}, server_->epochs(), server_->publisher());
+            tools_, clock_, loop_options(), server_->epochs(), server_->publisher());
         server_->start(*registry_);
         thread_ = std::thread([this] { io_.run(); });
     }
@@ -62,6 +63,7 @@ class worker_node {
         work_.reset();
         io_.stop();
         thread_.join();
+        store_pool_.join();
         registry_.reset();
     }
 
@@ -82,8 +84,16 @@ class worker_node {
     const std::string& id() const { return options_.worker_id; }
 
   private:
+    // As in wuhu-worker: client commands commit on a store pool.
+    worker::loop_options loop_options() {
+        worker::loop_options o;
+        o.store_executor = store_pool_.get_executor();
+        return o;
+    }
+
     node_options options_;
     boost::asio::io_context io_;
+    boost::asio::thread_pool store_pool_{2};
     boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_{
         io_.get_executor()};
     worker::system_clock clock_;
