@@ -13,6 +13,10 @@ class faulty_log final : public session_log {
         return inner_->since(from);
     }
     result<void> do_commit(const session_state& before, const action_list& actions) override {
+        {
+            std::lock_guard lock(store_.thread_mu_);
+            store_.last_thread_ = std::this_thread::get_id();
+        }
         if (store_.fail_before_ > 0) {
             --store_.fail_before_;
             return errc::unavailable;

@@ -10,6 +10,8 @@
 #include "storage/store.hpp"
 
 #include <atomic>
+#include <mutex>
+#include <thread>
 
 namespace wuhu::storage {
 
@@ -22,6 +24,11 @@ class faulty_store final : public session_store {
     void crash_after_commits(int n) { crash_budget_ = n; }
     // Commits that reached the wrapped store.
     int commits() const { return commits_; }
+    // The thread the last commit ran on (to check where store IO runs).
+    std::thread::id last_commit_thread() const {
+        std::lock_guard lock(thread_mu_);
+        return last_thread_;
+    }
 
     result<std::unique_ptr<session_log>> open(const session_id& id, lease_epoch epoch) override;
     result<void> remove(const session_id& id) override { return inner_.remove(id); }
@@ -37,6 +44,8 @@ class faulty_store final : public session_store {
     std::atomic<int> fail_after_{0};
     std::atomic<int> crash_budget_{-1};  // -1: no crash planned
     std::atomic<int> commits_{0};
+    mutable std::mutex thread_mu_;
+    std::thread::id last_thread_;
 };
 
 }  // namespace wuhu::storage

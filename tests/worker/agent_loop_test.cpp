@@ -6,6 +6,10 @@
 #include "tests/worker/loop_harness.hpp"
 
 #include <gmock/gmock.h>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/thread_pool.hpp>
+
+#include <future>
 
 namespace wuhu::testing {
 
@@ -572,6 +576,42 @@ TEST(Lifecycle, LoadMakesTheStoredStateVisibleBeforeStart) {
     EXPECT_TRUE(second.state().transcript.empty());  // nothing read yet
     EXPECT_FALSE(second.loop().load());
     EXPECT_EQ(second.state().transcript.size(), 2u);
+}
+
+// DESIGN "Concurrency model": a command's blocking store IO runs on the store executor and
+// resumes on the session's executor.
+TEST(AgentLoop, CommandsCommitOnTheStoreExecutorAndResumeOnTheSession) {
+    storage::memory_store inner;
+    storage::faulty_store store(inner);
+    asio::io_context io;
+    asio::thread_pool pool(1);
+    worker::manual_clock clk(unix_ms{harness_t0});
+    worker::scripted_provider provider(worker::parse_script(R"({"responses":[]})").value(), clk);
+    worker::tool_registry tools;
+    worker::loop_options opts;
+    opts.store_executor = pool.get_executor();
+    worker::agent_loop loop(io.get_executor(),
+                            store.open(session_id::parse("s").value(), lease_epoch{1}).value(),
+                            provider, tools, clk, opts);
+    ASSERT_FALSE(loop.load());
+    std::promise<std::thread::id> pool_thread;
+    asio::post(pool, [&] { pool_thread.set_value(std::this_thread::get_id()); });
+    const auto pool_id = pool_thread.get_future().get();
+    boost::system::result<command_reply> reply = boost::system::error_code{};
+    std::thread::id resumed_on;
+    auto send = [&]() -> asio::awaitable<void> {
+        worker::command c = worker::pause_command{};
+        auto task = loop.send(std::move(c));
+        reply = co_await std::move(task);
+        resumed_on = std::this_thread::get_id();
+    };
+    asio::co_spawn(io, send(), asio::detached);
+    io.run();
+    ASSERT_TRUE(reply.has_value()) << reply.error().message();
+    EXPECT_EQ(store.last_commit_thread(), pool_id);
+    EXPECT_EQ(resumed_on, std::this_thread::get_id());
+    EXPECT_TRUE(loop.state().paused);
+    pool.join();
 }
 
 }  // namespace wuhu::testing
