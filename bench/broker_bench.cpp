@@ -68,8 +68,8 @@ std::filesystem::path temp_dir(const char* name) {
 class clock_provider final : public wuhu::worker::provider {
   public:
     explicit clock_provider(int n) : n_(n) {}
-    asio::awaitable<wuhu::worker::inference_outcome> infer(wuhu::worker::inference_request,
-                                                           wuhu::worker::stream_sink& sink) override {
+    asio::awaitable<wuhu::worker::inference_outcome> infer(
+        wuhu::worker::inference_request, wuhu::worker::stream_sink& sink) override {
         asio::steady_timer t(co_await asio::this_coro::executor);
         for (int i = 0; i < n_; ++i) {
             t.expires_after(2ms);
@@ -94,9 +94,7 @@ class clock_provider final : public wuhu::worker::provider {
 struct worker {
     worker(const std::string& url, const std::filesystem::path& dir,
            wuhu::storage::session_store& store, int deltas)
-        : leases(dir),
-          keeper(leases, "bench-worker", 15s),
-          nats(url, "bench-worker") {
+        : leases(dir), keeper(leases, "bench-worker", 15s), nats(url, "bench-worker") {
         wuhu::broker::server_options o;
         o.prefix = "wuhu_bench";
         server = std::make_unique<wuhu::broker::server>(io.get_executor(), nats, keeper, o);
@@ -185,7 +183,9 @@ int main(int argc, char** argv) {
         for (int i = 0; i < n; ++i) {
             auto t0 = clock_type::now();
             wuhu::storage::sqlite::transaction tx(db);
-            db.prepare("INSERT INTO t (body) VALUES (?1)").bind(1, std::string_view(R"({"x":1})")).run();
+            db.prepare("INSERT INTO t (body) VALUES (?1)")
+                .bind(1, std::string_view(R"({"x":1})"))
+                .run();
             tx.commit();
             us.push_back(micros(clock_type::now() - t0));
         }
@@ -254,7 +254,8 @@ int main(int argc, char** argv) {
         auto start = clock_type::now();
         for (int c = 0; c < clients; ++c) {
             threads.emplace_back([&, c] {
-                const std::string subject = "wuhu_bench.session.tp" + std::to_string(c) + ".enqueue";
+                const std::string subject =
+                    "wuhu_bench.session.tp" + std::to_string(c) + ".enqueue";
                 for (int i = 0; i < n / clients; ++i) {
                     if (conns[c]->request(subject, enqueue_body("t" + std::to_string(i)), 10s)) {
                         ++done;
@@ -318,15 +319,17 @@ int main(int argc, char** argv) {
                 raw_rtt.p99_us);
     std::printf("  raw SQLite commit            p50 %8.1f us   p99 %8.1f us   %6.0f commits/s\n",
                 raw_commit.p50_us, raw_commit.p99_us, raw_commit_rate);
-    std::printf("  enqueue ack, memory store    p50 %8.1f us   p99 %8.1f us   (broker cost p50 %.1f us)\n",
-                ack_memory.p50_us, ack_memory.p99_us, ack_memory.p50_us - raw_rtt.p50_us);
+    std::printf(
+        "  enqueue ack, memory store    p50 %8.1f us   p99 %8.1f us   (broker cost p50 %.1f us)\n",
+        ack_memory.p50_us, ack_memory.p99_us, ack_memory.p50_us - raw_rtt.p50_us);
     std::printf("  enqueue ack, SQLite          p50 %8.1f us   p99 %8.1f us\n", ack.p50_us,
                 ack.p99_us);
     std::printf("    floor = round trip + commit  %8.1f us   ratio p50/floor %.2f\n", floor_us,
                 ack.p50_us / floor_us);
     std::printf("  enqueue throughput (8 clients)   %6.0f acks/s   ratio to raw commit rate %.2f\n",
                 throughput, throughput / raw_commit_rate);
-    std::printf("  delta latency, provider -> subscriber  p50 %6.1f us   p99 %6.1f us  (%zu deltas)\n",
-                delta.p50_us, delta.p99_us, deltas_seen);
+    std::printf(
+        "  delta latency, provider -> subscriber  p50 %6.1f us   p99 %6.1f us  (%zu deltas)\n",
+        delta.p50_us, delta.p99_us, deltas_seen);
     return 0;
 }

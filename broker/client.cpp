@@ -18,7 +18,8 @@ outcome<json::object> decode_reply(std::string_view text) {
     auto v = json::parse(text, ec);
     if (ec || !v.is_object() || !v.as_object().contains("ok") ||
         !v.as_object().at("ok").is_bool()) {
-        return failure{"bad_reply", "the reply is not a Wuhu reply: " + std::string(text.substr(0, 200))};
+        return failure{"bad_reply",
+                       "the reply is not a Wuhu reply: " + std::string(text.substr(0, 200))};
     }
     auto& o = v.as_object();
     if (!o.at("ok").as_bool()) {
@@ -73,9 +74,8 @@ bool valid_session_id(std::string_view sid) {
 
 namespace {
 failure invalid_id(std::string_view sid) {
-    return failure{"invalid_session_id",
-                   "session id must be 1-64 characters of [A-Za-z0-9_-]: \"" + std::string(sid) +
-                       "\""};
+    return failure{"invalid_session_id", "session id must be 1-64 characters of [A-Za-z0-9_-]: \"" +
+                                             std::string(sid) + "\""};
 }
 }  // namespace
 
@@ -138,7 +138,8 @@ outcome<bool> client::cancel(const std::string& sid, std::string_view lane, std:
         return r.error();
     }
     const auto* c = r->if_contains("canceled");
-    return outcome<bool>(boost::system::in_place_value, c != nullptr && c->is_bool() && c->as_bool());
+    return outcome<bool>(boost::system::in_place_value,
+                         c != nullptr && c->is_bool() && c->as_bool());
 }
 
 outcome<json::object> client::configure(const std::string& sid, json::object settings) {
@@ -195,12 +196,11 @@ outcome<json::object> client::subscribe(const std::string& sid,
     std::uint64_t next = 0;
     std::optional<failure> bad;
     bool whole = false;
-    const bool answered = nats_.request_many(
-        subject, json::serialize(body), options_.timeout, [&](std::string m) {
+    const bool answered =
+        nats_.request_many(subject, json::serialize(body), options_.timeout, [&](std::string m) {
             boost::system::error_code ec;
             auto v = json::parse(m, ec);
-            const auto* chunk =
-                !ec && v.is_object() ? v.as_object().if_contains("chunk") : nullptr;
+            const auto* chunk = !ec && v.is_object() ? v.as_object().if_contains("chunk") : nullptr;
             if (chunk == nullptr) {
                 text = std::move(m);
                 whole = true;
@@ -397,12 +397,12 @@ outcome<std::unique_ptr<watch>> watch::open(client& c, const std::string& sid,
     }
     std::unique_ptr<watch> w(new watch(c, sid));
     // Events first, then the backfill: nothing falls between the two.
-    w->token_ = c.nats().subscribe(
-        c.opts().prefix + ".events." + sid + ".>", [box = w->inbox_](broker::nats_message m) {
-            std::lock_guard lock(box->mu);
-            box->queue.push_back(std::move(m));
-            box->cv.notify_one();
-        });
+    w->token_ = c.nats().subscribe(c.opts().prefix + ".events." + sid + ".>",
+                                   [box = w->inbox_](broker::nats_message m) {
+                                       std::lock_guard lock(box->mu);
+                                       box->queue.push_back(std::move(m));
+                                       box->cv.notify_one();
+                                   });
     c.nats().flush();
     auto reply = c.subscribe(sid, since);
     if (!reply) {

@@ -117,9 +117,9 @@ class watch_cursor {
     json::value version_;
     bool streaming_ = false;  // a message is being streamed
     std::uint64_t step_ = 0;
-    std::uint64_t seq_ = 0;            // the last delta delivered of this message
+    std::uint64_t seq_ = 0;           // the last delta delivered of this message
     std::size_t text_delivered_ = 0;  // bytes of its text delivered
-    std::uint64_t next_step_ = 0;      // assistant messages delivered: lower steps are done
+    std::uint64_t next_step_ = 0;     // assistant messages delivered: lower steps are done
 };
 
 // A live, gap-free view of one session: subscribes to `<prefix>.events.<sid>.>` first, then

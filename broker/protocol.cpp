@@ -210,9 +210,8 @@ std::optional<std::string> delta_event(const worker::loop_event& e) {
                                                         {"name", x.tool_call->name},
                                                         {"arguments", x.tool_call->arguments}});
                 }
-                return json::serialize(
-                    json::object{
-                        {"type", "text.delta"}, {"step", x.step}, {"seq", x.seq}, {"text", x.text}});
+                return json::serialize(json::object{
+                    {"type", "text.delta"}, {"step", x.step}, {"seq", x.seq}, {"text", x.text}});
             },
             [](const worker::stream_ended_event& x) -> std::optional<std::string> {
                 if (x.committed) {

@@ -47,8 +47,7 @@ std::string ok_reply(verb v, const worker::command_reply& r);
 // The subscribe reply: {ok, patch, status, settings, step, inflight?}. `step` is the number of
 // assistant messages up to the patch's `to`: the step of the next streamed message (a client
 // drops stream events of lower steps, whose messages the patch already holds).
-std::string subscribe_reply(const session::patch& p, const session::status& st,
-                            std::uint64_t step,
+std::string subscribe_reply(const session::patch& p, const session::status& st, std::uint64_t step,
                             const std::optional<worker::inflight_message>& inflight);
 
 // A reply no larger than `max_bytes` as is; a larger one as ordered chunks, each within

@@ -1,7 +1,6 @@
 #include "broker/server.hpp"
 
 #include "broker/admin.hpp"
-
 #include "storage/errc.hpp"
 
 #include <boost/asio/co_spawn.hpp>
@@ -78,19 +77,24 @@ void server::start(worker::session_registry& registry) {
     subscriptions_.push_back(nats_.subscribe(forward_prefix_ + ".session.>", on_request));
     // The fleet view: any one worker answers, asking each owner for its loaded sessions.
     subscriptions_.push_back(nats_.queue_subscribe(
-        options_.prefix + ".admin.sessions", options_.queue_group,
-        [this](nats_message m) {
-            asio::post(admin_, [this, m = std::move(m)] { nats_.publish(m.reply, list_sessions(m)); });
+        options_.prefix + ".admin.sessions", options_.queue_group, [this](nats_message m) {
+            if (m.reply.empty()) {
+                return;  // nobody to answer
+            }
+            asio::post(admin_,
+                       [this, m = std::move(m)] { nats_.publish(m.reply, list_sessions(m)); });
         }));
-    subscriptions_.push_back(nats_.subscribe(forward_prefix_ + ".admin.local", [this, &registry](nats_message m) {
-        asio::post(ex_, [this, &registry, m = std::move(m)] {
-            boost::json::array local;
-            registry.each(
-                [&](const worker::agent_loop& loop) { local.push_back(session_summary(loop)); });
-            nats_.publish(m.reply, boost::json::serialize(
-                                       boost::json::object{{"ok", true}, {"sessions", local}}));
-        });
-    }));
+    subscriptions_.push_back(
+        nats_.subscribe(forward_prefix_ + ".admin.local", [this, &registry](nats_message m) {
+            asio::post(ex_, [this, &registry, m = std::move(m)] {
+                boost::json::array local;
+                registry.each([&](const worker::agent_loop& loop) {
+                    local.push_back(session_summary(loop));
+                });
+                nats_.publish(m.reply, boost::json::serialize(
+                                           boost::json::object{{"ok", true}, {"sessions", local}}));
+            });
+        }));
     nats_.flush();
 }
 
@@ -134,11 +138,16 @@ std::string server::list_sessions(const nats_message& m) {
         }
         boost::system::error_code ec;
         auto v = boost::json::parse(*r, ec);
-        if (ec || !v.is_object() || !v.as_object().contains("sessions")) {
+        const auto* rows = !ec && v.is_object() ? v.as_object().if_contains("sessions") : nullptr;
+        if (rows == nullptr || !rows->is_array()) {
             continue;
         }
-        for (const auto& row : v.at("sessions").as_array()) {
-            summaries[std::string(row.at("id").as_string())] = row.as_object();
+        for (const auto& row : rows->as_array()) {
+            const auto* id = row.is_object() ? row.as_object().if_contains("id") : nullptr;
+            const auto* state = row.is_object() ? row.as_object().if_contains("state") : nullptr;
+            if (id != nullptr && id->is_string() && state != nullptr && state->is_string()) {
+                summaries[std::string(id->as_string())] = row.as_object();
+            }
         }
     }
     return sessions_page(*q, *catalog, *leases, summaries);
@@ -195,9 +204,9 @@ asio::awaitable<std::vector<std::string>> server::handle(worker::session_registr
             co_return replies{error_reply(ownership::errc::owner_changed)};
         }
         ++forwarded_;
-        nats_.publish_request(request_subject(options_.prefix + ".worker." + other->owner, sid,
-                                              route->what),
-                              m.reply, m.data);
+        nats_.publish_request(
+            request_subject(options_.prefix + ".worker." + other->owner, sid, route->what), m.reply,
+            m.data);
         co_return replies{};
     }
 

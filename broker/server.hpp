@@ -2,8 +2,9 @@
 // `wuhu-workers` and requests forwarded to it on `<prefix>.worker.<worker-id>.session.>`,
 // routes each by the session's lease (here, or forwarded to the live owner with the reply
 // subject unchanged), answers after the command is durable, and publishes every session's
-// committed patches and stream deltas. Any worker answers `<prefix>.admin.sessions`. libnats callbacks only copy the message and post it to
-// the worker's executor; nothing blocks a libnats thread.
+// committed patches and stream deltas. Any worker answers `<prefix>.admin.sessions`. libnats
+// callbacks only copy the message and post it to the worker's executor; nothing blocks a libnats
+// thread.
 //
 // Executor: handle() and the event forwarding run on `ex`, the registry's executor.
 #pragma once

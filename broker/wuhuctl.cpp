@@ -14,8 +14,8 @@
 #include <CLI/CLI.hpp>
 #include <boost/json.hpp>
 
-#include <cstdio>
 #include <condition_variable>
+#include <cstdio>
 #include <deque>
 #include <iostream>
 #include <mutex>
@@ -50,8 +50,8 @@ int report(const wuhu::client::failure& f, const options& o) {
     return f.code == "no_reply" ? 3 : 1;
 }
 
-int call(wuhu::client::client& c, const options& o, const std::string& sid,
-         const std::string& verb, const json::object& body) {
+int call(wuhu::client::client& c, const options& o, const std::string& sid, const std::string& verb,
+         const json::object& body) {
     auto r = c.call(sid, verb, body);
     if (!r) {
         return report(r.error(), o);

@@ -30,8 +30,8 @@ sqlite_lease::sqlite_lease(const std::filesystem::path& data_dir, wall_clock now
                            int busy_timeout_ms)
     : now_(std::move(now)) {
     std::filesystem::create_directories(data_dir);
-    db_ = std::make_unique<sql::db>((data_dir / "catalog.sqlite").string(), "FULL",
-                                    busy_timeout_ms);
+    db_ =
+        std::make_unique<sql::db>((data_dir / "catalog.sqlite").string(), "FULL", busy_timeout_ms);
     sql::migrate_catalog(*db_);
 }
 
@@ -88,7 +88,8 @@ result<std::vector<session_id>> sqlite_lease::renew(const std::vector<lease>& he
         sql::transaction tx(*db_);
         const unix_ms expires{now_().value + ttl.count()};
         for (const auto& h : held) {
-            db_->prepare("UPDATE leases SET expires = ?1 WHERE id = ?2 AND owner = ?3 AND epoch = ?4")
+            db_->prepare(
+                   "UPDATE leases SET expires = ?1 WHERE id = ?2 AND owner = ?3 AND epoch = ?4")
                 .bind(1, expires.value)
                 .bind(2, h.id.str())
                 .bind(3, h.owner)

@@ -179,7 +179,8 @@ void agent_loop::on_text(std::string_view delta) {
         return;  // late delta of a cancelled attempt
     }
     inflight_->text.append(delta);
-    hub_->emit(stream_delta_event{inflight_->step, ++inflight_->deltas, std::string(delta), std::nullopt});
+    hub_->emit(
+        stream_delta_event{inflight_->step, ++inflight_->deltas, std::string(delta), std::nullopt});
 }
 
 void agent_loop::on_tool_call(const tool_call_delta& d) {

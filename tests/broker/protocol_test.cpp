@@ -98,8 +98,9 @@ TEST(Replies, OkRepliesCarryWhatTheCommandReturns) {
 TEST(Events, DeltasAndPatchesHaveTheDocumentedShape) {
     EXPECT_EQ(json::parse(*broker::delta_event(worker::stream_began_event{3})),
               json::parse(R"({"type":"message.start","step":3})"));
-    EXPECT_EQ(json::parse(*broker::delta_event(worker::stream_delta_event{3, 2, "Hi", std::nullopt})),
-              json::parse(R"({"type":"text.delta","step":3,"seq":2,"text":"Hi"})"));
+    EXPECT_EQ(
+        json::parse(*broker::delta_event(worker::stream_delta_event{3, 2, "Hi", std::nullopt})),
+        json::parse(R"({"type":"text.delta","step":3,"seq":2,"text":"Hi"})"));
     EXPECT_EQ(
         json::parse(*broker::delta_event(
             worker::stream_delta_event{3, 4, "", worker::tool_call_delta{"c1", "echo", "{}"}})),

@@ -116,9 +116,8 @@ TEST(WatchCursor, ASequenceGapResyncsAndDeliversOnlyTheMissingText) {
     EXPECT_EQ(texts(c.delta(text_delta(0, 1, "one "))), "one ");
     auto d = c.delta(text_delta(0, 3, "three "));  // seq 2 was lost
     EXPECT_TRUE(d.gap);
-    auto r = c.resync(
-        reply(patch(version(1), version(1)), 0,
-              json::object{{"step", 0}, {"text", "one two three "}, {"seq", 3}}));
+    auto r = c.resync(reply(patch(version(1), version(1)), 0,
+                            json::object{{"step", 0}, {"text", "one two three "}, {"seq", 3}}));
     EXPECT_EQ(texts(r), "two three ");
     EXPECT_EQ(texts(c.delta(text_delta(0, 4, "four"))), "four");
 }

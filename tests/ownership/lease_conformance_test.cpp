@@ -125,7 +125,8 @@ TEST_P(LeaseConformance, RenewExtendsEveryHeldLeaseInOneCall) {
     b_->now += 9'000;  // past the first expiry, within the renewed one
     EXPECT_EQ(store().owner_of(sid("a")).value()->owner, "w1");
     EXPECT_EQ(store().owner_of(sid("b")).value()->epoch, b.epoch);
-    EXPECT_TRUE(std::holds_alternative<held_elsewhere>(store().acquire(sid("a"), "w2", 1s).value()));
+    EXPECT_TRUE(
+        std::holds_alternative<held_elsewhere>(store().acquire(sid("a"), "w2", 1s).value()));
 }
 
 TEST_P(LeaseConformance, ReleaseLetsAnotherOwnerTakeAtOnce) {
