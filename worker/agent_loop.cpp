@@ -4,6 +4,7 @@
 #include "session/overloaded.hpp"
 #include "session/reducer.hpp"
 
+#include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -280,7 +281,7 @@ asio::awaitable<boost::system::result<command_reply>> agent_loop::send(command c
                    c);
         return out;
     };
-    auto stored = run_store_op(std::move(op));
+    auto stored = on_store<command_effect>(std::move(op));
     command_effect effect = co_await std::move(stored);
     if (effect.refused) {
         co_return effect.refused;
@@ -303,22 +304,31 @@ namespace {
 
 // Runs `op` where this coroutine runs (a named coroutine taking its argument by value: see the
 // g++ 12 note in docs/decisions.md).
-asio::awaitable<agent_loop::command_effect> run_blocking(
-    std::function<agent_loop::command_effect()> op) {
+template <class R>
+asio::awaitable<R> run_blocking(std::function<R()> op) {
     co_return op();
 }
 
 }  // namespace
 
-asio::awaitable<agent_loop::command_effect> agent_loop::run_store_op(
-    std::function<command_effect()> op) {
+template <class R>
+asio::awaitable<R> agent_loop::on_store(std::function<R()> op) {
     if (!opts_.store_executor) {
         co_return op();
     }
-    auto task = run_blocking(std::move(op));
-    command_effect out =
-        co_await asio::co_spawn(*opts_.store_executor, std::move(task), asio::use_awaitable);
+    auto task = run_blocking<R>(std::move(op));
+    // Not cancellable: a started commit completes and is applied (cancellation takes effect at
+    // the caller's next await). Asio 1.81 also throws out of the pool's thread when a co_spawn
+    // child is cancelled before it starts.
+    auto token = asio::bind_cancellation_slot(asio::cancellation_slot(), asio::use_awaitable);
+    R out = co_await asio::co_spawn(*opts_.store_executor, std::move(task), std::move(token));
     co_return out;
+}
+
+asio::awaitable<void> agent_loop::commit(std::function<storage::result<s::action_list>()> op) {
+    auto task = on_store<storage::result<s::action_list>>(std::move(op));
+    auto r = co_await std::move(task);
+    must(std::move(r));
 }
 
 boost::system::error_code agent_loop::load() {
@@ -332,16 +342,15 @@ boost::system::error_code agent_loop::load() {
 
 // ------------------------------------------------------------------------------ lifecycle
 
-void agent_loop::recover_orphan() {
+asio::awaitable<void> agent_loop::recover_orphan() {
     // Takeover terminalizes orphans: input that awaits a response when the session is loaded
     // means the previous owner stopped during (or just before) an inference. Record it, so no
     // client waits for a message that will never end; the normal sequence then redoes the turn.
     if (s::needs_inference(state_) && !s::has_unfinished_tool_calls(state_)) {
-        must(log_->append_marker(
-            state_,
+        auto marked = append_marker_locked(
             s::interruption{"the previous owner stopped while this turn was in progress",
-                            s::interruption_kind::owner_lost},
-            clock_.now()));
+                            s::interruption_kind::owner_lost});
+        co_await std::move(marked);
     }
 }
 
@@ -350,7 +359,7 @@ asio::awaitable<void> agent_loop::start() {
         {
             auto guard = co_await section_.lock();
             ensure_loaded();
-            recover_orphan();
+            co_await recover_orphan();
         }
         if (state_.has_work) {
             wake_.notify();
@@ -407,7 +416,9 @@ asio::awaitable<void> agent_loop::fire_timers() {
             }
         }
         auto guard = co_await section_.lock();
-        must(log_->fire_timer(state_, id, clock_.now()));
+        auto op = [&] { return log_->fire_timer(state_, id, clock_.now()); };
+        auto task = commit(std::move(op));
+        co_await std::move(task);
         wake_.notify();
     }
 }
@@ -417,7 +428,9 @@ asio::awaitable<void> agent_loop::schedule_timer(s::timer t) {
     if (failed_) {
         throw session_failure{};
     }
-    must(log_->schedule_timer(state_, std::move(t)));
+    auto op = [&] { return log_->schedule_timer(state_, std::move(t)); };
+    auto task = commit(std::move(op));
+    co_await std::move(task);
 }
 
 // ------------------------------------------------------------------------------ the loop
@@ -447,10 +460,16 @@ asio::awaitable<void> agent_loop::run_until_idle() {
         {
             auto guard = co_await section_.lock();
             // Checkpoint: eager drain of what the checkpoint allows.
-            must(log_->drain(state_, s::current_checkpoint(state_), clock_.now()));
+            auto drain = [&] {
+                return log_->drain(state_, s::current_checkpoint(state_), clock_.now());
+            };
+            auto drained = commit(std::move(drain));
+            co_await std::move(drained);
             if (!s::needs_inference(state_)) {
                 // has_work is cleared in the same operation that checks the lanes are empty.
-                must(log_->mark_idle(state_));
+                auto idle = [&] { return log_->mark_idle(state_); };
+                auto marked = commit(std::move(idle));
+                co_await std::move(marked);
                 if (!state_.has_work || state_.paused) {
                     set_loop(s::loop_state::idle);
                     co_return;
@@ -462,8 +481,11 @@ asio::awaitable<void> agent_loop::run_until_idle() {
     }
 }
 
-void agent_loop::append_marker_locked(std::variant<s::interruption, s::diagnostic> m) {
-    must(log_->append_marker(state_, std::move(m), clock_.now()));
+asio::awaitable<void> agent_loop::append_marker_locked(
+    std::variant<s::interruption, s::diagnostic> m) {
+    auto op = [&] { return log_->append_marker(state_, std::move(m), clock_.now()); };
+    auto task = commit(std::move(op));
+    co_await std::move(task);
 }
 
 asio::awaitable<void> agent_loop::infer_turn() {
@@ -474,9 +496,10 @@ asio::awaitable<void> agent_loop::infer_turn() {
         if (!fits()) {
             {
                 auto guard = co_await section_.lock();
-                append_marker_locked(s::diagnostic{
+                auto marked = append_marker_locked(s::diagnostic{
                     "input_too_large",
                     "the queued input does not fit in the context window even after compaction"});
+                co_await std::move(marked);
             }
             co_return;
         }
@@ -489,14 +512,20 @@ asio::awaitable<void> agent_loop::infer_turn() {
         if (a.kind == attempt::aborted) {
             {
                 auto guard = co_await section_.lock();
-                append_marker_locked(s::interruption{abort_reason_, s::interruption_kind::aborted});
+                auto marked = append_marker_locked(
+                    s::interruption{abort_reason_, s::interruption_kind::aborted});
+                co_await std::move(marked);
             }
             co_return;
         }
         if (a.kind == attempt::ok) {
             {
                 auto guard = co_await section_.lock();
-                must(log_->append_assistant(state_, std::move(a.message), clock_.now()));
+                auto op = [&] {
+                    return log_->append_assistant(state_, std::move(a.message), clock_.now());
+                };
+                auto task = commit(std::move(op));
+                co_await std::move(task);
                 const std::uint64_t step = inflight_ ? inflight_->step : step_;
                 inflight_.reset();
                 hub_->emit(stream_ended_event{step, true});
@@ -512,9 +541,10 @@ asio::awaitable<void> agent_loop::infer_turn() {
                 }
                 {
                     auto guard = co_await section_.lock();
-                    append_marker_locked(s::diagnostic{
+                    auto marked = append_marker_locked(s::diagnostic{
                         "input_too_large",
                         "the context overflowed even after compaction: " + a.err.message});
+                    co_await std::move(marked);
                 }
                 co_return;
             case provider_error_kind::transient:
@@ -523,8 +553,9 @@ asio::awaitable<void> agent_loop::infer_turn() {
                             backoff(opts_.retry, transient_failures, jitter()))) {
                         {
                             auto guard = co_await section_.lock();
-                            append_marker_locked(
+                            auto marked = append_marker_locked(
                                 s::interruption{abort_reason_, s::interruption_kind::aborted});
+                            co_await std::move(marked);
                         }
                         co_return;
                     }
@@ -532,14 +563,17 @@ asio::awaitable<void> agent_loop::infer_turn() {
                 }
                 {
                     auto guard = co_await section_.lock();
-                    append_marker_locked(s::diagnostic{
+                    auto marked = append_marker_locked(s::diagnostic{
                         "inference_failed", "gave up after " + std::to_string(transient_failures) +
                                                 " attempts: " + a.err.message});
+                    co_await std::move(marked);
                 }
                 co_return;
             case provider_error_kind::fatal: {
                 auto guard = co_await section_.lock();
-                append_marker_locked(s::diagnostic{"inference_failed", a.err.message});
+                auto marked =
+                    append_marker_locked(s::diagnostic{"inference_failed", a.err.message});
+                co_await std::move(marked);
             }
                 co_return;
         }
@@ -623,16 +657,24 @@ asio::awaitable<bool> agent_loop::compact(s::entry_seq upto) {
         co_return false;  // the next response triggers compaction again
     }
     auto guard = co_await section_.lock();
-    must(log_->append_compaction(state_,
-                                 s::compaction{std::get<std::string>(std::get<0>(r).outcome),
-                                               plan->first_kept, plan->tokens_before},
-                                 clock_.now()));
+    auto op = [&] {
+        return log_->append_compaction(state_,
+                                       s::compaction{std::get<std::string>(std::get<0>(r).outcome),
+                                                     plan->first_kept, plan->tokens_before},
+                                       clock_.now());
+    };
+    auto task = commit(std::move(op));
+    co_await std::move(task);
     co_return true;
 }
 
-void agent_loop::close_call_locked(const s::tool_call& call, std::string output) {
-    must(log_->tool_did_execute(state_, s::tool_result{call.id, call.name, std::move(output), true},
-                                clock_.now()));
+asio::awaitable<void> agent_loop::close_call_locked(s::tool_call call, std::string output) {
+    auto op = [&] {
+        return log_->tool_did_execute(
+            state_, s::tool_result{call.id, call.name, std::move(output), true}, clock_.now());
+    };
+    auto task = commit(std::move(op));
+    co_await std::move(task);
 }
 
 asio::awaitable<void> agent_loop::run_tools() {
@@ -646,7 +688,8 @@ asio::awaitable<void> agent_loop::run_tools() {
         if (t == nullptr) {
             {
                 auto guard = co_await section_.lock();
-                close_call_locked(tc.call, "unknown tool: " + tc.call.name);
+                auto marked = close_call_locked(tc.call, "unknown tool: " + tc.call.name);
+                co_await std::move(marked);
             }
             continue;
         }
@@ -654,15 +697,19 @@ asio::awaitable<void> agent_loop::run_tools() {
             // Recovery: it may have run, and running it again could repeat its effect.
             {
                 auto guard = co_await section_.lock();
-                close_call_locked(tc.call,
-                                  "interrupted: the worker running this tool stopped, and the tool "
-                                  "is not idempotent, so it was not run again");
+                auto marked = close_call_locked(
+                    tc.call,
+                    "interrupted: the worker running this tool stopped, and the tool "
+                    "is not idempotent, so it was not run again");
+                co_await std::move(marked);
             }
             continue;
         }
         if (tc.status == s::tool_status::not_started) {
             auto guard = co_await section_.lock();
-            must(log_->tool_will_execute(state_, tc.call.id, clock_.now()));
+            auto op = [&] { return log_->tool_will_execute(state_, tc.call.id, clock_.now()); };
+            auto task = commit(std::move(op));
+            co_await std::move(task);
         }
         abort_.reset();
         in_flight_ = true;
@@ -677,18 +724,22 @@ asio::awaitable<void> agent_loop::run_tools() {
             // Abort: this call and the ones after it get error results, then the interruption.
             {
                 auto guard = co_await section_.lock();
-                close_call_locked(tc.call, "aborted: " + abort_reason_);
+                auto marked = close_call_locked(tc.call, "aborted: " + abort_reason_);
+                co_await std::move(marked);
             }
             for (std::size_t j = i + 1; j < state_.tool_calls.size(); ++j) {
                 const s::tool_call rest = state_.tool_calls[j].call;
                 {
                     auto guard = co_await section_.lock();
-                    close_call_locked(rest, "not run: the turn was aborted");
+                    auto marked = close_call_locked(rest, "not run: the turn was aborted");
+                    co_await std::move(marked);
                 }
             }
             {
                 auto guard = co_await section_.lock();
-                append_marker_locked(s::interruption{abort_reason_, s::interruption_kind::aborted});
+                auto marked = append_marker_locked(
+                    s::interruption{abort_reason_, s::interruption_kind::aborted});
+                co_await std::move(marked);
             }
             co_return;
         }
@@ -698,9 +749,13 @@ asio::awaitable<void> agent_loop::run_tools() {
                                                 std::to_string(opts_.tool_timeout.count()) + " ms",
                                             true};
         auto guard = co_await section_.lock();
-        must(log_->tool_did_execute(
-            state_, s::tool_result{tc.call.id, tc.call.name, std::move(out.text), out.is_error},
-            clock_.now()));
+        auto op = [&] {
+            return log_->tool_did_execute(
+                state_, s::tool_result{tc.call.id, tc.call.name, std::move(out.text), out.is_error},
+                clock_.now());
+        };
+        auto task = commit(std::move(op));
+        co_await std::move(task);
     }
 }
 

@@ -43,8 +43,8 @@ struct loop_options {
     retry_policy retry;
     session::role_mapping roles = session::anthropic_roles;
     std::uint64_t jitter_seed = 0;  // 0: from std::random_device
-    // Where the store operations of client commands run (a bounded pool shared by the
-    // sessions), so that one session's commit does not block the others; none: inline.
+    // Where store operations run (a bounded pool shared by the sessions), so that one
+    // session's commit does not block the others; none: inline on the loop's executor.
     std::optional<boost::asio::any_io_executor> store_executor;
 };
 
@@ -143,11 +143,16 @@ class agent_loop final : private tool_services {
     // REQUIRES: the section is held. (Helpers that need arguments are plain functions called
     // under the lock, so no temporary is an argument inside a co_await expression: G1.)
     void ensure_loaded();
-    void append_marker_locked(std::variant<session::interruption, session::diagnostic> m);
-    void close_call_locked(const session::tool_call& call, std::string output);
-    void recover_orphan();
+    asio::awaitable<void> append_marker_locked(
+        std::variant<session::interruption, session::diagnostic> m);
+    asio::awaitable<void> close_call_locked(session::tool_call call, std::string output);
+    asio::awaitable<void> recover_orphan();
     void must(storage::result<session::action_list> r);
-    asio::awaitable<command_effect> run_store_op(std::function<command_effect()> op);
+    // Runs a store operation where store IO runs (the store executor, or inline), and resumes
+    // here. commit(): one of the loop's own operations, inside the section, then applied.
+    template <class R>
+    asio::awaitable<R> on_store(std::function<R()> op);
+    asio::awaitable<void> commit(std::function<storage::result<session::action_list>()> op);
     boost::system::error_code command_result(const boost::system::error_code& ec);
     void apply_committed(const session::action_list& actions);
     [[noreturn]] void fail(boost::system::error_code ec);

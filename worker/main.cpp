@@ -143,7 +143,7 @@ int main(int argc, char** argv) {
                    "lease backend: auto, sqlite (the SQLite store's catalog), sqlite:///<dir>, "
                    "or memory (a single worker) (WUHU_LEASE)");
     app.add_option("--store-threads", store_threads,
-                   "threads that run client commands' store IO (WUHU_STORE_THREADS)")
+                   "threads that run the sessions' store IO (WUHU_STORE_THREADS)")
         ->check(CLI::Range(std::size_t{1}, std::size_t{256}));
     app.add_option("--lease-ttl-ms", lease_ttl_ms, "lease time to live (WUHU_LEASE_TTL_MS)")
         ->check(CLI::Range(300L, 3600000L));
@@ -167,7 +167,7 @@ int main(int argc, char** argv) {
         auto leases = open_leases(lease, store_url);
         wuhu::ownership::keeper keeper(*leases, worker_id, std::chrono::milliseconds(lease_ttl_ms));
         asio::io_context io;
-        // Client commands commit here, so one session's fsync does not stall the others.
+        // Sessions commit here, so one session's fsync does not stall the others.
         asio::thread_pool store_pool(store_threads);
         wuhu::worker::loop_options loop_opts;
         loop_opts.store_executor = store_pool.get_executor();

@@ -58,7 +58,12 @@ class worker_node {
             server_->stop();
             registry_->stop();
         });
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));  // let the loops return
+        // Let the loops return (a commit in flight on the store pool completes first).
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (on_executor([this] { return registry_->running(); }) > 0 &&
+               std::chrono::steady_clock::now() < deadline) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
         on_executor([this] { keeper_.release_all(); });
         work_.reset();
         io_.stop();

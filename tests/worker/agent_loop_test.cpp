@@ -614,4 +614,57 @@ TEST(AgentLoop, CommandsCommitOnTheStoreExecutorAndResumeOnTheSession) {
     pool.join();
 }
 
+TEST(AgentLoop, TheLoopsOwnTransitionsCommitOnTheStoreExecutorAndStopCleanly) {
+    storage::memory_store inner;
+    storage::faulty_store store(inner);
+    asio::io_context io;
+    asio::thread_pool pool(1);
+    worker::system_clock clk;
+    worker::scripted_provider provider(
+        worker::parse_script(
+            R"({"responses":[{"text":"on it","tool_calls":[{"name":"echo","arguments":{"text":"x"}}]},
+                             {"text":"done"}]})")
+            .value(),
+        clk);
+    worker::tool_registry tools;
+    worker::add_builtin_tools(tools);
+    worker::loop_options opts;
+    opts.store_executor = pool.get_executor();
+    worker::agent_loop loop(io.get_executor(),
+                            store.open(session_id::parse("s").value(), lease_epoch{1}).value(),
+                            provider, tools, clk, opts);
+    std::promise<std::thread::id> pool_thread;
+    asio::post(pool, [&] { pool_thread.set_value(std::this_thread::get_id()); });
+    const auto pool_id = pool_thread.get_future().get();
+    asio::cancellation_signal stop;
+    bool returned = false;
+    asio::co_spawn(io, loop.start(),
+                   asio::bind_cancellation_slot(stop.slot(),
+                                                [&](std::exception_ptr) { returned = true; }));
+    boost::system::result<command_reply> reply = boost::system::error_code{};
+    auto send = [&]() -> asio::awaitable<void> {
+        worker::command c = worker::enqueue_command{user_in(lane::follow_up, "f1", "go")};
+        auto task = loop.send(std::move(c));
+        reply = co_await std::move(task);
+    };
+    asio::co_spawn(io, send(), asio::detached);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    auto idle_again = [&] {
+        return reply.has_value() && !loop.state().has_work && loop.state().transcript.size() == 5;
+    };
+    while (!idle_again() && std::chrono::steady_clock::now() < deadline) {
+        io.run_one_for(std::chrono::milliseconds(10));
+    }
+    ASSERT_TRUE(idle_again()) << loop.state().transcript.size() << " entries";
+    // party, assistant(tool call), tool_started, tool_result, assistant: all committed on the pool.
+    EXPECT_EQ(store.last_commit_thread(), pool_id);
+    EXPECT_EQ(store.commits(), 7);
+    stop.emit(asio::cancellation_type::terminal);
+    while (!returned && std::chrono::steady_clock::now() < deadline) {
+        io.run_one_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_TRUE(returned);
+    pool.join();
+}
+
 }  // namespace wuhu::testing
