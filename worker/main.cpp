@@ -202,7 +202,7 @@ int main(int argc, char** argv) {
                   lease_ttl_ms);
         io.run();
         store_pool.join();  // no store operation outlives the sessions
-        log->info("stopped");
+        log->info("stopped ({} requests forwarded to other owners)", server.forwarded());
         return 0;
     } catch (const std::exception& e) {
         log->error("fatal: {}", e.what());
