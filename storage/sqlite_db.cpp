@@ -1,5 +1,8 @@
 #include "storage/sqlite_db.hpp"
 
+#include <chrono>
+#include <thread>
+
 namespace wuhu::storage::sqlite {
 
 namespace {
@@ -75,7 +78,23 @@ db::db(const std::string& path, std::string_view synchronous, int busy_timeout_m
     }
     sqlite3_busy_timeout(db_, busy_timeout_ms);
     try {
-        exec("PRAGMA journal_mode=WAL");
+        // Switching a new file to WAL answers SQLITE_BUSY at once, without the busy handler,
+        // while another process opens the same file (the workers of one host start together):
+        // retry until the busy timeout.
+        const auto give_up =
+            std::chrono::steady_clock::now() + std::chrono::milliseconds(busy_timeout_ms);
+        for (;;) {
+            try {
+                exec("PRAGMA journal_mode=WAL");
+                break;
+            } catch (const error& e) {
+                if ((e.code() & 0xFF) != SQLITE_BUSY ||
+                    std::chrono::steady_clock::now() >= give_up) {
+                    throw;
+                }
+                std::this_thread::sleep_for(std::chrono::milliseconds(1));
+            }
+        }
         exec("PRAGMA synchronous=" + std::string(synchronous));
     } catch (...) {
         sqlite3_close(db_);  // the destructor does not run for a constructor that throws

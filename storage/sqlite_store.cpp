@@ -37,19 +37,29 @@ const char* const catalog_migrations[] = {
        INSERT INTO lease_epoch VALUES (1, 0);)",
 };
 
-template <std::size_t N>
-void migrate(sqlite::db& db, const char* const (&migrations)[N]) {
+std::size_t schema_version(sqlite::db& db, std::size_t latest) {
     auto& q = db.prepare("PRAGMA user_version");
     q.step();
     auto applied = static_cast<std::size_t>(q.int64(0));
     q.reset();
-    if (applied > N) {
+    if (applied > latest) {
         throw sqlite::error(SQLITE_CORRUPT, "schema is newer than this program");
     }
-    for (std::size_t i = applied; i < N; ++i) {
+    return applied;
+}
+
+// Several processes may open a fresh file at once (the workers of one host share the
+// catalog): each migration step re-reads the version under the write lock, so a step another
+// process applied meanwhile is not applied twice.
+template <std::size_t N>
+void migrate(sqlite::db& db, const char* const (&migrations)[N]) {
+    while (schema_version(db, N) < N) {
         sqlite::transaction tx(db);
-        db.exec(migrations[i]);
-        db.exec("PRAGMA user_version = " + std::to_string(i + 1));
+        const auto applied = schema_version(db, N);
+        if (applied < N) {
+            db.exec(migrations[applied]);
+            db.exec("PRAGMA user_version = " + std::to_string(applied + 1));
+        }
         tx.commit();
     }
 }

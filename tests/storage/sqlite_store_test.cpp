@@ -6,6 +6,8 @@
 #include <chrono>
 #include <fstream>
 #include <iostream>
+#include <latch>
+#include <thread>
 
 namespace wuhu::testing {
 
@@ -47,6 +49,40 @@ INSTANTIATE_TEST_SUITE_P(Sqlite, StoreConformance,
                                      std::make_unique<temp_sqlite_store>());
                              }}),
                          [](const auto& info) { return info.param.name; });
+
+// Workers of one host start together on a fresh data directory: each opens the catalog and
+// the same session file with its own connection, and every one must find the schema in place
+// (the schema version is read under the write lock, not before it).
+TEST(SqliteStore, WorkersOpeningAFreshDirectoryAtOnceAllSucceed) {
+    constexpr int rounds = 20;
+    constexpr int workers = 4;
+    for (int round = 0; round < rounds; ++round) {
+        temp_dir dir;
+        std::latch go(workers);
+        std::vector<std::string> errors(workers);
+        std::vector<std::thread> threads;
+        for (int w = 0; w < workers; ++w) {
+            threads.emplace_back([&, w] {
+                go.arrive_and_wait();
+                try {
+                    storage::sqlite_store store(storage::sqlite_options{dir.path()});
+                    auto log = store.open(session_id::parse("shared").value(), lease_epoch{1});
+                    if (!log) {
+                        errors[w] = log.error().message();
+                    }
+                } catch (const std::exception& e) {
+                    errors[w] = e.what();
+                }
+            });
+        }
+        for (auto& t : threads) {
+            t.join();
+        }
+        for (int w = 0; w < workers; ++w) {
+            ASSERT_EQ(errors[w], "") << "round " << round << ", worker " << w;
+        }
+    }
+}
 
 TEST(SqliteStore, OneFilePerSessionUnderTheDataDirectory) {
     temp_sqlite_store t;
