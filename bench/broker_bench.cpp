@@ -12,16 +12,14 @@
 // Needs a nats-server: WUHU_BENCH_NATS_URL (or WUHU_TEST_NATS_URL); scripts/bench starts one.
 //
 //   broker_bench [requests]
-#include "broker/server.hpp"
+#include "broker/node.hpp"
 #include "ownership/sqlite_lease.hpp"
 #include "storage/memory_store.hpp"
 #include "storage/sqlite_db.hpp"
 #include "storage/sqlite_store.hpp"
+#include "worker/log.hpp"
 
-#include <boost/asio/executor_work_guard.hpp>
-#include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include <algorithm>
@@ -89,45 +87,37 @@ class clock_provider final : public wuhu::worker::provider {
     int n_;
 };
 
-// A worker in this process: the given store, the SQLite lease, the clock provider, its own
-// connection.
+// A worker in this process (the node wuhu-worker runs): the given store, the SQLite lease, the
+// clock provider, its own connection, its own thread.
 struct worker {
     worker(const std::string& url, const std::filesystem::path& dir,
            wuhu::storage::session_store& store, int deltas)
-        : leases(dir), keeper(leases, "bench-worker", 15s), nats(url, "bench-worker") {
-        wuhu::broker::server_options o;
-        o.prefix = "wuhu_bench";
-        server = std::make_unique<wuhu::broker::server>(io.get_executor(), nats, keeper, o);
-        registry = std::make_unique<wuhu::worker::session_registry>(
-            io.get_executor(), store, [deltas] { return std::make_unique<clock_provider>(deltas); },
-            tools, clk, loop_options(), server->epochs(), server->publisher());
-        server->start(*registry);
-        thread = std::thread([this] { io.run(); });
+        : leases(dir),
+          nats(url, "bench-worker"),
+          node(
+              store, leases, nats,
+              [deltas](wuhu::worker::clock&) { return std::make_unique<clock_provider>(deltas); },
+              options(), quiet_logger()) {
+        thread = std::thread([this] { node.run(); });
     }
     ~worker() {
-        asio::post(io, [this] { registry->stop(); });
-        std::this_thread::sleep_for(100ms);
-        work.reset();
-        io.stop();
+        node.stop();
         thread.join();
-        store_pool.join();
-        registry.reset();
     }
-    wuhu::worker::loop_options loop_options() {
-        wuhu::worker::loop_options o;
-        o.store_executor = store_pool.get_executor();
+    static wuhu::broker::node_options options() {
+        wuhu::broker::node_options o;
+        o.worker_id = "bench-worker";
+        o.server.prefix = "wuhu_bench";
         return o;
     }
-    asio::io_context io;
-    asio::thread_pool store_pool{4};
-    asio::executor_work_guard<asio::io_context::executor_type> work{io.get_executor()};
-    wuhu::worker::system_clock clk;
-    wuhu::worker::tool_registry tools;
+    static std::shared_ptr<spdlog::logger> quiet_logger() {
+        auto log = wuhu::worker::json_logger("bench-worker");
+        log->set_level(spdlog::level::warn);
+        return log;
+    }
     wuhu::ownership::sqlite_lease leases;
-    wuhu::ownership::keeper keeper;
     wuhu::broker::nats_client nats;
-    std::unique_ptr<wuhu::broker::server> server;
-    std::unique_ptr<wuhu::worker::session_registry> registry;
+    wuhu::broker::node node;
     std::thread thread;
 };
 

@@ -2,7 +2,9 @@
 
 #include <boost/throw_exception.hpp>
 
+#include <algorithm>
 #include <stdexcept>
+#include <thread>
 
 namespace wuhu::client {
 
@@ -34,6 +36,26 @@ outcome<json::object> decode_reply(std::string_view text) {
         return failure{str("code"), str("message")};
     }
     return outcome<json::object>(boost::system::in_place_value, std::move(o));
+}
+
+// Refusals that change nothing and that another try, routed afresh, gets past: the session
+// changed owner while the request was forwarded, or the worker that took it is stopping.
+bool retryable(const failure& f) {
+    return f.code == "owner_changed" || f.code == "worker_stopping";
+}
+
+// Runs `attempt` until it succeeds, fails otherwise, or the timeout would pass.
+template <class F>
+auto with_retries(const options& o, F attempt) -> decltype(attempt()) {
+    const auto deadline = std::chrono::steady_clock::now() + o.timeout;
+    for (int tries = 1;; ++tries) {
+        auto r = attempt();
+        const auto pause = std::chrono::milliseconds(std::min(20 * tries, 200));
+        if (r || !retryable(r.error()) || std::chrono::steady_clock::now() + pause >= deadline) {
+            return r;
+        }
+        std::this_thread::sleep_for(pause);
+    }
 }
 
 failure no_reply(const std::string& subject) {
@@ -85,11 +107,14 @@ outcome<json::object> client::call(const std::string& sid, std::string_view verb
         return invalid_id(sid);
     }
     const auto subject = subject_of(options_, sid, verb);
-    auto reply = nats_.request(subject, json::serialize(body), options_.timeout);
-    if (!reply) {
-        return no_reply(subject);
-    }
-    return decode_reply(*reply);
+    const auto text = json::serialize(body);
+    return with_retries(options_, [&]() -> outcome<json::object> {
+        auto reply = nats_.request(subject, text, options_.timeout);
+        if (!reply) {
+            return no_reply(subject);
+        }
+        return decode_reply(*reply);
+    });
 }
 
 outcome<json::object> client::sessions(const json::object& query) {
@@ -102,13 +127,16 @@ outcome<json::object> client::sessions(const json::object& query) {
 }
 
 outcome<std::string> client::enqueue(const std::string& sid, std::string_view lane,
-                                     std::string_view content, const author& from,
+                                     std::string_view content, const std::optional<author>& from,
                                      std::optional<std::string> id) {
-    json::object a{{"id", from.id}, {"name", from.name}, {"kind", from.kind}};
-    if (!from.email.empty()) {
-        a["email"] = from.email;
+    json::object body{{"lane", lane}, {"content", content}};
+    if (from) {
+        json::object a{{"id", from->id}, {"name", from->name}, {"kind", from->kind}};
+        if (!from->email.empty()) {
+            a["email"] = from->email;
+        }
+        body["author"] = std::move(a);
     }
-    json::object body{{"lane", lane}, {"author", std::move(a)}, {"content", content}};
     if (id) {
         body["id"] = *id;
     }
@@ -191,13 +219,19 @@ outcome<json::object> client::subscribe(const std::string& sid,
         body["since"] = *since;
     }
     const auto subject = subject_of(options_, sid, "subscribe");
+    const auto request = json::serialize(body);
+    return with_retries(options_, [&] { return subscribe_once(subject, request); });
+}
+
+outcome<json::object> client::subscribe_once(const std::string& subject,
+                                             const std::string& request) {
     // A large reply comes in chunks: {"ok":true,"chunk":i,"chunks":n,"part":"..."}.
     std::string text;
     std::uint64_t next = 0;
     std::optional<failure> bad;
     bool whole = false;
     const bool answered =
-        nats_.request_many(subject, json::serialize(body), options_.timeout, [&](std::string m) {
+        nats_.request_many(subject, request, options_.timeout, [&](std::string m) {
             boost::system::error_code ec;
             auto v = json::parse(m, ec);
             const auto* chunk = !ec && v.is_object() ? v.as_object().if_contains("chunk") : nullptr;

@@ -7,7 +7,9 @@
 //   while (w.next(deadline, handlers).value()) {}   // patches chained, deltas in order
 //
 // Every call returns an outcome: the value, or a failure with the service's error `code` and
-// `message` ("no_reply" when no worker answered in time). A session id that is not 1-64 of
+// `message` ("no_reply" when no worker answered in time). A request refused with
+// `owner_changed` or `worker_stopping` (nothing changed; the session is moving to another
+// worker) is sent again until `timeout`. A session id that is not 1-64 of
 // [A-Za-z0-9_-] fails with "invalid_session_id" before anything is sent (it would otherwise
 // change the subject). Subscribe replies that come in chunks are reassembled.
 //
@@ -55,9 +57,11 @@ class client {
   public:
     explicit client(broker::nats_client& nats, options o = {});
 
-    // Returns the item id (the given one, or the server's UUIDv7) once durable.
+    // Returns the item id (the given one, or the server's UUIDv7) once durable. Without an
+    // author the message's author is {"kind":"unknown"}.
     outcome<std::string> enqueue(const std::string& sid, std::string_view lane,
-                                 std::string_view content, const author& from,
+                                 std::string_view content,
+                                 const std::optional<author>& from = std::nullopt,
                                  std::optional<std::string> id = {});
     outcome<std::string> system(const std::string& sid, std::string_view source,
                                 std::string_view content, std::optional<std::string> id = {});
@@ -84,6 +88,8 @@ class client {
     const options& opts() const { return options_; }
 
   private:
+    outcome<json::object> subscribe_once(const std::string& subject, const std::string& request);
+
     broker::nats_client& nats_;
     options options_;
 };

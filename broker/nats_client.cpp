@@ -2,6 +2,8 @@
 
 #include <nats/nats.h>
 
+#include <condition_variable>
+#include <mutex>
 #include <stdexcept>
 
 namespace wuhu::broker {
@@ -27,17 +29,76 @@ void check(natsStatus s, const char* what) {
 
 }  // namespace
 
-nats_client::nats_client(const std::string& url, const std::string& name) {
+struct nats_client::events {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool muted = false;   // the client is closing: no more callbacks to the user
+    bool closed = false;  // libnats's closed callback ran: nothing more will come
+    std::function<void(std::string_view, std::string_view)> on_connection;
+
+    template <const char* Event>
+    static void forward(natsConnection* nc, void* closure) {
+        auto* self = static_cast<events*>(closure);
+        char url[256] = "";
+        natsConnection_GetConnectedUrl(nc, url, sizeof url);
+        std::lock_guard lock(self->mu);
+        if (!self->muted) {
+            self->on_connection(Event, url);
+        }
+    }
+    static void on_closed(natsConnection*, void* closure) {
+        auto* self = static_cast<events*>(closure);
+        std::lock_guard lock(self->mu);
+        self->closed = true;
+        self->cv.notify_all();
+    }
+};
+
+namespace {
+constexpr char disconnected[] = "disconnected";
+constexpr char reconnected[] = "reconnected";
+}  // namespace
+
+std::string redacted_url(std::string_view url) {
+    std::string out;
+    while (!url.empty()) {
+        auto comma = url.find(',');
+        std::string_view one = url.substr(0, comma);
+        const auto scheme = one.find("://");
+        const auto start = scheme == std::string_view::npos ? 0 : scheme + 3;
+        const auto at = one.rfind('@');
+        if (at != std::string_view::npos && at >= start) {
+            out.append(one.substr(0, start)).append("***").append(one.substr(at));
+        } else {
+            out.append(one);
+        }
+        if (comma == std::string_view::npos) {
+            break;
+        }
+        out += ',';
+        url.remove_prefix(comma + 1);
+    }
+    return out;
+}
+
+nats_client::nats_client(nats_options o) {
     natsOptions* opts = nullptr;
     check(natsOptions_Create(&opts), "nats options");
-    natsOptions_SetURL(opts, url.c_str());
-    natsOptions_SetName(opts, name.c_str());
+    natsOptions_SetURL(opts, o.url.c_str());
+    natsOptions_SetName(opts, o.name.c_str());
     natsOptions_SetSendAsap(opts, true);
     natsOptions_SetMaxReconnect(opts, -1);
     natsOptions_SetReconnectWait(opts, 250);
+    if (o.on_connection) {
+        events_ = std::make_unique<events>();
+        events_->on_connection = std::move(o.on_connection);
+        natsOptions_SetDisconnectedCB(opts, events::forward<disconnected>, events_.get());
+        natsOptions_SetReconnectedCB(opts, events::forward<reconnected>, events_.get());
+        natsOptions_SetClosedCB(opts, events::on_closed, events_.get());
+    }
     natsStatus s = natsConnection_Connect(&nc_, opts);
     natsOptions_Destroy(opts);
-    check(s, ("nats connect to " + url).c_str());
+    check(s, ("nats connect to " + redacted_url(o.url)).c_str());
 }
 
 nats_client::~nats_client() {
@@ -48,7 +109,15 @@ nats_client::~nats_client() {
         }
     }
     if (nc_ != nullptr) {
+        if (events_) {
+            std::lock_guard lock(events_->mu);
+            events_->muted = true;
+        }
         natsConnection_Close(nc_);
+        if (events_) {
+            std::unique_lock lock(events_->mu);
+            events_->cv.wait_for(lock, std::chrono::seconds(5), [&] { return events_->closed; });
+        }
         natsConnection_Destroy(nc_);
     }
 }

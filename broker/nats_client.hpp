@@ -26,12 +26,27 @@ struct nats_message {
     std::string data;
 };
 
+struct nats_options {
+    // The server; credentials go in it too (nats://user:password@host:4222, nats://token@host).
+    std::string url = "nats://127.0.0.1:4222";
+    std::string name;  // shown by the server (connz)
+    // Runs on a libnats thread when the connection is lost ("disconnected") and when it is
+    // back ("reconnected", to `url`); not while the client closes. Must not block.
+    std::function<void(std::string_view event, std::string_view url)> on_connection;
+};
+
+// The URL (or comma-separated list of URLs) with any credentials replaced by "***", for logs
+// and error messages: nats://user:secret@host:4222 -> nats://***@host:4222.
+std::string redacted_url(std::string_view url);
+
 class nats_client {
   public:
     using handler = std::function<void(nats_message)>;
 
     // Throws std::runtime_error when the server cannot be reached.
-    nats_client(const std::string& url, const std::string& name);
+    explicit nats_client(nats_options o);
+    nats_client(const std::string& url, const std::string& name)
+        : nats_client(nats_options{url, name, {}}) {}
     ~nats_client();
     nats_client(const nats_client&) = delete;
     nats_client& operator=(const nats_client&) = delete;
@@ -59,6 +74,10 @@ class nats_client {
     std::int64_t max_payload() const;
 
   private:
+    // The connection callbacks' closure: it outlives the last callback (the destructor waits
+    // for libnats's closed callback, which comes last, on a thread of its own).
+    struct events;
+    std::unique_ptr<events> events_;
     __natsConnection* nc_ = nullptr;
     std::vector<__natsSubscription*> subs_;
     std::vector<std::unique_ptr<handler>> handlers_;

@@ -4,7 +4,6 @@
 #include "storage/errc.hpp"
 
 #include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
 #include <boost/asio/post.hpp>
 
 #include <set>
@@ -57,7 +56,14 @@ namespace {
 asio::awaitable<void> serve(server* srv, worker::session_registry* reg, nats_client* nats,
                             nats_message m) {
     std::string reply_to = m.reply;
-    auto replies = co_await srv->handle(*reg, std::move(m));
+    std::vector<std::string> replies;
+    try {
+        auto handled = srv->handle(*reg, std::move(m));
+        replies = co_await std::move(handled);
+    } catch (const std::exception& e) {
+        // A bug, not bad input (that has its codes): the caller still gets an answer.
+        replies = {error_reply("internal", e.what())};
+    }
     if (!reply_to.empty()) {
         for (const auto& r : replies) {
             nats->publish(reply_to, r);
@@ -69,8 +75,12 @@ asio::awaitable<void> serve(server* srv, worker::session_registry* reg, nats_cli
 
 void server::start(worker::session_registry& registry) {
     store_ = &registry.store();
+    // Counted from the libnats callback to the reply, so that a stopping worker can wait for
+    // every request it has taken.
     auto on_request = [this, &registry](nats_message m) {
-        asio::co_spawn(ex_, serve(this, &registry, &nats_, std::move(m)), asio::detached);
+        ++in_flight_;
+        asio::co_spawn(ex_, serve(this, &registry, &nats_, std::move(m)),
+                       [this](const std::exception_ptr&) { --in_flight_; });
     };
     subscriptions_.push_back(
         nats_.queue_subscribe(options_.prefix + ".session.>", options_.queue_group, on_request));
@@ -99,6 +109,7 @@ void server::start(worker::session_registry& registry) {
 }
 
 void server::stop() {
+    stopping_ = true;
     for (auto token : subscriptions_) {
         nats_.unsubscribe(token);
     }
@@ -195,6 +206,9 @@ asio::awaitable<std::vector<std::string>> server::handle(worker::session_registr
     }
 
     const s::session_id sid = route->sid;
+    if (stopping_ && !registry.contains(sid)) {
+        co_return replies{error_reply(ownership::errc::worker_stopping)};
+    }
     auto where = keeper_.place(sid);
     if (!where) {
         co_return replies{error_reply(where.error())};

@@ -45,8 +45,12 @@ class server {
     // Subscribes; requests are then handled on the executor.
     void start(worker::session_registry& registry);
     // Unsubscribes (on shutdown, first): new requests go to the other workers of the queue
-    // group, and forwarded ones time out for their callers, who retry.
+    // group, and forwarded ones time out for their callers, who retry. Requests already
+    // received are still answered: those of loaded sessions as usual, the others with
+    // worker_stopping. REQUIRES: on the executor.
     void stop();
+    // Requests received and not answered yet (the worker drains them before it stops).
+    std::size_t in_flight() const { return in_flight_.load(); }
 
     // The reply messages to one request, in order (one, or the chunks of a large subscribe
     // reply); none when the request was forwarded to the session's owner.
@@ -72,6 +76,8 @@ class server {
     worker::system_clock clock_;
     std::mt19937_64 rng_{std::random_device{}()};
     std::atomic<std::size_t> forwarded_{0};
+    std::atomic<std::size_t> in_flight_{0};
+    bool stopping_ = false;  // executor only
     std::vector<std::size_t> subscriptions_;
     // The registry's store, for the admin thread (thread-safe, and it outlives the server).
     storage::session_store* store_ = nullptr;

@@ -246,7 +246,11 @@ int main(int argc, char** argv) {
     w->add_flag("--until-idle", until_idle,
                 "exit once the session is idle again (code 4 on timeout)");
     w->add_option("--timeout", timeout_s, "seconds to watch at most");
-    CLI11_PARSE(app, argc, argv);
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e) == 0 ? 0 : 2;  // --help is 0; every usage error is 2
+    }
 
     try {
         nats_client nc(o.nats, "wuhuctl");

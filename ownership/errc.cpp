@@ -9,6 +9,7 @@ constexpr std::array<session::error_text, errc_count> texts{{
     {"ok", "success"},
     {"owner_changed", "the session changed owner while the request was forwarded; retry"},
     {"not_held", "this worker does not hold the session's lease"},
+    {"worker_stopping", "the worker is stopping; retry (another worker takes the session)"},
 }};
 
 const session::table_category<errc_count>& category() {

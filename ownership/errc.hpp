@@ -15,9 +15,12 @@ enum class errc {
     // This worker does not hold the session's lease (internal: the registry asked for an epoch
     // it was not given).
     not_held,
+    // The worker is stopping: it answers for the sessions it still has loaded, but takes no
+    // new one. The client retries; another worker takes the session.
+    worker_stopping,
 };
 
-inline constexpr int errc_count = static_cast<int>(errc::not_held) + 1;
+inline constexpr int errc_count = static_cast<int>(errc::worker_stopping) + 1;
 
 std::string_view code_name(errc e);
 const boost::system::error_category& ownership_category() noexcept;

@@ -17,6 +17,12 @@ class faulty_log final : public session_log {
             std::lock_guard lock(store_.thread_mu_);
             store_.last_thread_ = std::this_thread::get_id();
         }
+        {
+            std::unique_lock lock(store_.hold_mu_);
+            ++store_.held_;
+            store_.hold_cv_.wait(lock, [this] { return !store_.holding_; });
+            --store_.held_;
+        }
         if (store_.fail_before_ > 0) {
             --store_.fail_before_;
             return errc::unavailable;
@@ -42,6 +48,24 @@ class faulty_log final : public session_log {
     faulty_store& store_;
     std::unique_ptr<session_log> inner_;
 };
+
+void faulty_store::hold_commits() {
+    std::lock_guard lock(hold_mu_);
+    holding_ = true;
+}
+
+void faulty_store::release_commits() {
+    {
+        std::lock_guard lock(hold_mu_);
+        holding_ = false;
+    }
+    hold_cv_.notify_all();
+}
+
+int faulty_store::held_commits() const {
+    std::lock_guard lock(hold_mu_);
+    return held_;
+}
 
 result<std::unique_ptr<session_log>> faulty_store::open(const session_id& id, lease_epoch epoch) {
     auto inner = inner_.open(id, epoch);

@@ -3,38 +3,26 @@
 //   wuhu-worker --nats nats://127.0.0.1:4222 --store sqlite:///var/lib/wuhu --script demo.json
 //
 // Every flag has a WUHU_* environment variable (flags win). Logs are JSON lines on stderr.
-// SIGTERM or SIGINT: stop taking requests, stop every session loop, release the leases, exit 0.
-#include "broker/server.hpp"
+// SIGTERM or SIGINT: stop taking requests, stop every session loop, answer the requests already
+// taken, release the leases, exit 0 (broker/node.hpp).
+#include "broker/node.hpp"
 #include "ownership/memory_lease.hpp"
 #include "ownership/sqlite_lease.hpp"
 #include "storage/postgres_store.hpp"
 #include "storage/sqlite_store.hpp"
+#include "worker/log.hpp"
 #include "worker/scripted_provider.hpp"
 
-#include <spdlog/sinks/stdout_sinks.h>
-#include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
-#include <boost/asio/bind_cancellation_slot.hpp>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
-#include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <boost/asio/thread_pool.hpp>
-#include <boost/asio/use_awaitable.hpp>
 
+#include <unistd.h>
 #include <fstream>
 #include <sstream>
 
 namespace {
 
 namespace asio = boost::asio;
-namespace s = wuhu::session;
-
-std::string env_or(const char* name, std::string fallback) {
-    const char* v = std::getenv(name);
-    return v != nullptr && *v != '\0' ? std::string(v) : fallback;
-}
 
 // The SQLite data directory of a sqlite:// store URL, or empty.
 std::string sqlite_dir(const std::string& url) {
@@ -74,41 +62,6 @@ std::unique_ptr<wuhu::ownership::lease_store> open_leases(const std::string& lea
     return std::make_unique<wuhu::ownership::sqlite_lease>(dir);
 }
 
-// Renews this worker's leases every TTL/3; a session whose lease was lost is unloaded at once
-// (its store writes would fail on the fence anyway).
-asio::awaitable<void> keep_leases(wuhu::ownership::keeper& keeper,
-                                  wuhu::worker::session_registry& registry,
-                                  std::shared_ptr<spdlog::logger> log) {
-    asio::steady_timer timer(co_await asio::this_coro::executor);
-    for (;;) {
-        timer.expires_after(keeper.ttl() / 3);
-        co_await timer.async_wait(asio::use_awaitable);
-        auto lost = keeper.renew();
-        if (!lost) {
-            log->error("lease renewal failed: {}", lost.error().message());
-            continue;
-        }
-        for (const auto& sid : *lost) {
-            log->warn("lease of session {} lost: unloading it", sid.str());
-            registry.unload(sid);
-        }
-    }
-}
-
-// Lets the cancelled session loops unwind (at most 10 s), releases the leases so that other
-// workers take the sessions at once, then stops the io_context.
-asio::awaitable<void> drain_then_stop(wuhu::worker::session_registry& registry,
-                                      wuhu::ownership::keeper& keeper, asio::io_context& io) {
-    asio::steady_timer timer(co_await asio::this_coro::executor);
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (registry.running() > 0 && std::chrono::steady_clock::now() < deadline) {
-        timer.expires_after(std::chrono::milliseconds(10));
-        co_await timer.async_wait(asio::use_awaitable);
-    }
-    keeper.release_all();
-    io.stop();
-}
-
 std::string read_file(const std::string& path) {
     std::ifstream f(path);
     if (!f) {
@@ -123,36 +76,72 @@ std::string read_file(const std::string& path) {
 
 int main(int argc, char** argv) {
     CLI::App app{"wuhu-worker: runs durable LLM agent sessions behind NATS"};
-    std::string nats_url = env_or("WUHU_NATS_URL", "nats://127.0.0.1:4222");
-    std::string store_url = env_or("WUHU_STORE", "sqlite://./wuhu-data");
-    std::string script_path = env_or("WUHU_SCRIPT", "");
-    std::string prefix = env_or("WUHU_PREFIX", "wuhu");
-    std::string worker_id = env_or("WUHU_WORKER_ID", "worker-" + std::to_string(getpid()));
-    std::size_t pool = std::stoul(env_or("WUHU_PG_POOL", "8"));
-    std::string lease = env_or("WUHU_LEASE", "auto");
-    long lease_ttl_ms = std::stol(env_or("WUHU_LEASE_TTL_MS", "15000"));
-    std::size_t store_threads = std::stoul(env_or("WUHU_STORE_THREADS", "4"));
-    app.add_option("--nats", nats_url, "NATS URL (WUHU_NATS_URL)");
-    app.add_option("--store", store_url, "sqlite:///<data-dir> or postgresql://... (WUHU_STORE)");
+    std::string nats_url = "nats://127.0.0.1:4222";
+    std::string store_url = "sqlite://./wuhu-data";
+    std::string script_path;
+    std::string prefix = "wuhu";
+    std::string worker_id = "worker-" + std::to_string(getpid());
+    std::size_t pool = 8;
+    std::string lease = "auto";
+    long lease_ttl_ms = 15000;
+    std::size_t store_threads = 4;
+    const CLI::Validator subject_token(
+        [](std::string& v) {
+            return wuhu::ownership::valid_worker_id(v)
+                       ? std::string()
+                       : "must be 1-64 characters of [A-Za-z0-9_-]: " + v;
+        },
+        "ID");
+    app.add_option("--nats", nats_url,
+                   "NATS URL or comma-separated URLs; credentials go in the URL "
+                   "(nats://user:password@host:4222, nats://token@host:4222)")
+        ->envname("WUHU_NATS_URL");
+    app.add_option("--store", store_url, "sqlite:///<data-dir> or postgresql://...")
+        ->envname("WUHU_STORE");
     app.add_option("--script", script_path,
-                   "scripted provider script, see docs/scripted-provider.md (WUHU_SCRIPT)");
-    app.add_option("--prefix", prefix, "subject prefix (WUHU_PREFIX)");
-    app.add_option("--worker-id", worker_id, "this worker's id (WUHU_WORKER_ID)");
-    app.add_option("--pg-pool", pool, "PostgreSQL connections (WUHU_PG_POOL)");
+                   "scripted provider script, see docs/scripted-provider.md")
+        ->envname("WUHU_SCRIPT");
+    const CLI::Validator subject_prefix(
+        [](std::string& v) {
+            std::string_view rest = v;
+            for (;;) {
+                const auto dot = rest.find('.');
+                if (!wuhu::ownership::valid_worker_id(rest.substr(0, dot))) {
+                    return "must be tokens of [A-Za-z0-9_-] separated by dots: " + v;
+                }
+                if (dot == std::string_view::npos) {
+                    return std::string();
+                }
+                rest.remove_prefix(dot + 1);
+            }
+        },
+        "PREFIX");
+    app.add_option("--prefix", prefix, "subject prefix (tokens separated by dots)")
+        ->envname("WUHU_PREFIX")
+        ->check(subject_prefix);
+    app.add_option("--worker-id", worker_id, "this worker's id (default worker-<pid>)")
+        ->envname("WUHU_WORKER_ID")
+        ->check(subject_token);
+    app.add_option("--pg-pool", pool, "PostgreSQL connections")
+        ->envname("WUHU_PG_POOL")
+        ->check(CLI::Range(std::size_t{1}, std::size_t{256}));
     app.add_option("--lease", lease,
                    "lease backend: auto, sqlite (the SQLite store's catalog), sqlite:///<dir>, "
-                   "or memory (a single worker) (WUHU_LEASE)");
-    app.add_option("--store-threads", store_threads,
-                   "threads that run the sessions' store IO (WUHU_STORE_THREADS)")
+                   "or memory (a single worker)")
+        ->envname("WUHU_LEASE");
+    app.add_option("--store-threads", store_threads, "threads that run the sessions' store IO")
+        ->envname("WUHU_STORE_THREADS")
         ->check(CLI::Range(std::size_t{1}, std::size_t{256}));
-    app.add_option("--lease-ttl-ms", lease_ttl_ms, "lease time to live (WUHU_LEASE_TTL_MS)")
+    app.add_option("--lease-ttl-ms", lease_ttl_ms, "lease time to live, renewed every third")
+        ->envname("WUHU_LEASE_TTL_MS")
         ->check(CLI::Range(300L, 3600000L));
-    CLI11_PARSE(app, argc, argv);
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e) == 0 ? 0 : 2;  // --help is 0; every usage error is 2
+    }
 
-    auto log = spdlog::stderr_logger_mt("wuhu");
-    log->set_pattern(R"({"time":"%Y-%m-%dT%H:%M:%S.%eZ","level":"%l","worker":")" + worker_id +
-                         R"(","msg":"%v"})",
-                     spdlog::pattern_time_type::utc);
+    auto log = wuhu::worker::json_logger(worker_id);
     try {
         auto script = wuhu::worker::script{};
         if (!script_path.empty()) {
@@ -165,44 +154,37 @@ int main(int argc, char** argv) {
         }
         auto store = open_store(store_url, pool);
         auto leases = open_leases(lease, store_url);
-        wuhu::ownership::keeper keeper(*leases, worker_id, std::chrono::milliseconds(lease_ttl_ms));
-        asio::io_context io;
-        // Sessions commit here, so one session's fsync does not stall the others.
-        asio::thread_pool store_pool(store_threads);
-        wuhu::worker::loop_options loop_opts;
-        loop_opts.store_executor = store_pool.get_executor();
-        wuhu::worker::system_clock clock;
-        wuhu::worker::tool_registry tools;
-        wuhu::worker::add_builtin_tools(tools);
-        wuhu::broker::nats_client nats(nats_url, worker_id);
-        wuhu::broker::server_options options;
-        options.prefix = prefix;
-        wuhu::broker::server server(io.get_executor(), nats, keeper, options);
-        wuhu::worker::session_registry registry(
-            io.get_executor(), *store,
-            [&] { return std::make_unique<wuhu::worker::scripted_provider>(script, clock); }, tools,
-            clock, loop_opts, server.epochs(), server.publisher());
-        server.start(registry);
-        asio::cancellation_signal stop_keeping;
-        asio::co_spawn(io, keep_leases(keeper, registry, log),
-                       asio::bind_cancellation_slot(stop_keeping.slot(), asio::detached));
-        asio::signal_set signals(io, SIGTERM, SIGINT);
+        wuhu::broker::nats_client nats(wuhu::broker::nats_options{
+            nats_url, worker_id, [log](std::string_view event, std::string_view url) {
+                if (event == "disconnected") {
+                    log->warn("NATS connection lost; reconnecting");
+                } else {
+                    log->info("NATS {} {}", event, url);
+                }
+            }});
+        wuhu::broker::node_options options;
+        options.worker_id = worker_id;
+        options.server.prefix = prefix;
+        options.lease_ttl = std::chrono::milliseconds(lease_ttl_ms);
+        options.store_threads = store_threads;
+        wuhu::broker::node node(
+            *store, *leases, nats,
+            [&script](wuhu::worker::clock& clk) {
+                return std::make_unique<wuhu::worker::scripted_provider>(script, clk);
+            },
+            options, log);
+        asio::signal_set signals(node.executor(), SIGTERM, SIGINT);
         signals.async_wait([&](const boost::system::error_code& ec, int sig) {
-            if (ec) {
-                return;
+            if (!ec) {
+                log->info("signal {}", sig);
+                node.stop();
             }
-            log->info("signal {}: stopping {} sessions", sig, registry.size());
-            server.stop();  // new requests go to the other workers
-            stop_keeping.emit(asio::cancellation_type::terminal);
-            registry.stop();
-            asio::co_spawn(io, drain_then_stop(registry, keeper, io), asio::detached);
         });
         log->info("serving {}.session.> on {} with store {} and {} leases (ttl {} ms)", prefix,
-                  nats_url, std::string(store->backend()), std::string(leases->backend()),
-                  lease_ttl_ms);
-        io.run();
-        store_pool.join();  // no store operation outlives the sessions
-        log->info("stopped ({} requests forwarded to other owners)", server.forwarded());
+                  wuhu::broker::redacted_url(nats_url), std::string(store->backend()),
+                  std::string(leases->backend()), lease_ttl_ms);
+        node.run();
+        log->info("stopped");
         return 0;
     } catch (const std::exception& e) {
         log->error("fatal: {}", e.what());

@@ -40,6 +40,14 @@ void session_registry::retire(const session::session_id& id) {
 }
 
 boost::system::result<agent_loop*> session_registry::get(const session::session_id& id) {
+    if (stopped_) {
+        // Draining: a loaded session still takes commands (persisted, then answered; the next
+        // owner runs them), but no loop is loaded or restarted.
+        if (auto it = sessions_.find(id.str()); it != sessions_.end()) {
+            return it->second->loop.get();
+        }
+        return storage::errc::unavailable;
+    }
     drop_failed();  // a failed session is reloaded from the store on its next use
     if (auto it = sessions_.find(id.str()); it != sessions_.end()) {
         return it->second->loop.get();
@@ -100,6 +108,7 @@ void session_registry::each(const std::function<void(const agent_loop&)>& f) con
 }
 
 void session_registry::stop() {
+    stopped_ = true;
     for (auto& [id, e] : sessions_) {
         if (e->running) {
             e->stop.emit(asio::cancellation_type::terminal);

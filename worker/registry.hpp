@@ -28,6 +28,8 @@ class session_registry {
     ~session_registry();
 
     // The session's loop, loaded and started if it was not; an error if the store refuses.
+    // After stop(): the loop of a session still loaded (its commands commit and are answered;
+    // its loop does not run again), and storage::errc::unavailable for any other.
     boost::system::result<agent_loop*> get(const session::session_id& id);
     // Stops the session's loop and removes its data (idempotent).
     boost::system::result<void> remove(const session::session_id& id);
@@ -35,7 +37,7 @@ class session_registry {
     // session is handed over).
     void unload(const session::session_id& id);
     bool contains(const session::session_id& id) const { return sessions_.contains(id.str()); }
-    // Cancels every loop.
+    // Cancels every loop; nothing is loaded or started afterwards.
     void stop();
     std::size_t size() const { return sessions_.size(); }
     // Visits the loaded sessions whose loops run.
@@ -65,6 +67,7 @@ class session_registry {
     event_forwarder events_;
     std::map<std::string, std::unique_ptr<entry>> sessions_;
     std::vector<std::unique_ptr<entry>> retired_;  // stopped, their loops still returning
+    bool stopped_ = false;
 };
 
 }  // namespace wuhu::worker

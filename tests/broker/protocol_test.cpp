@@ -1,5 +1,6 @@
-// The NATS contract's payloads: subjects, the bad-input table, replies, events.
+// The NATS contract's payloads: subjects, the bad-input table, replies, events; URLs in logs.
 #include "broker/protocol.hpp"
+#include "broker/nats_client.hpp"
 #include "tests/support/builders.hpp"
 
 #include <gtest/gtest.h>
@@ -112,6 +113,16 @@ TEST(Events, DeltasAndPatchesHaveTheDocumentedShape) {
     session_state s = enqueued({}, user_in(lane::steer, "a", "x"), 1);
     auto p = since(s, {}).value();
     EXPECT_EQ(patch_from_json(json::parse(broker::patch_event(p))).value(), p);
+}
+
+TEST(RedactedUrl, CredentialsNeverReachALogLine) {
+    EXPECT_EQ(broker::redacted_url("nats://127.0.0.1:4222"), "nats://127.0.0.1:4222");
+    EXPECT_EQ(broker::redacted_url("nats://ann:s3cr@t@nats.internal:4222"),
+              "nats://***@nats.internal:4222");
+    EXPECT_EQ(broker::redacted_url("nats://tok3n@a:4222,tls://b:4222,nats://u:p@c"),
+              "nats://***@a:4222,tls://b:4222,nats://***@c");
+    EXPECT_EQ(broker::redacted_url("u:p@host:4222"), "***@host:4222");
+    EXPECT_EQ(broker::redacted_url(""), "");
 }
 
 }  // namespace wuhu::testing

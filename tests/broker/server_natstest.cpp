@@ -6,6 +6,7 @@
 #include "tests/support/temp_dir.hpp"
 
 #include <gtest/gtest.h>
+#include <boost/asio/post.hpp>
 
 #include <unistd.h>
 #include <condition_variable>
@@ -48,10 +49,12 @@ class worker_fixture : public ::testing::Test {
         client_.reset();  // its handlers use the members below
     }
 
-    std::unique_ptr<worker_node> start_node(const std::string& id,
-                                            std::size_t max_reply_bytes = 0) {
-        return std::make_unique<worker_node>(
-            node_options{nats_url(), prefix_, dir_.path(), id, script_, max_reply_bytes});
+    std::unique_ptr<worker_node> start_node(
+        const std::string& id, std::size_t max_reply_bytes = 0,
+        std::chrono::milliseconds drain_timeout = std::chrono::seconds(10)) {
+        node_options o{nats_url(), prefix_, dir_.path(), id, script_, max_reply_bytes};
+        o.drain_timeout = drain_timeout;
+        return std::make_unique<worker_node>(std::move(o));
     }
 
     json::value request(const std::string& sid, const std::string& verb, const std::string& body) {
@@ -425,6 +428,120 @@ TEST_F(worker_fixture, AdminSessionsListsTheFleetWithOwnersStatesAndLanes) {
     auto bad = c.sessions(json::object{{"limit", 0}});
     ASSERT_FALSE(bad);
     EXPECT_EQ(bad.error().code, "invalid_query");
+}
+
+// ---- stopping (the SIGTERM sequence of broker/node.hpp)
+
+namespace {
+
+// Blocks a node's executor until released, so that requests queue up behind it.
+class executor_hold {
+  public:
+    explicit executor_hold(worker_node& n) : released_(release_.get_future().share()) {
+        boost::asio::post(n.node().executor(), [f = released_] { f.wait(); });
+    }
+    ~executor_hold() { release(); }
+    void release() {
+        if (!done_) {
+            done_ = true;
+            release_.set_value();
+        }
+    }
+
+  private:
+    std::promise<void> release_;
+    std::shared_future<void> released_;
+    bool done_ = false;
+};
+
+// Waits (at most 10 s) until the node has taken `n` requests it has not answered yet.
+bool wait_in_flight(worker_node& n, std::size_t count) {
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (n.node().requests().in_flight() != count) {
+        if (std::chrono::steady_clock::now() > deadline) {
+            return false;
+        }
+        std::this_thread::sleep_for(1ms);
+    }
+    return true;
+}
+
+}  // namespace
+
+TEST_F(worker_fixture, AStoppingWorkerAnswersTheRequestsItTookAndRefusesNewSessions) {
+    ASSERT_EQ(request("drain", "pause", "{}").at("ok"), true);  // loaded here, never inferring
+    executor_hold hold(*node_);
+    node_->store().hold_commits();  // the disk stalls: the next commit is still running at the stop
+    // Taken before the stop.
+    auto taken = std::async(std::launch::async, [&] {
+        return request("drain", "enqueue", R"({"lane":"steer","id":"s1","content":"kept"})");
+    });
+    ASSERT_TRUE(wait_in_flight(*node_, 1));
+    node_->node().stop();
+    // Taken after the stop began, for a session this worker does not have.
+    auto refused = std::async(std::launch::async, [&] {
+        return request("fresh", "enqueue", R"({"lane":"steer","id":"s1","content":"lost?"})");
+    });
+    ASSERT_TRUE(wait_in_flight(*node_, 2));
+    hold.release();
+    auto no = refused.get();
+    ASSERT_EQ(no.at("ok"), false) << json::serialize(no);
+    EXPECT_EQ(no.at("error").at("code"), "worker_stopping");
+    node_->store().release_commits();
+    auto ok = taken.get();
+    EXPECT_EQ(ok.at("ok"), true) << json::serialize(ok);
+    node_.reset();
+    // The next worker has what was acknowledged, and nothing of what was refused.
+    node_ = start_node("w2");
+    auto kept = request("drain", "subscribe", "{}");
+    EXPECT_EQ(kept.at("patch").at("to").at("steer"), 1) << json::serialize(kept);
+    auto fresh = request("fresh", "subscribe", "{}");
+    EXPECT_EQ(fresh.at("patch").at("to").at("steer"), 0) << json::serialize(fresh);
+}
+
+TEST_F(worker_fixture, AStopThatOutlastsTheDrainTimeoutHandsTheSessionsOverAndStillAnswers) {
+    node_.reset();
+    node_ = start_node("w1", 0, 100ms);
+    ASSERT_EQ(request("stuck", "pause", "{}").at("ok"), true);
+    node_->store().hold_commits();
+    auto taken = std::async(std::launch::async, [&] {
+        return request("stuck", "enqueue", R"({"lane":"steer","id":"s1","content":"late"})");
+    });
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (node_->store().held_commits() == 0 && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(1ms);
+    }
+    ASSERT_EQ(node_->store().held_commits(), 1);
+    node_->node().stop();
+    // The commit cannot finish, so after 100 ms the lease is released while the request waits.
+    const auto sid = session::session_id::parse("stuck").value();
+    while (node_->leases().owner_of(sid).value().has_value() &&
+           std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(5ms);
+    }
+    EXPECT_FALSE(node_->leases().owner_of(sid).value().has_value());
+    EXPECT_EQ(taken.wait_for(0s), std::future_status::timeout);
+    node_->store().release_commits();
+    auto r = taken.get();
+    EXPECT_EQ(r.at("ok"), true) << json::serialize(r);
+}
+
+TEST_F(worker_fixture, TheClientLibraryRetriesWhatAStoppingWorkerRefused) {
+    broker::nats_client nc(nats_url(), "retry-client");
+    client::client c(nc, client::options{prefix_, 30s});
+    executor_hold hold(*node_);
+    node_->node().stop();  // runs once released: w1 then refuses sessions it has not loaded
+    auto sent = std::async(std::launch::async, [&] {
+        return c.enqueue("moving", "followUp", "hello", std::nullopt, "f1");
+    });
+    ASSERT_TRUE(wait_in_flight(*node_, 1));  // taken by w1, the only worker so far
+    auto second = start_node("w2");
+    hold.release();
+    auto id = sent.get();
+    ASSERT_TRUE(id) << id.error().code << ": " << id.error().message;
+    EXPECT_EQ(*id, "f1");
+    EXPECT_TRUE(second->has_loaded("moving"));
+    node_ = std::move(second);
 }
 
 // ---- chunked subscribe replies and the client library

@@ -1,17 +1,17 @@
-// One worker in-process for the NATS tests: a SQLite store and the SQLite catalog lease in
-// `data_dir` (several nodes on one dir are workers of one host), the scripted model, a server
-// on its own NATS connection, and a thread running its io_context.
+// One worker in-process for the NATS tests: the node wuhu-worker runs (broker/node.hpp) with a
+// SQLite store and the SQLite catalog lease in `data_dir` (several nodes on one dir are workers
+// of one host; through a faulty_store, so that a test can stall its disk), the scripted model,
+// its own NATS connection, and a thread running it.
 #pragma once
 
-#include "broker/server.hpp"
+#include "broker/node.hpp"
 #include "ownership/sqlite_lease.hpp"
+#include "storage/faulty_store.hpp"
 #include "storage/sqlite_store.hpp"
+#include "worker/log.hpp"
 #include "worker/scripted_provider.hpp"
 
-#include <boost/asio/executor_work_guard.hpp>
-#include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/asio/thread_pool.hpp>
 
 #include <future>
 #include <thread>
@@ -25,6 +25,8 @@ struct node_options {
     std::string worker_id = "w1";
     std::string script;
     std::size_t max_reply_bytes = 0;
+    std::chrono::milliseconds lease_ttl{15000};
+    std::chrono::milliseconds drain_timeout{10000};
 };
 
 class worker_node {
@@ -32,44 +34,19 @@ class worker_node {
     explicit worker_node(node_options o)
         : options_(std::move(o)),
           store_(storage::sqlite_options{options_.data_dir}),
+          stalling_store_(store_),
           leases_(options_.data_dir),
-          keeper_(leases_, options_.worker_id, std::chrono::seconds(15)),
-          nats_(options_.nats_url, options_.worker_id) {
-        worker::add_builtin_tools(tools_);
-        broker::server_options so;
-        so.prefix = options_.prefix;
-        so.max_reply_bytes = options_.max_reply_bytes;
-        server_ = std::make_unique<broker::server>(io_.get_executor(), nats_, keeper_, so);
-        registry_ = std::make_unique<worker::session_registry>(
-            io_.get_executor(), store_,
-            [this] {
-                return std::make_unique<worker::scripted_provider>(
-                    worker::parse_script(options_.script).value(), clock_);
-            },
-            tools_, clock_, loop_options(), server_->epochs(), server_->publisher());
-        server_->start(*registry_);
-        thread_ = std::thread([this] { io_.run(); });
+          nats_(options_.nats_url, options_.worker_id),
+          node_(stalling_store_, leases_, nats_, provider_factory(), broker_options(),
+                worker::json_logger(options_.worker_id)) {
+        thread_ = std::thread([this] { node_.run(); });
     }
     worker_node(const worker_node&) = delete;
 
-    // Stops every session loop and releases the leases (a graceful shutdown).
+    // A graceful stop, as on SIGTERM: requests taken are answered, leases released.
     ~worker_node() {
-        on_executor([this] {
-            server_->stop();
-            registry_->stop();
-        });
-        // Let the loops return (a commit in flight on the store pool completes first).
-        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-        while (on_executor([this] { return registry_->running(); }) > 0 &&
-               std::chrono::steady_clock::now() < deadline) {
-            std::this_thread::sleep_for(std::chrono::milliseconds(5));
-        }
-        on_executor([this] { keeper_.release_all(); });
-        work_.reset();
-        io_.stop();
+        node_.stop();
         thread_.join();
-        store_pool_.join();
-        registry_.reset();
     }
 
     // Runs `f` on the node's executor and waits for it.
@@ -77,38 +54,45 @@ class worker_node {
     auto on_executor(F f) -> decltype(f()) {
         std::packaged_task<decltype(f())()> task(std::move(f));
         auto done = task.get_future();
-        boost::asio::post(io_, [&task] { task(); });
+        boost::asio::post(node_.executor(), [&task] { task(); });
         return done.get();
     }
 
     bool has_loaded(const std::string& sid) {
         return on_executor(
-            [&] { return registry_->contains(session::session_id::parse(sid).value()); });
+            [&] { return node_.registry().contains(session::session_id::parse(sid).value()); });
     }
-    std::size_t forwarded() const { return server_->forwarded(); }
+    std::size_t forwarded() const { return node_.requests().forwarded(); }
     const std::string& id() const { return options_.worker_id; }
+    broker::node& node() { return node_; }
+    // The store the node commits through: hold_commits() stalls its disk.
+    storage::faulty_store& store() { return stalling_store_; }
+    ownership::lease_store& leases() { return leases_; }
 
   private:
-    // As in wuhu-worker: client commands commit on a store pool.
-    worker::loop_options loop_options() {
-        worker::loop_options o;
-        o.store_executor = store_pool_.get_executor();
+    broker::node::provider_factory provider_factory() const {
+        auto script = worker::parse_script(options_.script).value();
+        return [script](worker::clock& clk) {
+            return std::make_unique<worker::scripted_provider>(script, clk);
+        };
+    }
+    broker::node_options broker_options() const {
+        broker::node_options o;
+        o.worker_id = options_.worker_id;
+        o.server.prefix = options_.prefix;
+        o.server.max_reply_bytes = options_.max_reply_bytes;
+        o.lease_ttl = options_.lease_ttl;
+        o.drain_timeout = options_.drain_timeout;
+        o.store_threads = 2;
         return o;
     }
 
     node_options options_;
-    boost::asio::io_context io_;
-    boost::asio::thread_pool store_pool_{2};
-    boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_{
-        io_.get_executor()};
-    worker::system_clock clock_;
-    worker::tool_registry tools_;
     storage::sqlite_store store_;
+    storage::faulty_store stalling_store_;
     ownership::sqlite_lease leases_;
-    ownership::keeper keeper_;
     broker::nats_client nats_;
-    std::unique_ptr<broker::server> server_;
-    std::unique_ptr<worker::session_registry> registry_;
+    broker::node node_;
     std::thread thread_;
 };
 

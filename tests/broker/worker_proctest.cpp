@@ -1,5 +1,7 @@
 // The wuhu-worker process: it serves requests over a real nats-server, stops cleanly on
-// SIGTERM, and a restarted worker on the same data directory has the session.
+// SIGTERM, a restarted worker on the same data directory has the session, it rides out a NATS
+// restart, takes credentials in its URL, logs JSON lines, and refuses bad flags; and wuhuctl's
+// exit codes.
 #include "broker/nats_client.hpp"
 #include "tests/support/temp_dir.hpp"
 
@@ -7,6 +9,7 @@
 #include <boost/json.hpp>
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -31,17 +34,58 @@ std::string nats_url() {
     return url;
 }
 
-pid_t spawn_worker(const std::string& data, const std::string& script, const std::string& prefix,
-                   const std::string& url = nats_url()) {
+// Starts `bin` (a path, or a name looked up in PATH) with `args`; its stderr goes to `log`
+// when given.
+pid_t spawn(const char* bin, const std::vector<std::string>& args, const std::string& log = "") {
     pid_t pid = fork();
     if (pid == 0) {
-        std::string store = "sqlite://" + data;
-        execl(WUHU_WORKER_BIN, WUHU_WORKER_BIN, "--nats", url.c_str(), "--store", store.c_str(),
-              "--script", script.c_str(), "--prefix", prefix.c_str(), "--worker-id", "proc-1",
-              nullptr);
+        if (!log.empty()) {
+            int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+            dup2(fd, STDERR_FILENO);
+        }
+        std::vector<char*> argv{const_cast<char*>(bin)};
+        for (const auto& a : args) {
+            argv.push_back(const_cast<char*>(a.c_str()));
+        }
+        argv.push_back(nullptr);
+        execvp(bin, argv.data());
         _exit(127);
     }
     return pid;
+}
+
+pid_t spawn_worker(const std::string& data, const std::string& script, const std::string& prefix,
+                   const std::string& url = nats_url(), const std::string& log = "") {
+    return spawn(WUHU_WORKER_BIN,
+                 {"--nats", url, "--store", "sqlite://" + data, "--script", script, "--prefix",
+                  prefix, "--worker-id", "proc-1"},
+                 log);
+}
+
+// The lines of a file; every one must be a JSON object (the worker's log).
+std::vector<json::object> json_lines(const std::string& path) {
+    std::ifstream f(path);
+    std::vector<json::object> out;
+    std::string line;
+    while (std::getline(f, line)) {
+        boost::system::error_code ec;
+        auto v = json::parse(line, ec);
+        if (ec || !v.is_object()) {
+            ADD_FAILURE() << "not a JSON log line: " << line;
+            continue;
+        }
+        out.push_back(v.as_object());
+    }
+    return out;
+}
+
+bool logged(const std::vector<json::object>& lines, std::string_view text) {
+    for (const auto& l : lines) {
+        if (l.at("msg").as_string().find(text) != std::string::npos) {
+            return true;
+        }
+    }
+    return false;
 }
 
 // A free TCP port on 127.0.0.1 (bound, read, released).
@@ -62,14 +106,11 @@ int free_port() {
 }
 
 // A nats-server of this test's own on 127.0.0.1:port (so that the test can stop and restart
-// it), or -1 if it did not come up.
-pid_t spawn_nats(int port) {
-    pid_t pid = fork();
-    if (pid == 0) {
-        std::string p = std::to_string(port);
-        execlp("nats-server", "nats-server", "-a", "127.0.0.1", "-p", p.c_str(), nullptr);
-        _exit(127);
-    }
+// it), with extra arguments (authentication), or -1 if it did not come up.
+pid_t spawn_nats(int port, std::vector<std::string> extra = {}) {
+    std::vector<std::string> args{"-a", "127.0.0.1", "-p", std::to_string(port)};
+    args.insert(args.end(), extra.begin(), extra.end());
+    pid_t pid = spawn("nats-server", args, "/dev/null");
     for (int i = 0; i < 100; ++i) {
         int fd = socket(AF_INET, SOCK_STREAM, 0);
         sockaddr_in addr{};
@@ -182,7 +223,8 @@ TEST(WorkerProcess, ReconnectsToNatsAfterTheServerRestarts) {
     const std::string prefix = "wuhu_r" + std::to_string(getpid());
     const std::string script = (dir.path() / "script.json").string();
     std::ofstream(script) << R"({"responses":[{"text":"one"},{"text":"two"}]})";
-    pid_t worker = spawn_worker((dir.path() / "data").string(), script, prefix, url);
+    const std::string log = (dir.path() / "worker.log").string();
+    pid_t worker = spawn_worker((dir.path() / "data").string(), script, prefix, url, log);
     process_guard guard{worker};
     broker::nats_client nc(url, "reconnect-client");
     ASSERT_EQ(subscribe_when_up(nc, prefix).at("ok"), true);
@@ -213,6 +255,86 @@ TEST(WorkerProcess, ReconnectsToNatsAfterTheServerRestarts) {
     kill(nats, SIGTERM);
     wait_exit(nats, 10s);
     nats = 0;
+    // The outage is in the worker's log, every line of which is a JSON object.
+    const auto lines = json_lines(log);
+    EXPECT_TRUE(logged(lines, "NATS connection lost")) << "log: " << log;
+    EXPECT_TRUE(logged(lines, "NATS reconnected"));
+    EXPECT_TRUE(logged(lines, "released 1 leases"));
+}
+
+TEST(WorkerProcess, ConnectsWithCredentialsInTheUrlAndNeverLogsThem) {
+    const int port = free_port();
+    ASSERT_GT(port, 0);
+    pid_t nats = spawn_nats(port, {"--user", "wuhu", "--pass", "s3cret-pw"});
+    ASSERT_GT(nats, 0) << "nats-server did not start on port " << port;
+    process_guard nats_guard{nats};
+    const std::string url = "nats://wuhu:s3cret-pw@127.0.0.1:" + std::to_string(port);
+    EXPECT_THROW(broker::nats_client("nats://127.0.0.1:" + std::to_string(port), "no-creds"),
+                 std::runtime_error)
+        << "the server must require the password";
+    temp_dir dir;
+    const std::string prefix = "wuhu_c" + std::to_string(getpid());
+    const std::string script = (dir.path() / "script.json").string();
+    std::ofstream(script) << R"({"responses":[{"text":"ok"}]})";
+    const std::string log = (dir.path() / "worker.log").string();
+    pid_t worker = spawn_worker((dir.path() / "data").string(), script, prefix, url, log);
+    process_guard guard{worker};
+    broker::nats_client nc(url, "creds-client");
+    EXPECT_EQ(subscribe_when_up(nc, prefix).at("ok"), true);
+    kill(worker, SIGTERM);
+    EXPECT_EQ(wait_exit(worker, 15s), 0);
+    worker = 0;
+    std::ifstream f(log);
+    const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(text.find("s3cret-pw"), std::string::npos) << text;
+    EXPECT_NE(text.find("nats://***@127.0.0.1"), std::string::npos) << text;
+    kill(nats, SIGTERM);
+    wait_exit(nats, 10s);
+    nats = 0;
+}
+
+TEST(WorkerProcess, BadFlagsAndVariablesAreUsageErrors) {
+    temp_dir dir;
+    const std::string data = "sqlite://" + (dir.path() / "data").string();
+    const std::vector<std::vector<std::string>> bad = {
+        {"--worker-id", "a.b"},   {"--worker-id", "w 1"},   {"--prefix", "wuhu.>"},
+        {"--lease-ttl-ms", "10"}, {"--store-threads", "0"}, {"--no-such-flag"},
+    };
+    for (auto args : bad) {
+        args.insert(args.end(), {"--store", data});
+        pid_t p = spawn(WUHU_WORKER_BIN, args, (dir.path() / "usage.log").string());
+        EXPECT_EQ(wait_exit(p, 15s), 2) << args[0] << " " << (args.size() > 1 ? args[1] : "");
+    }
+    // The same checks apply to the environment variables.
+    setenv("WUHU_WORKER_ID", "w*", 1);
+    pid_t p = spawn(WUHU_WORKER_BIN, {"--store", data}, (dir.path() / "usage.log").string());
+    unsetenv("WUHU_WORKER_ID");
+    EXPECT_EQ(wait_exit(p, 15s), 2);
+}
+
+// wuhuctl's exit codes, which scripts rely on: 0 ok, 1 refused, 2 usage, 3 no reply.
+TEST(Wuhuctl, ExitCodesTellOkRefusedUsageAndNoReply) {
+    temp_dir dir;
+    const std::string prefix = "wuhu_x" + std::to_string(getpid());
+    const std::string script = (dir.path() / "script.json").string();
+    std::ofstream(script) << R"({"responses":[{"text":"ok"}]})";
+    pid_t worker = spawn_worker((dir.path() / "data").string(), script, prefix);
+    process_guard guard{worker};
+    broker::nats_client nc(nats_url(), "ctl-client");
+    ASSERT_EQ(subscribe_when_up(nc, prefix).at("ok"), true);
+    auto ctl = [&](std::vector<std::string> args, const std::string& with_prefix) {
+        args.insert(args.begin(), {"--nats", nats_url(), "--prefix", with_prefix});
+        return wait_exit(spawn(WUHUCTL_BIN, args, (dir.path() / "ctl.log").string()), 30s);
+    };
+    EXPECT_EQ(ctl({"pause", "p1"}, prefix), 0);
+    EXPECT_EQ(ctl({"cancel", "p1", "system", "x"}, prefix), 1);
+    EXPECT_EQ(ctl({"send", "bad.id", "hi"}, prefix), 1);
+    EXPECT_EQ(ctl({"send", "p1"}, prefix), 2);
+    EXPECT_EQ(ctl({"frobnicate", "p1"}, prefix), 2);
+    EXPECT_EQ(ctl({"status", "p1"}, prefix + "_nobody"), 3);
+    kill(worker, SIGTERM);
+    EXPECT_EQ(wait_exit(worker, 15s), 0);
+    worker = 0;
 }
 
 }  // namespace wuhu::testing

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <set>
 #include <thread>
 
 namespace wuhu::testing {
@@ -233,6 +234,18 @@ TEST(Keeper, RejectsWorkerIdsThatAreNotSubjectTokens) {
         EXPECT_THROW(ownership::keeper(leases, bad, 1s), std::invalid_argument) << bad;
     }
     EXPECT_NO_THROW(ownership::keeper(leases, "worker-1_A", 1s));
+}
+
+TEST(OwnershipErrc, EveryEnumeratorHasAStableCodeAndAMessage) {
+    std::set<std::string> codes;
+    for (int i = 0; i < ownership::errc_count; ++i) {
+        auto e = static_cast<ownership::errc>(i);
+        std::string code(ownership::code_name(e));
+        EXPECT_NE(code, "unknown");
+        EXPECT_TRUE(codes.insert(code).second) << code;
+        EXPECT_NE(make_error_code(e).message(), "unknown ownership error") << code;
+    }
+    EXPECT_EQ(ownership::code_name(ownership::errc::worker_stopping), "worker_stopping");
 }
 
 }  // namespace wuhu::testing

@@ -2,6 +2,8 @@
 #include "storage/memory_store.hpp"
 #include "tests/storage/conformance.hpp"
 
+#include <thread>
+
 namespace wuhu::testing {
 
 TEST(FaultyStore, AFailedCommitWritesNothing) {
@@ -30,6 +32,26 @@ TEST(FaultyStore, AnUncertainCommitMayHaveLandedSoTheOwnerMustReload) {
     EXPECT_EQ(log->load()->in(lane::steer).pending.size(), 1u);
     EXPECT_EQ(log->enqueue(s, user_in(lane::steer, "b", "y"), unix_ms{2}).error(),
               make_error_code(storage::errc::conflict));
+}
+
+TEST(FaultyStore, HeldCommitsWaitUntilReleasedAndThenLand) {
+    storage::memory_store inner;
+    storage::faulty_store store(inner);
+    auto log = store.open(session_id::parse("s").value(), lease_epoch{1}).value();
+    session_state s = log->load().value();
+    store.hold_commits();
+    std::thread committer([&] {
+        EXPECT_TRUE(log->enqueue(s, user_in(lane::steer, "a", "x"), unix_ms{1}).has_value());
+    });
+    for (int i = 0; i < 10'000 && store.held_commits() == 0; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    EXPECT_EQ(store.held_commits(), 1);
+    EXPECT_EQ(inner.commits(), 0u);
+    store.release_commits();
+    committer.join();
+    EXPECT_EQ(store.held_commits(), 0);
+    EXPECT_EQ(inner.commits(), 1u);
 }
 
 INSTANTIATE_TEST_SUITE_P(FaultyWrapperOfMemory, StoreConformance,

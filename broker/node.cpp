@@ -1,0 +1,115 @@
+#include "broker/node.hpp"
+
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+namespace wuhu::broker {
+
+node::node(storage::session_store& store, ownership::lease_store& leases, nats_client& nats,
+           provider_factory providers, node_options options, std::shared_ptr<spdlog::logger> log)
+    : options_(std::move(options)),
+      log_(std::move(log)),
+      work_(io_.get_executor()),
+      store_pool_(options_.store_threads),
+      keeper_(leases, options_.worker_id, options_.lease_ttl) {
+    worker::add_builtin_tools(tools_);
+    auto loop = options_.loop;
+    loop.store_executor = store_pool_.get_executor();
+    server_ = std::make_unique<server>(io_.get_executor(), nats, keeper_, options_.server);
+    registry_ = std::make_unique<worker::session_registry>(
+        io_.get_executor(), store,
+        [this, providers = std::move(providers)] { return providers(clock_); }, tools_, clock_,
+        loop, server_->epochs(), server_->publisher());
+    server_->start(*registry_);
+    asio::co_spawn(io_, keep_leases(this),
+                   asio::bind_cancellation_slot(stop_renewal_.slot(), asio::detached));
+}
+
+node::~node() {
+    // run() has returned, or never ran: nothing runs on the executor any more.
+    if (!stopping_) {
+        server_->stop();  // no libnats callback may reach the server once it is gone
+    }
+    store_pool_.join();
+}
+
+void node::run() {
+    io_.run();
+    store_pool_.join();  // no store operation outlives the sessions
+}
+
+void node::stop() {
+    asio::post(io_, [this] {
+        if (stopping_) {
+            return;
+        }
+        stopping_ = true;
+        log_->info("stopping: {} sessions loaded, {} requests in flight", registry_->size(),
+                   server_->in_flight());
+        server_->stop();    // new requests go to the other workers
+        registry_->stop();  // every session loop is cancelled
+        asio::co_spawn(io_, drain(this), asio::detached);
+    });
+}
+
+// Renews this worker's leases every TTL/3; a session whose lease was lost is unloaded at once
+// (its store writes would fail on the fence anyway).
+asio::awaitable<void> node::keep_leases(node* self) {
+    asio::steady_timer timer(co_await asio::this_coro::executor);
+    for (;;) {
+        timer.expires_after(self->keeper_.ttl() / 3);
+        co_await timer.async_wait(asio::use_awaitable);
+        auto lost = self->keeper_.renew();
+        if (!lost) {
+            self->log_->error("lease renewal failed: {}", lost.error().message());
+            continue;
+        }
+        for (const auto& sid : *lost) {
+            self->log_->warn("lease of session {} lost: unloading it", sid.str());
+            self->registry_->unload(sid);
+        }
+    }
+}
+
+// Waits until the session loops have returned and every request taken has been answered,
+// then releases the leases and lets run() return. Lease renewal goes on while it waits. After
+// drain_timeout the leases are released anyway, so other workers take the sessions over (the
+// new epochs fence out whatever still runs here), and the wait goes on: the executor never
+// stops with a coroutine still suspended on it, whose frame would outlive what it refers to.
+asio::awaitable<void> node::drain(node* self) {
+    asio::steady_timer timer(co_await asio::this_coro::executor);
+    auto busy = [self] { return self->registry_->running() > 0 || self->server_->in_flight() > 0; };
+    const auto deadline = std::chrono::steady_clock::now() + self->options_.drain_timeout;
+    while (busy() && std::chrono::steady_clock::now() < deadline) {
+        timer.expires_after(std::chrono::milliseconds(5));
+        co_await timer.async_wait(asio::use_awaitable);
+    }
+    const bool late = busy();
+    if (late) {
+        self->log_->warn(
+            "{} loops and {} requests still running after {} ms: releasing the "
+            "leases now, and waiting for them",
+            self->registry_->running(), self->server_->in_flight(),
+            self->options_.drain_timeout.count());
+    }
+    self->stop_renewal_.emit(asio::cancellation_type::terminal);
+    const auto released = self->keeper_.held();
+    self->keeper_.release_all();
+    self->log_->info("released {} leases; {} requests were forwarded to other owners", released,
+                     self->server_->forwarded());
+    while (busy()) {
+        timer.expires_after(std::chrono::milliseconds(5));
+        co_await timer.async_wait(asio::use_awaitable);
+    }
+    if (late) {
+        self->log_->info("the last loops and requests have returned");
+    }
+    self->work_.reset();
+    self->io_.stop();
+}
+
+}  // namespace wuhu::broker

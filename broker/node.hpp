@@ -1,0 +1,83 @@
+// One Wuhu worker, assembled: the sessions it owns (the registry), its leases (the keeper and
+// their renewal every TTL/3), its NATS side (the server), the pool its store IO runs on, and
+// the orderly stop of all of it. wuhu-worker's main() runs one; the NATS tests and the broker
+// benchmark run several in one process.
+//
+// Threads: run() runs the worker's io_context on the calling thread (sessions, requests, lease
+// renewal); store IO runs on `store_threads` threads of its own; stop() may be called from any
+// thread. The store, the lease store and the NATS connection belong to the caller and must
+// outlive the node.
+//
+// Stopping: stop taking requests (unsubscribe: the queue group sends new ones to the other
+// workers), cancel every session loop, answer the requests already taken (sessions not loaded
+// get worker_stopping, and the client retries elsewhere), release the leases so that other
+// workers take the sessions at once, and return from run(). After `drain_timeout` the leases
+// are released anyway (the new owners' epochs fence out whatever still runs here), and run()
+// returns once the last loop and request have.
+#pragma once
+
+#include "broker/server.hpp"
+#include "worker/clock.hpp"
+
+#include <spdlog/logger.h>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/thread_pool.hpp>
+
+#include <atomic>
+#include <memory>
+
+namespace wuhu::broker {
+
+struct node_options {
+    std::string worker_id;  // 1-64 of [A-Za-z0-9_-]: a subject token
+    server_options server;
+    std::chrono::milliseconds lease_ttl{15000};
+    std::size_t store_threads = 4;
+    std::chrono::milliseconds drain_timeout{10000};
+    worker::loop_options loop;  // its store_executor is the node's pool
+};
+
+class node {
+  public:
+    // A new provider for each session the node loads.
+    using provider_factory = std::function<std::unique_ptr<worker::provider>(worker::clock&)>;
+
+    // Throws std::invalid_argument for a bad worker id.
+    node(storage::session_store& store, ownership::lease_store& leases, nats_client& nats,
+         provider_factory providers, node_options options, std::shared_ptr<spdlog::logger> log);
+    ~node();
+    node(const node&) = delete;
+    node& operator=(const node&) = delete;
+
+    // Serves until stop() has run its course. Call once.
+    void run();
+    // Starts the stop sequence (see above); idempotent, from any thread.
+    void stop();
+
+    asio::any_io_executor executor() { return io_.get_executor(); }
+    // REQUIRES: on the executor.
+    const worker::session_registry& registry() const { return *registry_; }
+    const server& requests() const { return *server_; }
+    const ownership::keeper& leases() const { return keeper_; }
+
+  private:
+    static asio::awaitable<void> keep_leases(node* self);
+    static asio::awaitable<void> drain(node* self);
+
+    node_options options_;
+    std::shared_ptr<spdlog::logger> log_;
+    asio::io_context io_;
+    asio::executor_work_guard<asio::io_context::executor_type> work_;
+    asio::thread_pool store_pool_;
+    worker::system_clock clock_;
+    worker::tool_registry tools_;
+    ownership::keeper keeper_;
+    std::unique_ptr<server> server_;
+    std::unique_ptr<worker::session_registry> registry_;
+    asio::cancellation_signal stop_renewal_;
+    bool stopping_ = false;  // executor only
+};
+
+}  // namespace wuhu::broker
