@@ -16,6 +16,7 @@
 #include <unistd.h>
 #include <csignal>
 #include <fstream>
+#include <iostream>
 #include <thread>
 
 namespace wuhu::testing {
@@ -52,14 +53,6 @@ pid_t spawn(const char* bin, const std::vector<std::string>& args, const std::st
         _exit(127);
     }
     return pid;
-}
-
-pid_t spawn_worker(const std::string& data, const std::string& script, const std::string& prefix,
-                   const std::string& url = nats_url(), const std::string& log = "") {
-    return spawn(WUHU_WORKER_BIN,
-                 {"--nats", url, "--store", "sqlite://" + data, "--script", script, "--prefix",
-                  prefix, "--worker-id", "proc-1"},
-                 log);
 }
 
 // The lines of a file; every one must be a JSON object (the worker's log).
@@ -147,7 +140,7 @@ int wait_exit(pid_t pid, std::chrono::seconds limit) {
     return -1;
 }
 
-// Kills the worker if a test ends early.
+// Kills a process (a nats-server of the test's own) if the test ends early.
 struct process_guard {
     pid_t& pid;
     ~process_guard() {
@@ -169,18 +162,61 @@ json::value subscribe_when_up(broker::nats_client& nc, const std::string& prefix
     return json::object{};
 }
 
+// A wuhu-worker process of one test: its own data directory, script, subject prefix and log
+// file (printed if the test fails); killed if the test ends early.
+class worker_process {
+  public:
+    worker_process(const std::string& tag, const std::string& script_json)
+        : prefix_("wuhu_" + tag + std::to_string(getpid())) {
+        std::ofstream(script()) << script_json;
+    }
+    ~worker_process() {
+        if (running()) {
+            kill(pid_, SIGKILL);
+            waitpid(pid_, nullptr, 0);
+        }
+        if (::testing::Test::HasFailure()) {
+            std::ifstream f(log());
+            std::cerr << "worker log:\n" << f.rdbuf();
+        }
+    }
+    worker_process(const worker_process&) = delete;
+
+    void start(const std::string& url = nats_url()) {
+        pid_ = spawn(WUHU_WORKER_BIN,
+                     {"--nats", url, "--store", "sqlite://" + (dir_.path() / "data").string(),
+                      "--script", script(), "--prefix", prefix_, "--worker-id", "proc-1"},
+                     log());
+    }
+    // SIGTERM; the exit status (-1: it did not exit within 15 s).
+    int stop() {
+        kill(pid_, SIGTERM);
+        const int status = wait_exit(pid_, 15s);
+        pid_ = 0;
+        return status;
+    }
+    bool running() const { return pid_ > 0 && waitpid(pid_, nullptr, WNOHANG) == 0; }
+
+    const std::string& prefix() const { return prefix_; }
+    std::string log() const { return (dir_.path() / "worker.log").string(); }
+    const std::filesystem::path& dir() const { return dir_.path(); }
+
+  private:
+    std::string script() const { return (dir_.path() / "script.json").string(); }
+
+    temp_dir dir_;
+    std::string prefix_;
+    pid_t pid_ = 0;
+};
+
 }  // namespace
 
 TEST(WorkerProcess, ServesRequestsStopsOnSigtermAndKeepsSessionsAcrossRestarts) {
-    temp_dir dir;
-    const std::string prefix = "wuhu_p" + std::to_string(getpid());
-    const std::string script = (dir.path() / "script.json").string();
-    std::ofstream(script) << R"({"responses":[{"text":"hello from the worker"}]})";
-    const std::string data = (dir.path() / "data").string();
+    worker_process worker("p", R"({"responses":[{"text":"hello from the worker"}]})");
+    const auto& prefix = worker.prefix();
     broker::nats_client nc(nats_url(), "proctest-client");
 
-    pid_t worker = spawn_worker(data, script, prefix);
-    process_guard guard{worker};
+    worker.start();
     auto first = subscribe_when_up(nc, prefix);
     EXPECT_EQ(first.at("ok"), true);
     auto r = nc.request(prefix + ".session.p1.enqueue",
@@ -195,21 +231,17 @@ TEST(WorkerProcess, ServesRequestsStopsOnSigtermAndKeepsSessionsAcrossRestarts) 
         std::this_thread::sleep_for(50ms);
     }
     EXPECT_TRUE(answered);
-    kill(worker, SIGTERM);
-    EXPECT_EQ(wait_exit(worker, 15s), 0) << "SIGTERM must stop the worker with status 0";
-    worker = 0;
+    EXPECT_EQ(worker.stop(), 0) << "SIGTERM must stop the worker with status 0";
 
     // A new worker on the same data directory has the session.
-    worker = spawn_worker(data, script, prefix);
+    worker.start();
     auto again = subscribe_when_up(nc, prefix);
     ASSERT_EQ(again.at("ok"), true);
     const auto& entries = again.at("patch").at("transcript").as_array();
     ASSERT_GE(entries.size(), 2u);
     EXPECT_EQ(entries[0].at("content"), "hi");
     EXPECT_EQ(entries[1].at("text"), "hello from the worker");
-    kill(worker, SIGTERM);
-    EXPECT_EQ(wait_exit(worker, 15s), 0);
-    worker = 0;
+    EXPECT_EQ(worker.stop(), 0);
 }
 
 TEST(WorkerProcess, ReconnectsToNatsAfterTheServerRestarts) {
@@ -219,13 +251,9 @@ TEST(WorkerProcess, ReconnectsToNatsAfterTheServerRestarts) {
     pid_t nats = spawn_nats(port);
     ASSERT_GT(nats, 0) << "nats-server did not start on port " << port;
     process_guard nats_guard{nats};
-    temp_dir dir;
-    const std::string prefix = "wuhu_r" + std::to_string(getpid());
-    const std::string script = (dir.path() / "script.json").string();
-    std::ofstream(script) << R"({"responses":[{"text":"one"},{"text":"two"}]})";
-    const std::string log = (dir.path() / "worker.log").string();
-    pid_t worker = spawn_worker((dir.path() / "data").string(), script, prefix, url, log);
-    process_guard guard{worker};
+    worker_process worker("r", R"({"responses":[{"text":"one"},{"text":"two"}]})");
+    const auto& prefix = worker.prefix();
+    worker.start(url);
     broker::nats_client nc(url, "reconnect-client");
     ASSERT_EQ(subscribe_when_up(nc, prefix).at("ok"), true);
 
@@ -233,7 +261,7 @@ TEST(WorkerProcess, ReconnectsToNatsAfterTheServerRestarts) {
     kill(nats, SIGTERM);
     ASSERT_GE(wait_exit(nats, 10s), 0);
     std::this_thread::sleep_for(500ms);
-    EXPECT_EQ(waitpid(worker, nullptr, WNOHANG), 0) << "the worker must survive the outage";
+    EXPECT_TRUE(worker.running()) << "the worker must survive the outage";
     nats = spawn_nats(port);
     ASSERT_GT(nats, 0) << "nats-server did not restart on port " << port;
 
@@ -249,15 +277,13 @@ TEST(WorkerProcess, ReconnectsToNatsAfterTheServerRestarts) {
     }
     ASSERT_TRUE(r.has_value()) << "no reply within 60 s of the server's restart";
     EXPECT_EQ(json::parse(*r).at("id"), "after-restart");
-    kill(worker, SIGTERM);
-    EXPECT_EQ(wait_exit(worker, 15s), 0);
-    worker = 0;
+    EXPECT_EQ(worker.stop(), 0);
     kill(nats, SIGTERM);
     wait_exit(nats, 10s);
     nats = 0;
     // The outage is in the worker's log, every line of which is a JSON object.
-    const auto lines = json_lines(log);
-    EXPECT_TRUE(logged(lines, "NATS connection lost")) << "log: " << log;
+    const auto lines = json_lines(worker.log());
+    EXPECT_TRUE(logged(lines, "NATS connection lost"));
     EXPECT_TRUE(logged(lines, "NATS reconnected"));
     EXPECT_TRUE(logged(lines, "released 1 leases"));
 }
@@ -272,19 +298,12 @@ TEST(WorkerProcess, ConnectsWithCredentialsInTheUrlAndNeverLogsThem) {
     EXPECT_THROW(broker::nats_client("nats://127.0.0.1:" + std::to_string(port), "no-creds"),
                  std::runtime_error)
         << "the server must require the password";
-    temp_dir dir;
-    const std::string prefix = "wuhu_c" + std::to_string(getpid());
-    const std::string script = (dir.path() / "script.json").string();
-    std::ofstream(script) << R"({"responses":[{"text":"ok"}]})";
-    const std::string log = (dir.path() / "worker.log").string();
-    pid_t worker = spawn_worker((dir.path() / "data").string(), script, prefix, url, log);
-    process_guard guard{worker};
+    worker_process worker("c", R"({"responses":[{"text":"ok"}]})");
+    worker.start(url);
     broker::nats_client nc(url, "creds-client");
-    EXPECT_EQ(subscribe_when_up(nc, prefix).at("ok"), true);
-    kill(worker, SIGTERM);
-    EXPECT_EQ(wait_exit(worker, 15s), 0);
-    worker = 0;
-    std::ifstream f(log);
+    EXPECT_EQ(subscribe_when_up(nc, worker.prefix()).at("ok"), true);
+    EXPECT_EQ(worker.stop(), 0);
+    std::ifstream f(worker.log());
     const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
     EXPECT_EQ(text.find("s3cret-pw"), std::string::npos) << text;
     EXPECT_NE(text.find("nats://***@127.0.0.1"), std::string::npos) << text;
@@ -314,17 +333,14 @@ TEST(WorkerProcess, BadFlagsAndVariablesAreUsageErrors) {
 
 // wuhuctl's exit codes, which scripts rely on: 0 ok, 1 refused, 2 usage, 3 no reply.
 TEST(Wuhuctl, ExitCodesTellOkRefusedUsageAndNoReply) {
-    temp_dir dir;
-    const std::string prefix = "wuhu_x" + std::to_string(getpid());
-    const std::string script = (dir.path() / "script.json").string();
-    std::ofstream(script) << R"({"responses":[{"text":"ok"}]})";
-    pid_t worker = spawn_worker((dir.path() / "data").string(), script, prefix);
-    process_guard guard{worker};
+    worker_process worker("x", R"({"responses":[{"text":"ok"}]})");
+    const auto& prefix = worker.prefix();
+    worker.start();
     broker::nats_client nc(nats_url(), "ctl-client");
     ASSERT_EQ(subscribe_when_up(nc, prefix).at("ok"), true);
     auto ctl = [&](std::vector<std::string> args, const std::string& with_prefix) {
         args.insert(args.begin(), {"--nats", nats_url(), "--prefix", with_prefix});
-        return wait_exit(spawn(WUHUCTL_BIN, args, (dir.path() / "ctl.log").string()), 30s);
+        return wait_exit(spawn(WUHUCTL_BIN, args, (worker.dir() / "ctl.log").string()), 30s);
     };
     EXPECT_EQ(ctl({"pause", "p1"}, prefix), 0);
     EXPECT_EQ(ctl({"cancel", "p1", "system", "x"}, prefix), 1);
@@ -332,9 +348,7 @@ TEST(Wuhuctl, ExitCodesTellOkRefusedUsageAndNoReply) {
     EXPECT_EQ(ctl({"send", "p1"}, prefix), 2);
     EXPECT_EQ(ctl({"frobnicate", "p1"}, prefix), 2);
     EXPECT_EQ(ctl({"status", "p1"}, prefix + "_nobody"), 3);
-    kill(worker, SIGTERM);
-    EXPECT_EQ(wait_exit(worker, 15s), 0);
-    worker = 0;
+    EXPECT_EQ(worker.stop(), 0);
 }
 
 }  // namespace wuhu::testing
