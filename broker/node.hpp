@@ -25,7 +25,6 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/thread_pool.hpp>
 
-#include <atomic>
 #include <memory>
 
 namespace wuhu::broker {
@@ -60,7 +59,6 @@ class node {
     // REQUIRES: on the executor.
     const worker::session_registry& registry() const { return *registry_; }
     const server& requests() const { return *server_; }
-    const ownership::keeper& leases() const { return keeper_; }
 
   private:
     static asio::awaitable<void> keep_leases(node* self);
