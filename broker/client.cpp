@@ -363,9 +363,16 @@ watch_cursor::delivery watch_cursor::resync(const json::object& reply) {
 
 watch_cursor::delivery watch_cursor::patch(const json::object& p) {
     delivery out;
-    if (p.at("from") == version_) {
+    const auto* from = p.if_contains("from");
+    const auto* to = p.if_contains("to");
+    const auto* transcript = p.if_contains("transcript");
+    if (from == nullptr || to == nullptr || transcript == nullptr || !from->is_object() ||
+        !to->is_object() || !transcript->is_array()) {
+        return out;  // not a patch of the contract (anyone may publish on the subject)
+    }
+    if (*from == version_) {
         take_patch(p, out);
-    } else if (!covered(p.at("to"), version_)) {
+    } else if (!covered(*to, version_)) {
         out.gap = true;  // a patch is missing between version_ and this one
     }
     return out;

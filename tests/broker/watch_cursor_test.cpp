@@ -87,6 +87,22 @@ TEST(WatchCursor, EventsAtOrBelowTheBackfillAreDroppedAndLaterOnesDelivered) {
     EXPECT_TRUE(c.delta(text_delta(0, 3, "!")).deltas.empty());
 }
 
+TEST(WatchCursor, AMessageThatIsNotAnEventOfTheContractIsIgnored) {
+    watch_cursor c;
+    c.start(reply(patch(version(0), version(1)), 0));
+    // Anyone may publish on the events subject: what is not a patch or a delta is no gap.
+    for (const auto& junk :
+         {json::object{}, json::object{{"from", 1}, {"to", "x"}}, json::object{{"to", version(5)}},
+          json::object{{"from", version(1)}, {"to", version(2)}}}) {
+        auto d = c.patch(junk);
+        EXPECT_TRUE(d.patches.empty()) << json::serialize(junk);
+        EXPECT_FALSE(d.gap) << json::serialize(junk);
+    }
+    EXPECT_TRUE(c.delta(json::object{{"seq", "one"}}).deltas.empty());
+    EXPECT_EQ(c.version(), version(1));
+    EXPECT_EQ(c.patch(patch(version(1), version(2))).patches.size(), 1u);
+}
+
 TEST(WatchCursor, StreamEventsOfAMessageCommittedBeforeTheBackfillAreDropped) {
     watch_cursor c;
     c.start(reply(patch(version(0), version(3), json::array{assistant("Hello")}), 1));
