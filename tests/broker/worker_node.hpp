@@ -25,7 +25,6 @@ struct node_options {
     std::string worker_id = "w1";
     std::string script;
     std::size_t max_reply_bytes = 0;
-    std::chrono::milliseconds lease_ttl{15000};
     std::chrono::milliseconds drain_timeout{10000};
 };
 
@@ -81,7 +80,6 @@ class worker_node {
         o.worker_id = options_.worker_id;
         o.server.prefix = options_.prefix;
         o.server.max_reply_bytes = options_.max_reply_bytes;
-        o.lease_ttl = options_.lease_ttl;
         o.drain_timeout = options_.drain_timeout;
         o.store_threads = 2;
         return o;
