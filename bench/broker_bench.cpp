@@ -187,7 +187,9 @@ int main(int argc, char** argv) {
     // Enqueue ack latency: a paused session (input is persisted, nothing is inferred), one
     // request at a time.
     auto ack_latency = [&](const std::string& sid) -> std::optional<stats> {
-        if (!client.request("wuhu_bench.session." + sid + ".pause", "{}", 10s)) {
+        // configure creates the session (pause only changes an existing one).
+        if (!client.request("wuhu_bench.session." + sid + ".configure", "{}", 10s) ||
+            !client.request("wuhu_bench.session." + sid + ".pause", "{}", 10s)) {
             std::fprintf(stderr, "broker_bench: the worker did not answer\n");
             return std::nullopt;
         }
@@ -236,8 +238,9 @@ int main(int argc, char** argv) {
         for (int c = 0; c < clients; ++c) {
             conns.push_back(
                 std::make_unique<wuhu::broker::nats_client>(url, "bench-c" + std::to_string(c)));
-            conns.back()->request("wuhu_bench.session.tp" + std::to_string(c) + ".pause", "{}",
-                                  10s);
+            const std::string sid = "wuhu_bench.session.tp" + std::to_string(c);
+            conns.back()->request(sid + ".configure", "{}", 10s);
+            conns.back()->request(sid + ".pause", "{}", 10s);
         }
         std::atomic<int> done{0};
         std::vector<std::thread> threads;

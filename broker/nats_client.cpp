@@ -3,6 +3,7 @@
 #include <nats/nats.h>
 
 #include <condition_variable>
+#include <cstring>
 #include <mutex>
 #include <stdexcept>
 
@@ -10,13 +11,46 @@ namespace wuhu::broker {
 
 namespace {
 
-void on_message(natsConnection*, natsSubscription*, natsMsg* msg, void* closure) {
-    nats_message m;
-    m.subject = natsMsg_GetSubject(msg);
-    if (const char* r = natsMsg_GetReply(msg)) {
-        m.reply = r;
+// Whether the C string at `text` is followed directly by the part at `next` (its terminator is
+// the only byte between them), or, when `headers_may_follow`, by a header block
+// ("NATS/1.0" then a space or CR).
+bool ends_at(const char* text, const char* next, bool headers_may_follow) {
+    const std::size_t n = std::strlen(text);
+    if (text + n + 1 == next) {
+        return true;
     }
-    m.data.assign(natsMsg_GetData(msg), static_cast<std::size_t>(natsMsg_GetDataLength(msg)));
+    const char* h = text + n + 1;
+    return headers_may_follow && std::strncmp(h, "NATS/1.0", 8) == 0 &&
+           (h[8] == ' ' || h[8] == '\r');
+}
+
+// libnats 3.4.1 hands out the subject and the reply as C strings, but keeps every byte it
+// received: a message is one block, "subject\0[reply\0][headers\0]data". A subject or reply
+// with a NUL inside is longer than strlen() says, and must never be read as its prefix
+// (`wuhu.session.victim.enqueue\0zz` is not `wuhu.session.victim.enqueue`). So the subject is
+// taken with all its bytes (the request is then refused as malformed), and a reply subject
+// with hidden bytes is refused: the answer would go to someone else's inbox.
+nats_message read_message(natsMsg* msg) {
+    nats_message m;
+    const char* subject = natsMsg_GetSubject(msg);
+    const char* reply = natsMsg_GetReply(msg);
+    const char* data = natsMsg_GetData(msg);
+    if (reply != nullptr) {
+        m.subject.assign(subject, static_cast<std::size_t>(reply - subject - 1));
+        m.reply = reply;
+        m.bad_reply = !ends_at(reply, data, true);
+    } else if (ends_at(subject, data, true)) {
+        m.subject = subject;
+    } else {
+        m.subject = subject;
+        m.subject.push_back('\0');  // more bytes follow: at least this one
+    }
+    m.data.assign(data, static_cast<std::size_t>(natsMsg_GetDataLength(msg)));
+    return m;
+}
+
+void on_message(natsConnection*, natsSubscription*, natsMsg* msg, void* closure) {
+    nats_message m = read_message(msg);
     natsMsg_Destroy(msg);
     (*static_cast<nats_client::handler*>(closure))(std::move(m));
 }
@@ -156,6 +190,17 @@ std::size_t nats_client::queue_subscribe(const std::string& subject, const std::
     return subs_.size() - 1;
 }
 
+void nats_client::drain(std::size_t token) {
+    if (token < subs_.size() && subs_[token] != nullptr) {
+        natsSubscription_DrainTimeout(subs_[token], 10000);
+    }
+}
+
+bool nats_client::draining(std::size_t token) const {
+    return token < subs_.size() && subs_[token] != nullptr &&
+           natsSubscription_IsValid(subs_[token]);
+}
+
 void nats_client::unsubscribe(std::size_t token) {
     if (token < subs_.size() && subs_[token] != nullptr) {
         natsSubscription_Unsubscribe(subs_[token]);
@@ -205,6 +250,52 @@ std::optional<std::string> nats_client::request(const std::string& subject, std:
     }
     std::string out(natsMsg_GetData(reply), static_cast<std::size_t>(natsMsg_GetDataLength(reply)));
     natsMsg_Destroy(reply);
+    return out;
+}
+
+std::vector<std::optional<std::string>> nats_client::request_all(
+    const std::vector<std::string>& subjects, std::string_view data,
+    std::chrono::milliseconds timeout) {
+    std::vector<std::optional<std::string>> out(subjects.size());
+    if (subjects.empty()) {
+        return out;
+    }
+    natsInbox* inbox = nullptr;
+    check(natsInbox_Create(&inbox), "nats inbox");
+    const std::string prefix = std::string(inbox) + ".";
+    natsInbox_Destroy(inbox);
+    natsSubscription* sub = nullptr;
+    natsStatus s = natsConnection_SubscribeSync(&sub, nc_, (prefix + "*").c_str());
+    for (std::size_t i = 0; s == NATS_OK && i < subjects.size(); ++i) {
+        s = natsConnection_PublishRequest(nc_, subjects[i].c_str(),
+                                          (prefix + std::to_string(i)).c_str(), data.data(),
+                                          static_cast<int>(data.size()));
+    }
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    std::size_t answered = 0;
+    while (s == NATS_OK && answered < subjects.size()) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+            deadline - std::chrono::steady_clock::now());
+        if (left.count() <= 0) {
+            break;
+        }
+        natsMsg* msg = nullptr;
+        if (natsSubscription_NextMsg(&msg, sub, static_cast<int64_t>(left.count())) != NATS_OK) {
+            break;
+        }
+        const std::string subject = natsMsg_GetSubject(msg);
+        const std::size_t i = std::strtoul(subject.c_str() + prefix.size(), nullptr, 10);
+        if (subject.size() > prefix.size() && i < out.size() && !out[i]) {
+            out[i].emplace(natsMsg_GetData(msg),
+                           static_cast<std::size_t>(natsMsg_GetDataLength(msg)));
+            ++answered;
+        }
+        natsMsg_Destroy(msg);
+    }
+    if (sub != nullptr) {
+        natsSubscription_Unsubscribe(sub);
+        natsSubscription_Destroy(sub);
+    }
     return out;
 }
 

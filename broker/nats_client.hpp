@@ -21,9 +21,11 @@ struct __natsSubscription;
 namespace wuhu::broker {
 
 struct nats_message {
-    std::string subject;
+    std::string subject;  // every byte received (a NUL included)
     std::string reply;
     std::string data;
+    // The reply subject had bytes a C string hides (a NUL): it cannot be answered safely.
+    bool bad_reply = false;
 };
 
 struct nats_options {
@@ -61,6 +63,10 @@ class nats_client {
     std::size_t subscribe(const std::string& subject, handler h);
     std::size_t queue_subscribe(const std::string& subject, const std::string& queue, handler h);
     void unsubscribe(std::size_t token);
+    // Removes interest but still delivers what was already received (asynchronously);
+    // draining(token) is true until the last of it has been handed to the handler.
+    void drain(std::size_t token);
+    bool draining(std::size_t token) const;
     // A request-reply round trip; nullopt on timeout or no responders.
     std::optional<std::string> request(const std::string& subject, std::string_view data,
                                        std::chrono::milliseconds timeout);
@@ -70,6 +76,11 @@ class nats_client {
     bool request_many(const std::string& subject, std::string_view data,
                       std::chrono::milliseconds timeout,
                       const std::function<bool(std::string)>& more);
+    // One request to each subject at once, each answered by one message: the answers in the
+    // order of `subjects` (nullopt: none within `timeout` of the start).
+    std::vector<std::optional<std::string>> request_all(const std::vector<std::string>& subjects,
+                                                        std::string_view data,
+                                                        std::chrono::milliseconds timeout);
     void flush();
     std::int64_t max_payload() const;
 

@@ -15,15 +15,46 @@ node::node(storage::session_store& store, ownership::lease_store& leases, nats_c
       log_(std::move(log)),
       work_(io_.get_executor()),
       store_pool_(options_.store_threads),
-      keeper_(leases, options_.worker_id, options_.lease_ttl) {
+      store_(store,
+             [log = log_](bool available, const boost::system::error_code& why) {
+                 if (available) {
+                     log->info("the session store is back");
+                 } else {
+                     log->error(
+                         "the session store is unavailable ({}): requests get "
+                         "'unavailable' until it is back",
+                         why.message());
+                 }
+             }),
+      keeper_(leases, options_.worker_id, ownership::lease_settings::for_ttl(options_.lease_ttl)) {
     worker::add_builtin_tools(tools_);
     auto loop = options_.loop;
     loop.store_executor = store_pool_.get_executor();
-    server_ = std::make_unique<server>(io_.get_executor(), nats, keeper_, options_.server);
+    server_ =
+        std::make_unique<server>(io_.get_executor(), nats, keeper_, tools_, options_.server, log_);
     registry_ = std::make_unique<worker::session_registry>(
-        io_.get_executor(), store,
+        io_.get_executor(), store_,
         [this, providers = std::move(providers)] { return providers(clock_); }, tools_, clock_,
-        loop, server_->epochs(), server_->publisher());
+        loop, server_->publisher());
+    keeper_.on_event([this](ownership::lease_event e, const ownership::lease& l) {
+        switch (e) {
+            case ownership::lease_event::acquired:
+                log_->info("lease of session {} acquired (epoch {})", l.id.str(), l.epoch.value);
+                break;
+            case ownership::lease_event::taken_over:
+                log_->warn("lease of session {} taken over from {}, whose lease expired (epoch {})",
+                           l.id.str(), l.taken_from, l.epoch.value);
+                break;
+            case ownership::lease_event::lost:
+                log_->warn("lease of session {} lost (epoch {}): unloading it", l.id.str(),
+                           l.epoch.value);
+                registry_->unload(l.id, l.epoch);
+                break;
+            case ownership::lease_event::released:
+                log_->info("lease of session {} released (epoch {})", l.id.str(), l.epoch.value);
+                break;
+        }
+    });
     server_->start(*registry_);
     asio::co_spawn(io_, keep_leases(this),
                    asio::bind_cancellation_slot(stop_renewal_.slot(), asio::detached));
@@ -32,7 +63,8 @@ node::node(storage::session_store& store, ownership::lease_store& leases, nats_c
 node::~node() {
     // run() has returned, or never ran: nothing runs on the executor any more.
     if (!stopping_) {
-        server_->stop();  // no libnats callback may reach the server once it is gone
+        server_->stop_taking();  // no libnats callback may reach the server once it is gone
+        server_->finish();
     }
     store_pool_.join();
 }
@@ -50,28 +82,30 @@ void node::stop() {
         stopping_ = true;
         log_->info("stopping: {} sessions loaded, {} requests in flight", registry_->size(),
                    server_->in_flight());
-        server_->stop();    // new requests go to the other workers
-        registry_->stop();  // every session loop is cancelled
+        server_->stop_taking();  // new requests go to the other workers
+        registry_->stop();       // every session loop is cancelled
         asio::co_spawn(io_, drain(this), asio::detached);
     });
 }
 
-// Renews this worker's leases every TTL/3; a session whose lease was lost is unloaded at once
-// (its store writes would fail on the fence anyway).
+// Renews this worker's leases every renew interval; a session whose lease was lost (or could
+// not be renewed before its deadline) is unloaded at once by the keeper's listener.
 asio::awaitable<void> node::keep_leases(node* self) {
     asio::steady_timer timer(co_await asio::this_coro::executor);
+    bool failing = false;
     for (;;) {
-        timer.expires_after(self->keeper_.ttl() / 3);
+        timer.expires_after(self->keeper_.settings().renew_interval);
         co_await timer.async_wait(asio::use_awaitable);
-        auto lost = self->keeper_.renew();
-        if (!lost) {
-            self->log_->error("lease renewal failed: {}", lost.error().message());
-            continue;
+        auto renewed = self->keeper_.renew();
+        if (!renewed && !failing) {
+            self->log_->error(
+                "lease renewal failed: {}; sessions are unloaded as their leases "
+                "run out",
+                renewed.error().message());
+        } else if (renewed && failing) {
+            self->log_->info("lease renewal works again");
         }
-        for (const auto& sid : *lost) {
-            self->log_->warn("lease of session {} lost: unloading it", sid.str());
-            self->registry_->unload(sid);
-        }
+        failing = !renewed;
     }
 }
 
@@ -82,7 +116,10 @@ asio::awaitable<void> node::keep_leases(node* self) {
 // stops with a coroutine still suspended on it, whose frame would outlive what it refers to.
 asio::awaitable<void> node::drain(node* self) {
     asio::steady_timer timer(co_await asio::this_coro::executor);
-    auto busy = [self] { return self->registry_->running() > 0 || self->server_->in_flight() > 0; };
+    auto busy = [self] {
+        return self->registry_->running() > 0 || self->server_->in_flight() > 0 ||
+               self->server_->draining();
+    };
     const auto deadline = std::chrono::steady_clock::now() + self->options_.drain_timeout;
     while (busy() && std::chrono::steady_clock::now() < deadline) {
         timer.expires_after(std::chrono::milliseconds(5));
@@ -101,6 +138,11 @@ asio::awaitable<void> node::drain(node* self) {
     self->keeper_.release_all();
     self->log_->info("released {} leases; {} requests were forwarded to other owners", released,
                      self->server_->forwarded());
+    // Another worker may have read a lease just before its release and forwarded a request
+    // here: keep answering (worker_stopping, which clients retry) for a little while.
+    timer.expires_after(self->options_.forward_grace);
+    co_await timer.async_wait(asio::use_awaitable);
+    self->server_->finish();
     while (busy()) {
         timer.expires_after(std::chrono::milliseconds(5));
         co_await timer.async_wait(asio::use_awaitable);

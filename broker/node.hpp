@@ -8,15 +8,21 @@
 // thread. The store, the lease store and the NATS connection belong to the caller and must
 // outlive the node.
 //
-// Stopping: stop taking requests (unsubscribe: the queue group sends new ones to the other
-// workers), cancel every session loop, answer the requests already taken (sessions not loaded
-// get worker_stopping, and the client retries elsewhere), release the leases so that other
-// workers take the sessions at once, and return from run(). After `drain_timeout` the leases
-// are released anyway (the new owners' epochs fence out whatever still runs here), and run()
-// returns once the last loop and request have.
+// Stopping: stop taking requests from the queue group (drain: the queue group sends new ones
+// to the other workers, and those already received are still handled), cancel every session
+// loop, answer the requests already taken (sessions not loaded get worker_stopping, and the
+// client retries elsewhere), release the leases so that other workers take the sessions at
+// once, keep answering requests forwarded here for `forward_grace` (worker_stopping: another
+// worker may have read the lease just before it was released), and return from run(). After
+// `drain_timeout` the leases are released anyway (the new owners' epochs fence out whatever
+// still runs here), and run() returns once the last loop and request have.
+//
+// Logs: every lease acquired, taken over, lost or released, with its epoch; the store going
+// away and coming back (once each per outage).
 #pragma once
 
 #include "broker/server.hpp"
+#include "storage/watched_store.hpp"
 #include "worker/clock.hpp"
 
 #include <spdlog/logger.h>
@@ -35,6 +41,7 @@ struct node_options {
     std::chrono::milliseconds lease_ttl{15000};
     std::size_t store_threads = 4;
     std::chrono::milliseconds drain_timeout{10000};
+    std::chrono::milliseconds forward_grace{250};
     worker::loop_options loop;  // its store_executor is the node's pool
 };
 
@@ -71,6 +78,7 @@ class node {
     asio::thread_pool store_pool_;
     worker::system_clock clock_;
     worker::tool_registry tools_;
+    storage::watched_store store_;
     ownership::keeper keeper_;
     std::unique_ptr<server> server_;
     std::unique_ptr<worker::session_registry> registry_;

@@ -41,6 +41,15 @@ s::result<route> parse_subject(std::string_view subject, std::string_view prefix
         return s::errc::unknown_command;
     }
     std::string_view rest = subject.substr(head.size());
+    // Read by length, byte by byte: nothing after a NUL (or any byte outside the alphabet of
+    // ids and verbs) is ever dropped or allowed.
+    for (char c : rest) {
+        const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                        (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.';
+        if (!ok) {
+            return s::errc::invalid_session_id;
+        }
+    }
     auto dot = rest.rfind('.');
     if (dot == std::string_view::npos) {
         return s::errc::invalid_session_id;

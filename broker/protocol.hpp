@@ -22,8 +22,10 @@ struct route {
     verb what;
 };
 
-// `<prefix>.session.<sid>.<verb>`. A subject that does not parse (a session id with a dot,
-// `*`, `>`, too many or too few tokens) is invalid_session_id; an unknown verb unknown_command.
+// `<prefix>.session.<sid>.<verb>`, read by its length. A subject that does not parse (a
+// session id with a dot, `*`, `>`, too many or too few tokens, or any byte outside
+// [A-Za-z0-9_-.] after the prefix, a NUL included) is invalid_session_id; an unknown verb
+// unknown_command.
 session::result<route> parse_subject(std::string_view subject, std::string_view prefix);
 
 std::string request_subject(std::string_view prefix, const session::session_id& sid, verb v);

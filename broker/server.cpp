@@ -1,11 +1,13 @@
 #include "broker/server.hpp"
 
 #include "broker/admin.hpp"
+#include "session/overloaded.hpp"
 #include "storage/errc.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/post.hpp>
 
+#include <algorithm>
 #include <set>
 
 namespace wuhu::broker {
@@ -18,44 +20,44 @@ struct remove_work {};
 // A request decoded and validated, ready to run on the session's owner.
 using work = std::variant<remove_work, s::subscribe_request, worker::command>;
 
-}  // namespace
+// Routing a request more often than this (its session was unloaded, deleted or fenced each
+// time it reached it) answers owner_changed: the client retries later.
+constexpr int max_routes = 3;
 
-server::server(asio::any_io_executor ex, nats_client& nats, ownership::keeper& keeper,
-               server_options options)
-    : ex_(std::move(ex)),
-      nats_(nats),
-      keeper_(keeper),
-      options_(std::move(options)),
-      forward_prefix_(options_.prefix + ".worker." + keeper_.worker_id()) {
-    auto max = nats_.max_payload();
-    if (max > 0) {
-        options_.limits.max_request_bytes = static_cast<std::size_t>(max);
-        if (options_.max_reply_bytes == 0) {
-            options_.max_reply_bytes = static_cast<std::size_t>(max);
+bool creates_session(verb v) {
+    return v == verb::enqueue || v == verb::system || v == verb::configure;
+}
+
+// The answer to a request for a session that does not exist: nothing is created.
+std::vector<std::string> absent_session(verb v, const work& w, std::size_t max_reply_bytes) {
+    switch (v) {
+        case verb::subscribe: {
+            const s::session_state empty;
+            auto p = s::since(empty, std::get<s::subscribe_request>(w).since);
+            if (!p) {
+                return {error_reply(p.error())};
+            }
+            return chunked(subscribe_reply(*p, *p->state, 0, std::nullopt), max_reply_bytes);
         }
+        case verb::cancel:
+            return {error_reply(s::errc::item_not_found)};
+        case verb::pause:
+        case verb::resume:
+            return {error_reply(s::errc::session_not_found)};
+        default:  // abort (nothing in flight), delete (idempotent)
+            return {ok_reply(v, {})};
     }
 }
 
-worker::session_registry::event_forwarder server::publisher() {
-    return [this](const s::session_id& sid, const worker::loop_event& e) {
-        if (const auto* c = std::get_if<worker::committed_event>(&e)) {
-            nats_.publish(patch_subject(options_.prefix, sid), patch_event(c->patch));
-        } else if (auto d = delta_event(e)) {
-            nats_.publish(delta_subject(options_.prefix, sid), *d);
-        }
-    };
-}
-
-worker::session_registry::epoch_source server::epochs() {
-    return [this](const s::session_id& sid) { return keeper_.epoch_of(sid); };
-}
-
-namespace {
-
 // One request, answered on the executor (a named coroutine taking its arguments by value).
-asio::awaitable<void> serve(server* srv, worker::session_registry* reg, nats_client* nats,
-                            nats_message m) {
+asio::awaitable<void> serve(server* srv, worker::session_registry* reg, nats_message m) {
+    if (m.bad_reply) {
+        // A reply subject with bytes a C string hides: answering it would reach another inbox.
+        srv->count_failure("reply (the reply subject has a NUL byte)", m.subject, 0);
+        co_return;
+    }
     std::string reply_to = m.reply;
+    std::string subject = m.subject;
     std::vector<std::string> replies;
     try {
         auto handled = srv->handle(*reg, std::move(m));
@@ -66,12 +68,60 @@ asio::awaitable<void> serve(server* srv, worker::session_registry* reg, nats_cli
     }
     if (!reply_to.empty()) {
         for (const auto& r : replies) {
-            nats->publish(reply_to, r);
+            srv->publish(reply_to, r, "reply", subject);
         }
     }
 }
 
 }  // namespace
+
+server::server(asio::any_io_executor ex, nats_client& nats, ownership::keeper& keeper,
+               const worker::tool_registry& tools, server_options options,
+               std::shared_ptr<spdlog::logger> log)
+    : ex_(std::move(ex)),
+      nats_(nats),
+      keeper_(keeper),
+      tools_(tools),
+      options_(std::move(options)),
+      log_(std::move(log)),
+      forward_prefix_(options_.prefix + ".worker." + keeper_.worker_id()) {
+    auto max = nats_.max_payload();
+    if (max > 0) {
+        options_.limits.max_request_bytes = static_cast<std::size_t>(max);
+        if (options_.max_reply_bytes == 0) {
+            options_.max_reply_bytes = static_cast<std::size_t>(max);
+        }
+    }
+}
+
+void server::publish(const std::string& subject, std::string_view data, std::string_view what,
+                     std::string_view context) {
+    if (!nats_.publish(subject, data)) {
+        count_failure(what, context, data.size());
+    }
+}
+
+void server::count_failure(std::string_view what, std::string_view context, std::size_t bytes) {
+    // Logged one by one at first, then once per thousand: an outage must not flood the log.
+    const auto n = ++publish_failures_;
+    if (n <= 20 || n % 1000 == 0) {
+        log_->warn("could not publish a {} of {} ({} bytes; {} publishes failed so far)", what,
+                   context, bytes, n);
+    }
+}
+
+worker::session_registry::event_forwarder server::publisher() {
+    return [this](const s::session_id& sid, const worker::loop_event& e) {
+        if (const auto* c = std::get_if<worker::committed_event>(&e)) {
+            publish(patch_subject(options_.prefix, sid), patch_event(c->patch), "patch", sid.str());
+        } else if (const auto* st = std::get_if<worker::state_event>(&e)) {
+            publish(patch_subject(options_.prefix, sid), patch_event(st->patch), "status patch",
+                    sid.str());
+        } else if (auto d = delta_event(e)) {
+            publish(delta_subject(options_.prefix, sid), *d, "stream delta", sid.str());
+        }
+    };
+}
 
 void server::start(worker::session_registry& registry) {
     store_ = &registry.store();
@@ -79,42 +129,90 @@ void server::start(worker::session_registry& registry) {
     // every request it has taken.
     auto on_request = [this, &registry](nats_message m) {
         ++in_flight_;
-        asio::co_spawn(ex_, serve(this, &registry, &nats_, std::move(m)),
+        asio::co_spawn(ex_, serve(this, &registry, std::move(m)),
                        [this](const std::exception_ptr&) { --in_flight_; });
     };
-    subscriptions_.push_back(
+    taking_.push_back(
         nats_.queue_subscribe(options_.prefix + ".session.>", options_.queue_group, on_request));
-    subscriptions_.push_back(nats_.subscribe(forward_prefix_ + ".session.>", on_request));
-    // The fleet view: any one worker answers, asking each owner for its loaded sessions.
-    subscriptions_.push_back(nats_.queue_subscribe(
+    // The fleet view: any one worker answers, asking each owner for a page of its sessions.
+    taking_.push_back(nats_.queue_subscribe(
         options_.prefix + ".admin.sessions", options_.queue_group, [this](nats_message m) {
-            if (m.reply.empty()) {
+            if (m.reply.empty() || m.bad_reply) {
                 return;  // nobody to answer
             }
-            asio::post(admin_,
-                       [this, m = std::move(m)] { nats_.publish(m.reply, list_sessions(m)); });
+            asio::post(admin_, [this, m = std::move(m)] {
+                for (const auto& part : chunked(list_sessions(m), options_.max_reply_bytes)) {
+                    publish(m.reply, part, "fleet view reply", "admin.sessions");
+                }
+            });
         }));
-    subscriptions_.push_back(
+    forwarded_to_me_.push_back(nats_.subscribe(forward_prefix_ + ".session.>", on_request));
+    forwarded_to_me_.push_back(
         nats_.subscribe(forward_prefix_ + ".admin.local", [this, &registry](nats_message m) {
+            if (m.reply.empty() || m.bad_reply) {
+                return;
+            }
+            ++in_flight_;
             asio::post(ex_, [this, &registry, m = std::move(m)] {
-                boost::json::array local;
-                registry.each([&](const worker::agent_loop& loop) {
-                    local.push_back(session_summary(loop));
-                });
-                nats_.publish(m.reply, boost::json::serialize(
-                                           boost::json::object{{"ok", true}, {"sessions", local}}));
+                publish(m.reply, local_sessions(registry, m), "fleet view page", "admin.local");
+                --in_flight_;
             });
         }));
     nats_.flush();
 }
 
-void server::stop() {
+void server::stop_taking() {
     stopping_ = true;
-    for (auto token : subscriptions_) {
-        nats_.unsubscribe(token);
+    for (auto token : taking_) {
+        nats_.drain(token);
+        drained_.push_back(token);
     }
-    subscriptions_.clear();
+    taking_.clear();
     nats_.flush();
+}
+
+void server::finish() {
+    for (auto token : forwarded_to_me_) {
+        nats_.drain(token);
+        drained_.push_back(token);
+    }
+    forwarded_to_me_.clear();
+    nats_.flush();
+}
+
+bool server::draining() const {
+    return std::any_of(drained_.begin(), drained_.end(),
+                       [this](std::size_t token) { return nats_.draining(token); });
+}
+
+std::string server::local_sessions(worker::session_registry& registry, const nats_message& m) {
+    auto body = s::parse_body(m.data, options_.limits);
+    if (!body) {
+        return error_reply(body.error());
+    }
+    auto q = s::decode_sessions_query(*body);
+    if (!q) {
+        return error_reply(q.error());
+    }
+    std::vector<boost::json::object> loaded;
+    registry.each(
+        [&](const worker::agent_loop& loop) {
+            auto row = session_summary(loop);
+            if ((q->state && row.at("state").as_string() != *q->state) ||
+                (q->has_work && row.at("has_work").as_bool() != *q->has_work)) {
+                return true;
+            }
+            loaded.push_back(std::move(row));
+            return loaded.size() <= q->limit;  // one more tells the page is cut
+        },
+        q->after ? q->after->str() : std::string());
+    std::vector<s::session_id> unloaded;
+    for (auto& id : keeper_.held_ids()) {
+        if (!registry.contains(id)) {
+            unloaded.push_back(std::move(id));
+        }
+    }
+    return local_page(*q, loaded, unloaded, options_.max_reply_bytes);
 }
 
 std::string server::list_sessions(const nats_message& m) {
@@ -138,30 +236,22 @@ std::string server::list_sessions(const nats_message& m) {
     }
     std::set<std::string> owners;
     for (const auto& l : *leases) {
-        owners.insert(l.owner);
+        if (!q->owner || l.owner == *q->owner) {
+            owners.insert(l.owner);
+        }
     }
-    std::map<std::string, boost::json::object> summaries;
+    std::vector<std::string> subjects;
     for (const auto& owner : owners) {
-        auto r = nats_.request(options_.prefix + ".worker." + owner + ".admin.local", "{}",
-                               std::chrono::seconds(2));
-        if (!r) {
-            continue;  // a worker that does not answer: its rows show the lease only
-        }
-        boost::system::error_code ec;
-        auto v = boost::json::parse(*r, ec);
-        const auto* rows = !ec && v.is_object() ? v.as_object().if_contains("sessions") : nullptr;
-        if (rows == nullptr || !rows->is_array()) {
-            continue;
-        }
-        for (const auto& row : rows->as_array()) {
-            const auto* id = row.is_object() ? row.as_object().if_contains("id") : nullptr;
-            const auto* state = row.is_object() ? row.as_object().if_contains("state") : nullptr;
-            if (id != nullptr && id->is_string() && state != nullptr && state->is_string()) {
-                summaries[std::string(id->as_string())] = row.as_object();
-            }
-        }
+        subjects.push_back(options_.prefix + ".worker." + owner + ".admin.local");
     }
-    return sessions_page(*q, *catalog, *leases, summaries);
+    auto answers = nats_.request_all(subjects, local_query(*q), options_.admin_timeout);
+    std::map<std::string, std::optional<owner_page>> pages;
+    std::size_t i = 0;
+    for (const auto& owner : owners) {
+        pages[owner] = answers[i] ? read_owner_page(*answers[i]) : std::nullopt;
+        ++i;
+    }
+    return sessions_page(*q, *catalog, *leases, pages);
 }
 
 s::queue_item_id server::new_item_id() {
@@ -202,60 +292,129 @@ asio::awaitable<std::vector<std::string>> server::handle(worker::session_registr
         if (!cmd) {
             co_return replies{error_reply(cmd.error())};
         }
+        if (const auto* c = std::get_if<worker::configure_command>(&*cmd); c && c->update.tools) {
+            for (std::size_t i = 0; i < c->update.tools->size(); ++i) {
+                if (tools_.find((*c->update.tools)[i], {}) == nullptr) {
+                    co_return replies{error_reply(
+                        s::decode_error{s::errc::invalid_settings, "tools." + std::to_string(i)})};
+                }
+            }
+        }
         w = std::move(*cmd);
     }
 
     const s::session_id sid = route->sid;
-    if (stopping_ && !registry.contains(sid)) {
-        co_return replies{error_reply(ownership::errc::worker_stopping)};
-    }
-    auto where = keeper_.place(sid);
-    if (!where) {
-        co_return replies{error_reply(where.error())};
-    }
-    if (const auto* other = std::get_if<ownership::keeper::elsewhere>(&*where)) {
-        if (forwarded) {  // never forwarded twice: the client retries and is routed afresh
-            co_return replies{error_reply(ownership::errc::owner_changed)};
+    // A request whose session was unloaded, deleted or fenced out while it waited changed
+    // nothing: forget that lease (if still this one) and route it again.
+    auto fenced = [&](s::lease_epoch epoch) {
+        if (auto held = keeper_.epoch_of(sid); held && *held == epoch) {
+            keeper_.lost(sid);
         }
-        ++forwarded_;
-        nats_.publish_request(
-            request_subject(options_.prefix + ".worker." + other->owner, sid, route->what), m.reply,
-            m.data);
-        co_return replies{};
-    }
+        registry.unload(sid, epoch);
+    };
+    for (int attempt = 0; attempt < max_routes; ++attempt) {
+        ownership::keeper::placement where;
+        if (stopping_) {
+            // Leaving: serve only what is loaded here under a lease still held; take nothing.
+            auto at = keeper_.locate(sid);
+            if (!at) {
+                co_return replies{error_reply(at.error())};
+            }
+            if (!*at || !std::holds_alternative<ownership::keeper::here>(**at) ||
+                !registry.contains(sid)) {
+                co_return replies{error_reply(ownership::errc::worker_stopping)};
+            }
+            where = **at;
+        } else if (creates_session(route->what)) {
+            auto at = keeper_.place(sid);
+            if (!at) {
+                co_return replies{error_reply(at.error())};
+            }
+            where = *at;
+        } else {
+            auto at = keeper_.locate(sid);
+            if (!at) {
+                co_return replies{error_reply(at.error())};
+            }
+            if (!*at) {
+                // Nobody runs it: read what exists, create nothing.
+                auto checking = registry.exists(sid);
+                auto there = co_await std::move(checking);
+                if (!there) {
+                    co_return replies{error_reply(there.error())};
+                }
+                if (!*there) {
+                    co_return absent_session(route->what, w, options_.max_reply_bytes);
+                }
+                auto taken = keeper_.place(sid);
+                if (!taken) {
+                    co_return replies{error_reply(taken.error())};
+                }
+                where = *taken;
+            } else {
+                where = **at;
+            }
+        }
+        if (const auto* other = std::get_if<ownership::keeper::elsewhere>(&where)) {
+            if (forwarded) {  // never forwarded twice: the client retries and is routed afresh
+                co_return replies{error_reply(ownership::errc::owner_changed)};
+            }
+            ++forwarded_;
+            if (!nats_.publish_request(
+                    request_subject(options_.prefix + ".worker." + other->owner, sid, route->what),
+                    m.reply, m.data)) {
+                count_failure("forwarded request", sid.str(), m.data.size());
+            }
+            co_return replies{};
+        }
+        const s::lease_epoch epoch = std::get<ownership::keeper::here>(where).epoch;
 
-    if (std::holds_alternative<remove_work>(w)) {
-        auto r = registry.remove(sid);
+        if (std::holds_alternative<remove_work>(w)) {
+            auto removing = registry.remove(sid, epoch);
+            auto r = co_await std::move(removing);
+            if (!r) {
+                if (r.error() == storage::errc::lease_lost) {
+                    fenced(epoch);
+                    continue;
+                }
+                co_return replies{error_reply(r.error())};
+            }
+            auto l = keeper_.remove(sid);
+            co_return replies{l ? ok_reply(verb::remove, {}) : error_reply(l.error())};
+        }
+        auto getting = registry.get(sid, epoch);
+        auto loop = co_await std::move(getting);
+        if (!loop) {
+            if (loop.error() == storage::errc::lease_lost) {
+                fenced(epoch);  // a newer owner fenced this one out
+                continue;
+            }
+            co_return replies{error_reply(loop.error())};
+        }
+        if (const auto* req = std::get_if<s::subscribe_request>(&w)) {
+            const auto& st = (*loop)->state();
+            auto p = s::since(st, req->since, (*loop)->current());
+            if (!p) {
+                co_return replies{error_reply(p.error())};
+            }
+            p->state = (*loop)->status_now();
+            co_return chunked(
+                subscribe_reply(*p, *p->state, s::assistant_count(st), (*loop)->inflight()),
+                options_.max_reply_bytes);
+        }
+        worker::command cmd = std::get<worker::command>(w);  // a copy: it may be routed again
+        auto sent = (*loop)->send(std::move(cmd));
+        auto r = co_await std::move(sent);
         if (!r) {
+            if (r.error() == storage::errc::lease_lost) {
+                fenced(epoch);
+                continue;
+            }
             co_return replies{error_reply(r.error())};
         }
-        auto l = keeper_.remove(sid);
-        co_return replies{l ? ok_reply(verb::remove, {}) : error_reply(l.error())};
+        co_return replies{ok_reply(route->what, *r)};
     }
-    auto loop = registry.get(sid);
-    if (!loop) {
-        if (loop.error() == storage::errc::lease_lost) {
-            keeper_.release(sid);  // a newer owner fenced this one out: route afresh next time
-        }
-        co_return replies{error_reply(loop.error())};
-    }
-    if (const auto* req = std::get_if<s::subscribe_request>(&w)) {
-        const auto& st = (*loop)->state();
-        auto p = s::since(st, req->since, (*loop)->current());
-        if (!p) {
-            co_return replies{error_reply(p.error())};
-        }
-        co_return chunked(
-            subscribe_reply(*p, *p->state, s::assistant_count(st), (*loop)->inflight()),
-            options_.max_reply_bytes);
-    }
-    auto cmd = std::get<worker::command>(std::move(w));
-    auto sent = (*loop)->send(std::move(cmd));
-    auto r = co_await std::move(sent);
-    if (!r) {
-        co_return replies{error_reply(r.error())};
-    }
-    co_return replies{ok_reply(route->what, *r)};
+    co_return replies{error_reply(ownership::errc::owner_changed)};
 }
 
 }  // namespace wuhu::broker

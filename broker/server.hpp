@@ -2,9 +2,17 @@
 // `wuhu-workers` and requests forwarded to it on `<prefix>.worker.<worker-id>.session.>`,
 // routes each by the session's lease (here, or forwarded to the live owner with the reply
 // subject unchanged), answers after the command is durable, and publishes every session's
-// committed patches and stream deltas. Any worker answers `<prefix>.admin.sessions`. libnats
-// callbacks only copy the message and post it to the worker's executor; nothing blocks a libnats
-// thread.
+// committed patches, status changes and stream deltas. Any worker answers
+// `<prefix>.admin.sessions`. libnats callbacks only copy the message and post it to the
+// worker's executor; nothing blocks a libnats thread.
+//
+// Routing, per request: a command that creates a session (enqueue, system, configure) takes the
+// lease if nobody live holds it; any other (subscribe, cancel, abort, pause, resume, delete)
+// looks first, and a session that does not exist is answered as such, creating nothing. A
+// request whose session was unloaded, deleted or fenced while it waited changed nothing, and is
+// routed again (at most three times, then `owner_changed`, which clients retry).
+//
+// Every failed publish (a reply or an event) is logged with its session and counted.
 //
 // Executor: handle() and the event forwarding run on `ex`, the registry's executor.
 #pragma once
@@ -14,6 +22,7 @@
 #include "ownership/keeper.hpp"
 #include "worker/registry.hpp"
 
+#include <spdlog/logger.h>
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/thread_pool.hpp>
 
@@ -31,24 +40,30 @@ struct server_options {
     // The largest reply message; a larger subscribe reply goes out in ordered chunks. 0: the
     // server's max payload.
     std::size_t max_reply_bytes = 0;
+    // How long the fleet view waits for the owners' pages (asked all at once).
+    std::chrono::milliseconds admin_timeout{500};
 };
 
 class server {
   public:
     server(asio::any_io_executor ex, nats_client& nats, ownership::keeper& keeper,
-           server_options options);
+           const worker::tool_registry& tools, server_options options,
+           std::shared_ptr<spdlog::logger> log);
 
     // The forwarder to give the session registry: publishes patches and deltas.
     worker::session_registry::event_forwarder publisher();
-    // The epoch source to give the session registry: the keeper's lease.
-    worker::session_registry::epoch_source epochs();
     // Subscribes; requests are then handled on the executor.
     void start(worker::session_registry& registry);
-    // Unsubscribes (on shutdown, first): new requests go to the other workers of the queue
-    // group, and forwarded ones time out for their callers, who retry. Requests already
-    // received are still answered: those of loaded sessions as usual, the others with
-    // worker_stopping. REQUIRES: on the executor.
-    void stop();
+    // The first step of a stop: drains the queue-group subscriptions (new requests go to the
+    // other workers; those already received are still handled) and serves only the sessions
+    // it has loaded and still holds (others get worker_stopping). Requests forwarded to this
+    // worker are still taken until finish(). REQUIRES: on the executor.
+    void stop_taking();
+    // The last step, once the leases are released: drains the forwarding subscriptions.
+    void finish();
+    // Whether requests already received may still be handed to handle() (a subscription is
+    // draining).
+    bool draining() const;
     // Requests received and not answered yet (the worker drains them before it stops).
     std::size_t in_flight() const { return in_flight_.load(); }
 
@@ -64,21 +79,33 @@ class server {
 
     // Requests this worker forwarded to another owner (for tests and logs).
     std::size_t forwarded() const { return forwarded_.load(); }
+    // Replies and events that could not be published (too large, or the connection refused).
+    std::size_t publish_failures() const { return publish_failures_.load(); }
+    // Publishes; a failure is counted and logged with `what` and its session (or subject).
+    void publish(const std::string& subject, std::string_view data, std::string_view what,
+                 std::string_view context);
+    void count_failure(std::string_view what, std::string_view context, std::size_t bytes);
 
   private:
     session::queue_item_id new_item_id();
+    std::string local_sessions(worker::session_registry& registry, const nats_message& m);
 
     asio::any_io_executor ex_;
     nats_client& nats_;
     ownership::keeper& keeper_;
+    const worker::tool_registry& tools_;
     server_options options_;
+    std::shared_ptr<spdlog::logger> log_;
     std::string forward_prefix_;  // <prefix>.worker.<worker-id>
     worker::system_clock clock_;
     std::mt19937_64 rng_{std::random_device{}()};
     std::atomic<std::size_t> forwarded_{0};
     std::atomic<std::size_t> in_flight_{0};
-    bool stopping_ = false;  // executor only
-    std::vector<std::size_t> subscriptions_;
+    std::atomic<std::size_t> publish_failures_{0};
+    bool stopping_ = false;                     // executor only
+    std::vector<std::size_t> taking_;           // queue-group subscriptions (drained first)
+    std::vector<std::size_t> forwarded_to_me_;  // this worker's own subjects (drained last)
+    std::vector<std::size_t> drained_;          // asked to drain
     // The registry's store, for the admin thread (thread-safe, and it outlives the server).
     storage::session_store* store_ = nullptr;
     // Admin listings wait on other workers' replies: one thread of their own, off the executor.

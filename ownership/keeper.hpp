@@ -1,9 +1,17 @@
 // The leases one worker holds, and where each session's requests go.
 //
 // place(sid) answers "here, at this epoch" (a lease this worker holds, or one it just took
-// because nobody live held it) or "at worker X" (another worker's live lease: forward). renew()
-// extends every held lease in one transaction; what it reports lost the worker must unload.
-// release_all() on shutdown lets other workers take the sessions at once.
+// because nobody live held it) or "at worker X" (another worker's live lease: forward);
+// locate(sid) answers the same without taking anything ("nobody": no live lease). renew()
+// extends every held lease in one transaction. release_all() on shutdown lets other workers
+// take the sessions at once.
+//
+// A held lease is served only until `stop_margin` before it would expire, counted on this
+// host's steady clock from the moment its last acquisition or renewal began (the store's
+// expiry is later than that). Past that deadline (the worker was frozen, or could not renew),
+// place() and locate() renew that lease first and serve it only if the store still has it: a
+// fenced owner never answers from its old state. A lease found lost is forgotten and reported
+// to the listener, which unloads the session.
 //
 // Not thread-safe: the worker calls it from its executor.
 #pragma once
@@ -11,12 +19,21 @@
 #include "ownership/errc.hpp"
 #include "ownership/lease.hpp"
 
+#include <functional>
 #include <map>
 
 namespace wuhu::ownership {
 
 // A worker id is a subject token: 1-64 characters of [A-Za-z0-9_-].
 bool valid_worker_id(std::string_view id);
+
+enum class lease_event {
+    acquired,    // nobody held it
+    taken_over,  // another worker's lease had expired (lease::taken_from)
+    lost,        // a newer owner holds it, or it could not be renewed in time
+    released,    // given up (unloaded, or the worker stops)
+};
+std::string_view lease_event_name(lease_event e);
 
 class keeper {
   public:
@@ -27,15 +44,30 @@ class keeper {
         std::string owner;
     };
     using placement = std::variant<here, elsewhere>;
+    using steady_clock = std::function<std::chrono::steady_clock::time_point()>;
+    // Told of every lease acquired, taken over, lost or released (on the caller's thread).
+    using listener = std::function<void(lease_event, const lease&)>;
 
     // Throws std::invalid_argument for an invalid worker id.
-    keeper(lease_store& store, std::string worker_id, std::chrono::milliseconds ttl);
+    keeper(lease_store& store, std::string worker_id, lease_settings settings,
+           steady_clock clock = std::chrono::steady_clock::now);
+    keeper(lease_store& store, std::string worker_id, std::chrono::milliseconds ttl)
+        : keeper(store, std::move(worker_id), lease_settings::for_ttl(ttl)) {}
+
+    void on_event(listener l) { listener_ = std::move(l); }
 
     result<placement> place(const session_id& id);
+    // Like place(), but takes nothing: nullopt when no live lease exists.
+    result<std::optional<placement>> locate(const session_id& id);
     // The epoch of a lease this worker holds; not_held otherwise.
     result<lease_epoch> epoch_of(const session_id& id) const;
-    // Renews every held lease; returns the lost ones (already forgotten here).
+    // Renews every held lease; returns the lost ones (already forgotten here and reported).
+    // When the store fails, the leases past their deadline are forgotten and reported lost,
+    // and the error is returned.
     result<std::vector<session_id>> renew();
+    // The store refused this worker's writes for the session (a newer owner fenced it out):
+    // forgets the lease and reports it lost.
+    void lost(const session_id& id);
     // Gives one lease up (its session was unloaded), or all of them (shutdown).
     void release(const session_id& id);
     void release_all();
@@ -43,15 +75,30 @@ class keeper {
     result<void> remove(const session_id& id);
 
     std::size_t held() const { return held_.size(); }
+    // The sessions whose lease this worker holds, in id order.
+    std::vector<session_id> held_ids() const;
     const std::string& worker_id() const { return worker_id_; }
-    std::chrono::milliseconds ttl() const { return ttl_; }
+    std::chrono::milliseconds ttl() const { return settings_.ttl; }
+    const lease_settings& settings() const { return settings_; }
     lease_store& store() { return store_; }
 
   private:
+    struct held_lease {
+        lease l;
+        std::chrono::steady_clock::time_point serve_until;
+    };
+    // Whether the held lease may be served now, renewing it first if its deadline passed; a
+    // lost one is forgotten (and reported).
+    result<bool> still_held(const session_id& id);
+    void keep(const lease& l, std::chrono::steady_clock::time_point began);
+    void tell(lease_event e, const lease& l) const;
+
     lease_store& store_;
     std::string worker_id_;
-    std::chrono::milliseconds ttl_;
-    std::map<std::string, lease> held_;
+    lease_settings settings_;
+    steady_clock clock_;
+    listener listener_;
+    std::map<std::string, held_lease> held_;
 };
 
 }  // namespace wuhu::ownership

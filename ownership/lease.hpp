@@ -37,7 +37,23 @@ struct lease {
     std::string owner;
     lease_epoch epoch;
     unix_ms expires;
+    // Set by acquire() only: the other worker whose expired lease this one replaced (a
+    // take-over), or empty.
+    std::string taken_from;
     bool operator==(const lease&) const = default;
+};
+
+// How leases are kept: renewed every `renew_interval`; an owner that could not renew stops
+// serving a session `stop_margin` before its lease would expire (STYLE.md 9).
+struct lease_settings {
+    std::chrono::milliseconds ttl{15000};
+    std::chrono::milliseconds renew_interval{5000};
+    std::chrono::milliseconds stop_margin{3000};
+
+    // ttl, renewed every ttl/3, served until ttl - ttl/5 after the last renewal began.
+    static lease_settings for_ttl(std::chrono::milliseconds ttl) {
+        return lease_settings{ttl, ttl / 3, ttl / 5};
+    }
 };
 
 // acquire() when another worker holds a live lease.

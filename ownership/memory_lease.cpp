@@ -22,8 +22,12 @@ result<acquisition> memory_lease::acquire(const session_id& id, std::string_view
     if (it != leases_.end() && it->second.expires > now && it->second.owner != owner) {
         return acquisition{held_elsewhere{it->second.owner, it->second.expires}};
     }
-    lease l{id, std::string(owner), lease_epoch{++last_epoch_}, plus(now, ttl)};
+    std::string previous = it != leases_.end() && it->second.owner != owner
+                               ? it->second.owner  // whose lease had expired
+                               : std::string();
+    lease l{id, std::string(owner), lease_epoch{++last_epoch_}, plus(now, ttl), {}};
     leases_.insert_or_assign(id.str(), l);
+    l.taken_from = std::move(previous);
     return acquisition{l};
 }
 

@@ -20,8 +20,11 @@ auto guarded(F&& f) -> decltype(f()) {
 }
 
 lease row_lease(const sql::stmt& q) {
-    return lease{session_id::parse(q.text(0)).value(), std::string(q.text(1)),
-                 lease_epoch{static_cast<std::uint64_t>(q.int64(2))}, unix_ms{q.int64(3)}};
+    return lease{session_id::parse(q.text(0)).value(),
+                 std::string(q.text(1)),
+                 lease_epoch{static_cast<std::uint64_t>(q.int64(2))},
+                 unix_ms{q.int64(3)},
+                 {}};
 }
 
 }  // namespace
@@ -46,8 +49,13 @@ result<acquisition> sqlite_lease::acquire(const session_id& id, std::string_view
         auto& cur = db_->prepare("SELECT owner, expires FROM leases WHERE id = ?1");
         cur.bind(1, id.str());
         std::optional<held_elsewhere> other;
-        if (cur.step() && cur.int64(1) > now.value && cur.text(0) != owner) {
-            other = held_elsewhere{std::string(cur.text(0)), unix_ms{cur.int64(1)}};
+        std::string previous;
+        if (cur.step() && cur.text(0) != owner) {
+            if (cur.int64(1) > now.value) {
+                other = held_elsewhere{std::string(cur.text(0)), unix_ms{cur.int64(1)}};
+            } else {
+                previous = cur.text(0);  // its lease expired: a take-over
+            }
         }
         cur.reset();
         if (other) {
@@ -73,7 +81,7 @@ result<acquisition> sqlite_lease::acquire(const session_id& id, std::string_view
             return storage::errc::conflict;  // cannot happen inside the transaction
         }
         tx.commit();
-        return acquisition{lease{id, std::string(owner), epoch, expires}};
+        return acquisition{lease{id, std::string(owner), epoch, expires, std::move(previous)}};
     });
 }
 

@@ -167,8 +167,13 @@ json::value to_json(const settings& s) {
 }
 
 json::value to_json(const status& s) {
-    return json::object{
+    json::object o{
         {"state", loop_state_name(s.state)}, {"paused", s.paused}, {"has_work", s.has_work}};
+    if (s.epoch != 0) {
+        o["epoch"] = s.epoch;
+        o["seq"] = s.seq;
+    }
+    return o;
 }
 
 json::value to_json(const version_vector& v) {
@@ -509,11 +514,13 @@ decoded<status> status_at(const json::value& v, const std::string& path) {
     WUHU_TRY(state, r.str("state"));
     WUHU_TRY(paused, r.boolean("paused"));
     WUHU_TRY(has_work, r.boolean("has_work"));
+    WUHU_TRY(epoch, r.opt_u64("epoch"));
+    WUHU_TRY(seq, r.opt_u64("seq"));
     WUHU_CHECK(r.finish());
     for (auto ls : {loop_state::idle, loop_state::preparing, loop_state::inferring,
                     loop_state::executing_tools, loop_state::compacting}) {
         if (loop_state_name(ls) == state) {
-            return status{ls, paused, has_work};
+            return status{ls, paused, has_work, epoch.value_or(0), seq.value_or(0)};
         }
     }
     return fail(errc::invalid_type, r.path("state"));

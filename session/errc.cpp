@@ -33,6 +33,7 @@ constexpr std::array<error_text, errc_count> texts{{
     {"invalid_entry", "the transcript entry is malformed"},
     {"invalid_query", "a field of the sessions query is out of range"},
     {"unknown_command", "the subject names no command of this service"},
+    {"session_not_found", "no such session: only enqueue, system and configure create one"},
 }};
 
 const table_category<errc_count>& category() {

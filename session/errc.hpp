@@ -41,9 +41,10 @@ enum class errc {
     invalid_entry,
     invalid_query,
     unknown_command,
+    session_not_found,
 };
 
-inline constexpr int errc_count = static_cast<int>(errc::unknown_command) + 1;
+inline constexpr int errc_count = static_cast<int>(errc::session_not_found) + 1;
 
 // The stable wire name, e.g. "invalid_session_id". Never changes once released.
 std::string_view code_name(errc e);

@@ -94,6 +94,14 @@ patch patch_of(const version_vector& from, const action_list& actions, const ses
     return p;
 }
 
+patch status_patch(const session_state& s, loop_state loop) {
+    patch p;
+    p.from = s.version();
+    p.to = p.from;
+    p.state = status{loop, s.paused, s.has_work};
+    return p;
+}
+
 version_vector advance(version_vector v, const action_list& actions) {
     for (const auto& a : actions) {
         if (const auto* e = std::get_if<entry_appended>(&a)) {

@@ -2,6 +2,8 @@
 
 #include "session/json_reader.hpp"
 
+#include <algorithm>
+
 namespace wuhu::session {
 
 namespace json = boost::json;
@@ -68,6 +70,9 @@ decoded<cancel_request> decode_cancel(const json::value& body) {
     auto in = parse_lane(l);
     if (!in) {
         return fail(errc::invalid_lane, "lane");
+    }
+    if (*in == lane::system) {
+        return fail(errc::not_cancelable, "lane");  // needs no state: refused at the edge
     }
     WUHU_TRY(id, opt_item_id(r));
     if (!id) {
@@ -184,15 +189,11 @@ decoded<sessions_query> decode_sessions_query(const json::value& body) {
     sessions_query q;
     WUHU_TRY(state, r.opt_str("state"));
     if (state) {
-        for (auto s : {loop_state::idle, loop_state::preparing, loop_state::inferring,
-                       loop_state::executing_tools, loop_state::compacting}) {
-            if (loop_state_name(s) == *state) {
-                q.state = s;
-            }
-        }
-        if (!q.state) {
+        if (std::find(session_row_states.begin(), session_row_states.end(), *state) ==
+            session_row_states.end()) {
             return fail(errc::invalid_query, "state");
         }
+        q.state = std::string(*state);
     }
     WUHU_TRY(has_work, r.opt_boolean("has_work"));
     q.has_work = has_work;

@@ -8,6 +8,7 @@
 #include "session/rules.hpp"
 #include "session/text.hpp"
 
+#include <array>
 #include <optional>
 
 namespace wuhu::session {
@@ -57,9 +58,17 @@ struct configure_request {
     result<settings> applied_to(settings current) const;
 };
 
-// wuhu.admin.sessions: {state?, has_work?, owner?, limit?, after?}; limit 1-1000 (100).
+// The states a row of the fleet view shows: the five loop states of a loaded session, then
+// "unloaded" (its owner holds the lease but has not loaded it), "unowned" (no live lease) and
+// "unreachable" (its owner did not answer in time).
+inline constexpr std::array<std::string_view, 8> session_row_states{
+    "idle",       "preparing", "inferring", "executing_tools",
+    "compacting", "unloaded",  "unowned",   "unreachable"};
+
+// wuhu.admin.sessions: {state?, has_work?, owner?, limit?, after?}; limit 1-1000 (100); state
+// one of session_row_states.
 struct sessions_query {
-    std::optional<loop_state> state;
+    std::optional<std::string> state;
     std::optional<bool> has_work;
     std::optional<std::string> owner;
     std::size_t limit = 100;

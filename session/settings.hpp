@@ -28,10 +28,17 @@ result<void> validate(const settings& s);
 enum class loop_state { idle, preparing, inferring, executing_tools, compacting };
 std::string_view loop_state_name(loop_state s);
 
+// The session's status register. Statuses are published as they change, and a subscribe
+// reply carries the latest one; (epoch, seq) orders them, so that a watcher keeps the newest
+// whatever order it receives them in: `epoch` is the lease epoch of the owner that published
+// it (a later owner has a higher one), `seq` grows with every status that owner publishes.
+// Both are 0 in a status that was not published (a stored one).
 struct status {
     loop_state state = loop_state::idle;
     bool paused = false;
     bool has_work = false;
+    std::uint64_t epoch = 0;
+    std::uint64_t seq = 0;
     bool operator==(const status&) const = default;
 };
 

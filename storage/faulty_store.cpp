@@ -68,7 +68,7 @@ int faulty_store::held_commits() const {
 }
 
 result<std::unique_ptr<session_log>> faulty_store::open(const session_id& id, lease_epoch epoch) {
-    auto inner = inner_.open(id, epoch);
+    auto inner = target().open(id, epoch);
     if (!inner) {
         return inner.error();
     }

@@ -18,9 +18,9 @@
 
 namespace wuhu::storage {
 
-class faulty_store final : public session_store {
+class faulty_store final : public forwarding_store {
   public:
-    explicit faulty_store(session_store& inner) : inner_(inner) {}
+    explicit faulty_store(session_store& inner) : forwarding_store(inner) {}
 
     void fail_next_commits(int n) { fail_before_ = n; }
     void fail_after_commit(int n) { fail_after_ = n; }
@@ -37,15 +37,9 @@ class faulty_store final : public session_store {
     }
 
     result<std::unique_ptr<session_log>> open(const session_id& id, lease_epoch epoch) override;
-    result<void> remove(const session_id& id) override { return inner_.remove(id); }
-    std::string_view backend() const override { return inner_.backend(); }
-    result<std::vector<catalog_entry>> sessions(bool has_work_only) override {
-        return inner_.sessions(has_work_only);
-    }
 
   private:
     friend class faulty_log;
-    session_store& inner_;
     std::atomic<int> fail_before_{0};
     std::atomic<int> fail_after_{0};
     std::atomic<int> crash_budget_{-1};  // -1: no crash planned

@@ -13,8 +13,8 @@ class memory_log final : public session_log {
     result<session_state> do_load() override {
         std::lock_guard lock(store_.mu_);
         auto it = store_.sessions_.find(id().str());
-        if (it == store_.sessions_.end()) {
-            return errc::lease_lost;  // removed after open
+        if (it == store_.sessions_.end() || it->second.epoch != epoch()) {
+            return errc::lease_lost;  // removed, or a newer owner opened it
         }
         return it->second.state;
     }
@@ -58,10 +58,23 @@ result<std::unique_ptr<session_log>> memory_store::open(const session_id& id, le
     return std::unique_ptr<session_log>(std::make_unique<memory_log>(*this, id, epoch));
 }
 
-result<void> memory_store::remove(const session_id& id) {
+result<void> memory_store::remove(const session_id& id, lease_epoch epoch) {
     std::lock_guard lock(mu_);
-    sessions_.erase(id.str());
+    auto it = sessions_.find(id.str());
+    if (it == sessions_.end()) {
+        return {};
+    }
+    if (it->second.epoch > epoch) {
+        return errc::lease_lost;
+    }
+    // Handles find no record (lease_lost); a later open() creates a new one.
+    sessions_.erase(it);
     return {};
+}
+
+result<bool> memory_store::exists(const session_id& id) {
+    std::lock_guard lock(mu_);
+    return sessions_.contains(id.str());
 }
 
 std::uint64_t memory_store::commits() const {

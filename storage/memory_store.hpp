@@ -13,7 +13,8 @@ namespace wuhu::storage {
 class memory_store final : public session_store {
   public:
     result<std::unique_ptr<session_log>> open(const session_id& id, lease_epoch epoch) override;
-    result<void> remove(const session_id& id) override;
+    result<void> remove(const session_id& id, lease_epoch epoch) override;
+    result<bool> exists(const session_id& id) override;
     std::string_view backend() const override { return "memory"; }
     result<std::vector<catalog_entry>> sessions(bool has_work_only) override;
 

@@ -70,7 +70,7 @@ void prepare_statements(pqxx::connection& c) {
               "INSERT INTO timers (session_id, id, body) VALUES ($1, $2, $3::jsonb)");
     c.prepare("delete_timer", "DELETE FROM timers WHERE session_id = $1 AND id = $2");
     c.prepare("load_session",
-              "SELECT version, settings::text, paused, has_work FROM sessions "
+              "SELECT version, settings::text, paused, has_work, epoch FROM sessions "
               "WHERE session_id = $1");
     c.prepare("load_entries",
               "SELECT body::text FROM transcript WHERE session_id = $1 AND seq > $2 ORDER BY seq");
@@ -202,8 +202,9 @@ class postgres_log final : public session_log {
         return with_connection([&](pqxx::connection& c) -> result<session_state> {
             pqxx::transaction<pqxx::repeatable_read, pqxx::read_only> t(c);
             auto sess = t.exec_prepared("load_session", id().str());
-            if (sess.empty()) {
-                return errc::lease_lost;  // removed
+            if (sess.empty() ||
+                sess[0][4].as<std::int64_t>() != static_cast<std::int64_t>(epoch().value)) {
+                return errc::lease_lost;  // removed, or a newer owner opened it
             }
             state_builder b;
             for (const auto& row : t.exec_prepared("load_entries", id().str(), 0)) {
@@ -360,16 +361,44 @@ result<std::unique_ptr<session_log>> postgres_store::open(const session_id& id, 
     }
 }
 
-result<void> postgres_store::remove(const session_id& id) {
+result<void> postgres_store::remove(const session_id& id, lease_epoch epoch) {
     try {
         auto l = acquire();
-        pqxx::work w(*l);
-        for (const char* table : {"transcript", "journal", "timers", "sessions"}) {
-            w.exec_params0(std::string("DELETE FROM ") + table + " WHERE session_id = $1",
-                           id.str());
+        try {
+            pqxx::work w(*l);
+            // Fenced like a write; the sessions row goes last, and every handle's fence (a
+            // guarded update of that row) fails from then on.
+            auto cur = w.exec_params("SELECT epoch FROM sessions WHERE session_id = $1 FOR UPDATE",
+                                     id.str());
+            if (!cur.empty() &&
+                cur[0][0].as<std::int64_t>() > static_cast<std::int64_t>(epoch.value)) {
+                return errc::lease_lost;
+            }
+            for (const char* table : {"transcript", "journal", "timers", "sessions"}) {
+                w.exec_params0(std::string("DELETE FROM ") + table + " WHERE session_id = $1",
+                               id.str());
+            }
+            w.commit();
+        } catch (const pqxx::broken_connection&) {
+            l.mark_broken();
+            throw;
         }
-        w.commit();
         return {};
+    } catch (const pqxx::failure&) {
+        return errc::unavailable;
+    }
+}
+
+result<bool> postgres_store::exists(const session_id& id) {
+    try {
+        auto l = acquire();
+        try {
+            pqxx::nontransaction n(*l);
+            return !n.exec_params("SELECT 1 FROM sessions WHERE session_id = $1", id.str()).empty();
+        } catch (const pqxx::broken_connection&) {
+            l.mark_broken();
+            throw;
+        }
     } catch (const pqxx::failure&) {
         return errc::unavailable;
     }

@@ -34,7 +34,8 @@ class postgres_store final : public session_store {
     ~postgres_store() override;
 
     result<std::unique_ptr<session_log>> open(const session_id& id, lease_epoch epoch) override;
-    result<void> remove(const session_id& id) override;
+    result<void> remove(const session_id& id, lease_epoch epoch) override;
+    result<bool> exists(const session_id& id) override;
     std::string_view backend() const override { return "postgres"; }
 
     result<std::vector<catalog_entry>> sessions(bool has_work_only) override;

@@ -79,6 +79,17 @@ class transaction {
     bool done_ = false;
 };
 
+// BEGIN (deferred: a consistent snapshot for reads) ... COMMIT when destroyed.
+class read_transaction {
+  public:
+    explicit read_transaction(db& d) : db_(d) { db_.exec("BEGIN"); }
+    read_transaction(const read_transaction&) = delete;
+    ~read_transaction() { sqlite3_exec(db_.raw(), "COMMIT", nullptr, nullptr, nullptr); }
+
+  private:
+    db& db_;
+};
+
 // Creates or upgrades the schema of `<data-dir>/catalog.sqlite` (sessions and leases); shared
 // by the SQLite store and the SQLite lease (ownership/sqlite_lease). Throws sqlite::error.
 void migrate_catalog(db& d);

@@ -5,7 +5,11 @@
 #include "storage/rows.hpp"
 #include "storage/sqlite_db.hpp"
 
+#include <sys/stat.h>
+
+#include <chrono>
 #include <stdexcept>
+#include <thread>
 
 namespace wuhu::storage {
 
@@ -100,10 +104,47 @@ void sqlite::migrate_catalog(db& d) {
     migrate(d, catalog_migrations);
 }
 
+// One open session file. `dev`/`ino` identify the file this connection opened, so that a
+// path that now names another file (the session was removed and created again) is never
+// mistaken for it.
 struct sqlite_store::handle {
     std::mutex mu;
     std::unique_ptr<sqlite::db> db;
+    dev_t dev = 0;
+    ino_t ino = 0;
 };
+
+namespace {
+
+// A removed session's file keeps a tombstone until it is unlinked: every old handle fails its
+// epoch check (no epoch is higher), and open() knows the file is on its way out.
+constexpr std::string_view tombstone_epoch = "9223372036854775807";
+
+bool is_tombstone(sqlite::db& db) {
+    return meta(db, "epoch") == tombstone_epoch;
+}
+
+// Whether `path` names the file (dev, ino).
+bool names(const std::filesystem::path& path, dev_t dev, ino_t ino) {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 && st.st_dev == dev && st.st_ino == ino;
+}
+
+// Unlinks the session's three files if `path` still names the file (dev, ino). Other
+// processes may hold connections to it: they keep their descriptors (and SQLite never deletes
+// a WAL or shared-memory file by name on close, PERSIST_WAL), and new connections get new
+// files. Another owner's new file at the same path is never touched.
+void unlink_if_same(const std::filesystem::path& path, dev_t dev, ino_t ino) {
+    if (!names(path, dev, ino)) {
+        return;
+    }
+    for (const char* suffix : {"-wal", "-shm", ""}) {
+        std::error_code ec;
+        std::filesystem::remove(path.string() + suffix, ec);
+    }
+}
+
+}  // namespace
 
 class sqlite_log final : public session_log {
   public:
@@ -113,6 +154,12 @@ class sqlite_log final : public session_log {
   protected:
     result<session_state> do_load() override {
         return with_db([&](sqlite::db& db) -> result<session_state> {
+            // One read transaction, fenced like a write: a handle whose epoch is not the
+            // file's (a newer owner, or a removal) reads nothing.
+            sqlite::read_transaction read(db);
+            if (meta(db, "epoch") != std::to_string(epoch().value)) {
+                return errc::lease_lost;
+            }
             state_builder b;
             {
                 auto& q = db.prepare("SELECT body FROM transcript ORDER BY seq");
@@ -145,11 +192,7 @@ class sqlite_log final : public session_log {
     result<s::patch> do_since(const s::version_vector& from) override {
         return with_db([&](sqlite::db& db) -> result<s::patch> {
             // One read transaction, so the rows and the version agree.
-            db.exec("BEGIN");
-            struct end_read {
-                sqlite::db& db;
-                ~end_read() { sqlite3_exec(db.raw(), "COMMIT", nullptr, nullptr, nullptr); }
-            } guard{db};
+            sqlite::read_transaction read(db);
             auto to = decode_version(meta(db, "version"));
             if (!to) {
                 return to.error();
@@ -213,6 +256,9 @@ class sqlite_log final : public session_log {
                 return errc::lease_lost;  // the session was removed
             }
             std::lock_guard lock(h->mu);
+            if (!h->db) {
+                return errc::lease_lost;  // removed while this operation waited
+            }
             return f(*h->db);
         } catch (const sqlite::error& e) {
             return map_error(e);
@@ -297,6 +343,18 @@ std::shared_ptr<sqlite_store::handle> sqlite_store::acquire(const session_id& id
     auto h = std::make_shared<handle>();
     h->db =
         std::make_unique<sqlite::db>(path.string(), options_.synchronous, options_.busy_timeout_ms);
+    // A removed session's files are unlinked while other processes may still have them open:
+    // no connection may then delete a WAL or shared-memory file by name when it closes (it
+    // would be the new session's). The WAL left behind is truncated on close.
+    int persist = 1;
+    sqlite3_file_control(h->db->raw(), "main", SQLITE_FCNTL_PERSIST_WAL, &persist);
+    h->db->exec("PRAGMA journal_size_limit=1048576");
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) {
+        throw sqlite::error(SQLITE_CANTOPEN, "stat " + path.string() + ": removed while opened");
+    }
+    h->dev = st.st_dev;
+    h->ino = st.st_ino;
     migrate(*h->db, session_migrations);
     lru_.push_front(id.str());
     open_.emplace(id.str(), std::make_pair(h, lru_.begin()));
@@ -329,18 +387,46 @@ void sqlite_store::note_has_work(const session_id& id, bool has_work) {
     }
 }
 
+void sqlite_store::forget(const session_id& id, const std::shared_ptr<handle>& h) {
+    std::lock_guard lock(mu_);
+    if (auto it = open_.find(id.str()); it != open_.end() && it->second.first == h) {
+        lru_.erase(it->second.second);
+        open_.erase(it);
+    }
+}
+
 result<std::unique_ptr<session_log>> sqlite_store::open(const session_id& id, lease_epoch epoch) {
     try {
-        auto h = acquire(id, true);
-        {
-            std::lock_guard lock(h->mu);
+        const auto give_up =
+            std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.busy_timeout_ms);
+        for (;;) {
+            auto h = acquire(id, true);
+            std::unique_lock lock(h->mu);
+            if (!h->db) {
+                continue;  // removed meanwhile: open the path again
+            }
             sqlite::transaction tx(*h->db);
+            if (is_tombstone(*h->db)) {
+                // Removed: its remover unlinks it next. Open the file at the path again (a
+                // new one once it is unlinked). If the remover died before unlinking, this
+                // owner (a later epoch than the remover's) finishes the removal.
+                tx.commit();
+                forget(id, h);
+                if (std::chrono::steady_clock::now() >= give_up) {
+                    unlink_if_same(path_of(id), h->dev, h->ino);
+                }
+                h->db.reset();
+                lock.unlock();
+                std::this_thread::sleep_for(std::chrono::milliseconds(1));
+                continue;
+            }
             auto stored = std::stoull(meta(*h->db, "epoch"));
             if (stored > epoch.value) {
                 return errc::lease_lost;
             }
             set_meta(*h->db, "epoch", std::to_string(epoch.value));
             tx.commit();
+            break;
         }
         {
             std::lock_guard lock(catalog_mu_);
@@ -356,33 +442,43 @@ result<std::unique_ptr<session_log>> sqlite_store::open(const session_id& id, le
     }
 }
 
-result<void> sqlite_store::remove(const session_id& id) {
+result<void> sqlite_store::remove(const session_id& id, lease_epoch epoch) {
     try {
-        std::shared_ptr<handle> h;
-        {
-            std::lock_guard lock(mu_);
-            if (auto it = open_.find(id.str()); it != open_.end()) {
-                h = it->second.first;
-                lru_.erase(it->second.second);
-                open_.erase(it);
+        if (auto h = acquire(id, false)) {
+            std::lock_guard lock(h->mu);  // after an operation in progress
+            if (h->db) {
+                sqlite::transaction tx(*h->db);
+                if (!is_tombstone(*h->db)) {
+                    if (std::stoull(meta(*h->db, "epoch")) > epoch.value) {
+                        return errc::lease_lost;
+                    }
+                    // The fence first, durable: from here on no handle of this file, in any
+                    // process, commits again.
+                    set_meta(*h->db, "epoch", tombstone_epoch);
+                }
+                tx.commit();
+                forget(id, h);
+                h->db.reset();
+                unlink_if_same(path_of(id), h->dev, h->ino);
             }
-        }
-        if (h) {
-            std::lock_guard lock(h->mu);  // wait for an operation in progress
-            h->db.reset();
-        }
-        auto path = path_of(id);
-        for (const char* suffix : {"", "-wal", "-shm"}) {
-            std::filesystem::remove(path.string() + suffix);
         }
         std::lock_guard lock(catalog_mu_);
         catalog_->prepare("DELETE FROM sessions WHERE id = ?1").bind(1, id.str()).run();
         return {};
     } catch (const sqlite::error& e) {
         return map_error(e);
-    } catch (const std::filesystem::filesystem_error&) {
+    } catch (const std::logic_error&) {
+        return errc::corrupt;
+    }
+}
+
+result<bool> sqlite_store::exists(const session_id& id) {
+    std::error_code ec;
+    const bool there = std::filesystem::exists(path_of(id), ec);
+    if (ec) {
         return errc::unavailable;
     }
+    return there;
 }
 
 result<std::vector<catalog_entry>> sqlite_store::sessions(bool has_work_only) {

@@ -42,7 +42,8 @@ class sqlite_store final : public session_store {
     ~sqlite_store() override;
 
     result<std::unique_ptr<session_log>> open(const session_id& id, lease_epoch epoch) override;
-    result<void> remove(const session_id& id) override;
+    result<void> remove(const session_id& id, lease_epoch epoch) override;
+    result<bool> exists(const session_id& id) override;
     std::string_view backend() const override { return "sqlite"; }
 
     // Sessions in the catalog (only those with has_work when `has_work_only`).
@@ -57,6 +58,8 @@ class sqlite_store final : public session_store {
     // The open handle of a session; opens the file (creating it only when `create`), applies
     // the migrations. Throws sqlite::error; returns nullptr when the file does not exist.
     std::shared_ptr<handle> acquire(const session_id& id, bool create);
+    // Drops `h` from the open files if it is still the session's (it names a removed file).
+    void forget(const session_id& id, const std::shared_ptr<handle>& h);
     void note_has_work(const session_id& id, bool has_work);
 
     sqlite_options options_;

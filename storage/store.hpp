@@ -113,14 +113,45 @@ class session_store {
     // when the stored epoch is higher. Creates the session if it does not exist.
     virtual result<std::unique_ptr<session_log>> open(const session_id& id, lease_epoch epoch) = 0;
 
-    // Removes the session's data. Idempotent: removing a missing session succeeds.
-    virtual result<void> remove(const session_id& id) = 0;
+    // Removes the session's data, fenced at `epoch` like every write: lease_lost when a newer
+    // owner holds the session (its stored epoch is higher). Every handle opened before (in any
+    // process) is fenced out: its writes fail with lease_lost, and a later open() starts a new,
+    // empty session. Idempotent: removing a missing session succeeds.
+    virtual result<void> remove(const session_id& id, lease_epoch epoch) = 0;
+
+    // Whether the session has been created (and not removed since). Creates nothing.
+    virtual result<bool> exists(const session_id& id) = 0;
 
     // The stored sessions by id (only those with has_work when `has_work_only`).
     virtual result<std::vector<catalog_entry>> sessions(bool has_work_only) = 0;
 
     // "memory", "sqlite", "postgres".
     virtual std::string_view backend() const = 0;
+};
+
+// A store that passes every call to another one (LevelDB's EnvWrapper): wrappers such as
+// faulty_store override only what they change.
+class forwarding_store : public session_store {
+  public:
+    explicit forwarding_store(session_store& target) : target_(target) {}
+
+    result<std::unique_ptr<session_log>> open(const session_id& id, lease_epoch epoch) override {
+        return target_.open(id, epoch);
+    }
+    result<void> remove(const session_id& id, lease_epoch epoch) override {
+        return target_.remove(id, epoch);
+    }
+    result<bool> exists(const session_id& id) override { return target_.exists(id); }
+    result<std::vector<catalog_entry>> sessions(bool has_work_only) override {
+        return target_.sessions(has_work_only);
+    }
+    std::string_view backend() const override { return target_.backend(); }
+
+  protected:
+    session_store& target() { return target_; }
+
+  private:
+    session_store& target_;
 };
 
 }  // namespace wuhu::storage

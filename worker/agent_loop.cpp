@@ -3,6 +3,7 @@
 #include "session/compaction.hpp"
 #include "session/overloaded.hpp"
 #include "session/reducer.hpp"
+#include "worker/offload.hpp"
 
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -126,12 +127,30 @@ void agent_loop::ensure_loaded() {
 void agent_loop::fail(boost::system::error_code ec) {
     // Persist first: a store error or an unknown outcome is fatal for this session. Do not
     // guess what was written; stop writing and let the next owner rebuild from the store.
+    close(ec);
+    throw session_failure{};
+}
+
+void agent_loop::close(boost::system::error_code why) {
+    if (failed_) {
+        return;
+    }
     failed_ = true;
-    failure_ = ec;
+    failure_ = why;
     wake_.notify();
     abort_.notify();
     timers_changed_.notify();
-    throw session_failure{};
+}
+
+asio::awaitable<void> agent_loop::close_after_pending(boost::system::error_code why) {
+    auto guard = co_await section_.lock();
+    close(why);
+}
+
+void agent_loop::preload(s::session_state loaded) {
+    state_ = std::move(loaded);
+    step_ = s::assistant_count(state_);
+    loaded_ = true;
 }
 
 void agent_loop::must(storage::result<s::action_list> r) {
@@ -164,7 +183,29 @@ void agent_loop::apply_committed(const s::action_list& actions) {
             ++step_;
         }
     }
-    hub_->emit(committed_event{actions, s::patch_of(from, actions, state_, loop_)});
+    auto p = s::patch_of(from, actions, state_, loop_);
+    if (p.state) {
+        stamp(*p.state);
+    }
+    hub_->emit(committed_event{actions, std::move(p)});
+}
+
+void agent_loop::stamp(s::status& st) {
+    // Monotonic within this process (a reloaded loop of the same epoch goes on from where the
+    // clock is); the epoch orders the statuses of different owners.
+    const auto now =
+        static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                       std::chrono::steady_clock::now().time_since_epoch())
+                                       .count());
+    status_seq_ = std::max(status_seq_ + 1, now);
+    st.epoch = log_->epoch().value;
+    st.seq = status_seq_;
+}
+
+s::status agent_loop::status_now() {
+    s::status st{loop_, state_.paused, state_.has_work};
+    stamp(st);
+    return st;
 }
 
 void agent_loop::set_loop(s::loop_state to) {
@@ -172,7 +213,9 @@ void agent_loop::set_loop(s::loop_state to) {
         return;
     }
     auto from = std::exchange(loop_, to);
-    hub_->emit(state_event{from, to});
+    auto p = s::status_patch(state_, to);
+    stamp(*p.state);
+    hub_->emit(state_event{from, to, std::move(p)});
 }
 
 void agent_loop::on_text(std::string_view delta) {
@@ -281,7 +324,7 @@ asio::awaitable<boost::system::result<command_reply>> agent_loop::send(command c
                    c);
         return out;
     };
-    auto stored = on_store<command_effect>(std::move(op));
+    auto stored = run_on<command_effect>(opts_.store_executor, std::move(op));
     command_effect effect = co_await std::move(stored);
     if (effect.refused) {
         co_return effect.refused;
@@ -300,33 +343,8 @@ asio::awaitable<boost::system::result<command_reply>> agent_loop::send(command c
     co_return reply;
 }
 
-namespace {
-
-// Runs `op` where this coroutine runs (a named coroutine taking its argument by value: see the
-// g++ 12 note in docs/decisions.md).
-template <class R>
-asio::awaitable<R> run_blocking(std::function<R()> op) {
-    co_return op();
-}
-
-}  // namespace
-
-template <class R>
-asio::awaitable<R> agent_loop::on_store(std::function<R()> op) {
-    if (!opts_.store_executor) {
-        co_return op();
-    }
-    auto task = run_blocking<R>(std::move(op));
-    // Not cancellable: a started commit completes and is applied (cancellation takes effect at
-    // the caller's next await). Asio 1.81 also throws out of the pool's thread when a co_spawn
-    // child is cancelled before it starts.
-    auto token = asio::bind_cancellation_slot(asio::cancellation_slot(), asio::use_awaitable);
-    R out = co_await asio::co_spawn(*opts_.store_executor, std::move(task), std::move(token));
-    co_return out;
-}
-
 asio::awaitable<void> agent_loop::commit(std::function<storage::result<s::action_list>()> op) {
-    auto task = on_store<storage::result<s::action_list>>(std::move(op));
+    auto task = run_on<storage::result<s::action_list>>(opts_.store_executor, std::move(op));
     auto r = co_await std::move(task);
     must(std::move(r));
 }

@@ -100,6 +100,15 @@ class agent_loop final : private tool_services {
     // Loads the session from the store now (start() and send() do it too): the state and
     // observe() then reflect the store. The failure, if loading fails (the loop has failed).
     boost::system::error_code load();
+    // Takes the state the caller loaded from this loop's log (off the loop's executor).
+    // REQUIRES: nothing has run on the loop yet.
+    void preload(session::session_state loaded);
+
+    // Closes the loop: it writes nothing more, its commands (those waiting and later ones)
+    // fail with `why`, and start() returns. For an owner that unloads the session.
+    void close(boost::system::error_code why);
+    // The same, after the commands already waiting for the serialized section have run.
+    asio::awaitable<void> close_after_pending(boost::system::error_code why);
 
     // A command, acknowledged after it is durable. Errors: the rule's (session::errc), or the
     // store's (storage::errc; the session has then failed).
@@ -110,8 +119,12 @@ class agent_loop final : private tool_services {
     observation observe(event_sink sink);
 
     const session::session_id& id() const { return log_->id(); }
+    session::lease_epoch epoch() const { return log_->epoch(); }
     const session::session_state& state() const { return state_; }
     session::loop_state current() const { return loop_; }
+    // The status register now, stamped newer than every status published before (for a
+    // subscribe reply: a watcher drops the older ones it may still receive).
+    session::status status_now();
     const std::optional<inflight_message>& inflight() const { return inflight_; }
     bool loaded() const { return loaded_; }
     bool failed() const { return failed_; }
@@ -148,16 +161,16 @@ class agent_loop final : private tool_services {
     asio::awaitable<void> close_call_locked(session::tool_call call, std::string output);
     asio::awaitable<void> recover_orphan();
     void must(storage::result<session::action_list> r);
-    // Runs a store operation where store IO runs (the store executor, or inline), and resumes
-    // here. commit(): one of the loop's own operations, inside the section, then applied.
-    template <class R>
-    asio::awaitable<R> on_store(std::function<R()> op);
+    // commit(): one of the loop's own store operations, run where store IO runs (the store
+    // executor, or inline) inside the section, then applied.
     asio::awaitable<void> commit(std::function<storage::result<session::action_list>()> op);
     boost::system::error_code command_result(const boost::system::error_code& ec);
     void apply_committed(const session::action_list& actions);
     [[noreturn]] void fail(boost::system::error_code ec);
 
     void set_loop(session::loop_state s);
+    // Stamps a status about to be published (session::status: epoch, seq).
+    void stamp(session::status& st);
     void on_text(std::string_view delta);
     void on_tool_call(const tool_call_delta& d);
     double jitter();
@@ -181,6 +194,7 @@ class agent_loop final : private tool_services {
     session::loop_state loop_ = session::loop_state::idle;
     std::optional<inflight_message> inflight_;
     std::uint64_t step_ = 0;                     // assistant messages in the transcript
+    std::uint64_t status_seq_ = 0;               // the last status stamp's seq
     session::entry_seq compaction_tried_;        // the response whose compaction was last tried
     std::vector<session::llm_message> context_;  // projection built by fits(), if still current
     session::version_vector context_version_;

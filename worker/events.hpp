@@ -21,10 +21,12 @@ struct committed_event {
     session::action_list actions;
     session::patch patch;
 };
-// The loop moved from one state to another.
+// The loop moved from one state to another; `patch` is the status-only patch that tells
+// watchers (session::status_patch, stamped).
 struct state_event {
     session::loop_state from;
     session::loop_state to;
+    session::patch patch;
 };
 // An inference attempt started streaming (streamBegan).
 struct stream_began_event {

@@ -1,108 +1,228 @@
 #include "worker/registry.hpp"
 
+#include "worker/offload.hpp"
+
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/post.hpp>
 
 namespace wuhu::worker {
 
+struct session_registry::entry {
+    std::unique_ptr<provider> prov;
+    std::unique_ptr<agent_loop> loop;
+    asio::cancellation_signal stop;
+    subscription sub;
+    bool running = false;
+};
+
+struct session_registry::gate {
+    explicit gate(asio::any_io_executor ex) : mu(std::move(ex)) {}
+    async_mutex mu;
+};
+
 session_registry::session_registry(asio::any_io_executor ex, storage::session_store& store,
                                    provider_factory providers, const tool_registry& tools,
-                                   clock& clk, loop_options opts, epoch_source epochs,
-                                   event_forwarder events)
+                                   clock& clk, loop_options opts, event_forwarder events)
     : ex_(std::move(ex)),
       store_(store),
       providers_(std::move(providers)),
       tools_(tools),
       clock_(clk),
       opts_(opts),
-      epochs_(std::move(epochs)),
       events_(std::move(events)) {}
 
 session_registry::~session_registry() {
     stop();
 }
 
-void session_registry::drop_failed() {
-    std::erase_if(sessions_, [](const auto& kv) { return !kv.second->running; });
-    std::erase_if(retired_, [](const auto& e) { return !e->running; });
+namespace {
+
+session_registry::handle share(const std::shared_ptr<void>& owner, agent_loop* loop) {
+    return session_registry::handle(owner, loop);  // keeps the whole entry alive
 }
 
-void session_registry::retire(const session::session_id& id) {
-    if (auto it = sessions_.find(id.str()); it != sessions_.end()) {
-        if (it->second->running) {
-            it->second->stop.emit(asio::cancellation_type::terminal);
-            // Kept until its loop has returned (it holds the loop the coroutine uses), but no
-            // longer handed out: the next get() loads the session afresh.
-            retired_.push_back(std::move(it->second));
-        }
-        sessions_.erase(it);
+}  // namespace
+
+session_registry::handle session_registry::find(const session::session_id& id) const {
+    auto it = sessions_.find(id.str());
+    if (it == sessions_.end() || !it->second->running || it->second->loop->failed()) {
+        return nullptr;
+    }
+    return share(it->second, it->second->loop.get());
+}
+
+std::shared_ptr<session_registry::gate> session_registry::gate_of(const session::session_id& id) {
+    auto& g = gates_[id.str()];
+    if (!g) {
+        g = std::make_shared<gate>(ex_);
+    }
+    return g;
+}
+
+void session_registry::release_gate(const session::session_id& id, std::shared_ptr<gate>& g) {
+    g.reset();
+    if (auto it = gates_.find(id.str()); it != gates_.end() && it->second.use_count() == 1) {
+        gates_.erase(it);  // nobody holds it or waits for it
     }
 }
 
-boost::system::result<agent_loop*> session_registry::get(const session::session_id& id) {
+void session_registry::retire(const session::session_id& id, const boost::system::error_code& why) {
+    auto it = sessions_.find(id.str());
+    if (it == sessions_.end()) {
+        return;
+    }
+    auto e = std::move(it->second);
+    sessions_.erase(it);
+    // Requests still waiting on it get `why`; it publishes nothing more. It stays alive until
+    // they are answered and its loop has returned (they and the loop's completion share it).
+    e->loop->close(why);
+    e->sub.reset();
+    if (e->running) {
+        e->stop.emit(asio::cancellation_type::terminal);
+    }
+}
+
+asio::awaitable<boost::system::result<session_registry::handle>> session_registry::get(
+    session::session_id id, session::lease_epoch epoch) {
+    auto usable = [&]() -> handle {
+        auto it = sessions_.find(id.str());
+        if (it == sessions_.end() || it->second->loop->failed()) {
+            return nullptr;
+        }
+        if (stopped_) {
+            // Draining: a loaded session still takes commands (persisted, then answered; the
+            // next owner runs them), but no loop is loaded or restarted.
+            return share(it->second, it->second->loop.get());
+        }
+        if (!it->second->running || it->second->loop->epoch() != epoch) {
+            return nullptr;
+        }
+        return share(it->second, it->second->loop.get());
+    };
+    if (auto h = usable()) {
+        co_return h;
+    }
+    auto g = gate_of(id);
+    boost::system::result<handle> out = storage::errc::unavailable;
+    {
+        auto guard = co_await g->mu.lock();
+        if (auto h = usable()) {
+            out = h;
+        } else if (!stopped_) {
+            // A failed loop, one of an older epoch (this worker lost the lease and took it
+            // again), or one that returned: the store has the truth.
+            retire(id, storage::errc::lease_lost);
+            auto loaded = load(id, epoch);
+            out = co_await std::move(loaded);
+        }
+    }
+    release_gate(id, g);
+    co_return out;
+}
+
+asio::awaitable<boost::system::result<session_registry::handle>> session_registry::load(
+    session::session_id id, session::lease_epoch epoch) {
+    struct opened {
+        boost::system::error_code ec;
+        std::unique_ptr<storage::session_log> log;
+        session::session_state state;
+    };
+    auto open = [&store = store_, id, epoch]() -> opened {
+        opened out;
+        auto log = store.open(id, epoch);
+        if (!log) {
+            out.ec = log.error();
+            return out;
+        }
+        auto st = (*log)->load();
+        if (!st) {
+            out.ec = st.error();
+            return out;
+        }
+        out.log = std::move(*log);
+        out.state = std::move(*st);
+        return out;
+    };
+    auto task = run_on<opened>(opts_.store_executor, std::move(open));
+    opened o = co_await std::move(task);
+    if (o.ec) {
+        co_return o.ec;
+    }
     if (stopped_) {
-        // Draining: a loaded session still takes commands (persisted, then answered; the next
-        // owner runs them), but no loop is loaded or restarted.
-        if (auto it = sessions_.find(id.str()); it != sessions_.end()) {
-            return it->second->loop.get();
-        }
-        return storage::errc::unavailable;
+        co_return storage::errc::unavailable;  // the worker began to stop meanwhile
     }
-    drop_failed();  // a failed session is reloaded from the store on its next use
-    if (auto it = sessions_.find(id.str()); it != sessions_.end()) {
-        return it->second->loop.get();
-    }
-    auto epoch = epochs_(id);
-    if (!epoch) {
-        return epoch.error();
-    }
-    auto log = store_.open(id, *epoch);
-    if (!log) {
-        return log.error();
-    }
-    auto e = std::make_unique<entry>();
+    auto e = std::make_shared<entry>();
     e->prov = providers_();
-    e->loop = std::make_unique<agent_loop>(ex_, std::move(*log), *e->prov, tools_, clock_, opts_);
+    e->loop = std::make_unique<agent_loop>(ex_, std::move(o.log), *e->prov, tools_, clock_, opts_);
     // Loaded before anyone reads it (a subscribe right after the load sees the stored state).
-    if (auto ec = e->loop->load()) {
-        return ec;
-    }
+    e->loop->preload(std::move(o.state));
     e->sub = e->loop->observe([this, id](const loop_event& ev) { events_(id, ev); }).sub;
     e->running = true;
-    entry* raw = e.get();
-    // The loop is a tracked child: stop() cancels it through its slot, and its completion
-    // marks the entry so the next get() reloads the session.
-    asio::co_spawn(ex_, raw->loop->start(),
-                   asio::bind_cancellation_slot(
-                       raw->stop.slot(), [raw](std::exception_ptr) { raw->running = false; }));
-    sessions_.emplace(id.str(), std::move(e));
-    return raw->loop.get();
+    ++running_;
+    // The loop is a tracked child: stop() and retire() cancel it through its slot. Its
+    // completion frees the registry's part of it (a failed session is reloaded from the store
+    // on its next use) once the handler has returned.
+    auto done = [this, keep = e, id](std::exception_ptr) mutable {
+        keep->running = false;
+        --running_;
+        asio::post(ex_, [this, keep = std::move(keep), id] {
+            if (auto it = sessions_.find(id.str());
+                !stopped_ && it != sessions_.end() && it->second == keep) {
+                sessions_.erase(it);
+            }
+        });
+    };
+    asio::co_spawn(ex_, e->loop->start(),
+                   asio::bind_cancellation_slot(e->stop.slot(), std::move(done)));
+    sessions_.insert_or_assign(id.str(), e);
+    co_return share(e, e->loop.get());
 }
 
-boost::system::result<void> session_registry::remove(const session::session_id& id) {
-    retire(id);
-    return store_.remove(id);
-}
-
-void session_registry::unload(const session::session_id& id) {
-    retire(id);
-}
-
-std::size_t session_registry::running() const {
-    std::size_t n = 0;
-    for (const auto& [id, e] : sessions_) {
-        n += e->running ? 1 : 0;
+asio::awaitable<boost::system::result<void>> session_registry::remove(session::session_id id,
+                                                                      session::lease_epoch epoch) {
+    auto g = gate_of(id);
+    boost::system::result<void> out;
+    {
+        auto guard = co_await g->mu.lock();
+        if (auto it = sessions_.find(id.str()); it != sessions_.end()) {
+            // The commands already waiting on the loop go first (they are answered, and the
+            // removal deletes what they wrote); the ones after find the loop closed and are
+            // routed again, to a new session.
+            auto loop = share(it->second, it->second->loop.get());
+            auto closing = loop->close_after_pending(storage::errc::lease_lost);
+            co_await std::move(closing);
+            retire(id, storage::errc::lease_lost);
+        }
+        auto rm = [&store = store_, id, epoch]() { return store.remove(id, epoch); };
+        auto task = run_on<boost::system::result<void>>(opts_.store_executor, std::move(rm));
+        out = co_await std::move(task);
     }
-    for (const auto& e : retired_) {
-        n += e->running ? 1 : 0;
-    }
-    return n;
+    release_gate(id, g);
+    co_return out;
 }
 
-void session_registry::each(const std::function<void(const agent_loop&)>& f) const {
-    for (const auto& [id, e] : sessions_) {
-        if (e->running) {
-            f(*e->loop);
+void session_registry::unload(const session::session_id& id,
+                              std::optional<session::lease_epoch> epoch) {
+    if (auto it = sessions_.find(id.str());
+        it != sessions_.end() && (!epoch || it->second->loop->epoch() == *epoch)) {
+        retire(id, storage::errc::lease_lost);
+    }
+}
+
+asio::awaitable<boost::system::result<bool>> session_registry::exists(session::session_id id) {
+    auto check = [&store = store_, id]() { return store.exists(id); };
+    auto task = run_on<boost::system::result<bool>>(opts_.store_executor, std::move(check));
+    auto out = co_await std::move(task);
+    co_return out;
+}
+
+void session_registry::each(const std::function<bool(const agent_loop&)>& f,
+                            std::string_view after) const {
+    auto it = after.empty() ? sessions_.begin() : sessions_.upper_bound(std::string(after));
+    for (; it != sessions_.end(); ++it) {
+        if (it->second->running && !it->second->loop->failed() && !f(*it->second->loop)) {
+            return;
         }
     }
 }

@@ -1,7 +1,18 @@
-// The sessions a worker owns: loads a session on first use (opening its log at the epoch the
-// lease gives), runs its loop as a tracked child, forwards its events, and stops them.
+// The sessions a worker owns: loads a session on first use (opening its log at the epoch of
+// the lease the caller holds), runs its loop as a tracked child, forwards its events, and
+// stops them.
 //
-// Executor: every member runs on `ex` (the worker's single-threaded io_context for now).
+// A loop is shared: get() hands out a `handle` that keeps the loop (and its provider) alive
+// while a request uses it, so a loop that is unloaded, deleted or failed is freed only after
+// the last request that reached it has been answered. Such a loop is closed: the requests
+// still waiting on it get storage::errc::lease_lost ("nothing changed; route again"), or the
+// store's error if it failed.
+//
+// Loading and removing a session take its gate, so they never interleave: a request that
+// arrives while its session is being loaded or deleted waits, and then sees the result. Store
+// IO (open, load, remove) runs on the store executor, never on `ex`.
+//
+// Executor: every member runs on `ex` (the worker's single-threaded io_context).
 // Lifetime: stop() cancels every loop; the registry must outlive the io_context's run.
 #pragma once
 
@@ -17,45 +28,54 @@ namespace wuhu::worker {
 class session_registry {
   public:
     using provider_factory = std::function<std::unique_ptr<provider>()>;
-    // The fencing epoch to open a session at (the lease this worker holds), or why it has none.
-    using epoch_source =
-        std::function<boost::system::result<session::lease_epoch>(const session::session_id&)>;
     using event_forwarder = std::function<void(const session::session_id&, const loop_event&)>;
+    using handle = std::shared_ptr<agent_loop>;
 
     session_registry(asio::any_io_executor ex, storage::session_store& store,
                      provider_factory providers, const tool_registry& tools, clock& clk,
-                     loop_options opts, epoch_source epochs, event_forwarder events);
+                     loop_options opts, event_forwarder events);
     ~session_registry();
 
-    // The session's loop, loaded and started if it was not; an error if the store refuses.
-    // After stop(): the loop of a session still loaded (its commands commit and are answered;
-    // its loop does not run again), and storage::errc::unavailable for any other.
-    boost::system::result<agent_loop*> get(const session::session_id& id);
-    // Stops the session's loop and removes its data (idempotent).
-    boost::system::result<void> remove(const session::session_id& id);
-    // Stops the session's loop and forgets it; its data stays (the lease was lost, or the
-    // session is handed over).
-    void unload(const session::session_id& id);
+    // The session's loop at `epoch` (the caller holds that lease), loaded and started if it
+    // was not (a loop of an older epoch, or a failed one, is replaced); the store's error if
+    // it cannot be opened or loaded. After stop(): the loop of a session still loaded (its
+    // commands commit and are answered; its loop does not run again), and
+    // storage::errc::unavailable for any other.
+    asio::awaitable<boost::system::result<handle>> get(session::session_id id,
+                                                       session::lease_epoch epoch);
+    // The loop of a loaded, usable session, or null.
+    handle find(const session::session_id& id) const;
+    // Removes the session's data, fenced at `epoch`: after the commands already waiting on
+    // its loop have been answered, the loop is closed and the store removes the session. The
+    // store's error (lease_lost: a newer owner has it) if it refuses.
+    asio::awaitable<boost::system::result<void>> remove(session::session_id id,
+                                                        session::lease_epoch epoch);
+    // Closes the session's loop at once and forgets it (only if it runs at `epoch`, when
+    // given); its data stays (the lease was lost, or the session is handed over).
+    void unload(const session::session_id& id,
+                std::optional<session::lease_epoch> epoch = std::nullopt);
+    // Whether the store has the session (store IO on the store executor).
+    asio::awaitable<boost::system::result<bool>> exists(session::session_id id);
     bool contains(const session::session_id& id) const { return sessions_.contains(id.str()); }
     // Cancels every loop; nothing is loaded or started afterwards.
     void stop();
     std::size_t size() const { return sessions_.size(); }
-    // Visits the loaded sessions whose loops run.
-    void each(const std::function<void(const agent_loop&)>& f) const;
+    // Visits the loaded sessions whose loops run, in id order, from the first id after
+    // `after` (all when empty), until `f` returns false.
+    void each(const std::function<bool(const agent_loop&)>& f, std::string_view after = {}) const;
     storage::session_store& store() { return store_; }
     // Loops that have not returned yet.
-    std::size_t running() const;
+    std::size_t running() const { return running_; }
 
   private:
-    struct entry {
-        std::unique_ptr<provider> prov;
-        std::unique_ptr<agent_loop> loop;
-        asio::cancellation_signal stop;
-        subscription sub;
-        bool running = false;
-    };
-    void drop_failed();
-    void retire(const session::session_id& id);
+    struct entry;
+    struct gate;
+    // The session's gate (made on first use, dropped when nobody holds or waits for it).
+    std::shared_ptr<gate> gate_of(const session::session_id& id);
+    void release_gate(const session::session_id& id, std::shared_ptr<gate>& g);
+    void retire(const session::session_id& id, const boost::system::error_code& why);
+    asio::awaitable<boost::system::result<handle>> load(session::session_id id,
+                                                        session::lease_epoch epoch);
 
     asio::any_io_executor ex_;
     storage::session_store& store_;
@@ -63,10 +83,10 @@ class session_registry {
     const tool_registry& tools_;
     clock& clock_;
     loop_options opts_;
-    epoch_source epochs_;
     event_forwarder events_;
-    std::map<std::string, std::unique_ptr<entry>> sessions_;
-    std::vector<std::unique_ptr<entry>> retired_;  // stopped, their loops still returning
+    std::map<std::string, std::shared_ptr<entry>> sessions_;
+    std::map<std::string, std::shared_ptr<gate>> gates_;
+    std::size_t running_ = 0;
     bool stopped_ = false;
 };
 

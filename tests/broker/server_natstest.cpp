@@ -216,10 +216,9 @@ TEST_F(worker_fixture, BadInputGetsItsErrorCodeAndChangesNothing) {
     // before sending: TheClientLibraryEnqueuesAndWatchesWithoutGaps.)
     {
         broker::nats_client raw(nats_url(), "space-client");
-        EXPECT_FALSE(
-            raw.request(prefix_ + ".session.clean x.enqueue", R"({"lane":"steer","content":"x"})",
-                        1s)
-                .has_value());
+        EXPECT_FALSE(raw.request(prefix_ + ".session.clean x.enqueue",
+                                 R"({"lane":"steer","content":"x"})", 1s)
+                         .has_value());
     }
     const auto zero = json::parse(R"({"transcript":0,"system":0,"steer":0,"followUp":0})");
     for (const char* sid : {"clean", "a", "b"}) {
@@ -400,7 +399,7 @@ TEST_F(worker_fixture, AWorkerThatStopsReleasesItsSessionsAndAnotherTakesThemOve
 
 TEST_F(worker_fixture, AForwardedRequestIsNeverForwardedAgain) {
     auto second = start_node("w2");
-    auto own = request_raw(prefix_ + ".worker.w1.session.once.pause", "{}");
+    auto own = request_raw(prefix_ + ".worker.w1.session.once.configure", "{}");
     ASSERT_EQ(own.at("ok"), true);
     // w2 is addressed directly as if forwarded, but w1 owns the session: a clear error.
     auto r = request_raw(prefix_ + ".worker.w2.session.once.resume", "{}");
@@ -410,8 +409,11 @@ TEST_F(worker_fixture, AForwardedRequestIsNeverForwardedAgain) {
 
 TEST_F(worker_fixture, AdminSessionsListsTheFleetWithOwnersStatesAndLanes) {
     auto second = start_node("w2");
-    ASSERT_EQ(request_raw(prefix_ + ".worker.w1.session.adm-a.pause", "{}").at("ok"), true);
-    ASSERT_EQ(request_raw(prefix_ + ".worker.w2.session.adm-b.pause", "{}").at("ok"), true);
+    for (const auto& [w, sid] : {std::pair{"w1", "adm-a"}, std::pair{"w2", "adm-b"}}) {
+        const std::string direct = prefix_ + ".worker." + w + ".session." + sid;
+        ASSERT_EQ(request_raw(direct + ".configure", "{}").at("ok"), true);  // creates it
+        ASSERT_EQ(request_raw(direct + ".pause", "{}").at("ok"), true);
+    }
     // Paused sessions keep their queued input: lane depths show it.
     request("adm-b", "enqueue", R"({"lane":"steer","id":"s1","content":"wait"})");
     broker::nats_client nc(nats_url(), "admin-client");
@@ -480,7 +482,8 @@ bool wait_in_flight(worker_node& n, std::size_t count) {
 }  // namespace
 
 TEST_F(worker_fixture, AStoppingWorkerAnswersTheRequestsItTookAndRefusesNewSessions) {
-    ASSERT_EQ(request("drain", "pause", "{}").at("ok"), true);  // loaded here, never inferring
+    ASSERT_EQ(request("drain", "configure", "{}").at("ok"), true);  // loaded here,
+    ASSERT_EQ(request("drain", "pause", "{}").at("ok"), true);      // never inferring
     executor_hold hold(*node_);
     node_->store().hold_commits();  // the disk stalls: the next commit is still running at the stop
     // Taken before the stop.
@@ -513,6 +516,7 @@ TEST_F(worker_fixture, AStoppingWorkerAnswersTheRequestsItTookAndRefusesNewSessi
 TEST_F(worker_fixture, AStopThatOutlastsTheDrainTimeoutHandsTheSessionsOverAndStillAnswers) {
     node_.reset();
     node_ = start_node("w1", 0, 100ms);
+    ASSERT_EQ(request("stuck", "configure", "{}").at("ok"), true);
     ASSERT_EQ(request("stuck", "pause", "{}").at("ok"), true);
     node_->store().hold_commits();
     auto taken = std::async(std::launch::async, [&] {

@@ -87,8 +87,9 @@ TEST(CancelRequest, NeedsALaneAndAnId) {
     EXPECT_EQ(ok.in, lane::follow_up);
     EXPECT_EQ(error_of(R"({"lane":"followUp"})", decode_cancel).code, errc::missing_field);
     EXPECT_EQ(error_of(R"({"lane":"x","id":"a"})", decode_cancel).code, errc::invalid_lane);
-    // The system lane decodes; refusing it is the rule plan_cancel applies (not_cancelable).
-    EXPECT_TRUE(decode_cancel(json::parse(R"({"lane":"system","id":"a"})")).has_value());
+    // The system lane is refused at the edge (the rule needs no state), whether the session
+    // exists or not; plan_cancel applies the same rule.
+    EXPECT_EQ(error_of(R"({"lane":"system","id":"a"})", decode_cancel).code, errc::not_cancelable);
 }
 
 TEST(SystemRequest, TakesASourceAndContent) {

@@ -187,11 +187,44 @@ TEST_P(StoreConformance, RemoveIsIdempotentAndLeavesOtherSessionsAlone) {
     ASSERT_TRUE(a->enqueue(sa, user_in(lane::steer, "x", "y"), unix_ms{1}));
     session_state sb = b->load().value();
     ASSERT_TRUE(b->enqueue(sb, user_in(lane::steer, "x", "y"), unix_ms{1}));
-    EXPECT_TRUE(store().remove(session_id::parse("gone").value()).has_value());
-    EXPECT_TRUE(store().remove(session_id::parse("gone").value()).has_value());
-    EXPECT_TRUE(store().remove(session_id::parse("never-existed").value()).has_value());
-    EXPECT_EQ(open("gone", 2)->load().value(), session_state{});
+    EXPECT_TRUE(store().exists(session_id::parse("gone").value()).value());
+    EXPECT_TRUE(store().remove(session_id::parse("gone").value(), lease_epoch{2}).has_value());
+    EXPECT_FALSE(store().exists(session_id::parse("gone").value()).value());
+    EXPECT_TRUE(store().remove(session_id::parse("gone").value(), lease_epoch{2}).has_value());
+    EXPECT_TRUE(
+        store().remove(session_id::parse("never-existed").value(), lease_epoch{1}).has_value());
+    EXPECT_FALSE(store().exists(session_id::parse("never-existed").value()).value());
+    EXPECT_EQ(open("gone", 3)->load().value(), session_state{});
     EXPECT_EQ(b->load()->in(lane::steer).pending.size(), 1u);
+}
+
+TEST_P(StoreConformance, ARemoveFencesEveryOldHandleAndANewOwnerStartsEmpty) {
+    auto old_owner = open("fenced", 1);
+    session_state before = old_owner->load().value();
+    ASSERT_TRUE(old_owner->enqueue(before, user_in(lane::steer, "d1", "one"), unix_ms{1}));
+    const auto sid = session_id::parse("fenced").value();
+    // A remover older than the stored epoch is itself fenced out, and removes nothing.
+    auto newer = open("fenced", 3);
+    EXPECT_EQ(store().remove(sid, lease_epoch{2}).error(), storage::errc::lease_lost);
+    session_state st = newer->load().value();
+    EXPECT_EQ(st.in(lane::steer).pending.size(), 1u);
+    // The owner at epoch 3 removes it: both handles are fenced out, for writes and loads.
+    ASSERT_TRUE(store().remove(sid, lease_epoch{3}));
+    EXPECT_EQ(newer->load().error(), storage::errc::lease_lost);
+    EXPECT_EQ(old_owner->load().error(), storage::errc::lease_lost);
+    EXPECT_EQ(newer->enqueue(st, user_in(lane::steer, "d2", "two"), unix_ms{2}).error(),
+              storage::errc::lease_lost);
+    // The next owner starts from nothing; the old handles still cannot write into it.
+    auto next = open("fenced", 4);
+    session_state fresh = next->load().value();
+    EXPECT_EQ(fresh, session_state{});
+    ASSERT_TRUE(next->enqueue(fresh, user_in(lane::steer, "d3", "three"), unix_ms{3}));
+    EXPECT_EQ(
+        newer->enqueue(session_state{}, user_in(lane::steer, "d4", "four"), unix_ms{4}).error(),
+        storage::errc::lease_lost);
+    auto seen = open("fenced", 5)->load().value();
+    ASSERT_EQ(seen.in(lane::steer).pending.size(), 1u);
+    EXPECT_EQ(seen.in(lane::steer).pending[0].id.str(), "d3");
 }
 
 TEST_P(StoreConformance, SessionsListsStoredSessionsInIdOrderWithHasWork) {
@@ -208,7 +241,7 @@ TEST_P(StoreConformance, SessionsListsStoredSessionsInIdOrderWithHasWork) {
     auto busy = store().sessions(true).value();
     ASSERT_EQ(busy.size(), 1u);
     EXPECT_EQ(busy[0].id.str(), "list-b");
-    ASSERT_TRUE(store().remove(session_id::parse("list-b").value()));
+    ASSERT_TRUE(store().remove(session_id::parse("list-b").value(), lease_epoch{1}));
     ASSERT_EQ(store().sessions(false).value().size(), 1u);
 }
 

@@ -54,29 +54,18 @@ TEST(FaultyStore, HeldCommitsWaitUntilReleasedAndThenLand) {
     EXPECT_EQ(inner.commits(), 1u);
 }
 
-INSTANTIATE_TEST_SUITE_P(FaultyWrapperOfMemory, StoreConformance,
-                         ::testing::Values(store_factory{
-                             "faulty_memory",
-                             [] {
-                                 struct owning : storage::session_store {
-                                     storage::memory_store inner;
-                                     storage::faulty_store outer{inner};
-                                     storage::result<std::unique_ptr<storage::session_log>> open(
-                                         const session_id& id, lease_epoch e) override {
-                                         return outer.open(id, e);
-                                     }
-                                     storage::result<void> remove(const session_id& id) override {
-                                         return outer.remove(id);
-                                     }
-                                     storage::result<std::vector<storage::catalog_entry>> sessions(
-                                         bool has_work_only) override {
-                                         return outer.sessions(has_work_only);
-                                     }
-                                     std::string_view backend() const override { return "faulty"; }
-                                 };
-                                 return std::unique_ptr<storage::session_store>(
-                                     std::make_unique<owning>());
-                             }}),
-                         [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(
+    FaultyWrapperOfMemory, StoreConformance,
+    ::testing::Values(store_factory{
+        "faulty_memory",
+        [] {
+            struct owning : storage::forwarding_store {
+                owning() : forwarding_store(static_cast<storage::session_store&>(outer)) {}
+                storage::memory_store inner;
+                storage::faulty_store outer{inner};
+            };
+            return std::unique_ptr<storage::session_store>(std::make_unique<owning>());
+        }}),
+    [](const auto& info) { return info.param.name; });
 
 }  // namespace wuhu::testing

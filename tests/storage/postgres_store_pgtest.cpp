@@ -11,19 +11,12 @@ namespace wuhu::testing {
 
 namespace {
 
-struct temp_postgres_store final : storage::session_store {
+struct temp_postgres_store final : storage::forwarding_store {
     explicit temp_postgres_store(std::size_t pool = 4)
-        : schema(fresh_schema("t")), store(storage::postgres_options{pg_dsn(), schema, pool}) {}
+        : forwarding_store(store),
+          schema(fresh_schema("t")),
+          store(storage::postgres_options{pg_dsn(), schema, pool}) {}
     ~temp_postgres_store() override { drop_schema(schema); }
-    storage::result<std::unique_ptr<storage::session_log>> open(const session_id& id,
-                                                                lease_epoch e) override {
-        return store.open(id, e);
-    }
-    storage::result<void> remove(const session_id& id) override { return store.remove(id); }
-    storage::result<std::vector<storage::catalog_entry>> sessions(bool has_work_only) override {
-        return store.sessions(has_work_only);
-    }
-    std::string_view backend() const override { return store.backend(); }
 
     std::string schema;
     storage::postgres_store store;

@@ -14,18 +14,10 @@ namespace wuhu::testing {
 namespace {
 
 // A store in its own temporary data directory.
-struct temp_sqlite_store final : storage::session_store {
+struct temp_sqlite_store final : storage::forwarding_store {
     explicit temp_sqlite_store(std::size_t max_open = 256)
-        : store(storage::sqlite_options{dir.path(), "FULL", 5000, max_open}) {}
-    storage::result<std::unique_ptr<storage::session_log>> open(const session_id& id,
-                                                                lease_epoch e) override {
-        return store.open(id, e);
-    }
-    storage::result<void> remove(const session_id& id) override { return store.remove(id); }
-    storage::result<std::vector<storage::catalog_entry>> sessions(bool has_work_only) override {
-        return store.sessions(has_work_only);
-    }
-    std::string_view backend() const override { return store.backend(); }
+        : forwarding_store(store),
+          store(storage::sqlite_options{dir.path(), "FULL", 5000, max_open}) {}
 
     temp_dir dir;
     storage::sqlite_store store;
@@ -129,7 +121,7 @@ TEST(SqliteStore, TheCatalogListsSessionsAndHasWork) {
     auto working = t.store.sessions(true).value();
     ASSERT_EQ(working.size(), 1u);
     EXPECT_EQ(working[0].id.str(), "busy");
-    ASSERT_TRUE(t.store.remove(session_id::parse("busy").value()));
+    ASSERT_TRUE(t.store.remove(session_id::parse("busy").value(), lease_epoch{1}));
     EXPECT_TRUE(t.store.sessions(true).value().empty());
     EXPECT_FALSE(std::filesystem::exists(t.store.path_of(session_id::parse("busy").value())));
 }

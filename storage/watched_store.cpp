@@ -1,0 +1,72 @@
+#include "storage/watched_store.hpp"
+
+namespace wuhu::storage {
+
+namespace {
+
+template <class T>
+result<T> noted(watched_store& store, result<T> r) {
+    store.note(r ? boost::system::error_code{} : r.error());
+    return r;
+}
+
+class watched_log final : public session_log {
+  public:
+    watched_log(watched_store& store, std::unique_ptr<session_log> inner)
+        : session_log(inner->id(), inner->epoch()), store_(store), inner_(std::move(inner)) {}
+
+  protected:
+    result<session_state> do_load() override { return noted(store_, inner_->load()); }
+    result<session::patch> do_since(const session::version_vector& from) override {
+        return noted(store_, inner_->since(from));
+    }
+    result<void> do_commit(const session_state& before, const action_list& actions) override {
+        return noted(store_, forward_commit(*inner_, before, actions));
+    }
+
+  private:
+    watched_store& store_;
+    std::unique_ptr<session_log> inner_;
+};
+
+}  // namespace
+
+void watched_store::note(const boost::system::error_code& ec) {
+    const bool failed = ec == errc::unavailable;
+    if (ec && !failed) {
+        return;  // an answer (lease_lost, conflict, corrupt data): the store is there
+    }
+    std::lock_guard lock(mu_);
+    if (failed == down_) {
+        return;
+    }
+    down_ = failed;
+    listener_(!failed, ec);
+}
+
+bool watched_store::available() const {
+    std::lock_guard lock(mu_);
+    return !down_;
+}
+
+result<std::unique_ptr<session_log>> watched_store::open(const session_id& id, lease_epoch epoch) {
+    auto inner = noted(*this, target().open(id, epoch));
+    if (!inner) {
+        return inner.error();
+    }
+    return std::unique_ptr<session_log>(std::make_unique<watched_log>(*this, std::move(*inner)));
+}
+
+result<void> watched_store::remove(const session_id& id, lease_epoch epoch) {
+    return noted(*this, target().remove(id, epoch));
+}
+
+result<bool> watched_store::exists(const session_id& id) {
+    return noted(*this, target().exists(id));
+}
+
+result<std::vector<catalog_entry>> watched_store::sessions(bool has_work_only) {
+    return noted(*this, target().sessions(has_work_only));
+}
+
+}  // namespace wuhu::storage

@@ -1,0 +1,355 @@
+// The fleet driven from outside, as its users drive it: real wuhu-worker processes (the
+// AddressSanitizer build under scripts/test) on one SQLite data directory, a real nats-server,
+// and the signals an operator or a crash sends (SIGSTOP/SIGCONT, SIGKILL). Each test here is
+// the regression test of a defect found that way.
+#include "storage/sqlite_db.hpp"
+#include "tests/support/process.hpp"
+
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <random>
+#include <set>
+
+namespace wuhu::testing {
+
+namespace json = boost::json;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Sends every request at once (no waiting in between) and collects the replies: the reply of
+// request i, or null if none came within `timeout`.
+class burst {
+  public:
+    explicit burst(broker::nats_client& nc) : nc_(nc) {
+        std::random_device rd;
+        inbox_ = "_BURST." + std::to_string(rd()) + std::to_string(rd());
+        token_ = nc_.subscribe(inbox_ + ".*", [this](broker::nats_message m) {
+            const auto i = std::stoul(m.subject.substr(inbox_.size() + 1));
+            std::lock_guard lock(mu_);
+            replies_[i] = std::move(m.data);
+            cv_.notify_all();
+        });
+        nc_.flush();
+    }
+    ~burst() { nc_.unsubscribe(token_); }
+    burst(const burst&) = delete;
+
+    std::vector<json::value> send(const std::vector<std::pair<std::string, std::string>>& requests,
+                                  std::chrono::milliseconds timeout) {
+        const std::size_t first = next_;
+        for (const auto& [subject, body] : requests) {
+            nc_.publish_request(subject, inbox_ + "." + std::to_string(next_++), body);
+        }
+        std::unique_lock lock(mu_);
+        cv_.wait_for(lock, timeout, [&] {
+            for (std::size_t i = first; i < next_; ++i) {
+                if (!replies_.contains(i)) {
+                    return false;
+                }
+            }
+            return true;
+        });
+        std::vector<json::value> out;
+        for (std::size_t i = first; i < next_; ++i) {
+            auto it = replies_.find(i);
+            out.push_back(it == replies_.end() ? json::value() : json::parse(it->second));
+        }
+        return out;
+    }
+
+  private:
+    broker::nats_client& nc_;
+    std::string inbox_;
+    std::size_t token_ = 0;
+    std::size_t next_ = 0;
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::map<std::size_t, std::string> replies_;
+};
+
+std::string enqueue_body(const std::string& id) {
+    return R"({"lane":"followUp","id":")" + id + R"(","content":"item )" + id + "\"}";
+}
+
+// The ids of the items a subscribe reply's patch holds (enqueued, pending or materialized).
+std::set<std::string> item_ids(const json::value& reply) {
+    std::set<std::string> ids;
+    const auto& p = reply.at("patch");
+    for (const char* lane : {"system", "steer", "followUp"}) {
+        for (const auto& f : p.at("journal").at(lane).as_array()) {
+            if (const auto* item = f.as_object().if_contains("item")) {
+                ids.insert(json::value_to<std::string>(item->at("id")));
+            }
+        }
+    }
+    for (const auto& e : p.at("transcript").as_array()) {
+        if (const auto* id = e.as_object().if_contains("item")) {
+            ids.insert(json::value_to<std::string>(*id));
+        }
+    }
+    return ids;
+}
+
+bool ok(const json::value& v) {
+    return v.is_object() && v.as_object().contains("ok") && v.at("ok") == true;
+}
+
+std::string code_of(const json::value& v) {
+    if (!v.is_object() || !v.as_object().contains("error")) {
+        return v.is_null() ? "no reply" : "ok";
+    }
+    return json::value_to<std::string>(v.at("error").at("code"));
+}
+
+// Waits (bounded: 30 s) until the session's loop is idle with nothing to do, asking `subject`
+// (a subscribe subject).
+bool wait_idle(broker::nats_client& nc, const std::string& subject) {
+    for (int i = 0; i < 300; ++i) {
+        auto r = nc.request(subject, "{}", 1s);
+        if (r) {
+            auto v = json::parse(*r);
+            if (ok(v) && v.at("status").at("state") == "idle" &&
+                v.at("status").at("has_work") == false) {
+                return true;
+            }
+        }
+        std::this_thread::sleep_for(100ms);
+    }
+    return false;
+}
+
+// The model answers every turn the same, a little slowly, so that turns overlap requests.
+constexpr const char* slow_script = R"({"responses":[{"text":"noted","delay_ms":5}]})";
+
+}  // namespace
+
+// Defect: the registry freed a session's loop while requests were still suspended on it (a
+// delete among queued enqueues), and the AddressSanitizer build aborted with a
+// heap-use-after-free. Every request is answered, and the ones sent after the delete make a
+// new session that holds exactly them.
+TEST(Fleet, DeletingASessionWhileCommandsWaitNeverCrashesTheWorker) {
+    worker_process worker("del", slow_script);
+    worker.start();
+    broker::nats_client nc(nats_url(), "delete-burst");
+    ASSERT_EQ(answer_when_up(nc, worker.prefix() + ".session.warmup.subscribe").at("ok"), true);
+    burst b(nc);
+    for (int round = 0; round < 40; ++round) {
+        const std::string sid = "del" + std::to_string(round);
+        const auto subject = [&](const char* verb) {
+            return worker.prefix() + ".session." + sid + "." + verb;
+        };
+        std::vector<std::pair<std::string, std::string>> requests;
+        requests.emplace_back(subject("enqueue"), enqueue_body("first"));
+        for (int i = 0; i < 6; ++i) {
+            requests.emplace_back(subject("enqueue"), enqueue_body("a" + std::to_string(i)));
+        }
+        requests.emplace_back(subject("delete"), "{}");
+        for (int i = 0; i < 6; ++i) {
+            requests.emplace_back(subject("enqueue"), enqueue_body("b" + std::to_string(i)));
+        }
+        auto replies = b.send(requests, 30s);
+        ASSERT_TRUE(worker.running()) << "the worker died in round " << round;
+        for (std::size_t i = 0; i < replies.size(); ++i) {
+            ASSERT_TRUE(ok(replies[i]))
+                << "round " << round << " request " << i << ": " << json::serialize(replies[i]);
+        }
+        // The delete came after the first seven: the session now holds the last six only.
+        auto after = answer_when_up(nc, subject("subscribe"));
+        ASSERT_EQ(after.at("ok"), true) << json::serialize(after);
+        EXPECT_EQ(item_ids(after), (std::set<std::string>{"b0", "b1", "b2", "b3", "b4", "b5"}))
+            << "round " << round;
+    }
+    EXPECT_EQ(worker.stop(), 0) << "a clean stop, with no sanitizer report";
+}
+
+// Defect: with a disk that refuses writes, failed sessions were dropped while requests waited
+// on them: a few `unavailable` replies, then the same use-after-free. Now every request gets
+// `ok` or a retryable `unavailable`, the worker stays up, and everything acknowledged is there
+// when the disk works again.
+TEST(Fleet, ADiskThatRefusesWritesGetsUnavailableRepliesAndNeverACrash) {
+    temp_dir shared;
+    worker_process::config full;
+    full.data_dir = shared.path() / "data";
+    full.max_file_bytes = 96 * 1024;  // files may not grow past this: writes soon fail
+    worker_process worker("full", slow_script, full);
+    worker.start();
+    broker::nats_client nc(nats_url(), "full-disk");
+    ASSERT_EQ(answer_when_up(nc, worker.prefix() + ".session.warmup.subscribe").at("ok"), true);
+    burst b(nc);
+    std::set<std::string> acked;
+    std::map<std::string, int> codes;
+    for (int round = 0; round < 30; ++round) {
+        std::vector<std::pair<std::string, std::string>> requests;
+        for (int s = 0; s < 4; ++s) {
+            for (int i = 0; i < 8; ++i) {
+                requests.emplace_back(
+                    worker.prefix() + ".session.full" + std::to_string(s) + ".enqueue",
+                    enqueue_body("r" + std::to_string(round) + "-" + std::to_string(i)));
+            }
+        }
+        auto replies = b.send(requests, 30s);
+        ASSERT_TRUE(worker.running()) << "the worker died in round " << round;
+        for (std::size_t i = 0; i < replies.size(); ++i) {
+            const auto code = code_of(replies[i]);
+            ++codes[code];
+            ASSERT_TRUE(code == "ok" || code == "unavailable") << json::serialize(replies[i]);
+            if (code == "ok") {
+                const auto sid = requests[i].first.substr(worker.prefix().size() + 9, 5);
+                acked.insert(sid + "/" + json::value_to<std::string>(replies[i].at("id")));
+            }
+        }
+    }
+    EXPECT_GT(codes["unavailable"], 0) << "the disk never filled up: the test tested nothing";
+    EXPECT_GT(codes["ok"], 0);
+    EXPECT_EQ(worker.stop(), 0) << "a clean stop, with no sanitizer report";
+
+    // The disk works again: every acknowledged item is there.
+    worker_process::config roomy;
+    roomy.data_dir = full.data_dir;
+    roomy.prefix = worker.prefix();
+    worker_process again("full", slow_script, roomy);
+    again.start();
+    std::set<std::string> found;
+    for (int s = 0; s < 4; ++s) {
+        const std::string sid = "full" + std::to_string(s);
+        auto r = answer_when_up(nc, again.prefix() + ".session." + sid + ".subscribe");
+        ASSERT_EQ(r.at("ok"), true) << json::serialize(r);
+        for (const auto& id : item_ids(r)) {
+            found.insert(sid + "/" + id);
+        }
+    }
+    for (const auto& a : acked) {
+        EXPECT_TRUE(found.contains(a)) << "acknowledged and lost: " << a;
+    }
+    EXPECT_EQ(again.stop(), 0);
+}
+
+namespace {
+
+// Two workers of one host: one SQLite data directory, short leases.
+struct two_workers {
+    temp_dir shared;
+    std::string prefix = "wuhu_pair" + std::to_string(getpid());
+    std::unique_ptr<worker_process> a;
+    std::unique_ptr<worker_process> b;
+
+    explicit two_workers(const std::string& tag) {
+        a = std::make_unique<worker_process>(tag + "a", slow_script, config("A"));
+        b = std::make_unique<worker_process>(tag + "b", slow_script, config("B"));
+        a->start();
+        b->start();
+    }
+    worker_process::config config(const std::string& id) const {
+        worker_process::config c;
+        c.worker_id = id;
+        c.data_dir = shared.path() / "data";
+        c.prefix = prefix;
+        c.args = {"--lease-ttl-ms", "600"};
+        return c;
+    }
+};
+
+}  // namespace
+
+// Defect: a frozen owner (SIGSTOP past its lease) that met a delete acknowledged an enqueue
+// into its cached handle of the deleted file, and the item was gone once it died. A delete
+// fences every old handle; the stale owner reloads from the store before it serves again.
+TEST(Fleet, AStaleOwnerNeverAcknowledgesIntoADeletedSession) {
+    two_workers w("stale");
+    broker::nats_client nc(nats_url(), "stale-client");
+    auto& a = *w.a;
+    auto& b = *w.b;
+    ASSERT_EQ(answer_when_up(nc, a.direct("s", "enqueue"), enqueue_body("d1")).at("ok"), true);
+    // Frozen between turns (frozen inside a commit, it would hold the file's write lock, and
+    // nobody could write the session until it woke up or died: SQLite's rule on one host).
+    ASSERT_TRUE(wait_idle(nc, a.direct("s", "subscribe")));
+    a.signal(SIGSTOP);
+    std::this_thread::sleep_for(1500ms);  // past the 600 ms lease
+    auto d2 = answer_when_up(nc, b.direct("s", "enqueue"), enqueue_body("d2"));
+    ASSERT_EQ(d2.at("ok"), true) << json::serialize(d2) << ": B takes the session over";
+    a.signal(SIGCONT);
+    for (int i = 0; i < 100 && !a.has_logged("lease of session s lost"); ++i) {
+        std::this_thread::sleep_for(50ms);
+    }
+    ASSERT_EQ(answer_when_up(nc, b.direct("s", "delete")).at("ok"), true);
+    // A retries what it is refused, as a client would (owner_changed: nothing changed).
+    json::value d3;
+    for (int i = 0; i < 50; ++i) {
+        d3 = answer_when_up(nc, a.direct("s", "enqueue"), enqueue_body("d3"));
+        if (code_of(d3) != "owner_changed") {
+            break;
+        }
+        std::this_thread::sleep_for(100ms);
+    }
+    ASSERT_EQ(d3.at("ok"), true) << json::serialize(d3);
+    a.crash();
+    // Whoever owns the session now has d3, and nothing from before the delete.
+    json::value now;
+    for (int i = 0; i < 50; ++i) {
+        now = answer_when_up(nc, b.direct("s", "subscribe"));
+        if (code_of(now) != "owner_changed") {
+            break;
+        }
+        std::this_thread::sleep_for(100ms);
+    }
+    ASSERT_EQ(now.at("ok"), true) << json::serialize(now);
+    EXPECT_EQ(item_ids(now), std::set<std::string>{"d3"}) << "acknowledged d3 must survive";
+    EXPECT_EQ(b.stop(), 0);
+}
+
+// Defect: right after SIGCONT, a fenced owner answered `subscribe` from the state it had before
+// it was frozen. Reads of a session whose lease a worker no longer holds go to the owner or
+// fail with a retryable code, never serve old state. Here the frozen owner also cannot renew
+// when it wakes up (the test holds the catalog's write lock past SQLite's busy timeout), which
+// used to leave it serving its old state for as long as renewal failed.
+TEST(Fleet, AFencedOwnerNeverServesOldState) {
+    two_workers w("fenced");
+    broker::nats_client nc(nats_url(), "fenced-client");
+    auto& a = *w.a;
+    auto& b = *w.b;
+    ASSERT_EQ(answer_when_up(nc, a.direct("f", "configure")).at("ok"), true);
+    ASSERT_EQ(answer_when_up(nc, a.direct("f", "pause")).at("ok"), true);  // no turns: exact
+    ASSERT_EQ(answer_when_up(nc, a.direct("f", "enqueue"), enqueue_body("d1")).at("ok"), true);
+    a.signal(SIGSTOP);
+    std::this_thread::sleep_for(1500ms);  // past the 600 ms lease
+    for (const char* id : {"d2", "d3"}) {
+        auto r = answer_when_up(nc, b.direct("f", "enqueue"), enqueue_body(id));
+        ASSERT_EQ(r.at("ok"), true) << json::serialize(r);
+    }
+    // The lease store is locked (another process writing) while A wakes up: A's renewal waits
+    // out the busy timeout and fails.
+    storage::sqlite::db catalog((w.shared.path() / "data" / "catalog.sqlite").string(), "FULL",
+                                1000);
+    catalog.exec("BEGIN IMMEDIATE");
+    burst reads(nc);
+    std::vector<std::pair<std::string, std::string>> requests(20,
+                                                              {a.direct("f", "subscribe"), "{}"});
+    std::thread wake([&] {
+        std::this_thread::sleep_for(300ms);
+        a.signal(SIGCONT);
+        std::this_thread::sleep_for(6500ms);
+        catalog.exec("ROLLBACK");
+    });
+    auto replies = reads.send(requests, 40s);
+    wake.join();
+    int served = 0;
+    for (const auto& r : replies) {
+        if (ok(r)) {
+            ++served;
+            EXPECT_EQ(r.at("patch").at("to").at("followUp"), 3)
+                << "old state served by a fenced owner: "
+                << json::serialize(r.at("patch").at("to"));
+        } else {
+            const auto code = code_of(r);
+            EXPECT_TRUE(code == "owner_changed" || code == "unavailable") << json::serialize(r);
+        }
+    }
+    EXPECT_EQ(a.stop(), 0);
+    EXPECT_EQ(b.stop(), 0);
+}
+
+}  // namespace wuhu::testing

@@ -1,0 +1,270 @@
+// Real processes for the *_proctest suites: spawning, waiting with a bound, nats-servers of a
+// test's own, and wuhu-worker processes with their own (or a shared) data directory, read back
+// through their JSON log lines. Every wait is bounded; a process a test started is killed if
+// the test ends early.
+#pragma once
+
+#include "broker/nats_client.hpp"
+#include "tests/support/temp_dir.hpp"
+
+#include <gtest/gtest.h>
+#include <boost/json.hpp>
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <chrono>
+#include <csignal>
+#include <fstream>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace wuhu::testing {
+
+inline std::string nats_url() {
+    const char* url = std::getenv("WUHU_TEST_NATS_URL");
+    if (url == nullptr || *url == '\0') {
+        ADD_FAILURE() << "WUHU_TEST_NATS_URL is not set: run the tests with scripts/test";
+        return "nats://127.0.0.1:1";
+    }
+    return url;
+}
+
+struct spawn_options {
+    std::string log;  // stderr goes here when set
+    // RLIMIT_FSIZE for the child (a disk that refuses to grow files); SIGXFSZ is ignored so
+    // that a write past it fails with EFBIG instead of killing the process.
+    std::optional<rlim_t> max_file_bytes;
+};
+
+// Starts `bin` (a path, or a name looked up in PATH) with `args`.
+inline pid_t spawn(const char* bin, const std::vector<std::string>& args,
+                   const spawn_options& o = {}) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (!o.log.empty()) {
+            int fd = open(o.log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+            dup2(fd, STDERR_FILENO);
+        }
+        if (o.max_file_bytes) {
+            signal(SIGXFSZ, SIG_IGN);
+            rlimit lim{*o.max_file_bytes, *o.max_file_bytes};
+            setrlimit(RLIMIT_FSIZE, &lim);
+        }
+        std::vector<char*> argv{const_cast<char*>(bin)};
+        for (const auto& a : args) {
+            argv.push_back(const_cast<char*>(a.c_str()));
+        }
+        argv.push_back(nullptr);
+        execvp(bin, argv.data());
+        _exit(127);
+    }
+    return pid;
+}
+
+inline pid_t spawn(const char* bin, const std::vector<std::string>& args, const std::string& log) {
+    return spawn(bin, args, spawn_options{log, std::nullopt});
+}
+
+// Waits (bounded) for the process to exit; its exit status (128 + signal when killed), or -1
+// if it did not exit in time (it is then killed).
+inline int wait_exit(pid_t pid, std::chrono::seconds limit) {
+    auto deadline = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < deadline) {
+        int status = 0;
+        if (waitpid(pid, &status, WNOHANG) == pid) {
+            return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    return -1;
+}
+
+// The lines of a file; every one must be a JSON object (the worker's log).
+inline std::vector<boost::json::object> json_lines(const std::string& path) {
+    std::ifstream f(path);
+    std::vector<boost::json::object> out;
+    std::string line;
+    while (std::getline(f, line)) {
+        boost::system::error_code ec;
+        auto v = boost::json::parse(line, ec);
+        if (ec || !v.is_object()) {
+            ADD_FAILURE() << "not a JSON log line: " << line;
+            continue;
+        }
+        out.push_back(v.as_object());
+    }
+    return out;
+}
+
+inline bool logged(const std::vector<boost::json::object>& lines, std::string_view text) {
+    for (const auto& l : lines) {
+        if (l.at("msg").as_string().find(text) != std::string::npos) {
+            return true;
+        }
+    }
+    return false;
+}
+
+// A free TCP port on 127.0.0.1 (bound, read, released).
+inline int free_port() {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = 0;
+    socklen_t len = sizeof addr;
+    if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+        getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+        close(fd);
+        return 0;
+    }
+    close(fd);
+    return ntohs(addr.sin_port);
+}
+
+// A nats-server of the test's own on 127.0.0.1:port (so that the test can stop and restart
+// it), with extra arguments (authentication), or -1 if it did not come up.
+inline pid_t spawn_nats(int port, std::vector<std::string> extra = {}) {
+    std::vector<std::string> args{"-a", "127.0.0.1", "-p", std::to_string(port)};
+    args.insert(args.end(), extra.begin(), extra.end());
+    pid_t pid = spawn("nats-server", args, "/dev/null");
+    for (int i = 0; i < 100; ++i) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in addr{};
+        addr.sin_family = AF_INET;
+        addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        addr.sin_port = htons(static_cast<std::uint16_t>(port));
+        const bool up = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+        close(fd);
+        if (up) {
+            return pid;
+        }
+        if (waitpid(pid, nullptr, WNOHANG) == pid) {
+            return -1;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    return -1;
+}
+
+// Kills a process (a nats-server of the test's own) if the test ends early.
+struct process_guard {
+    pid_t& pid;
+    ~process_guard() {
+        if (pid > 0 && waitpid(pid, nullptr, WNOHANG) == 0) {
+            kill(pid, SIGKILL);
+            waitpid(pid, nullptr, 0);
+        }
+    }
+};
+
+// A wuhu-worker process of one test: its script, subject prefix and log file (printed if the
+// test fails); a data directory of its own unless `data_dir` is given (workers of one host);
+// killed if the test ends early.
+class worker_process {
+  public:
+    struct config {
+        std::string worker_id = "proc-1";
+        std::filesystem::path data_dir;  // empty: a directory of its own
+        std::string prefix;              // empty: wuhu_<tag><pid>
+        std::vector<std::string> args;   // more flags
+        std::optional<rlim_t> max_file_bytes;
+    };
+
+    worker_process(const std::string& tag, const std::string& script_json)
+        : worker_process(tag, script_json, config{}) {}
+    worker_process(const std::string& tag, const std::string& script_json, config c)
+        : config_(std::move(c)),
+          prefix_(config_.prefix.empty() ? "wuhu_" + tag + std::to_string(getpid())
+                                         : config_.prefix) {
+        std::ofstream(script()) << script_json;
+    }
+    ~worker_process() {
+        if (running()) {
+            kill(pid_, SIGCONT);
+            kill(pid_, SIGKILL);
+            waitpid(pid_, nullptr, 0);
+        }
+        if (::testing::Test::HasFailure()) {
+            std::ifstream f(log());
+            std::cerr << "worker " << config_.worker_id << " log:\n" << f.rdbuf();
+        }
+    }
+    worker_process(const worker_process&) = delete;
+
+    void start(const std::string& url = nats_url()) {
+        std::vector<std::string> args{"--nats",      url,
+                                      "--store",     "sqlite://" + data().string(),
+                                      "--script",    script(),
+                                      "--prefix",    prefix_,
+                                      "--worker-id", config_.worker_id};
+        args.insert(args.end(), config_.args.begin(), config_.args.end());
+        pid_ = spawn(WUHU_WORKER_BIN, args, spawn_options{log(), config_.max_file_bytes});
+    }
+    // SIGTERM; the exit status (-1: it did not exit within 15 s).
+    int stop() {
+        kill(pid_, SIGCONT);
+        kill(pid_, SIGTERM);
+        const int status = wait_exit(pid_, std::chrono::seconds(15));
+        pid_ = 0;
+        return status;
+    }
+    // SIGKILL, and waits for it.
+    void crash() {
+        kill(pid_, SIGKILL);
+        waitpid(pid_, nullptr, 0);
+        pid_ = 0;
+    }
+    void signal(int sig) { kill(pid_, sig); }
+    bool running() const { return pid_ > 0 && waitpid(pid_, nullptr, WNOHANG) == 0; }
+    pid_t pid() const { return pid_; }
+
+    const std::string& prefix() const { return prefix_; }
+    const std::string& id() const { return config_.worker_id; }
+    std::string log() const { return (dir_.path() / "worker.log").string(); }
+    const std::filesystem::path& dir() const { return dir_.path(); }
+    std::filesystem::path data() const {
+        return config_.data_dir.empty() ? dir_.path() / "data" : config_.data_dir;
+    }
+    // Whether a log line so far contains `text`.
+    bool has_logged(std::string_view text) const { return logged(json_lines(log()), text); }
+    // The subject of a request sent to this worker only (the forwarding subject).
+    std::string direct(const std::string& sid, const std::string& verb) const {
+        return prefix_ + ".worker." + config_.worker_id + ".session." + sid + "." + verb;
+    }
+
+  private:
+    std::string script() const { return (dir_.path() / "script.json").string(); }
+
+    temp_dir dir_;
+    config config_;
+    std::string prefix_;
+    pid_t pid_ = 0;
+};
+
+// Waits until `nc` gets an answer from a worker on `subject` (bounded: 30 s); the answer.
+inline boost::json::value answer_when_up(broker::nats_client& nc, const std::string& subject,
+                                         const std::string& body = "{}") {
+    for (int i = 0; i < 100; ++i) {
+        if (auto r = nc.request(subject, body, std::chrono::milliseconds(200))) {
+            return boost::json::parse(*r);
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    ADD_FAILURE() << "no worker answered " << subject;
+    return boost::json::object{};
+}
+
+}  // namespace wuhu::testing
