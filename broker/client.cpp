@@ -71,9 +71,20 @@ std::string field(const json::object& o, const char* key) {
     return x != nullptr && x->is_string() ? std::string(x->as_string()) : std::string();
 }
 
+// A non-negative integer field, or 0 (anyone may publish on an events subject: a malformed
+// value must not throw).
 std::uint64_t number(const json::object& o, const char* key) {
     const auto* x = o.if_contains(key);
-    return x != nullptr && x->is_number() ? x->to_number<std::uint64_t>() : 0;
+    if (x == nullptr) {
+        return 0;
+    }
+    if (const auto* u = x->if_uint64()) {
+        return *u;
+    }
+    if (const auto* i = x->if_int64(); i != nullptr && *i >= 0) {
+        return static_cast<std::uint64_t>(*i);
+    }
+    return 0;
 }
 
 }  // namespace
@@ -118,12 +129,8 @@ outcome<json::object> client::call(const std::string& sid, std::string_view verb
 }
 
 outcome<json::object> client::sessions(const json::object& query) {
-    const auto subject = options_.prefix + ".admin.sessions";
-    auto reply = nats_.request(subject, json::serialize(query), options_.timeout);
-    if (!reply) {
-        return no_reply(subject);
-    }
-    return decode_reply(*reply);
+    // A page near the max payload may come in chunks, like a large subscribe reply.
+    return chunked_request(options_.prefix + ".admin.sessions", json::serialize(query));
 }
 
 outcome<std::string> client::enqueue(const std::string& sid, std::string_view lane,
@@ -220,11 +227,11 @@ outcome<json::object> client::subscribe(const std::string& sid,
     }
     const auto subject = subject_of(options_, sid, "subscribe");
     const auto request = json::serialize(body);
-    return with_retries(options_, [&] { return subscribe_once(subject, request); });
+    return with_retries(options_, [&] { return chunked_request(subject, request); });
 }
 
-outcome<json::object> client::subscribe_once(const std::string& subject,
-                                             const std::string& request) {
+outcome<json::object> client::chunked_request(const std::string& subject,
+                                              const std::string& request) {
     // A large reply comes in chunks: {"ok":true,"chunk":i,"chunks":n,"part":"..."}.
     std::string text;
     std::uint64_t next = 0;
@@ -296,7 +303,22 @@ json::object backfill_patch(const json::object& reply) {
     return p;
 }
 
+// The (epoch, seq) that orders a status (session::status), if it has one.
+std::optional<std::pair<std::uint64_t, std::uint64_t>> status_rev(const json::object& holder) {
+    const auto* st = holder.if_contains("status");
+    if (st == nullptr || !st->is_object() || !st->as_object().contains("seq")) {
+        return std::nullopt;
+    }
+    return std::pair{number(st->as_object(), "epoch"), number(st->as_object(), "seq")};
+}
+
 }  // namespace
+
+void watch_cursor::note_status(const json::object& holder) {
+    if (auto rev = status_rev(holder); rev && *rev > status_rev_) {
+        status_rev_ = *rev;
+    }
+}
 
 void watch_cursor::take_patch(const json::object& p, delivery& out) {
     version_ = p.at("to");
@@ -340,6 +362,7 @@ void watch_cursor::take_inflight(const json::object& reply, delivery& out) {
 
 watch_cursor::delivery watch_cursor::start(const json::object& reply) {
     delivery out;
+    note_status(reply);
     out.patches.push_back(backfill_patch(reply));
     version_ = reply.at("patch").at("to");
     next_step_ = number(reply, "step");
@@ -349,6 +372,7 @@ watch_cursor::delivery watch_cursor::start(const json::object& reply) {
 
 watch_cursor::delivery watch_cursor::resync(const json::object& reply) {
     delivery out;
+    note_status(reply);
     auto p = backfill_patch(reply);
     if (p.at("from") == version_) {
         take_patch(p, out);
@@ -371,6 +395,18 @@ watch_cursor::delivery watch_cursor::patch(const json::object& p) {
         return out;  // not a patch of the contract (anyone may publish on the subject)
     }
     if (*from == version_) {
+        // A status older than the one delivered (published before the backfill was read, and
+        // received after it) is dropped; so is a patch that carried nothing else.
+        if (auto rev = status_rev(p); rev && *rev <= status_rev_) {
+            if (*from == *to) {
+                return out;
+            }
+            json::object rest = p;
+            rest.erase("status");
+            take_patch(rest, out);
+            return out;
+        }
+        note_status(p);
         take_patch(p, out);
     } else if (!covered(*to, version_)) {
         out.gap = true;  // a patch is missing between version_ and this one

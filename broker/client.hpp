@@ -88,7 +88,8 @@ class client {
     const options& opts() const { return options_; }
 
   private:
-    outcome<json::object> subscribe_once(const std::string& subject, const std::string& request);
+    // One request whose reply may come in chunks (reassembled).
+    outcome<json::object> chunked_request(const std::string& subject, const std::string& request);
 
     broker::nats_client& nats_;
     options options_;
@@ -98,7 +99,9 @@ class client {
 // what to deliver and when the view has a gap. Patches are delivered in chain order, each
 // once; deltas in sequence, each once; an event that does not follow is a gap, and the watch
 // asks for the backfill since its version again, which resync() then turns into the missing
-// patch and the missing text.
+// patch and the missing text. Statuses are delivered newest last: one older than the last
+// delivered (by its epoch and seq) is dropped, so the last status a watcher holds is the one
+// the session has.
 class watch_cursor {
   public:
     struct delivery {
@@ -119,9 +122,11 @@ class watch_cursor {
   private:
     void take_patch(const json::object& p, delivery& out);
     void take_inflight(const json::object& reply, delivery& out);
+    void note_status(const json::object& holder);
 
     json::value version_;
-    bool streaming_ = false;  // a message is being streamed
+    std::pair<std::uint64_t, std::uint64_t> status_rev_{0, 0};  // of the newest status delivered
+    bool streaming_ = false;                                    // a message is being streamed
     std::uint64_t step_ = 0;
     std::uint64_t seq_ = 0;           // the last delta delivered of this message
     std::size_t text_delivered_ = 0;  // bytes of its text delivered

@@ -2,11 +2,13 @@
 // AddressSanitizer build under scripts/test) on one SQLite data directory, a real nats-server,
 // and the signals an operator or a crash sends (SIGSTOP/SIGCONT, SIGKILL). Each test here is
 // the regression test of a defect found that way.
+#include "broker/client.hpp"
 #include "storage/sqlite_db.hpp"
 #include "tests/support/process.hpp"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -350,6 +352,124 @@ TEST(Fleet, AFencedOwnerNeverServesOldState) {
     }
     EXPECT_EQ(a.stop(), 0);
     EXPECT_EQ(b.stop(), 0);
+}
+
+// Defect: an owner's admin.local answer listed every loaded session in one message; past the
+// max payload the publish failed silently, the fleet view took 2 s per owner, and its rows
+// read "unowned" with an owner set; a filter on "unowned" was refused. Here the server's max
+// payload is 8 KiB, so 150 sessions overflow it as 10,000 overflowed 1 MiB: every level pages.
+TEST(Fleet, TheFleetViewPagesAtEveryLevelAndShowsEveryRowState) {
+    const int port = free_port();
+    ASSERT_GT(port, 0);
+    temp_dir conf;
+    std::ofstream(conf.path() / "nats.conf") << "max_payload: 8192\n";
+    pid_t nats = spawn_nats(port, {"-c", (conf.path() / "nats.conf").string()});
+    ASSERT_GT(nats, 0) << "nats-server did not start on port " << port;
+    process_guard nats_guard{nats};
+    const std::string url = "nats://127.0.0.1:" + std::to_string(port);
+
+    temp_dir shared;
+    auto config = [&](const std::string& id) {
+        worker_process::config c;
+        c.worker_id = id;
+        c.data_dir = shared.path() / "data";
+        c.prefix = "wuhu_fleet" + std::to_string(getpid());
+        return c;
+    };
+    worker_process a("fleeta", slow_script, config("A"));
+    worker_process b("fleetb", slow_script, config("B"));
+    a.start(url);
+    b.start(url);
+    broker::nats_client nc(url, "fleet-client");
+    ASSERT_EQ(answer_when_up(nc, a.direct("warma", "subscribe")).at("ok"), true);
+    ASSERT_EQ(answer_when_up(nc, b.direct("warmb", "subscribe")).at("ok"), true);
+    // 150 sessions, owned alternately by A and B; every third one paused.
+    constexpr int n = 150;
+    auto sid = [](int i) {
+        char buf[16];
+        std::snprintf(buf, sizeof buf, "fv%03d", i);
+        return std::string(buf);
+    };
+    burst b1(nc);
+    std::vector<std::pair<std::string, std::string>> creating;
+    for (int i = 0; i < n; ++i) {
+        const auto& owner = i % 2 == 0 ? a : b;
+        creating.emplace_back(owner.direct(sid(i), "configure"), "{}");
+    }
+    for (const auto& r : b1.send(creating, 60s)) {
+        ASSERT_TRUE(ok(r)) << json::serialize(r);
+    }
+    std::vector<std::pair<std::string, std::string>> pausing;
+    for (int i = 0; i < n; i += 3) {
+        pausing.emplace_back((i % 2 == 0 ? a : b).direct(sid(i), "pause"), "{}");
+    }
+    for (const auto& r : b1.send(pausing, 60s)) {
+        ASSERT_TRUE(ok(r)) << json::serialize(r);
+    }
+
+    client::client c(nc, client::options{a.prefix(), 30s});
+    // Every page of a query, in order.
+    auto all_pages = [&](json::object query, std::size_t* pages = nullptr) {
+        std::vector<json::object> rows;
+        for (int guard = 0; guard < 100; ++guard) {
+            auto page = c.sessions(query);
+            EXPECT_TRUE(page) << page.error().code << ": " << page.error().message;
+            if (!page) {
+                break;
+            }
+            for (const auto& r : page->at("sessions").as_array()) {
+                rows.push_back(r.as_object());
+            }
+            if (pages != nullptr) {
+                ++*pages;
+            }
+            if (!page->contains("next")) {
+                break;
+            }
+            query["after"] = page->at("next");
+        }
+        return rows;
+    };
+    std::size_t pages = 0;
+    auto rows = all_pages(json::object{{"limit", 40}}, &pages);
+    EXPECT_GE(pages, 4u);
+    std::vector<std::string> ids;
+    for (const auto& r : rows) {
+        if (r.at("id").as_string().starts_with("fv")) {
+            ids.push_back(json::value_to<std::string>(r.at("id")));
+            const int i = std::stoi(ids.back().substr(2));
+            EXPECT_EQ(r.at("owner"), i % 2 == 0 ? "A" : "B") << ids.back();
+            EXPECT_EQ(r.at("state"), "idle") << json::serialize(r);
+            EXPECT_EQ(r.at("paused"), i % 3 == 0) << json::serialize(r);
+            EXPECT_TRUE(r.contains("lanes")) << json::serialize(r);
+        }
+    }
+    ASSERT_EQ(ids.size(), static_cast<std::size_t>(n)) << "every session once";
+    EXPECT_TRUE(std::is_sorted(ids.begin(), ids.end()));
+    EXPECT_EQ(std::set<std::string>(ids.begin(), ids.end()).size(), ids.size());
+    // Filters: every state a row can show is accepted; the owner filter asks one owner.
+    EXPECT_EQ(all_pages(json::object{{"state", "idle"}, {"limit", 1000}}).size(),
+              static_cast<std::size_t>(n));
+    EXPECT_EQ(all_pages(json::object{{"owner", "A"}}).size(), static_cast<std::size_t>(n / 2));
+    for (const char* state : {"preparing", "inferring", "executing_tools", "compacting", "unloaded",
+                              "unowned", "unreachable"}) {
+        auto page = c.sessions(json::object{{"state", state}});
+        ASSERT_TRUE(page) << state << ": " << page.error().message;
+        EXPECT_TRUE(page->at("sessions").as_array().empty()) << state;
+    }
+    // B leaves: its sessions have no live lease, and show so.
+    EXPECT_EQ(b.stop(), 0);
+    auto unowned = all_pages(json::object{{"state", "unowned"}, {"limit", 30}});
+    std::size_t of_b = 0;
+    for (const auto& r : unowned) {
+        EXPECT_FALSE(r.contains("owner")) << json::serialize(r);
+        of_b += r.at("id").as_string().starts_with("fv");
+    }
+    EXPECT_EQ(of_b, static_cast<std::size_t>(n / 2));
+    EXPECT_EQ(a.stop(), 0);
+    kill(nats, SIGTERM);
+    wait_exit(nats, std::chrono::seconds(10));
+    nats = 0;
 }
 
 }  // namespace wuhu::testing

@@ -298,6 +298,50 @@ TEST_F(tool_worker_fixture, CancelBeforeMaterializationAndASystemCallback) {
     EXPECT_EQ(request("t2", "cancel", R"({"lane":"followUp","id":"f2"})"), c);
 }
 
+// Defect: watchers never saw the loop state (a turn's patches carried no status, and the last
+// one said "preparing" while subscribe said "idle"). Every loop state change reaches a watcher,
+// and the last status it holds is what subscribe returns.
+TEST_F(tool_worker_fixture, WatchersSeeEveryLoopStateAndEndWithTheStatusSubscribeReturns) {
+    broker::nats_client nc(nats_url(), "status-client");
+    client::client c(nc, client::options{prefix_, 30s});
+    auto w = client::watch::open(c, "st");
+    ASSERT_TRUE(w) << w.error().message;
+    ASSERT_TRUE(c.enqueue("st", "followUp", "go", std::nullopt, "f1"));
+    std::vector<std::string> states;
+    json::object last_status;
+    bool answered = false;
+    client::watch::handlers h;
+    h.on_patch = [&](const json::object& p) {
+        for (const auto& e : p.at("transcript").as_array()) {
+            answered |= e.at("type") == "assistant_message" && e.at("text") == "adjusted";
+        }
+        if (const auto* st = p.if_contains("status")) {
+            last_status = st->as_object();
+            auto state = json::value_to<std::string>(st->at("state"));
+            if (states.empty() || states.back() != state) {
+                states.push_back(state);
+            }
+        }
+    };
+    h.on_delta = [](const json::object&) {};
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (!(answered && last_status.at("state") == "idle")) {
+        auto got = (*w)->next(deadline, h);
+        ASSERT_TRUE(got) << got.error().message;
+        ASSERT_TRUE(*got) << "timed out; states so far: " << states.size();
+    }
+    for (const char* state : {"preparing", "inferring", "executing_tools"}) {
+        EXPECT_NE(std::find(states.begin(), states.end(), state), states.end()) << state;
+    }
+    auto now = c.subscribe("st");
+    ASSERT_TRUE(now) << now.error().message;
+    for (const char* k : {"state", "paused", "has_work"}) {
+        EXPECT_EQ(last_status.at(k), now->at("status").at(k)) << k;
+    }
+    EXPECT_EQ(last_status.at("state"), "idle");
+    EXPECT_EQ(last_status.at("has_work"), false);
+}
+
 class streaming_worker_fixture : public worker_fixture {
   protected:
     streaming_worker_fixture() {
@@ -539,6 +583,43 @@ TEST_F(worker_fixture, AStopThatOutlastsTheDrainTimeoutHandsTheSessionsOverAndSt
     node_->store().release_commits();
     auto r = taken.get();
     EXPECT_EQ(r.at("ok"), true) << json::serialize(r);
+}
+
+// Defect: a stopping owner unsubscribed its forwarding subject at once while it still held its
+// leases, so requests another worker forwarded to it got no answer at all. It keeps answering
+// what is forwarded to it until its leases are released (and worker_stopping for a moment
+// after, which clients retry).
+TEST_F(worker_fixture, AStoppingOwnerAnswersWhatIsForwardedToItUntilItsLeasesAreReleased) {
+    ASSERT_EQ(request("leaving", "configure", "{}").at("ok"), true);  // w1 owns it
+    ASSERT_EQ(request("leaving", "pause", "{}").at("ok"), true);
+    auto second = start_node("w2");
+    node_->store().hold_commits();  // the stop lasts while this enqueue's commit is held
+    auto taken = std::async(std::launch::async, [&] {
+        return request("leaving", "enqueue", R"({"lane":"steer","id":"s1","content":"kept"})");
+    });
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (node_->store().held_commits() == 0 && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(1ms);
+    }
+    ASSERT_EQ(node_->store().held_commits(), 1);
+    node_->node().stop();
+    // w1 takes nothing from the queue group any more: w2 gets these and forwards them to w1,
+    // which still holds the lease and has the session loaded.
+    for (int i = 0; i < 200 && second->forwarded() < 5; ++i) {
+        auto r = client_->request(prefix_ + ".session.leaving.subscribe", "{}", 5s);
+        ASSERT_TRUE(r.has_value()) << "no answer to a request forwarded to a stopping owner";
+        auto v = json::parse(*r);
+        EXPECT_EQ(v.at("ok"), true) << *r;
+    }
+    EXPECT_GE(second->forwarded(), 5u);
+    node_->store().release_commits();
+    auto ok = taken.get();
+    EXPECT_EQ(ok.at("ok"), true) << json::serialize(ok);
+    node_.reset();
+    // Once w1 has released its lease, w2 owns the session and has what w1 acknowledged.
+    auto now = request("leaving", "subscribe", "{}");
+    EXPECT_EQ(now.at("patch").at("to").at("steer"), 1) << json::serialize(now);
+    node_ = std::move(second);
 }
 
 TEST_F(worker_fixture, TheClientLibraryRetriesWhatAStoppingWorkerRefused) {

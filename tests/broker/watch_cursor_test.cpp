@@ -161,6 +161,39 @@ TEST(WatchCursor, ARegisterOnlyPatchAtTheCurrentVersionIsDelivered) {
     EXPECT_FALSE(d.gap);
 }
 
+json::object stamped(const char* state, std::uint64_t epoch, std::uint64_t seq) {
+    return json::object{
+        {"state", state}, {"paused", false}, {"has_work", false}, {"epoch", epoch}, {"seq", seq}};
+}
+
+// A status patch published before the backfill was read can arrive after it: the watcher keeps
+// the newer status (the backfill's), and the last status it holds is the session's.
+TEST(WatchCursor, AStatusOlderThanTheOneHeldIsDropped) {
+    watch_cursor c;
+    auto r = reply(patch(version(0), version(1)), 0);
+    r["status"] = stamped("idle", 3, 20);
+    c.start(r);
+    auto stale = patch(version(1), version(1));
+    stale["status"] = stamped("preparing", 3, 19);
+    EXPECT_TRUE(c.patch(stale).patches.empty()) << "older than the backfill's status";
+    // A content patch that chains is delivered, without an older status it might carry.
+    auto content = patch(version(1), version(2), json::array{assistant("hi")});
+    content["status"] = stamped("inferring", 3, 18);
+    auto d = c.patch(content);
+    ASSERT_EQ(d.patches.size(), 1u);
+    EXPECT_FALSE(d.patches[0].contains("status"));
+    // Newer ones are delivered, whether from this owner or a later one (a higher epoch).
+    auto newer = patch(version(2), version(2));
+    newer["status"] = stamped("preparing", 3, 21);
+    EXPECT_EQ(c.patch(newer).patches.size(), 1u);
+    auto next_owner = patch(version(2), version(2));
+    next_owner["status"] = stamped("idle", 4, 1);
+    EXPECT_EQ(c.patch(next_owner).patches.size(), 1u);
+    auto late = patch(version(2), version(2));
+    late["status"] = stamped("inferring", 3, 22);
+    EXPECT_TRUE(c.patch(late).patches.empty()) << "the previous owner's last words";
+}
+
 TEST(ClientSessionIds, BadIdsAreRefusedBeforeAnySubjectIsBuilt) {
     for (const char* bad : {"", "a.b", "*", ">", "a b", "a/b", "..", "tab\t",
                             "x12345678901234567890123456789012345678901234567890123456789012345"}) {

@@ -75,6 +75,11 @@ TEST(Codec, WireShapesAreStable) {
         R"({"id":3,"at":9,"type":"tool_result","call":"c1","tool":"echo","output":"hi","is_error":false})");
     EXPECT_EQ(json::serialize(to_json(status{loop_state::executing_tools, false, true})),
               R"({"state":"executing_tools","paused":false,"has_work":true})");
+    // A published status carries the stamp that orders it (epoch, seq), and reads back.
+    const status stamped{loop_state::idle, true, false, 7, 12};
+    EXPECT_EQ(json::serialize(to_json(stamped)),
+              R"({"state":"idle","paused":true,"has_work":false,"epoch":7,"seq":12})");
+    EXPECT_EQ(status_from_json(to_json(stamped)).value(), stamped);
 }
 
 struct rejection {

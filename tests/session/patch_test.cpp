@@ -121,6 +121,19 @@ TEST(CommittedPatch, CarriesRegistersOnlyWhenTheyChanged) {
     EXPECT_EQ(p.state->state, loop_state::preparing);
 }
 
+TEST(StatusPatch, ChangesNoVersionAndCarriesOnlyTheStatus) {
+    session_state st;
+    apply_actions(plan_enqueue(st, user_in(lane::steer, "s1", "x"), unix_ms{1})->actions, st);
+    auto p = status_patch(st, loop_state::inferring);
+    EXPECT_EQ(p.from, st.version());
+    EXPECT_EQ(p.to, st.version());
+    EXPECT_TRUE(p.transcript.empty());
+    EXPECT_FALSE(p.config.has_value());
+    ASSERT_TRUE(p.state.has_value());
+    EXPECT_EQ(*p.state, (status{loop_state::inferring, false, true}));
+    EXPECT_EQ(compose(*since(st, version_vector{}), p).state, p.state) << "it composes";
+}
+
 TEST(PatchComposition, PatchAtoBThenBtoCEqualsPatchAtoC) {
     int checked = 0;
     for (std::uint64_t seed = 1; seed <= 30; ++seed) {

@@ -37,6 +37,13 @@ inline std::string nats_url() {
     return url;
 }
 
+// The wuhu-worker binary under test: this build's, or WUHU_TEST_WORKER_BIN (to run a test
+// against another build, e.g. to see a regression test fail before its fix).
+inline const char* worker_bin() {
+    const char* other = std::getenv("WUHU_TEST_WORKER_BIN");
+    return other != nullptr && *other != '\0' ? other : WUHU_WORKER_BIN;
+}
+
 struct spawn_options {
     std::string log;  // stderr goes here when set
     // RLIMIT_FSIZE for the child (a disk that refuses to grow files); SIGXFSZ is ignored so
@@ -211,7 +218,7 @@ class worker_process {
                                       "--prefix",    prefix_,
                                       "--worker-id", config_.worker_id};
         args.insert(args.end(), config_.args.begin(), config_.args.end());
-        pid_ = spawn(WUHU_WORKER_BIN, args, spawn_options{log(), config_.max_file_bytes});
+        pid_ = spawn(worker_bin(), args, spawn_options{log(), config_.max_file_bytes});
     }
     // SIGTERM; the exit status (-1: it did not exit within 15 s).
     int stop() {

@@ -433,18 +433,42 @@ TEST(Pause, APausedSessionAcceptsCommandsButDoesNotInfer) {
                 ElementsAre("party:while paused", "assistant:resumed answer"));
 }
 
+// Every state of DESIGN.md's loop is reached in one turn (a tool call, then a response over
+// the compaction threshold), each transition is an event, and each event carries the status
+// patch that tells watchers (stamped in order); the cycle ends idle with nothing to do.
 TEST(LoopStates, EveryTransitionIsAnEventAndTheCycleEndsIdle) {
     loop_harness h(R"({"responses":[
-        {"tool_calls":[{"name":"echo","arguments":{"text":"x"}}]},{"text":"ok"}]})");
+        {"tool_calls":[{"name":"echo","arguments":{"text":"x"}}]},
+        {"text":"ok ................................","usage":{"input":950}}],
+        "summaries":["S1"]})");
     h.start();
-    h.follow_up("f1", "go");
+    ASSERT_TRUE(h.send(worker::configure_command{[] {
+        session::configure_request c;
+        c.context_limit = 1000;
+        c.compaction_buffer = 100;
+        c.keep_recent_tokens = 20;
+        return c;
+    }()}));
+    h.follow_up("f1", std::string(200, 'g'));
     h.settle();
     std::vector<std::string> seen;
+    std::uint64_t last_seq = 0;
     for (const auto& e : events_of<worker::state_event>(h)) {
         seen.push_back(std::string(loop_state_name(e.to)));
+        ASSERT_TRUE(e.patch.state.has_value());
+        EXPECT_EQ(e.patch.state->state, e.to);
+        EXPECT_EQ(e.patch.from, e.patch.to) << "a status patch changes no version";
+        EXPECT_GT(e.patch.state->seq, last_seq) << "stamped in order";
+        last_seq = e.patch.state->seq;
     }
     EXPECT_THAT(seen, ElementsAre("preparing", "inferring", "executing_tools", "preparing",
-                                  "inferring", "preparing", "idle"));
+                                  "inferring", "compacting", "preparing", "idle"));
+    const auto last = events_of<worker::state_event>(h).back().patch.state.value();
+    EXPECT_EQ(last.state, loop_state::idle);
+    EXPECT_FALSE(last.has_work);
+    const auto now = h.loop().status_now();
+    EXPECT_EQ(now.state, last.state);
+    EXPECT_GT(now.seq, last.seq) << "a subscribe reply's status is newer than every event's";
 }
 
 TEST(Observe, MidStreamYieldsTheAccumulatedTextThenLiveDeltasThenTheCommit) {
@@ -638,9 +662,9 @@ TEST(AgentLoop, TheLoopsOwnTransitionsCommitOnTheStoreExecutorAndStopCleanly) {
     const auto pool_id = pool_thread.get_future().get();
     asio::cancellation_signal stop;
     bool returned = false;
-    asio::co_spawn(io, loop.start(),
-                   asio::bind_cancellation_slot(stop.slot(),
-                                                [&](std::exception_ptr) { returned = true; }));
+    asio::co_spawn(
+        io, loop.start(),
+        asio::bind_cancellation_slot(stop.slot(), [&](std::exception_ptr) { returned = true; }));
     boost::system::result<command_reply> reply = boost::system::error_code{};
     auto send = [&]() -> asio::awaitable<void> {
         worker::command c = worker::enqueue_command{user_in(lane::follow_up, "f1", "go")};
