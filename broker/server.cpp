@@ -294,9 +294,11 @@ asio::awaitable<std::vector<std::string>> server::handle(worker::session_registr
         }
         if (const auto* c = std::get_if<worker::configure_command>(&*cmd); c && c->update.tools) {
             for (std::size_t i = 0; i < c->update.tools->size(); ++i) {
-                if (tools_.find((*c->update.tools)[i], {}) == nullptr) {
+                const auto& name = (*c->update.tools)[i];
+                if (tools_.find(name, {}) == nullptr) {
                     co_return replies{error_reply(
-                        s::decode_error{s::errc::invalid_settings, "tools." + std::to_string(i)})};
+                        s::code_name(s::errc::invalid_settings),
+                        "no tool is named " + name + " (field: tools." + std::to_string(i) + ")")};
                 }
             }
         }

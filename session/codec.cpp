@@ -444,11 +444,11 @@ decoded<version_vector> version_at(const json::value& v, const std::string& path
     for (auto [key, slot] :
          {std::pair{"transcript", &out.transcript}, std::pair{"system", &out.system},
           std::pair{"steer", &out.steer}, std::pair{"followUp", &out.follow_up}}) {
-        auto n = r->opt_u64(key);
+        auto n = r->u64(key);  // every component: a partial vector is not a version
         if (!n) {
             return fail(errc::invalid_version, n.error().field);
         }
-        *slot = n->value_or(0);
+        *slot = *n;
     }
     if (auto f = r->finish(); !f) {
         return fail(errc::invalid_version, f.error().field);
@@ -458,8 +458,8 @@ decoded<version_vector> version_at(const json::value& v, const std::string& path
 
 }  // namespace
 
-decoded<author> author_from_json(const json::value& v) {
-    return author_at(v, "");
+decoded<author> author_from_json(const json::value& v, const std::string& path) {
+    return author_at(v, path);
 }
 decoded<queue_item> queue_item_from_json(const json::value& v) {
     return queue_item_at(v, "");

@@ -43,7 +43,8 @@ boost::json::value to_json(const timer& t);
 boost::json::value to_json(const action& a);
 
 // ---- decoders (strict)
-decoded<author> author_from_json(const boost::json::value& v);
+// `path`: where the author sits in the request (errors name `author.email`, not `email`).
+decoded<author> author_from_json(const boost::json::value& v, const std::string& path = "");
 decoded<queue_item> queue_item_from_json(const boost::json::value& v);
 decoded<journal_entry> journal_entry_from_json(const boost::json::value& v);
 decoded<entry> entry_from_json(const boost::json::value& v);

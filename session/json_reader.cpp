@@ -57,6 +57,9 @@ decoded<std::optional<std::string_view>> object_reader::opt_str(std::string_view
     if (!is_valid_utf8(s)) {
         return fail(errc::invalid_utf8, path(key));
     }
+    if (s.find('\0') != std::string_view::npos) {
+        return fail(errc::invalid_content, path(key));  // no text field may hold a NUL
+    }
     return std::optional<std::string_view>{s};
 }
 

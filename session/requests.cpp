@@ -52,7 +52,7 @@ decoded<enqueue_request> decode_enqueue(const json::value& body, const request_l
     WUHU_TRY(id, opt_item_id(r));
     out.id = std::move(id);
     if (const json::value* a = r.opt_val("author")) {
-        WUHU_TRY(who, author_from_json(*a));
+        WUHU_TRY(who, author_from_json(*a, "author"));
         if (std::holds_alternative<system_author>(who)) {
             return fail(errc::invalid_author, "author.kind");
         }
@@ -124,7 +124,14 @@ decoded<configure_request> decode_configure(const json::value& body, const reque
             if (!(*tools)[i].is_string()) {
                 return fail(errc::invalid_type, "tools." + std::to_string(i));
             }
-            names.emplace_back((*tools)[i].get_string());
+            const std::string_view name = (*tools)[i].get_string();
+            if (!is_valid_utf8(name)) {
+                return fail(errc::invalid_utf8, "tools." + std::to_string(i));
+            }
+            if (name.find('\0') != std::string_view::npos) {
+                return fail(errc::invalid_content, "tools." + std::to_string(i));
+            }
+            names.emplace_back(name);
         }
         out.tools = std::move(names);
     }

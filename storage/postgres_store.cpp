@@ -4,9 +4,32 @@
 #include "session/overloaded.hpp"
 #include "storage/rows.hpp"
 
+#include <dlfcn.h>
+#include <libpq-fe.h>
 #include <pqxx/pqxx>
 
 #include <stdexcept>
+
+// libpqxx 6.4 leaks a PGresult whenever a connection breaks under a query: make_result()
+// asks for the client encoding before it wraps the result (whose deleter would free it), and
+// PQclientEncoding() answers -1 on a broken connection, so encoding_id() throws first (jtv/libpqxx
+// #500, fixed in 7.7; Debian 12 ships 6.4.5). LeakSanitizer then fails every worker that saw a
+// database outage. This definition takes libpq's place for libpqxx (it is in the executable):
+// on a broken connection it answers the encoding the connection had, libpqxx wraps the result,
+// and its own check then reports the broken connection, freeing the result on the way.
+extern "C" int pg_char_to_encoding(const char* name);  // exported by libpq
+
+extern "C" int PQclientEncoding(const PGconn* conn) {
+    using real_fn = int (*)(const PGconn*);
+    static const auto real = reinterpret_cast<real_fn>(dlsym(RTLD_NEXT, "PQclientEncoding"));
+    const int enc = real(conn);
+    if (enc != -1 || conn == nullptr) {
+        return enc;
+    }
+    const char* name = PQparameterStatus(conn, "client_encoding");
+    const int had = name != nullptr ? pg_char_to_encoding(name) : -1;
+    return had >= 0 ? had : 0;  // 0: SQL_ASCII, only to name a result about to be discarded
+}
 
 namespace wuhu::storage {
 

@@ -7,6 +7,7 @@
 #include "tests/support/process.hpp"
 
 #include <gtest/gtest.h>
+#include <pqxx/pqxx>
 
 #include <algorithm>
 #include <condition_variable>
@@ -14,6 +15,7 @@
 #include <mutex>
 #include <random>
 #include <set>
+#include <sstream>
 
 namespace wuhu::testing {
 
@@ -352,6 +354,96 @@ TEST(Fleet, AFencedOwnerNeverServesOldState) {
     }
     EXPECT_EQ(a.stop(), 0);
     EXPECT_EQ(b.stop(), 0);
+}
+
+namespace {
+
+// The test server's DSN (key=value, from scripts/test), as a postgresql:// URL for `dbname`.
+std::string pg_url(const std::string& dbname) {
+    const char* dsn = std::getenv("WUHU_TEST_PG_DSN");
+    if (dsn == nullptr || *dsn == '\0') {
+        ADD_FAILURE() << "WUHU_TEST_PG_DSN is not set: run the tests with scripts/test";
+        return "postgresql://127.0.0.1:1/none";
+    }
+    std::map<std::string, std::string> kv;
+    std::istringstream in(dsn);
+    std::string pair;
+    while (in >> pair) {
+        if (auto eq = pair.find('='); eq != std::string::npos) {
+            kv[pair.substr(0, eq)] = pair.substr(eq + 1);
+        }
+    }
+    return "postgresql://" + kv["user"] + "@" + kv["host"] + ":" + kv["port"] + "/" + dbname;
+}
+
+}  // namespace
+
+// Defects: a PostgreSQL outage left no log line (every request answered `unavailable`, and
+// nothing said why or when it ended), and after it LeakSanitizer found the PGresults libpqxx
+// 6.4 leaks on a broken connection, so a worker that should exit 0 on SIGTERM did not. Here
+// the worker's own database refuses connections for a while and drops those it had.
+TEST(Fleet, ADatabaseOutageIsLoggedOnceEachWayAndLeaksNothing) {
+    const char* dsn = std::getenv("WUHU_TEST_PG_DSN");
+    ASSERT_NE(dsn, nullptr) << "WUHU_TEST_PG_DSN is not set: run the tests with scripts/test";
+    const std::string db = "wuhu_outage" + std::to_string(getpid());
+    pqxx::connection admin(dsn);
+    {
+        pqxx::nontransaction n(admin);
+        n.exec("DROP DATABASE IF EXISTS " + db + " WITH (FORCE)");
+        n.exec("CREATE DATABASE " + db);
+    }
+    worker_process::config pg;
+    pg.store = pg_url(db);
+    worker_process worker("pg", slow_script, pg);
+    worker.start();
+    broker::nats_client nc(nats_url(), "outage-client");
+    const auto subject = [&](int i) {
+        return worker.prefix() + ".session.db" + std::to_string(i % 4) + ".enqueue";
+    };
+    for (int i = 0; i < 8; ++i) {
+        auto r = answer_when_up(nc, subject(i), enqueue_body("before" + std::to_string(i)));
+        ASSERT_EQ(r.at("ok"), true) << json::serialize(r);
+    }
+    {
+        pqxx::nontransaction n(admin);
+        n.exec("ALTER DATABASE " + db + " ALLOW_CONNECTIONS false");
+        n.exec("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '" + db +
+               "'");
+    }
+    int refused = 0;
+    for (int i = 0; i < 12; ++i) {
+        auto r = nc.request(subject(i), enqueue_body("during" + std::to_string(i)), 30s);
+        ASSERT_TRUE(r.has_value());
+        auto v = json::parse(*r);
+        EXPECT_EQ(code_of(v), "unavailable") << *r;
+        refused += code_of(v) == "unavailable";
+    }
+    EXPECT_EQ(refused, 12);
+    {
+        pqxx::nontransaction n(admin);
+        n.exec("ALTER DATABASE " + db + " ALLOW_CONNECTIONS true");
+    }
+    json::value back;
+    for (int i = 0; i < 100 && !ok(back); ++i) {
+        auto r = nc.request(subject(i), enqueue_body("after" + std::to_string(i)), 30s);
+        back = r ? json::parse(*r) : json::value();
+        if (!ok(back)) {
+            std::this_thread::sleep_for(50ms);
+        }
+    }
+    EXPECT_TRUE(ok(back)) << "the store came back, and so must the worker";
+    EXPECT_EQ(worker.stop(), 0) << "SIGTERM exits 0: no sanitizer report (the leak made it fail)";
+    int down = 0;
+    int up = 0;
+    for (const auto& line : json_lines(worker.log())) {
+        const auto msg = line.at("msg").as_string();
+        down += msg.find("session store is unavailable") != std::string::npos;
+        up += msg.find("session store is back") != std::string::npos;
+    }
+    EXPECT_EQ(down, 1) << "once when the store went away, not per request";
+    EXPECT_EQ(up, 1) << "once when it came back";
+    pqxx::nontransaction n(admin);
+    n.exec("DROP DATABASE IF EXISTS " + db + " WITH (FORCE)");
 }
 
 // Defect: an owner's admin.local answer listed every loaded session in one message; past the

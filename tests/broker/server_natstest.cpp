@@ -3,6 +3,7 @@
 #include "broker/client.hpp"
 #include "tests/broker/worker_node.hpp"
 #include "tests/support/builders.hpp"
+#include "tests/support/raw_nats.hpp"
 #include "tests/support/temp_dir.hpp"
 
 #include <gtest/gtest.h>
@@ -203,6 +204,15 @@ TEST_F(worker_fixture, BadInputGetsItsErrorCodeAndChangesNothing) {
         {prefix_ + ".session.clean.enqueue", "{\"lane\":\"steer\",\"content\":\"\xFF\"}",
          "invalid_utf8"},
         {prefix_ + ".session.clean.explode", "{}", "unknown_command"},
+        // Contract gaps: a NUL in any text field, an unknown tool, a partial version, and the
+        // owners' fleet-view subject, which answered `ok` to anything.
+        {prefix_ + ".session.clean.configure", R"({"model":"a\u0000b"})", "invalid_content"},
+        {prefix_ + ".session.clean.configure", R"({"tools":["echo","nosuchtool"]})",
+         "invalid_settings"},
+        {prefix_ + ".session.clean.subscribe", R"({"since":{"transcript":0}})", "invalid_version"},
+        {prefix_ + ".worker.w1.admin.local", "{not json", "invalid_json"},
+        {prefix_ + ".worker.w1.admin.local", R"({"state":"sleeping"})", "invalid_query"},
+        {prefix_ + ".admin.sessions", R"({"limit":0})", "invalid_query"},
     };
     for (const auto& b : table) {
         auto r = request_raw(b.subject, b.body);
@@ -220,10 +230,88 @@ TEST_F(worker_fixture, BadInputGetsItsErrorCodeAndChangesNothing) {
                                  R"({"lane":"steer","content":"x"})", 1s)
                          .has_value());
     }
-    const auto zero = json::parse(R"({"transcript":0,"system":0,"steer":0,"followUp":0})");
-    for (const char* sid : {"clean", "a", "b"}) {
-        EXPECT_EQ(request(sid, "subscribe", "{}").at("patch").at("to"), zero) << sid;
+    // Bytes a C string hides: over a raw connection, a subject with a NUL reached `victim` as if
+    // it ended at the NUL (bypassing a permission that denies wuhu.session.*.delete). Read by
+    // length, it is malformed; and a reply subject with a NUL is never answered (the answer
+    // would go to the inbox its prefix names).
+    ASSERT_EQ(
+        request("victim2", "enqueue", R"({"lane":"steer","id":"keep","content":"x"})").at("ok"),
+        true);
+    {
+        raw_nats raw(nats_url());
+        using namespace std::string_literals;
+        for (const std::string& subject :
+             {prefix_ + ".session.victim.enqueue\0zz"s, prefix_ + ".session.victim.configure\0"s,
+              prefix_ + ".session.victim2.delete\0.x"s, prefix_ + ".session.vic\0tim.enqueue"s}) {
+            const std::string body =
+                subject.find("enqueue") != std::string::npos
+                    ? R"({"lane":"steer","content":"x"})"
+                    : (subject.find("configure") != std::string::npos ? R"({"model":"evil"})"
+                                                                      : "{}");
+            auto r = raw.request(subject, body, 10s);
+            ASSERT_TRUE(r.has_value()) << "no reply to a subject with a NUL byte";
+            auto v = json::parse(*r);
+            EXPECT_EQ(v.at("ok"), false) << *r;
+            EXPECT_EQ(v.at("error").at("code"), "invalid_session_id") << *r;
+        }
+        const std::string inbox = "_RAW.inbox.nul";
+        EXPECT_FALSE(raw.request_to(prefix_ + ".session.victim.enqueue", inbox + "\0x"s, inbox,
+                                    R"({"lane":"steer","content":"x"})", 1s)
+                         .has_value())
+            << "a reply subject with a NUL must not be answered at its prefix";
     }
+    EXPECT_GE(
+        request("victim2", "subscribe", "{}").at("patch").at("to").at("steer").to_number<int>(), 1)
+        << "victim2 must not be deleted";
+    const auto zero = json::parse(R"({"transcript":0,"system":0,"steer":0,"followUp":0})");
+    for (const char* sid : {"clean", "a", "b", "victim", "vic"}) {
+        auto r = request(sid, "subscribe", "{}");
+        EXPECT_EQ(r.at("patch").at("to"), zero) << sid;
+        EXPECT_EQ(r.at("settings").at("model"), "scripted") << sid;
+    }
+}
+
+// Defect: a subscribe, status or cancel of an unknown id created the session (its file, a
+// catalog row and a lease renewed forever), and it showed in the fleet view. Reads of a
+// session that does not exist answer as such and create nothing; only enqueue, system and
+// configure create a session.
+TEST_F(worker_fixture, ReadsOfAnUnknownSessionCreateNothing) {
+    const auto ghost = session::session_id::parse("ghost").value();
+    const auto zero = json::parse(R"({"transcript":0,"system":0,"steer":0,"followUp":0})");
+    auto sub = request("ghost", "subscribe", "{}");
+    EXPECT_EQ(sub.at("ok"), true);
+    EXPECT_EQ(sub.at("patch").at("to"), zero);
+    EXPECT_EQ(sub.at("status").at("state"), "idle");
+    EXPECT_EQ(request("ghost", "subscribe",
+                      R"({"since":{"transcript":1,"system":0,"steer":0,"followUp":0}})")
+                  .at("error")
+                  .at("code"),
+              "invalid_version");
+    EXPECT_EQ(request("ghost", "cancel", R"({"lane":"steer","id":"x"})").at("error").at("code"),
+              "item_not_found");
+    EXPECT_EQ(request("ghost", "abort", "{}").at("ok"), true);
+    EXPECT_EQ(request("ghost", "pause", "{}").at("error").at("code"), "session_not_found");
+    EXPECT_EQ(request("ghost", "resume", "{}").at("error").at("code"), "session_not_found");
+    EXPECT_EQ(request("ghost", "delete", "{}").at("ok"), true);
+    EXPECT_FALSE(node_->has_loaded("ghost"));
+    for (const char* suffix : {"", "-wal", "-shm"}) {
+        EXPECT_FALSE(std::filesystem::exists(dir_.path() / "sessions" /
+                                             (std::string("ghost.sqlite") + suffix)))
+            << suffix;
+    }
+    EXPECT_FALSE(node_->leases().owner_of(ghost).value().has_value());
+    broker::nats_client nc(nats_url(), "ghost-client");
+    client::client c(nc, client::options{prefix_, 30s});
+    auto page = c.sessions();
+    ASSERT_TRUE(page) << page.error().message;
+    for (const auto& r : page->at("sessions").as_array()) {
+        EXPECT_NE(r.at("id"), "ghost");
+    }
+    // A write creates it; the same reads then see it.
+    ASSERT_EQ(request("ghost", "configure", R"({"model":"m2"})").at("ok"), true);
+    EXPECT_EQ(request("ghost", "subscribe", "{}").at("settings").at("model"), "m2");
+    EXPECT_EQ(request("ghost", "pause", "{}").at("ok"), true);
+    EXPECT_TRUE(node_->leases().owner_of(ghost).value().has_value());
 }
 
 TEST_F(worker_fixture, SubscribeSinceAVersionGetsExactlyTheMissingChanges) {

@@ -121,14 +121,19 @@ TEST(Codec, RejectsMalformedEntriesWithAStableCodeAndField) {
 }
 
 TEST(Codec, RejectsBadVersions) {
-    for (const char* bad : {R"({"transcript":-1})", R"({"transcript":1.5})", R"({"steer":"2"})",
-                            R"({"lanes":1})", R"([0,0,0,0])"}) {
+    for (const char* bad :
+         {R"({"transcript":-1,"system":0,"steer":0,"followUp":0})",
+          R"({"transcript":1.5,"system":0,"steer":0,"followUp":0})",
+          R"({"transcript":0,"system":0,"steer":"2","followUp":0})", R"({"lanes":1})",
+          R"([0,0,0,0])", R"({"steer":2})", R"({"transcript":0,"system":0,"steer":0})"}) {
         auto r = version_from_json(json::parse(bad));
         ASSERT_FALSE(r.has_value()) << bad;
         EXPECT_EQ(r.error().code, errc::invalid_version) << bad;
     }
-    EXPECT_EQ(version_from_json(json::parse(R"({"steer":2})")).value(),
-              (version_vector{0, 0, 2, 0}));
+    EXPECT_EQ(
+        version_from_json(json::parse(R"({"transcript":0,"system":0,"steer":2,"followUp":0})"))
+            .value(),
+        (version_vector{0, 0, 2, 0}));
 }
 
 TEST(Codec, ParseJsonSeparatesInvalidUtf8FromInvalidJson) {

@@ -103,10 +103,17 @@ TEST(SystemRequest, TakesASourceAndContent) {
 
 TEST(SubscribeRequest, SinceIsOptionalAndStrict) {
     EXPECT_EQ(decode_subscribe(json::parse("{}")).value().since, (version_vector{}));
-    EXPECT_EQ(
-        decode_subscribe(json::parse(R"({"since":{"transcript":4,"followUp":1}})")).value().since,
-        (version_vector{4, 0, 0, 1}));
+    EXPECT_EQ(decode_subscribe(
+                  json::parse(R"({"since":{"transcript":4,"system":0,"steer":0,"followUp":1}})"))
+                  .value()
+                  .since,
+              (version_vector{4, 0, 0, 1}));
     EXPECT_EQ(error_of(R"({"since":{"transcript":-4}})", decode_subscribe).code,
+              errc::invalid_version);
+    // A version names every component (was: the lanes could be left out).
+    EXPECT_EQ(error_of(R"({"since":{"transcript":0}})", decode_subscribe).code,
+              errc::invalid_version);
+    EXPECT_EQ(error_of(R"({"since":{"transcript":4,"followUp":1}})", decode_subscribe).code,
               errc::invalid_version);
     EXPECT_EQ(error_of(R"({"since":3})", decode_subscribe).code, errc::invalid_version);
 }
@@ -125,6 +132,46 @@ TEST(ConfigureRequest, UpdatesOnlyTheGivenFieldsAndValidatesTheResult) {
     EXPECT_EQ(error_of(R"({"tools":[1]})", cfg).code, errc::invalid_type);
     EXPECT_EQ(error_of(R"({"temperature":1})", cfg).code, errc::unknown_field);
     EXPECT_EQ(error_of(R"({"utc_offset_minutes":100000})", cfg).code, errc::invalid_settings);
+}
+
+// Defect: a NUL in a text field other than content was accepted (SQLite stored it; PostgreSQL
+// then answered `corrupt`), and errors inside the author named the field without its path.
+TEST(EveryTextField, RefusesNulAndNamesTheFieldByItsPath) {
+    struct field_case {
+        const char* body;
+        errc code;
+        const char* field;
+    };
+    auto cfg = [](const json::value& v) { return decode_configure(v, small_limits()); };
+    const field_case configure_cases[] = {
+        {R"({"model":"a\u0000b"})", errc::invalid_content, "model"},
+        {R"({"tools":["echo\u0000x"]})", errc::invalid_content, "tools.0"},
+    };
+    for (const auto& c : configure_cases) {
+        auto e = error_of(c.body, cfg);
+        EXPECT_EQ(e.code, c.code) << c.body;
+        EXPECT_EQ(e.field, c.field) << c.body;
+    }
+    const field_case enqueue_cases[] = {
+        {R"({"lane":"steer","author":{"id":"u","name":"A\u0000","kind":"bot"},"content":"x"})",
+         errc::invalid_content, "author.name"},
+        {R"({"lane":"steer","author":{"id":"u","name":"A","email":"a\u0000@x","kind":"bot"},"content":"x"})",
+         errc::invalid_content, "author.email"},
+        {R"({"lane":"steer","author":{"id":"u","name":"A","email":5,"kind":"bot"},"content":"x"})",
+         errc::invalid_type, "author.email"},
+        {R"({"lane":"steer","author":{"id":"u\u0000","name":"A","kind":"bot"},"content":"x"})",
+         errc::invalid_content, "author.id"},
+    };
+    for (const auto& c : enqueue_cases) {
+        auto e = error_of(c.body, enqueue);
+        EXPECT_EQ(e.code, c.code) << c.body;
+        EXPECT_EQ(e.field, c.field) << c.body;
+    }
+    EXPECT_EQ(error_of(R"({"reason":"a\u0000"})", decode_abort).code, errc::invalid_content);
+    EXPECT_EQ(error_of(R"({"source":"s\u0000","content":"x"})", system).code,
+              errc::invalid_content);
+    EXPECT_EQ(error_of(R"({"owner":"w\u0000"})", decode_sessions_query).code,
+              errc::invalid_content);
 }
 
 TEST(EmptyRequests, AcceptAnEmptyBodyOrEmptyObjectOnly) {

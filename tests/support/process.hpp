@@ -186,6 +186,7 @@ class worker_process {
         std::string worker_id = "proc-1";
         std::filesystem::path data_dir;  // empty: a directory of its own
         std::string prefix;              // empty: wuhu_<tag><pid>
+        std::string store;               // empty: sqlite://<data dir>
         std::vector<std::string> args;   // more flags
         std::optional<rlim_t> max_file_bytes;
     };
@@ -212,11 +213,12 @@ class worker_process {
     worker_process(const worker_process&) = delete;
 
     void start(const std::string& url = nats_url()) {
-        std::vector<std::string> args{"--nats",      url,
-                                      "--store",     "sqlite://" + data().string(),
-                                      "--script",    script(),
-                                      "--prefix",    prefix_,
-                                      "--worker-id", config_.worker_id};
+        std::vector<std::string> args{
+            "--nats",      url,
+            "--store",     config_.store.empty() ? "sqlite://" + data().string() : config_.store,
+            "--script",    script(),
+            "--prefix",    prefix_,
+            "--worker-id", config_.worker_id};
         args.insert(args.end(), config_.args.begin(), config_.args.end());
         pid_ = spawn(worker_bin(), args, spawn_options{log(), config_.max_file_bytes});
     }

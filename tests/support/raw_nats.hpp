@@ -47,8 +47,16 @@ class raw_nats {
     std::optional<std::string> request(std::string_view subject, std::string_view data,
                                        std::chrono::milliseconds timeout) {
         const std::string inbox = "_RAW.inbox." + std::to_string(++next_);
+        return request_to(subject, inbox, inbox, data, timeout);
+    }
+
+    // Publishes with `reply` as the reply subject (any bytes but whitespace) and waits up to
+    // `timeout` for a message on `inbox` (one of this client's, under _RAW.inbox.).
+    std::optional<std::string> request_to(std::string_view subject, std::string_view reply,
+                                          const std::string& inbox, std::string_view data,
+                                          std::chrono::milliseconds timeout) {
         std::string pub = "PUB ";
-        pub.append(subject).append(" ").append(inbox).append(" ");
+        pub.append(subject).append(" ").append(reply).append(" ");
         pub.append(std::to_string(data.size())).append("\r\n").append(data).append("\r\n");
         send(pub);
         const auto deadline = std::chrono::steady_clock::now() + timeout;
