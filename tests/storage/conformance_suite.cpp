@@ -227,6 +227,98 @@ TEST_P(StoreConformance, ARemoveFencesEveryOldHandleAndANewOwnerStartsEmpty) {
     EXPECT_EQ(seen.in(lane::steer).pending[0].id.str(), "d3");
 }
 
+// The invariant harness folds stored rows through the same reducer as the live path, so a
+// reducer bug would pass it. Here the expected state is written out by hand, field by field,
+// from the spec's rules: a loaded state must equal it.
+TEST_P(StoreConformance, ALoadedStateEqualsTheOneTheRulesDescribeWrittenByHand) {
+    auto log = open("by-hand", 1);
+    session_state st = log->load().value();
+    auto run = [&](auto r) {
+        ASSERT_TRUE(r.has_value()) << r.error().message();
+        const action_list* actions = nullptr;
+        if constexpr (std::is_same_v<std::decay_t<decltype(*r)>, action_list>) {
+            actions = &*r;
+        } else {
+            actions = &r->actions;
+        }
+        apply_actions(*actions, st);  // the owner's copy, to feed the next operation
+    };
+    const author ann = human("u1", "Ann", "ann@example.com");
+    run(log->enqueue(st, user_in(lane::steer, "s1", "please", ann), unix_ms{10}));
+    run(log->enqueue(st, user_in(lane::follow_up, "f1", "later", ann), unix_ms{11}));
+    run(log->enqueue(st, system_in("c1", "build done"), unix_ms{12}));
+    run(log->cancel(st, lane::follow_up, item("f1"), unix_ms{13}));
+    run(log->drain(st, checkpoint::steer, unix_ms{20}));
+    assistant_message answer;
+    answer.text = "checking";
+    answer.tool_calls = {tool_call{call_id("k1"), "echo", R"({"text":"hi"})"}};
+    answer.usage = token_usage{10, 0, 2};
+    answer.model = "m";
+    run(log->append_assistant(st, answer, unix_ms{30}));
+    run(log->tool_will_execute(st, call_id("k1"), unix_ms{31}));
+    run(log->tool_did_execute(st, tool_result{call_id("k1"), "echo", "hi", false}, unix_ms{32}));
+    settings next;
+    next.model = "m2";
+    run(log->set_settings(st, next));
+    const timer ping{item("t1"), unix_ms{1000}, system_source::parse("scheduledCallback").value(),
+                     "ping"};
+    run(log->schedule_timer(st, ping));
+    run(log->set_paused(st, true));
+
+    session_state expected;
+    const system_source bash = system_source::parse("asyncBashCallback").value();
+    const queue_item s1{item("s1"), lane::steer, unix_ms{10}, user_input{ann, "please"}};
+    const queue_item f1{item("f1"), lane::follow_up, unix_ms{11}, user_input{ann, "later"}};
+    const queue_item c1{item("c1"), lane::system, unix_ms{12}, system_input{bash, "build done"}};
+    // The steer checkpoint drains system and steer by enqueue time: s1 (10), then c1 (12).
+    expected.transcript = {
+        entry{entry_seq{1}, unix_ms{20}, party_message{ann, lane::steer, item("s1"), "please"}},
+        entry{entry_seq{2}, unix_ms{20}, system_message{bash, item("c1"), "build done"}},
+        entry{entry_seq{3}, unix_ms{30}, answer},
+        entry{entry_seq{4}, unix_ms{31}, tool_started{call_id("k1"), "echo"}},
+        entry{entry_seq{5}, unix_ms{32}, tool_result{call_id("k1"), "echo", "hi", false}},
+    };
+    expected.lanes[index_of(lane::system)].journal = {
+        journal_entry{journal_seq{1}, unix_ms{12}, enqueued_fact{c1}},
+        journal_entry{journal_seq{2}, unix_ms{20}, materialized_fact{item("c1"), entry_seq{2}}},
+    };
+    expected.lanes[index_of(lane::steer)].journal = {
+        journal_entry{journal_seq{1}, unix_ms{10}, enqueued_fact{s1}},
+        journal_entry{journal_seq{2}, unix_ms{20}, materialized_fact{item("s1"), entry_seq{1}}},
+    };
+    expected.lanes[index_of(lane::follow_up)].journal = {
+        journal_entry{journal_seq{1}, unix_ms{11}, enqueued_fact{f1}},
+        journal_entry{journal_seq{2}, unix_ms{13}, canceled_fact{item("f1")}},
+    };
+    expected.items = {
+        {"s1", item_record{lane::steer, item_status::materialized, entry_seq{1}}},
+        {"f1", item_record{lane::follow_up, item_status::canceled, entry_seq{}}},
+        {"c1", item_record{lane::system, item_status::materialized, entry_seq{2}}},
+    };
+    expected.tool_calls = {tool_call_state{answer.tool_calls[0], tool_status::finished}};
+    expected.tool_calls_entry = entry_seq{3};
+    expected.timers = {{"t1", ping}};
+    expected.config = next;
+    expected.paused = true;
+    expected.has_work = true;  // set by the first enqueue; only mark_idle clears it
+
+    auto loaded = log->load().value();
+    EXPECT_EQ(loaded.transcript, expected.transcript);
+    for (lane l : all_lanes) {
+        EXPECT_EQ(loaded.in(l), expected.in(l)) << lane_name(l);
+    }
+    EXPECT_EQ(loaded.items, expected.items);
+    EXPECT_EQ(loaded.tool_calls, expected.tool_calls);
+    EXPECT_EQ(loaded.tool_calls_entry, expected.tool_calls_entry);
+    EXPECT_EQ(loaded.timers, expected.timers);
+    EXPECT_EQ(loaded.config, expected.config);
+    EXPECT_EQ(loaded.paused, expected.paused);
+    EXPECT_EQ(loaded.has_work, expected.has_work);
+    EXPECT_EQ(loaded, expected);
+    EXPECT_EQ(st, expected) << "the live path (the reducer) agrees too";
+    EXPECT_EQ(loaded.version(), (version_vector{5, 2, 2, 2}));
+}
+
 TEST_P(StoreConformance, SessionsListsStoredSessionsInIdOrderWithHasWork) {
     auto b = open("list-b", 1);
     auto a = open("list-a", 1);
