@@ -56,8 +56,13 @@ node::node(storage::session_store& store, ownership::lease_store& leases, nats_c
         }
     });
     server_->start(*registry_);
+    if (options_.sweep_interval.count() == 0) {
+        options_.sweep_interval = options_.lease_ttl / 2;
+    }
     asio::co_spawn(io_, keep_leases(this),
                    asio::bind_cancellation_slot(stop_renewal_.slot(), asio::detached));
+    asio::co_spawn(io_, sweep(this),
+                   asio::bind_cancellation_slot(stop_sweep_.slot(), asio::detached));
 }
 
 node::~node() {
@@ -83,7 +88,8 @@ void node::stop() {
         log_->info("stopping: {} sessions loaded, {} requests in flight", registry_->size(),
                    server_->in_flight());
         server_->stop_taking();  // new requests go to the other workers
-        registry_->stop();       // every session loop is cancelled
+        stop_sweep_.emit(asio::cancellation_type::terminal);
+        registry_->stop();  // every session loop is cancelled
         asio::co_spawn(io_, drain(this), asio::detached);
     });
 }
@@ -109,6 +115,57 @@ asio::awaitable<void> node::keep_leases(node* self) {
     }
 }
 
+// One round at a time; the stop waits for a round under way (it may be loading a session).
+asio::awaitable<void> node::sweep(node* self) {
+    asio::steady_timer timer(co_await asio::this_coro::executor);
+    for (;;) {
+        timer.expires_after(self->options_.sweep_interval);
+        co_await timer.async_wait(asio::use_awaitable);
+        if (self->stopping_) {
+            co_return;
+        }
+        self->sweeping_ = true;
+        struct done {
+            bool& flag;
+            ~done() { flag = false; }
+        } round{self->sweeping_};
+        auto listing = self->registry_->catalog(storage::catalog_filter::needing_owner);
+        auto candidates = co_await std::move(listing);
+        if (!candidates) {
+            continue;  // the store is away (its watcher logs it)
+        }
+        std::size_t claimed = 0;
+        for (const auto& c : *candidates) {
+            if (self->stopping_ || claimed == self->options_.sweep_batch) {
+                break;
+            }
+            if (self->registry_->contains(c.id)) {
+                continue;
+            }
+            auto at = self->keeper_.locate(c.id);
+            if (!at || *at) {
+                continue;  // another worker owns it (or the lease store is away)
+            }
+            auto placed = self->keeper_.place(c.id);
+            if (!placed || !std::holds_alternative<ownership::keeper::here>(*placed)) {
+                continue;  // another worker took it first
+            }
+            const auto epoch = std::get<ownership::keeper::here>(*placed).epoch;
+            auto getting = self->registry_->get(c.id, epoch);
+            auto loop = co_await std::move(getting);
+            if (!loop) {
+                self->log_->warn("could not recover session {}: {}", c.id.str(),
+                                 loop.error().message());
+                self->keeper_.release(c.id);  // another worker may do better
+                continue;
+            }
+            ++claimed;
+            self->log_->info("recovered session {} (epoch {}): {}", c.id.str(), epoch.value,
+                             c.has_work ? "it has work to do" : "it has a pending timer");
+        }
+    }
+}
+
 // Waits until the session loops have returned and every request taken has been answered,
 // then releases the leases and lets run() return. Lease renewal goes on while it waits. After
 // drain_timeout the leases are released anyway, so other workers take the sessions over (the
@@ -118,7 +175,7 @@ asio::awaitable<void> node::drain(node* self) {
     asio::steady_timer timer(co_await asio::this_coro::executor);
     auto busy = [self] {
         return self->registry_->running() > 0 || self->server_->in_flight() > 0 ||
-               self->server_->draining();
+               self->server_->draining() || self->sweeping_;
     };
     const auto deadline = std::chrono::steady_clock::now() + self->options_.drain_timeout;
     while (busy() && std::chrono::steady_clock::now() < deadline) {

@@ -17,8 +17,12 @@
 // `drain_timeout` the leases are released anyway (the new owners' epochs fence out whatever
 // still runs here), and run() returns once the last loop and request have.
 //
-// Logs: every lease acquired, taken over, lost or released, with its epoch; the store going
-// away and coming back (once each per outage).
+// Recovery: every `sweep_interval`, the node claims sessions that need an owner (work to do,
+// or a pending timer) and have no live lease, and loads them; their loops resume by the normal
+// sequence (the only recovery path). Several workers may sweep at once: the lease decides.
+//
+// Logs: every lease acquired, taken over, lost or released, with its epoch; every session
+// recovered by the sweep; the store going away and coming back (once each per outage).
 #pragma once
 
 #include "broker/server.hpp"
@@ -42,6 +46,10 @@ struct node_options {
     std::size_t store_threads = 4;
     std::chrono::milliseconds drain_timeout{10000};
     std::chrono::milliseconds forward_grace{250};
+    // The recovery sweep: how often, and how many sessions it claims at most each time.
+    // 0: half the lease TTL.
+    std::chrono::milliseconds sweep_interval{0};
+    std::size_t sweep_batch = 64;
     worker::loop_options loop;  // its store_executor is the node's pool
 };
 
@@ -69,6 +77,7 @@ class node {
 
   private:
     static asio::awaitable<void> keep_leases(node* self);
+    static asio::awaitable<void> sweep(node* self);
     static asio::awaitable<void> drain(node* self);
 
     node_options options_;
@@ -83,7 +92,9 @@ class node {
     std::unique_ptr<server> server_;
     std::unique_ptr<worker::session_registry> registry_;
     asio::cancellation_signal stop_renewal_;
+    asio::cancellation_signal stop_sweep_;
     bool stopping_ = false;  // executor only
+    bool sweeping_ = false;  // a sweep round is loading sessions (the stop waits for it)
 };
 
 }  // namespace wuhu::broker

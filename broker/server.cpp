@@ -226,7 +226,7 @@ std::string server::list_sessions(const nats_message& m) {
     }
     // The store and the lease store are thread-safe; the registry is only read by its owner's
     // executor (through admin.local, also for this worker).
-    auto catalog = store_->sessions(false);
+    auto catalog = store_->sessions(storage::catalog_filter::all);
     if (!catalog) {
         return error_reply(catalog.error());
     }

@@ -82,12 +82,13 @@ std::uint64_t memory_store::commits() const {
     return commits_;
 }
 
-result<std::vector<catalog_entry>> memory_store::sessions(bool has_work_only) {
+result<std::vector<catalog_entry>> memory_store::sessions(catalog_filter filter) {
     std::lock_guard lock(mu_);
     std::vector<catalog_entry> out;
     for (const auto& [id, r] : sessions_) {
-        if (!has_work_only || r.state.has_work) {
-            out.push_back(catalog_entry{session_id::parse(id).value(), r.state.has_work});
+        const bool timers = !r.state.timers.empty();
+        if (filter == catalog_filter::all || r.state.has_work || timers) {
+            out.push_back(catalog_entry{session_id::parse(id).value(), r.state.has_work, timers});
         }
     }
     return out;

@@ -427,23 +427,33 @@ result<bool> postgres_store::exists(const session_id& id) {
     }
 }
 
-result<std::vector<catalog_entry>> postgres_store::sessions(bool has_work_only) {
+result<std::vector<catalog_entry>> postgres_store::sessions(catalog_filter filter) {
     try {
         auto l = acquire();
-        pqxx::nontransaction n(*l);
-        auto rows =
-            n.exec(has_work_only ? "SELECT session_id, has_work FROM sessions WHERE has_work "
-                                   "ORDER BY session_id"
-                                 : "SELECT session_id, has_work FROM sessions ORDER BY session_id");
-        std::vector<catalog_entry> out;
-        for (const auto& row : rows) {
-            auto sid = session_id::parse(row[0].c_str());
-            if (!sid) {
-                return errc::corrupt;
+        try {
+            pqxx::nontransaction n(*l);
+            auto rows = n.exec(
+                "SELECT s.session_id, s.has_work, "
+                "EXISTS (SELECT 1 FROM timers t WHERE t.session_id = s.session_id) AS timers "
+                "FROM sessions s " +
+                std::string(filter == catalog_filter::needing_owner
+                                ? "WHERE s.has_work OR EXISTS (SELECT 1 FROM timers t "
+                                  "WHERE t.session_id = s.session_id) "
+                                : "") +
+                "ORDER BY s.session_id");
+            std::vector<catalog_entry> out;
+            for (const auto& row : rows) {
+                auto sid = session_id::parse(row[0].c_str());
+                if (!sid) {
+                    return errc::corrupt;
+                }
+                out.push_back({*sid, row[1].as<bool>(), row[2].as<bool>()});
             }
-            out.push_back({*sid, row[1].as<bool>()});
+            return out;
+        } catch (const pqxx::broken_connection&) {
+            l.mark_broken();
+            throw;
         }
-        return out;
     } catch (const pqxx::failure&) {
         return errc::unavailable;
     }

@@ -38,7 +38,7 @@ class postgres_store final : public session_store {
     result<bool> exists(const session_id& id) override;
     std::string_view backend() const override { return "postgres"; }
 
-    result<std::vector<catalog_entry>> sessions(bool has_work_only) override;
+    result<std::vector<catalog_entry>> sessions(catalog_filter filter) override;
 
     struct connection;  // a libpqxx connection with its prepared statements
     class lease;        // a pooled connection, returned when destroyed

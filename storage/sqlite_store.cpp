@@ -39,6 +39,7 @@ const char* const catalog_migrations[] = {
                             expires INTEGER NOT NULL) WITHOUT ROWID;
        CREATE TABLE lease_epoch (one INTEGER PRIMARY KEY CHECK (one = 1), last INTEGER NOT NULL);
        INSERT INTO lease_epoch VALUES (1, 0);)",
+    R"(ALTER TABLE sessions ADD COLUMN has_timers INTEGER NOT NULL DEFAULT 0;)",
 };
 
 std::size_t schema_version(sqlite::db& db, std::size_t latest) {
@@ -226,6 +227,7 @@ class sqlite_log final : public session_log {
 
     result<void> do_commit(const session_state& before, const action_list& actions) override {
         std::optional<bool> has_work;
+        std::ptrdiff_t timers = 0;  // scheduled minus fired
         auto r = with_db([&](sqlite::db& db) -> result<void> {
             sqlite::transaction tx(db);
             if (meta(db, "epoch") != std::to_string(epoch().value)) {
@@ -236,13 +238,16 @@ class sqlite_log final : public session_log {
             }
             for (const auto& a : actions) {
                 write(db, a, has_work);
+                timers += std::holds_alternative<s::timer_scheduled>(a) ? 1 : 0;
+                timers -= std::holds_alternative<s::timer_cleared>(a) ? 1 : 0;
             }
             set_meta(db, "version", encode_version(s::advance(before.version(), actions)));
             tx.commit();
             return {};
         });
-        if (r && has_work) {
-            store_.note_has_work(id(), *has_work);
+        if (r && (has_work || timers != 0)) {
+            const auto pending = static_cast<std::ptrdiff_t>(before.timers.size()) + timers;
+            store_.note_catalog(id(), has_work.value_or(before.has_work), pending > 0);
         }
         return r;
     }
@@ -372,15 +377,17 @@ std::shared_ptr<sqlite_store::handle> sqlite_store::acquire(const session_id& id
     return h;
 }
 
-void sqlite_store::note_has_work(const session_id& id, bool has_work) {
+void sqlite_store::note_catalog(const session_id& id, bool has_work, bool has_timers) {
     try {
         std::lock_guard lock(catalog_mu_);
         catalog_
             ->prepare(
-                "INSERT INTO sessions (id, has_work) VALUES (?1, ?2) "
-                "ON CONFLICT (id) DO UPDATE SET has_work = excluded.has_work")
+                "INSERT INTO sessions (id, has_work, has_timers) VALUES (?1, ?2, ?3) "
+                "ON CONFLICT (id) DO UPDATE SET has_work = excluded.has_work, "
+                "has_timers = excluded.has_timers")
             .bind(1, id.str())
             .bind(2, has_work ? 1 : 0)
+            .bind(3, has_timers ? 1 : 0)
             .run();
     } catch (const sqlite::error&) {
         // The catalog is a hint for the recovery sweep; the session file is authoritative.
@@ -481,19 +488,21 @@ result<bool> sqlite_store::exists(const session_id& id) {
     return there;
 }
 
-result<std::vector<catalog_entry>> sqlite_store::sessions(bool has_work_only) {
+result<std::vector<catalog_entry>> sqlite_store::sessions(catalog_filter filter) {
     try {
         std::lock_guard lock(catalog_mu_);
-        auto& q = catalog_->prepare(
-            has_work_only ? "SELECT id, has_work FROM sessions WHERE has_work = 1 ORDER BY id"
-                          : "SELECT id, has_work FROM sessions ORDER BY id");
+        auto& q =
+            catalog_->prepare(filter == catalog_filter::needing_owner
+                                  ? "SELECT id, has_work, has_timers FROM sessions "
+                                    "WHERE has_work = 1 OR has_timers = 1 ORDER BY id"
+                                  : "SELECT id, has_work, has_timers FROM sessions ORDER BY id");
         std::vector<catalog_entry> out;
         while (q.step()) {
             auto sid = session_id::parse(q.text(0));
             if (!sid) {
                 return errc::corrupt;
             }
-            out.push_back({*sid, q.int64(1) != 0});
+            out.push_back({*sid, q.int64(1) != 0, q.int64(2) != 0});
         }
         return out;
     } catch (const sqlite::error& e) {

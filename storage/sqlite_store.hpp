@@ -46,8 +46,9 @@ class sqlite_store final : public session_store {
     result<bool> exists(const session_id& id) override;
     std::string_view backend() const override { return "sqlite"; }
 
-    // Sessions in the catalog (only those with has_work when `has_work_only`).
-    result<std::vector<catalog_entry>> sessions(bool has_work_only) override;
+    // Sessions in the catalog (a hint kept after each commit that changes has_work or the
+    // timers; the session file is authoritative).
+    result<std::vector<catalog_entry>> sessions(catalog_filter filter) override;
     std::filesystem::path path_of(const session_id& id) const;
     std::size_t open_files() const;
 
@@ -60,7 +61,7 @@ class sqlite_store final : public session_store {
     std::shared_ptr<handle> acquire(const session_id& id, bool create);
     // Drops `h` from the open files if it is still the session's (it names a removed file).
     void forget(const session_id& id, const std::shared_ptr<handle>& h);
-    void note_has_work(const session_id& id, bool has_work);
+    void note_catalog(const session_id& id, bool has_work, bool has_timers);
 
     sqlite_options options_;
     std::unique_ptr<sqlite::db> catalog_;

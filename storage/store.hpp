@@ -36,10 +36,18 @@ using session::unix_ms;
 template <class T>
 using result = boost::system::result<T>;
 
-// A session as the recovery sweep lists it.
+// A session as the catalog lists it (the recovery sweep and the fleet view).
 struct catalog_entry {
     session_id id;
     bool has_work = false;
+    bool has_timers = false;  // a schedule_callback timer is pending
+    bool operator==(const catalog_entry&) const = default;
+};
+
+enum class catalog_filter {
+    all,
+    // Sessions that need an owner even when nobody asks for them: work to do, or a timer.
+    needing_owner,
 };
 
 class session_log {
@@ -122,8 +130,8 @@ class session_store {
     // Whether the session has been created (and not removed since). Creates nothing.
     virtual result<bool> exists(const session_id& id) = 0;
 
-    // The stored sessions by id (only those with has_work when `has_work_only`).
-    virtual result<std::vector<catalog_entry>> sessions(bool has_work_only) = 0;
+    // The stored sessions by id.
+    virtual result<std::vector<catalog_entry>> sessions(catalog_filter filter) = 0;
 
     // "memory", "sqlite", "postgres".
     virtual std::string_view backend() const = 0;
@@ -142,8 +150,8 @@ class forwarding_store : public session_store {
         return target_.remove(id, epoch);
     }
     result<bool> exists(const session_id& id) override { return target_.exists(id); }
-    result<std::vector<catalog_entry>> sessions(bool has_work_only) override {
-        return target_.sessions(has_work_only);
+    result<std::vector<catalog_entry>> sessions(catalog_filter filter) override {
+        return target_.sessions(filter);
     }
     std::string_view backend() const override { return target_.backend(); }
 

@@ -65,8 +65,8 @@ result<bool> watched_store::exists(const session_id& id) {
     return noted(*this, target().exists(id));
 }
 
-result<std::vector<catalog_entry>> watched_store::sessions(bool has_work_only) {
-    return noted(*this, target().sessions(has_work_only));
+result<std::vector<catalog_entry>> watched_store::sessions(catalog_filter filter) {
+    return noted(*this, target().sessions(filter));
 }
 
 }  // namespace wuhu::storage

@@ -24,7 +24,7 @@ class watched_store final : public forwarding_store {
     result<std::unique_ptr<session_log>> open(const session_id& id, lease_epoch epoch) override;
     result<void> remove(const session_id& id, lease_epoch epoch) override;
     result<bool> exists(const session_id& id) override;
-    result<std::vector<catalog_entry>> sessions(bool has_work_only) override;
+    result<std::vector<catalog_entry>> sessions(catalog_filter filter) override;
 
     // Notes the outcome of an operation (the logs call it too).
     void note(const boost::system::error_code& ec);

@@ -210,6 +210,15 @@ void session_registry::unload(const session::session_id& id,
     }
 }
 
+asio::awaitable<boost::system::result<std::vector<storage::catalog_entry>>>
+session_registry::catalog(storage::catalog_filter filter) {
+    using listing = boost::system::result<std::vector<storage::catalog_entry>>;
+    auto list = [&store = store_, filter]() { return store.sessions(filter); };
+    auto task = run_on<listing>(opts_.store_executor, std::move(list));
+    auto out = co_await std::move(task);
+    co_return out;
+}
+
 asio::awaitable<boost::system::result<bool>> session_registry::exists(session::session_id id) {
     auto check = [&store = store_, id]() { return store.exists(id); };
     auto task = run_on<boost::system::result<bool>>(opts_.store_executor, std::move(check));

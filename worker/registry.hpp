@@ -56,6 +56,9 @@ class session_registry {
                 std::optional<session::lease_epoch> epoch = std::nullopt);
     // Whether the store has the session (store IO on the store executor).
     asio::awaitable<boost::system::result<bool>> exists(session::session_id id);
+    // The store's catalog (store IO on the store executor).
+    asio::awaitable<boost::system::result<std::vector<storage::catalog_entry>>> catalog(
+        storage::catalog_filter filter);
     bool contains(const session::session_id& id) const { return sessions_.contains(id.str()); }
     // Cancels every loop; nothing is loaded or started afterwards.
     void stop();

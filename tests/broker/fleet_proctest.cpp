@@ -356,6 +356,68 @@ TEST(Fleet, AFencedOwnerNeverServesOldState) {
     EXPECT_EQ(b.stop(), 0);
 }
 
+// Defect (of a test): DurableTimers.SurviveARestartAndFireOnce started the second owner itself,
+// so it could not see that no worker would ever load the session again. Here the owner that
+// scheduled the callback is killed, another worker starts, nobody sends the session anything,
+// and the callback still arrives, once: the recovery sweep claims sessions with a pending
+// timer (or work to do) and no live lease.
+TEST(Fleet, ADurableTimerSurvivesItsOwnerDyingAndFiresOnceWithNobodyAsking) {
+    temp_dir shared;
+    const std::string script = R"({"responses":[
+        {"tool_calls":[{"id":"cb1","name":"schedule_callback",
+                        "arguments":{"delay_ms":3000,"content":"ping"}}]},
+        {"text":"scheduled"},
+        {"text":"got the ping"}]})";
+    auto config = [&](const std::string& id) {
+        worker_process::config c;
+        c.worker_id = id;
+        c.data_dir = shared.path() / "data";
+        c.prefix = "wuhu_timer" + std::to_string(getpid());
+        c.args = {"--lease-ttl-ms", "600"};
+        return c;
+    };
+    worker_process a("timera", script, config("A"));
+    worker_process b("timerb", script, config("B"));
+    a.start();
+    broker::nats_client nc(nats_url(), "timer-client");
+    ASSERT_EQ(answer_when_up(nc, a.direct("t", "enqueue"), enqueue_body("remind")).at("ok"), true);
+    ASSERT_TRUE(wait_idle(nc, a.direct("t", "subscribe")));
+    a.crash();  // before the timer is due
+
+    // Watch the session's events only: nothing here asks a worker about it.
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<std::string> texts;
+    nc.subscribe(a.prefix() + ".events.t.patch", [&](broker::nats_message m) {
+        auto v = json::parse(m.data);
+        std::lock_guard lock(mu);
+        for (const auto& e : v.at("transcript").as_array()) {
+            if (const auto* c = e.as_object().if_contains("content")) {
+                texts.push_back(json::value_to<std::string>(*c));
+            } else if (const auto* t = e.as_object().if_contains("text")) {
+                texts.push_back(json::value_to<std::string>(*t));
+            }
+        }
+        cv.notify_all();
+    });
+    nc.flush();
+    b.start();
+    {
+        std::unique_lock lock(mu);
+        EXPECT_TRUE(cv.wait_for(lock, 30s, [&] {
+            return std::find(texts.begin(), texts.end(), "got the ping") != texts.end();
+        })) << "the callback never arrived";
+    }
+    EXPECT_TRUE(b.has_logged("recovered session t"));
+    auto now = answer_when_up(nc, b.direct("t", "subscribe"));
+    int pings = 0;
+    for (const auto& e : now.at("patch").at("transcript").as_array()) {
+        pings += e.at("type") == "system_message" && e.at("content") == "ping";
+    }
+    EXPECT_EQ(pings, 1) << "exactly once";
+    EXPECT_EQ(b.stop(), 0);
+}
+
 namespace {
 
 // The test server's DSN (key=value, from scripts/test), as a postgresql:// URL for `dbname`.

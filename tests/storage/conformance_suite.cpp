@@ -324,17 +324,46 @@ TEST_P(StoreConformance, SessionsListsStoredSessionsInIdOrderWithHasWork) {
     auto a = open("list-a", 1);
     session_state sb = b->load().value();
     ASSERT_TRUE(b->enqueue(sb, user_in(lane::follow_up, "f", "work"), unix_ms{1}));
-    auto all = store().sessions(false).value();
+    auto all = store().sessions(storage::catalog_filter::all).value();
     ASSERT_EQ(all.size(), 2u);
     EXPECT_EQ(all[0].id.str(), "list-a");
     EXPECT_FALSE(all[0].has_work);
     EXPECT_EQ(all[1].id.str(), "list-b");
     EXPECT_TRUE(all[1].has_work);
-    auto busy = store().sessions(true).value();
+    auto busy = store().sessions(storage::catalog_filter::needing_owner).value();
     ASSERT_EQ(busy.size(), 1u);
     EXPECT_EQ(busy[0].id.str(), "list-b");
     ASSERT_TRUE(store().remove(session_id::parse("list-b").value(), lease_epoch{1}));
-    ASSERT_EQ(store().sessions(false).value().size(), 1u);
+    ASSERT_EQ(store().sessions(storage::catalog_filter::all).value().size(), 1u);
+}
+
+// A session with nothing queued but a pending timer still needs an owner: nobody would load it
+// otherwise, and its timer would never fire. Once the timer fires it no longer does.
+TEST_P(StoreConformance, ASessionWithAPendingTimerNeedsAnOwner) {
+    auto log = open("timed", 1);
+    session_state st = log->load().value();
+    const timer t{item("t1"), unix_ms{500}, system_source::parse("scheduledCallback").value(),
+                  "ping"};
+    auto scheduled = log->schedule_timer(st, t);
+    ASSERT_TRUE(scheduled);
+    apply_actions(*scheduled, st);
+    auto needing = store().sessions(storage::catalog_filter::needing_owner).value();
+    ASSERT_EQ(needing.size(), 1u);
+    EXPECT_EQ(needing[0],
+              (storage::catalog_entry{session_id::parse("timed").value(), false, true}));
+    auto fired = log->fire_timer(st, item("t1"), unix_ms{600});
+    ASSERT_TRUE(fired);
+    apply_actions(*fired, st);
+    auto drained = log->drain(st, checkpoint::follow_up, unix_ms{601});
+    ASSERT_TRUE(drained);
+    apply_actions(*drained, st);
+    auto idle = log->mark_idle(st);
+    ASSERT_TRUE(idle);
+    needing = store().sessions(storage::catalog_filter::needing_owner).value();
+    EXPECT_TRUE(needing.empty()) << "the timer fired and the work is done";
+    auto all = store().sessions(storage::catalog_filter::all).value();
+    ASSERT_EQ(all.size(), 1u);
+    EXPECT_FALSE(all[0].has_timers);
 }
 
 }  // namespace wuhu::testing

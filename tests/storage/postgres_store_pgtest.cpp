@@ -100,7 +100,7 @@ TEST(PostgresStore, ConcurrentSessionsShareThePool) {
         th.join();
     }
     EXPECT_EQ(failures.load(), 0);
-    EXPECT_EQ(t.store.sessions(true).value().size(), 8u);
+    EXPECT_EQ(t.store.sessions(storage::catalog_filter::needing_owner).value().size(), 8u);
 }
 
 // The whole session loads exactly; a backfill since a recent version reads the tail alone: with

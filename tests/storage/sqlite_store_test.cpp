@@ -116,13 +116,13 @@ TEST(SqliteStore, TheCatalogListsSessionsAndHasWork) {
     auto idle = t.store.open(session_id::parse("idle").value(), lease_epoch{1}).value();
     session_state st = busy->load().value();
     ASSERT_TRUE(busy->enqueue(st, user_in(lane::follow_up, "f", "x"), unix_ms{1}));
-    auto all = t.store.sessions(false).value();
+    auto all = t.store.sessions(storage::catalog_filter::all).value();
     ASSERT_EQ(all.size(), 2u);
-    auto working = t.store.sessions(true).value();
+    auto working = t.store.sessions(storage::catalog_filter::needing_owner).value();
     ASSERT_EQ(working.size(), 1u);
     EXPECT_EQ(working[0].id.str(), "busy");
     ASSERT_TRUE(t.store.remove(session_id::parse("busy").value(), lease_epoch{1}));
-    EXPECT_TRUE(t.store.sessions(true).value().empty());
+    EXPECT_TRUE(t.store.sessions(storage::catalog_filter::needing_owner).value().empty());
     EXPECT_FALSE(std::filesystem::exists(t.store.path_of(session_id::parse("busy").value())));
 }
 

@@ -394,7 +394,10 @@ TEST(DurableTimers, ScheduleCallbackMaterializesIntoTheSystemLaneLaterExactlyOnc
     EXPECT_EQ(h.state().find_item("timer-cb1")->in, lane::system);
 }
 
-TEST(DurableTimers, SurviveARestartAndFireOnce) {
+// The loop's part of a durable timer: stored with the session, it fires once for the owner
+// that loads the session next (which worker does, and when, is the recovery sweep's part:
+// Fleet.ADurableTimerSurvivesItsOwnerDyingAndFiresOnceWithNobodyAsking).
+TEST(DurableTimers, ATimerStoredByOneOwnerFiresOnceForTheNext) {
     storage::memory_store store;
     const char* script = R"({"responses":[
         {"tool_calls":[{"id":"cb1","name":"schedule_callback","arguments":{"delay_ms":60000,"content":"ping"}}]},
