@@ -43,8 +43,10 @@ void keeper::tell(lease_event e, const lease& l) const {
 }
 
 void keeper::keep(const lease& l, std::chrono::steady_clock::time_point began) {
-    held_.insert_or_assign(l.id.str(),
-                           held_lease{l, began + settings_.ttl - settings_.stop_margin});
+    lease kept = l;
+    kept.taken_from.clear();  // a fact of the acquisition, not of the lease
+    held_.insert_or_assign(
+        l.id.str(), held_lease{std::move(kept), began + settings_.ttl - settings_.stop_margin});
 }
 
 result<bool> keeper::still_held(const session_id& id) {

@@ -230,6 +230,139 @@ TEST(Keeper, ReleaseAllHandsSessionsOverAtOnce) {
     EXPECT_TRUE(std::holds_alternative<ownership::keeper::here>(w2.place(sid("b")).value()));
 }
 
+namespace {
+
+// Wall and steady time under the test's control, a lease store that can be made to fail, and
+// the lease events a keeper reports.
+struct keeper_world {
+    std::atomic<std::int64_t> wall{1'000'000};
+    std::chrono::steady_clock::time_point steady{};
+    bool failing = false;
+
+    struct flaky final : ownership::lease_store {
+        explicit flaky(keeper_world& w)
+            : world(w), inner([&w] { return unix_ms{w.wall.load()}; }) {}
+        ownership::result<acquisition> acquire(const session_id& id, std::string_view owner,
+                                               std::chrono::milliseconds ttl) override {
+            if (world.failing) {
+                return storage::errc::unavailable;
+            }
+            return inner.acquire(id, owner, ttl);
+        }
+        ownership::result<std::vector<session_id>> renew(const std::vector<lease>& held,
+                                                         std::chrono::milliseconds ttl) override {
+            if (world.failing) {
+                return storage::errc::unavailable;
+            }
+            return inner.renew(held, ttl);
+        }
+        ownership::result<void> release(const lease& held) override { return inner.release(held); }
+        ownership::result<std::optional<lease>> owner_of(const session_id& id) override {
+            if (world.failing) {
+                return storage::errc::unavailable;
+            }
+            return inner.owner_of(id);
+        }
+        ownership::result<std::vector<lease>> live() override { return inner.live(); }
+        ownership::result<void> remove(const session_id& id) override { return inner.remove(id); }
+        std::string_view backend() const override { return "flaky"; }
+        keeper_world& world;
+        ownership::memory_lease inner;
+    } leases{*this};
+
+    // ttl 3 s: renewed every 1 s, served until 2.4 s after the last renewal began.
+    ownership::keeper make(const std::string& id, std::vector<std::string>* events = nullptr) {
+        ownership::keeper k(leases, id, ownership::lease_settings::for_ttl(3s),
+                            [this] { return steady; });
+        if (events != nullptr) {
+            k.on_event([events](ownership::lease_event e, const lease& l) {
+                events->push_back(std::string(ownership::lease_event_name(e)) + " " + l.id.str() +
+                                  (l.taken_from.empty() ? "" : " from " + l.taken_from));
+            });
+        }
+        return k;
+    }
+    void advance(std::chrono::milliseconds d) {
+        wall += d.count();
+        steady += d;
+    }
+};
+
+bool here(const ownership::result<ownership::keeper::placement>& p) {
+    return p && std::holds_alternative<ownership::keeper::here>(*p);
+}
+
+}  // namespace
+
+// Defect: a frozen owner served its session right after it woke up, from its old state. A lease
+// is served only until stop_margin before it would expire; past that, the store decides.
+TEST(Keeper, ALeasePastItsDeadlineIsCheckedWithTheStoreBeforeItIsServed) {
+    keeper_world w;
+    std::vector<std::string> events;
+    auto w1 = w.make("w1", &events);
+    auto w2 = w.make("w2");
+    ASSERT_TRUE(here(w1.place(sid("s"))));
+    w.advance(3'500ms);  // w1 was frozen past its lease; w2 takes the session over
+    ASSERT_TRUE(here(w2.place(sid("s"))));
+    auto p = w1.place(sid("s"));
+    ASSERT_TRUE(p);
+    ASSERT_TRUE(std::holds_alternative<ownership::keeper::elsewhere>(*p));
+    EXPECT_EQ(std::get<ownership::keeper::elsewhere>(*p).owner, "w2");
+    EXPECT_EQ(events, (std::vector<std::string>{"acquired s", "lost s"}));
+    EXPECT_EQ(w1.held(), 0u);
+}
+
+TEST(Keeper, ALeaseStillHeldPastItsDeadlineIsRenewedAndServed) {
+    keeper_world w;
+    std::vector<std::string> events;
+    auto w1 = w.make("w1", &events);
+    const auto first = w1.place(sid("s"));
+    ASSERT_TRUE(here(first));
+    w.advance(2'500ms);  // past the deadline (2.4 s), not past the lease (3 s)
+    auto again = w1.locate(sid("s"));
+    ASSERT_TRUE(again && *again);
+    EXPECT_EQ(std::get<ownership::keeper::here>(**again).epoch,
+              std::get<ownership::keeper::here>(*first).epoch)
+        << "renewed, not taken again";
+    EXPECT_EQ(events, std::vector<std::string>{"acquired s"});
+}
+
+TEST(Keeper, WhenRenewalFailsALeaseIsDroppedAtItsDeadlineAndNotServed) {
+    keeper_world w;
+    std::vector<std::string> events;
+    auto w1 = w.make("w1", &events);
+    ASSERT_TRUE(here(w1.place(sid("s"))));
+    w.failing = true;
+    w.advance(1'000ms);
+    EXPECT_FALSE(w1.renew()) << "the store is away";
+    EXPECT_EQ(w1.held(), 1u) << "still within its deadline";
+    ASSERT_TRUE(here(w1.place(sid("s"))));
+    w.advance(1'500ms);
+    EXPECT_FALSE(w1.place(sid("s"))) << "past its deadline it is not served while unsure";
+    EXPECT_FALSE(w1.renew());
+    EXPECT_EQ(w1.held(), 0u);
+    EXPECT_EQ(events, (std::vector<std::string>{"acquired s", "lost s"}));
+}
+
+TEST(Keeper, LocateTakesNothingAndEventsNameTakeOversAndReleases) {
+    keeper_world w;
+    std::vector<std::string> events;
+    auto w1 = w.make("w1");
+    auto w2 = w.make("w2", &events);
+    auto nobody = w2.locate(sid("s"));
+    ASSERT_TRUE(nobody);
+    EXPECT_FALSE(nobody->has_value());
+    EXPECT_FALSE(w.leases.owner_of(sid("s")).value().has_value()) << "nothing taken";
+    ASSERT_TRUE(here(w1.place(sid("s"))));
+    auto there = w2.locate(sid("s"));
+    ASSERT_TRUE(there && *there);
+    EXPECT_EQ(std::get<ownership::keeper::elsewhere>(**there).owner, "w1");
+    w.advance(3'500ms);  // w1's lease runs out
+    ASSERT_TRUE(here(w2.place(sid("s"))));
+    w2.release(sid("s"));
+    EXPECT_EQ(events, (std::vector<std::string>{"taken_over s from w1", "released s"}));
+}
+
 TEST(Keeper, RejectsWorkerIdsThatAreNotSubjectTokens) {
     ownership::memory_lease leases;
     for (const char* bad : {"", "a.b", "w*", "w>", "w 1", "a/b"}) {
