@@ -7,7 +7,9 @@
 //     round trip plus one commit;
 //   * enqueue throughput with 8 clients on 8 sessions, against the raw commit rate;
 //   * streaming delta latency: from the provider handing a text delta to the loop to a NATS
-//     subscriber receiving it.
+//     subscriber receiving it;
+//   * the fleet view (`wuhu.admin.sessions`) with two workers of 10,000 loaded sessions each
+//     (WUHU_BENCH_FLEET sets the number): a first page, a filtered page, and every page.
 //
 // Needs a nats-server: WUHU_BENCH_NATS_URL (or WUHU_TEST_NATS_URL); scripts/bench starts one.
 //
@@ -91,23 +93,24 @@ class clock_provider final : public wuhu::worker::provider {
 // clock provider, its own connection, its own thread.
 struct worker {
     worker(const std::string& url, const std::filesystem::path& dir,
-           wuhu::storage::session_store& store, int deltas)
+           wuhu::storage::session_store& store, int deltas, const std::string& id = "bench-worker",
+           const std::string& prefix = "wuhu_bench")
         : leases(dir),
-          nats(url, "bench-worker"),
+          nats(url, id),
           node(
               store, leases, nats,
               [deltas](wuhu::worker::clock&) { return std::make_unique<clock_provider>(deltas); },
-              options(), quiet_logger()) {
+              options(id, prefix), quiet_logger()) {
         thread = std::thread([this] { node.run(); });
     }
     ~worker() {
         node.stop();
         thread.join();
     }
-    static wuhu::broker::node_options options() {
+    static wuhu::broker::node_options options(const std::string& id, const std::string& prefix) {
         wuhu::broker::node_options o;
-        o.worker_id = "bench-worker";
-        o.server.prefix = "wuhu_bench";
+        o.worker_id = id;
+        o.server.prefix = prefix;
         return o;
     }
     static std::shared_ptr<spdlog::logger> quiet_logger() {
@@ -304,6 +307,83 @@ int main(int argc, char** argv) {
         }
         delta = percentiles(us);
     }
+    // 6. The fleet view: two workers (in-memory store, one lease catalog), each owning
+    // `per_worker` loaded sessions.
+    const char* fleet_env = std::getenv("WUHU_BENCH_FLEET");
+    const int per_worker = fleet_env != nullptr ? std::atoi(fleet_env) : 10'000;
+    stats first_page, filtered_page;
+    double all_pages_ms = 0;
+    std::size_t rows_seen = 0, pages = 0;
+    {
+        wuhu::storage::memory_store fleet_store;
+        const auto fleet_dir = dir / "fleet";
+        std::filesystem::create_directories(fleet_dir);
+        // A fleet of its own (its own prefix): the workers above are still serving theirs.
+        worker w1(url, fleet_dir, fleet_store, 1, "fleet-1", "wuhu_fleet");
+        worker w2(url, fleet_dir, fleet_store, 1, "fleet-2", "wuhu_fleet");
+        for (const char* owner : {"fleet-1", "fleet-2"}) {
+            for (int start = 0; start < per_worker; start += 1000) {
+                std::vector<std::string> subjects;
+                for (int i = start; i < std::min(per_worker, start + 1000); ++i) {
+                    subjects.push_back(std::string("wuhu_fleet.worker.") + owner + ".session." +
+                                       owner + "-" + std::to_string(i) + ".configure");
+                }
+                for (const auto& r : client.request_all(subjects, "{}", 60s)) {
+                    if (!r || r->find("\"ok\":true") == std::string::npos) {
+                        std::fprintf(stderr, "broker_bench: a fleet session was not created\n");
+                        return 1;
+                    }
+                }
+            }
+        }
+        auto time_query = [&](const std::string& body, int times) {
+            std::vector<double> us;
+            for (int i = 0; i < times; ++i) {
+                auto t0 = clock_type::now();
+                auto r = client.request("wuhu_fleet.admin.sessions", body, 30s);
+                us.push_back(micros(clock_type::now() - t0));
+                if (!r || r->find("\"ok\":true") == std::string::npos) {
+                    std::fprintf(stderr, "broker_bench: the fleet view did not answer\n");
+                    std::exit(1);
+                }
+            }
+            return percentiles(us);
+        };
+        first_page = time_query("{}", 20);
+        filtered_page = time_query(R"({"state":"idle","limit":1000})", 10);
+        // Every page, 1000 rows each (chunked replies reassembled).
+        std::string after;
+        auto start = clock_type::now();
+        for (;;) {
+            json::object q{{"limit", 1000}};
+            if (!after.empty()) {
+                q["after"] = after;
+            }
+            std::string text;
+            bool whole = client.request_many(
+                "wuhu_fleet.admin.sessions", json::serialize(q), 30s, [&](std::string m) {
+                    auto v = json::parse(m).as_object();
+                    if (!v.contains("chunk")) {
+                        text = std::move(m);
+                        return false;
+                    }
+                    text += v.at("part").as_string();
+                    return v.at("chunk").to_number<int>() + 1 < v.at("chunks").to_number<int>();
+                });
+            if (!whole) {
+                std::fprintf(stderr, "broker_bench: a fleet page did not arrive\n");
+                return 1;
+            }
+            auto page = json::parse(text).as_object();
+            rows_seen += page.at("sessions").as_array().size();
+            ++pages;
+            if (!page.contains("next")) {
+                break;
+            }
+            after = json::value_to<std::string>(page.at("next"));
+        }
+        all_pages_ms = std::chrono::duration<double, std::milli>(clock_type::now() - start).count();
+    }
     std::filesystem::remove_all(dir);
 
     const double floor_us = raw_rtt.p50_us + raw_commit.p50_us;
@@ -324,5 +404,16 @@ int main(int argc, char** argv) {
     std::printf(
         "  delta latency, provider -> subscriber  p50 %6.1f us   p99 %6.1f us  (%zu deltas)\n",
         delta.p50_us, delta.p99_us, deltas_seen);
+    std::printf("  fleet view, 2 workers x %d sessions:\n", per_worker);
+    std::printf(
+        "    first page (100 rows)          p50 %8.1f ms   p99 %8.1f ms   (%.0fx a round trip)\n",
+        first_page.p50_us / 1000, first_page.p99_us / 1000, first_page.p50_us / raw_rtt.p50_us);
+    std::printf("    state=idle, 1000 rows          p50 %8.1f ms   p99 %8.1f ms\n",
+                filtered_page.p50_us / 1000, filtered_page.p99_us / 1000);
+    std::printf(
+        "    every page (1000 rows each)    %zu rows in %zu pages, %.0f ms (%.1f ms a page)\n",
+        rows_seen, pages, all_pages_ms, all_pages_ms / static_cast<double>(pages));
+    std::printf("    goal: a page within 1 s: %s\n",
+                first_page.p99_us < 1e6 && filtered_page.p99_us < 1e6 ? "(met)" : "(NOT met)");
     return 0;
 }

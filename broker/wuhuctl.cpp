@@ -236,7 +236,9 @@ int main(int argc, char** argv) {
     std::string state_filter, owner_filter, after;
     bool busy_only = false;
     std::size_t limit = 100;
-    list->add_option("--state", state_filter, "only sessions in this loop state");
+    list->add_option("--state", state_filter,
+                     "only sessions in this state: a loop state, unloaded, unowned or "
+                     "unreachable");
     list->add_option("--owner", owner_filter, "only sessions of this worker");
     list->add_flag("--has-work", busy_only, "only sessions with work");
     list->add_option("--limit", limit, "page size (1-1000)");

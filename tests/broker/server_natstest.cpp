@@ -736,6 +736,44 @@ TEST_F(worker_fixture, TheClientLibraryRetriesWhatAStoppingWorkerRefused) {
     node_ = std::move(second);
 }
 
+// Every page of the fleet view, with a page larger than either owner's share.
+TEST_F(worker_fixture, TheFleetViewListsEverySessionOnceWhateverThePageSize) {
+    auto second = start_node("w2");
+    broker::nats_client nc(nats_url(), "pages-client");
+    std::set<std::string> created;
+    for (const auto& [w, n] : {std::pair{"w1", 70}, std::pair{"w2", 50}}) {
+        std::vector<std::string> subjects;
+        for (int i = 0; i < n; ++i) {
+            const std::string sid = std::string("pg-") + w + "-" + std::to_string(i);
+            created.insert(sid);
+            subjects.push_back(prefix_ + ".worker." + w + ".session." + sid + ".configure");
+        }
+        for (const auto& r : nc.request_all(subjects, "{}", 30s)) {
+            ASSERT_TRUE(r && r->find("\"ok\":true") != std::string::npos) << r.value_or("none");
+        }
+    }
+    client::client c(nc, client::options{prefix_, 30s});
+    for (std::size_t limit : {7u, 49u, 60u, 100u, 1000u}) {
+        std::vector<std::string> seen;
+        json::object q{{"limit", limit}};
+        for (int guard = 0; guard < 100; ++guard) {
+            auto page = c.sessions(q);
+            ASSERT_TRUE(page) << page.error().message;
+            EXPECT_LE(page->at("sessions").as_array().size(), limit);
+            for (const auto& r : page->at("sessions").as_array()) {
+                seen.push_back(json::value_to<std::string>(r.at("id")));
+            }
+            if (!page->contains("next")) {
+                break;
+            }
+            q["after"] = page->at("next");
+        }
+        EXPECT_TRUE(std::is_sorted(seen.begin(), seen.end())) << limit;
+        EXPECT_EQ(std::set<std::string>(seen.begin(), seen.end()), created) << "limit " << limit;
+        EXPECT_EQ(seen.size(), created.size()) << "limit " << limit;
+    }
+}
+
 // ---- chunked subscribe replies and the client library
 
 TEST_F(worker_fixture, ALargeSubscribeReplyArrivesInOrderedChunks) {
