@@ -185,8 +185,12 @@ bool server::draining() const {
                        [this](std::size_t token) { return nats_.draining(token); });
 }
 
-std::string server::local_sessions(worker::session_registry& registry, const nats_message& m) {
-    auto body = s::parse_body(m.data, options_.limits);
+namespace {
+
+// A fleet-view query from a request body, or the error reply that refuses it.
+std::variant<s::sessions_query, std::string> read_query(std::string_view data,
+                                                        const s::request_limits& limits) {
+    auto body = s::parse_body(data, limits);
     if (!body) {
         return error_reply(body.error());
     }
@@ -194,6 +198,17 @@ std::string server::local_sessions(worker::session_registry& registry, const nat
     if (!q) {
         return error_reply(q.error());
     }
+    return std::move(*q);
+}
+
+}  // namespace
+
+std::string server::local_sessions(worker::session_registry& registry, const nats_message& m) {
+    auto read = read_query(m.data, options_.limits);
+    if (auto* refused = std::get_if<std::string>(&read)) {
+        return std::move(*refused);
+    }
+    const auto* q = &std::get<s::sessions_query>(read);
     std::vector<boost::json::object> loaded;
     registry.each(
         [&](const worker::agent_loop& loop) {
@@ -216,14 +231,11 @@ std::string server::local_sessions(worker::session_registry& registry, const nat
 }
 
 std::string server::list_sessions(const nats_message& m) {
-    auto body = s::parse_body(m.data, options_.limits);
-    if (!body) {
-        return error_reply(body.error());
+    auto read = read_query(m.data, options_.limits);
+    if (auto* refused = std::get_if<std::string>(&read)) {
+        return std::move(*refused);
     }
-    auto q = s::decode_sessions_query(*body);
-    if (!q) {
-        return error_reply(q.error());
-    }
+    const auto* q = &std::get<s::sessions_query>(read);
     // The store and the lease store are thread-safe; the registry is only read by its owner's
     // executor (through admin.local, also for this worker).
     auto catalog = store_->sessions(storage::catalog_filter::all);

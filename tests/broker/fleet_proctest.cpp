@@ -4,6 +4,7 @@
 // the regression test of a defect found that way.
 #include "broker/client.hpp"
 #include "storage/sqlite_db.hpp"
+#include "tests/support/burst.hpp"
 #include "tests/support/process.hpp"
 
 #include <gtest/gtest.h>
@@ -24,56 +25,20 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// Sends every request at once (no waiting in between) and collects the replies: the reply of
-// request i, or null if none came within `timeout`.
-class burst {
-  public:
-    explicit burst(broker::nats_client& nc) : nc_(nc) {
-        std::random_device rd;
-        inbox_ = "_BURST." + std::to_string(rd()) + std::to_string(rd());
-        token_ = nc_.subscribe(inbox_ + ".*", [this](broker::nats_message m) {
-            const auto i = std::stoul(m.subject.substr(inbox_.size() + 1));
-            std::lock_guard lock(mu_);
-            replies_[i] = std::move(m.data);
-            cv_.notify_all();
-        });
-        nc_.flush();
-    }
-    ~burst() { nc_.unsubscribe(token_); }
-    burst(const burst&) = delete;
-
-    std::vector<json::value> send(const std::vector<std::pair<std::string, std::string>>& requests,
+// Sends every request at once and parses the replies (null: no reply in time).
+std::vector<json::value> send_all(burst& b,
+                                  const std::vector<std::pair<std::string, std::string>>& requests,
                                   std::chrono::milliseconds timeout) {
-        const std::size_t first = next_;
-        for (const auto& [subject, body] : requests) {
-            nc_.publish_request(subject, inbox_ + "." + std::to_string(next_++), body);
-        }
-        std::unique_lock lock(mu_);
-        cv_.wait_for(lock, timeout, [&] {
-            for (std::size_t i = first; i < next_; ++i) {
-                if (!replies_.contains(i)) {
-                    return false;
-                }
-            }
-            return true;
-        });
-        std::vector<json::value> out;
-        for (std::size_t i = first; i < next_; ++i) {
-            auto it = replies_.find(i);
-            out.push_back(it == replies_.end() ? json::value() : json::parse(it->second));
-        }
-        return out;
+    std::vector<burst_request> batch;
+    for (const auto& [subject, body] : requests) {
+        batch.push_back({subject, body});
     }
-
-  private:
-    broker::nats_client& nc_;
-    std::string inbox_;
-    std::size_t token_ = 0;
-    std::size_t next_ = 0;
-    std::mutex mu_;
-    std::condition_variable cv_;
-    std::map<std::size_t, std::string> replies_;
-};
+    std::vector<json::value> out;
+    for (const auto& r : b.send(batch, timeout)) {
+        out.push_back(r ? json::parse(*r) : json::value());
+    }
+    return out;
+}
 
 std::string enqueue_body(const std::string& id) {
     return R"({"lane":"followUp","id":")" + id + R"(","content":"item )" + id + "\"}";
@@ -155,7 +120,7 @@ TEST(Fleet, DeletingASessionWhileCommandsWaitNeverCrashesTheWorker) {
         for (int i = 0; i < 6; ++i) {
             requests.emplace_back(subject("enqueue"), enqueue_body("b" + std::to_string(i)));
         }
-        auto replies = b.send(requests, 30s);
+        auto replies = send_all(b, requests, 30s);
         ASSERT_TRUE(worker.running()) << "the worker died in round " << round;
         for (std::size_t i = 0; i < replies.size(); ++i) {
             ASSERT_TRUE(ok(replies[i]))
@@ -195,7 +160,7 @@ TEST(Fleet, ADiskThatRefusesWritesGetsUnavailableRepliesAndNeverACrash) {
                     enqueue_body("r" + std::to_string(round) + "-" + std::to_string(i)));
             }
         }
-        auto replies = b.send(requests, 30s);
+        auto replies = send_all(b, requests, 30s);
         ASSERT_TRUE(worker.running()) << "the worker died in round " << round;
         for (std::size_t i = 0; i < replies.size(); ++i) {
             const auto code = code_of(replies[i]);
@@ -338,7 +303,7 @@ TEST(Fleet, AFencedOwnerNeverServesOldState) {
         std::this_thread::sleep_for(6500ms);
         catalog.exec("ROLLBACK");
     });
-    auto replies = reads.send(requests, 40s);
+    auto replies = send_all(reads, requests, 40s);
     wake.join();
     int served = 0;
     for (const auto& r : replies) {
@@ -550,14 +515,14 @@ TEST(Fleet, TheFleetViewPagesAtEveryLevelAndShowsEveryRowState) {
         const auto& owner = i % 2 == 0 ? a : b;
         creating.emplace_back(owner.direct(sid(i), "configure"), "{}");
     }
-    for (const auto& r : b1.send(creating, 60s)) {
+    for (const auto& r : send_all(b1, creating, 60s)) {
         ASSERT_TRUE(ok(r)) << json::serialize(r);
     }
     std::vector<std::pair<std::string, std::string>> pausing;
     for (int i = 0; i < n; i += 3) {
         pausing.emplace_back((i % 2 == 0 ? a : b).direct(sid(i), "pause"), "{}");
     }
-    for (const auto& r : b1.send(pausing, 60s)) {
+    for (const auto& r : send_all(b1, pausing, 60s)) {
         ASSERT_TRUE(ok(r)) << json::serialize(r);
     }
 

@@ -6,6 +6,7 @@
 // code), that no malformed request is accepted, and that sessions no valid write addressed are
 // unchanged (bystanders keep their state, random ids leave nothing behind). It prints its
 // counts. WUHU_FUZZ_SEED replays a run.
+#include "tests/support/burst.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/raw_nats.hpp"
 
@@ -37,69 +38,10 @@ const std::set<std::string> documented_codes = {
 
 enum class kind { valid_write, valid_read, malformed };
 
-struct request {
-    kind what;
-    std::string subject;
-    std::string body;
-    bool wants_reply = true;
-};
-
-// Sends requests without waiting between them; collects each one's reply (null: none).
-class burst {
-  public:
-    explicit burst(broker::nats_client& nc) : nc_(nc) {
-        std::random_device rd;
-        inbox_ = "_FUZZ." + std::to_string(rd()) + std::to_string(rd());
-        token_ = nc_.subscribe(inbox_ + ".*", [this](broker::nats_message m) {
-            const auto i = std::stoul(m.subject.substr(inbox_.size() + 1));
-            std::lock_guard lock(mu_);
-            replies_[i] = std::move(m.data);
-            cv_.notify_all();
-        });
-        nc_.flush();
-    }
-    ~burst() { nc_.unsubscribe(token_); }
-    burst(const burst&) = delete;
-
-    std::vector<std::optional<std::string>> send(const std::vector<request>& batch,
-                                                 std::chrono::seconds timeout) {
-        const std::size_t first = next_;
-        std::set<std::size_t> expected;
-        for (const auto& r : batch) {
-            const std::size_t i = next_++;
-            if (r.wants_reply) {
-                expected.insert(i);
-                nc_.publish_request(r.subject, inbox_ + "." + std::to_string(i), r.body);
-            } else {
-                nc_.publish(r.subject, r.body);
-            }
-        }
-        std::unique_lock lock(mu_);
-        cv_.wait_for(lock, timeout, [&] {
-            for (auto i : expected) {
-                if (!replies_.contains(i)) {
-                    return false;
-                }
-            }
-            return true;
-        });
-        std::vector<std::optional<std::string>> out;
-        for (std::size_t i = first; i < next_; ++i) {
-            auto it = replies_.find(i);
-            out.push_back(it == replies_.end() ? std::nullopt
-                                               : std::optional<std::string>(it->second));
-        }
-        return out;
-    }
-
-  private:
-    broker::nats_client& nc_;
-    std::string inbox_;
-    std::size_t token_ = 0;
-    std::size_t next_ = 0;
-    std::mutex mu_;
-    std::condition_variable cv_;
-    std::map<std::size_t, std::string> replies_;
+struct request : burst_request {
+    kind what = kind::malformed;
+    request(kind k, std::string subject, std::string body)
+        : burst_request{std::move(subject), std::move(body)}, what(k) {}
 };
 
 // Makes requests at random: valid ones for the `live` sessions, and malformed ones that no
@@ -381,10 +323,12 @@ TEST(Fuzz, TwoWorkersAnswerEveryMalformedRequestAndChangeOnlyWhatValidWritesAddr
     constexpr int batch_size = 400;
     for (int sent = 0; sent < total; sent += batch_size) {
         std::vector<request> batch;
+        std::vector<burst_request> sending;
         for (int i = 0; i < batch_size; ++i) {
             batch.push_back(gen.next());
+            sending.push_back(batch.back());
         }
-        auto replies = b1.send(batch, 120s);
+        auto replies = b1.send(sending, 120s);
         ASSERT_TRUE(a.running() && b.running()) << "a worker died after " << sent << " requests";
         for (std::size_t i = 0; i < batch.size(); ++i) {
             const auto& r = batch[i];

@@ -99,6 +99,15 @@ class worker_fixture : public ::testing::Test {
     std::vector<std::pair<std::string, json::value>> events_;
 };
 
+// Waits (at most 10 s) until `count` commits are held by the node's stalled disk.
+bool wait_held(worker_node& n, int count) {
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (n.store().held_commits() < count && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(1ms);
+    }
+    return n.store().held_commits() == count;
+}
+
 // The transcript entries of every patch, in order.
 std::vector<json::value> entries_of(
     const std::vector<std::pair<std::string, json::value>>& events) {
@@ -662,14 +671,11 @@ TEST_F(worker_fixture, AStopThatOutlastsTheDrainTimeoutHandsTheSessionsOverAndSt
     auto taken = std::async(std::launch::async, [&] {
         return request("stuck", "enqueue", R"({"lane":"steer","id":"s1","content":"late"})");
     });
-    const auto deadline = std::chrono::steady_clock::now() + 10s;
-    while (node_->store().held_commits() == 0 && std::chrono::steady_clock::now() < deadline) {
-        std::this_thread::sleep_for(1ms);
-    }
-    ASSERT_EQ(node_->store().held_commits(), 1);
+    ASSERT_TRUE(wait_held(*node_, 1));
     node_->node().stop();
     // The commit cannot finish, so after 100 ms the lease is released while the request waits.
     const auto sid = session::session_id::parse("stuck").value();
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
     while (node_->leases().owner_of(sid).value().has_value() &&
            std::chrono::steady_clock::now() < deadline) {
         std::this_thread::sleep_for(5ms);
@@ -693,11 +699,7 @@ TEST_F(worker_fixture, AStoppingOwnerAnswersWhatIsForwardedToItUntilItsLeasesAre
     auto taken = std::async(std::launch::async, [&] {
         return request("leaving", "enqueue", R"({"lane":"steer","id":"s1","content":"kept"})");
     });
-    const auto deadline = std::chrono::steady_clock::now() + 10s;
-    while (node_->store().held_commits() == 0 && std::chrono::steady_clock::now() < deadline) {
-        std::this_thread::sleep_for(1ms);
-    }
-    ASSERT_EQ(node_->store().held_commits(), 1);
+    ASSERT_TRUE(wait_held(*node_, 1));
     node_->node().stop();
     // w1 takes nothing from the queue group any more: w2 gets these and forwards them to w1,
     // which still holds the lease and has the session loaded.

@@ -38,6 +38,16 @@ std::vector<E> events_of(const loop_harness& h) {
     return out;
 }
 
+// A configure command that sets the context limits (compaction triggers above
+// limit - buffer and keeps the newest `keep` tokens).
+worker::configure_command limits(std::uint64_t limit, std::uint64_t buffer, std::uint64_t keep) {
+    session::configure_request c;
+    c.context_limit = limit;
+    c.compaction_buffer = buffer;
+    c.keep_recent_tokens = keep;
+    return worker::configure_command{c};
+}
+
 }  // namespace
 
 TEST(AgentLoop, AFollowUpRunsOneTurnAndGoesIdle) {
@@ -172,13 +182,7 @@ TEST(Compaction, SummariesStackOverThreeCompactions) {
         {"text":"r3"}],
         "summaries":["S1","S2","S3"]})");
     h.start();
-    ASSERT_TRUE(h.send(worker::configure_command{[] {
-        session::configure_request c;
-        c.context_limit = 1000;
-        c.compaction_buffer = 100;
-        c.keep_recent_tokens = 20;
-        return c;
-    }()}));
+    ASSERT_TRUE(h.send(limits(1000, 100, 20)));
     for (int i = 0; i < 4; ++i) {
         h.follow_up("f" + std::to_string(i), std::string(200, 'a' + static_cast<char>(i)));
         h.settle();
@@ -229,13 +233,7 @@ TEST(Compaction, ContextOverflowCompactsThenRetriesOnceWithTheMaterializedInput)
 TEST(Compaction, InputThatCannotFitEvenAfterCompactionIsAVisibleError) {
     loop_harness h(R"({"responses":[{"text":"never"}]})");
     h.start();
-    ASSERT_TRUE(h.send(worker::configure_command{[] {
-        session::configure_request c;
-        c.context_limit = 100;
-        c.compaction_buffer = 10;
-        c.keep_recent_tokens = 50;
-        return c;
-    }()}));
+    ASSERT_TRUE(h.send(limits(100, 10, 50)));
     h.follow_up("big", std::string(4000, 'x'));
     h.settle();
     EXPECT_EQ(h.transcript_texts().back(), "diagnostic:input_too_large");
@@ -445,13 +443,7 @@ TEST(LoopStates, EveryTransitionIsAnEventAndTheCycleEndsIdle) {
         {"text":"ok ................................","usage":{"input":950}}],
         "summaries":["S1"]})");
     h.start();
-    ASSERT_TRUE(h.send(worker::configure_command{[] {
-        session::configure_request c;
-        c.context_limit = 1000;
-        c.compaction_buffer = 100;
-        c.keep_recent_tokens = 20;
-        return c;
-    }()}));
+    ASSERT_TRUE(h.send(limits(1000, 100, 20)));
     h.follow_up("f1", std::string(200, 'g'));
     h.settle();
     std::vector<std::string> seen;
