@@ -135,8 +135,14 @@ std::string sessions_page(const s::sessions_query& q,
                 }
             } else if (p->second->complete ||
                        (!p->second->rows.empty() && id < p->second->rows.rbegin()->first)) {
-                decided = id;
-                continue;  // the owner left it out: it does not match (or is no longer there)
+                // The owner left it out. Filtered, it does not match; unfiltered, the owner does
+                // not have it loaded (its lease is one an earlier run of that worker took, or
+                // its loop failed): the lease is live, the session is not running.
+                if (q.state || q.has_work) {
+                    decided = id;
+                    continue;
+                }
+                row["state"] = "unloaded";
             } else {
                 // Past the last row this owner answered: the page ends here, and the next one
                 // starts where the owner's answer stopped.

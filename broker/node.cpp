@@ -68,8 +68,7 @@ node::node(storage::session_store& store, ownership::lease_store& leases, nats_c
 node::~node() {
     // run() has returned, or never ran: nothing runs on the executor any more.
     if (!stopping_) {
-        server_->stop_taking();  // no libnats callback may reach the server once it is gone
-        server_->finish();
+        server_->cancel();  // no libnats callback may reach the server once it is gone
     }
     store_pool_.join();
 }
@@ -142,20 +141,25 @@ asio::awaitable<void> node::sweep(node* self) {
             if (self->registry_->contains(c.id)) {
                 continue;
             }
+            // Nobody's, or this worker's but not loaded (its loop failed, or a request that
+            // took the lease could not load it): either way it is this sweep's to load.
             auto at = self->keeper_.locate(c.id);
-            if (!at || *at) {
+            if (!at || (*at && std::holds_alternative<ownership::keeper::elsewhere>(**at))) {
                 continue;  // another worker owns it (or the lease store is away)
             }
-            auto placed = self->keeper_.place(c.id);
+            auto placed = *at ? ownership::result<ownership::keeper::placement>(**at)
+                              : self->keeper_.place(c.id);
             if (!placed || !std::holds_alternative<ownership::keeper::here>(*placed)) {
                 continue;  // another worker took it first
             }
             const auto epoch = std::get<ownership::keeper::here>(*placed).epoch;
-            auto getting = self->registry_->get(c.id, epoch);
+            auto getting = self->registry_->get(c.id, epoch, storage::open_mode::existing);
             auto loop = co_await std::move(getting);
             if (!loop) {
-                self->log_->warn("could not recover session {}: {}", c.id.str(),
-                                 loop.error().message());
+                if (loop.error() != storage::errc::not_found) {
+                    self->log_->warn("could not recover session {}: {}", c.id.str(),
+                                     loop.error().message());
+                }
                 self->keeper_.release(c.id);  // another worker may do better
                 continue;
             }

@@ -21,8 +21,9 @@ struct remove_work {};
 using work = std::variant<remove_work, s::subscribe_request, worker::command>;
 
 // Routing a request more often than this (its session was unloaded, deleted or fenced each
-// time it reached it) answers owner_changed: the client retries later.
-constexpr int max_routes = 3;
+// time it reached it) answers owner_changed: the client retries later. (A request that waited
+// behind a delete needs three: closed, then refused at its old epoch, then a new session.)
+constexpr int max_routes = 4;
 
 bool creates_session(verb v) {
     return v == verb::enqueue || v == verb::system || v == verb::configure;
@@ -159,6 +160,15 @@ void server::start(worker::session_registry& registry) {
             });
         }));
     nats_.flush();
+}
+
+void server::cancel() {
+    for (auto* list : {&taking_, &forwarded_to_me_}) {
+        for (auto token : *list) {
+            nats_.unsubscribe(token);
+        }
+        list->clear();
+    }
 }
 
 void server::stop_taking() {
@@ -318,13 +328,23 @@ asio::awaitable<std::vector<std::string>> server::handle(worker::session_registr
     }
 
     const s::session_id sid = route->sid;
-    // A request whose session was unloaded, deleted or fenced out while it waited changed
-    // nothing: forget that lease (if still this one) and route it again.
+    const auto mode =
+        creates_session(route->what) ? storage::open_mode::create : storage::open_mode::existing;
+    // The store refused this worker's epoch (a newer owner, or a deletion at that epoch or
+    // later): nothing changed; forget that lease (if still this one) and route again. A loop
+    // this worker closed itself (`closed`: deleted, unloaded, replaced) needs only the routing:
+    // the lease is already as it should be.
     auto fenced = [&](s::lease_epoch epoch) {
         if (auto held = keeper_.epoch_of(sid); held && *held == epoch) {
             keeper_.lost(sid);
         }
         registry.unload(sid, epoch);
+    };
+    auto route_again = [&](const boost::system::error_code& ec, s::lease_epoch epoch) {
+        if (ec == storage::errc::lease_lost) {
+            fenced(epoch);
+        }
+        return ec == storage::errc::lease_lost || ec == storage::errc::closed;
     };
     for (int attempt = 0; attempt < max_routes; ++attempt) {
         ownership::keeper::placement where;
@@ -387,20 +407,27 @@ asio::awaitable<std::vector<std::string>> server::handle(worker::session_registr
             auto removing = registry.remove(sid, epoch);
             auto r = co_await std::move(removing);
             if (!r) {
-                if (r.error() == storage::errc::lease_lost) {
-                    fenced(epoch);
+                if (route_again(r.error(), epoch)) {
                     continue;
                 }
                 co_return replies{error_reply(r.error())};
             }
-            auto l = keeper_.remove(sid);
+            auto l = keeper_.remove(sid, epoch);
             co_return replies{l ? ok_reply(verb::remove, {}) : error_reply(l.error())};
         }
-        auto getting = registry.get(sid, epoch);
+        auto getting = registry.get(sid, epoch, mode);
         auto loop = co_await std::move(getting);
         if (!loop) {
-            if (loop.error() == storage::errc::lease_lost) {
-                fenced(epoch);  // a newer owner fenced this one out
+            if (loop.error() == storage::errc::not_found) {
+                // A read of a session that is gone (deleted since it was looked up): the lease
+                // it took for it is given back, and nothing is created.
+                if (auto held = keeper_.epoch_of(sid);
+                    held && *held == epoch && !registry.contains(sid)) {
+                    keeper_.release(sid);
+                }
+                co_return absent_session(route->what, w, options_.max_reply_bytes);
+            }
+            if (route_again(loop.error(), epoch)) {
                 continue;
             }
             co_return replies{error_reply(loop.error())};
@@ -420,8 +447,7 @@ asio::awaitable<std::vector<std::string>> server::handle(worker::session_registr
         auto sent = (*loop)->send(std::move(cmd));
         auto r = co_await std::move(sent);
         if (!r) {
-            if (r.error() == storage::errc::lease_lost) {
-                fenced(epoch);
+            if (route_again(r.error(), epoch)) {
                 continue;
             }
             co_return replies{error_reply(r.error())};

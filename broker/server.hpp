@@ -61,6 +61,9 @@ class server {
     void stop_taking();
     // The last step, once the leases are released: drains the forwarding subscriptions.
     void finish();
+    // Unsubscribes everything at once, dropping what libnats still holds (a node that never
+    // ran: no callback may reach the server once it is gone).
+    void cancel();
     // Whether requests already received may still be handed to handle() (a subscription is
     // draining).
     bool draining() const;

@@ -198,9 +198,11 @@ void keeper::release_all() {
     }
 }
 
-result<void> keeper::remove(const session_id& id) {
-    held_.erase(id.str());
-    return store_.remove(id);
+result<void> keeper::remove(const session_id& id, lease_epoch epoch) {
+    if (auto it = held_.find(id.str()); it != held_.end() && it->second.l.epoch <= epoch) {
+        held_.erase(it);
+    }
+    return store_.remove(id, epoch);
 }
 
 }  // namespace wuhu::ownership

@@ -71,8 +71,9 @@ class keeper {
     // Gives one lease up (its session was unloaded), or all of them (shutdown).
     void release(const session_id& id);
     void release_all();
-    // The session is deleted: forget its lease, whoever holds it.
-    result<void> remove(const session_id& id);
+    // The session was deleted under this worker's lease at `epoch`: forget that lease (and
+    // whoever's lease is not newer), but not one taken after the deletion.
+    result<void> remove(const session_id& id, lease_epoch epoch);
 
     std::size_t held() const { return held_.size(); }
     // The sessions whose lease this worker holds, in id order.

@@ -86,8 +86,9 @@ class lease_store {
     virtual result<std::optional<lease>> owner_of(const session_id& id) = 0;
     // Every live lease, by session id.
     virtual result<std::vector<lease>> live() = 0;
-    // Forgets the session's lease whoever holds it (the session is deleted). Idempotent.
-    virtual result<void> remove(const session_id& id) = 0;
+    // The session was deleted under the lease at `epoch`: forgets its lease, whoever holds it,
+    // unless it is newer than `epoch` (taken after the deletion). Idempotent.
+    virtual result<void> remove(const session_id& id, lease_epoch epoch) = 0;
 
     // "memory", "sqlite".
     virtual std::string_view backend() const = 0;

@@ -77,9 +77,11 @@ result<std::vector<lease>> memory_lease::live() {
     return out;
 }
 
-result<void> memory_lease::remove(const session_id& id) {
+result<void> memory_lease::remove(const session_id& id, lease_epoch epoch) {
     std::lock_guard lock(mu_);
-    leases_.erase(id.str());
+    if (auto it = leases_.find(id.str()); it != leases_.end() && it->second.epoch <= epoch) {
+        leases_.erase(it);
+    }
     return {};
 }
 

@@ -19,7 +19,7 @@ class memory_lease final : public lease_store {
     result<void> release(const lease& held) override;
     result<std::optional<lease>> owner_of(const session_id& id) override;
     result<std::vector<lease>> live() override;
-    result<void> remove(const session_id& id) override;
+    result<void> remove(const session_id& id, lease_epoch epoch) override;
     std::string_view backend() const override { return "memory"; }
 
   private:

@@ -154,10 +154,13 @@ result<std::vector<lease>> sqlite_lease::live() {
     });
 }
 
-result<void> sqlite_lease::remove(const session_id& id) {
+result<void> sqlite_lease::remove(const session_id& id, lease_epoch epoch) {
     std::lock_guard lock(mu_);
     return guarded([&]() -> result<void> {
-        db_->prepare("DELETE FROM leases WHERE id = ?1").bind(1, id.str()).run();
+        db_->prepare("DELETE FROM leases WHERE id = ?1 AND epoch <= ?2")
+            .bind(1, id.str())
+            .bind(2, static_cast<std::int64_t>(epoch.value))
+            .run();
         return {};
     });
 }

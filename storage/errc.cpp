@@ -11,6 +11,8 @@ constexpr std::array<session::error_text, errc_count> texts{{
     {"conflict", "the owner's state does not match the stored state"},
     {"unavailable", "the store failed or the outcome of the write is unknown"},
     {"corrupt", "stored session data could not be decoded"},
+    {"not_found", "no such session"},
+    {"closed", "the session was closed under this command (deleted, or moved): nothing changed"},
 }};
 
 const session::table_category<errc_count>& category() {

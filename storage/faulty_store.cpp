@@ -67,8 +67,9 @@ int faulty_store::held_commits() const {
     return held_;
 }
 
-result<std::unique_ptr<session_log>> faulty_store::open(const session_id& id, lease_epoch epoch) {
-    auto inner = target().open(id, epoch);
+result<std::unique_ptr<session_log>> faulty_store::do_open(const session_id& id, lease_epoch epoch,
+                                                           open_mode mode) {
+    auto inner = target().open(id, epoch, mode);
     if (!inner) {
         return inner.error();
     }

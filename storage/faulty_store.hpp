@@ -36,7 +36,9 @@ class faulty_store final : public forwarding_store {
         return last_thread_;
     }
 
-    result<std::unique_ptr<session_log>> open(const session_id& id, lease_epoch epoch) override;
+  protected:
+    result<std::unique_ptr<session_log>> do_open(const session_id& id, lease_epoch epoch,
+                                                 open_mode mode) override;
 
   private:
     friend class faulty_log;

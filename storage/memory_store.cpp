@@ -46,10 +46,22 @@ class memory_log final : public session_log {
     memory_store& store_;
 };
 
-result<std::unique_ptr<session_log>> memory_store::open(const session_id& id, lease_epoch epoch) {
+result<std::unique_ptr<session_log>> memory_store::do_open(const session_id& id, lease_epoch epoch,
+                                                           open_mode mode) {
     std::lock_guard lock(mu_);
-    auto [it, fresh] = sessions_.try_emplace(id.str(), record{epoch, {}});
-    if (!fresh) {
+    if (auto floor = removed_.find(id.str()); floor != removed_.end()) {
+        if (epoch <= floor->second) {
+            return errc::lease_lost;  // removed at this epoch or later
+        }
+    }
+    auto it = sessions_.find(id.str());
+    if (it == sessions_.end()) {
+        if (mode == open_mode::existing) {
+            return errc::not_found;
+        }
+        it = sessions_.emplace(id.str(), record{epoch, {}}).first;
+        removed_.erase(id.str());
+    } else {
         if (it->second.epoch > epoch) {
             return errc::lease_lost;
         }
@@ -61,14 +73,16 @@ result<std::unique_ptr<session_log>> memory_store::open(const session_id& id, le
 result<void> memory_store::remove(const session_id& id, lease_epoch epoch) {
     std::lock_guard lock(mu_);
     auto it = sessions_.find(id.str());
-    if (it == sessions_.end()) {
-        return {};
-    }
-    if (it->second.epoch > epoch) {
+    if (it != sessions_.end() && it->second.epoch > epoch) {
         return errc::lease_lost;
     }
-    // Handles find no record (lease_lost); a later open() creates a new one.
-    sessions_.erase(it);
+    // Handles find no record (lease_lost); an open at this epoch or older is refused, a later
+    // one creates a new session.
+    if (it != sessions_.end()) {
+        sessions_.erase(it);
+    }
+    auto& floor = removed_[id.str()];
+    floor = std::max(floor, epoch);
     return {};
 }
 

@@ -12,7 +12,6 @@ namespace wuhu::storage {
 
 class memory_store final : public session_store {
   public:
-    result<std::unique_ptr<session_log>> open(const session_id& id, lease_epoch epoch) override;
     result<void> remove(const session_id& id, lease_epoch epoch) override;
     result<bool> exists(const session_id& id) override;
     std::string_view backend() const override { return "memory"; }
@@ -20,6 +19,10 @@ class memory_store final : public session_store {
 
     // Test hook: how many commits reached the store.
     std::uint64_t commits() const;
+
+  protected:
+    result<std::unique_ptr<session_log>> do_open(const session_id& id, lease_epoch epoch,
+                                                 open_mode mode) override;
 
   private:
     friend class memory_log;
@@ -29,6 +32,7 @@ class memory_store final : public session_store {
     };
     mutable std::mutex mu_;
     std::map<std::string, record> sessions_;
+    std::map<std::string, lease_epoch> removed_;  // the epoch each removal ran at
     std::uint64_t commits_ = 0;
 };
 

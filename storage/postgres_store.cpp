@@ -58,6 +58,8 @@ const char* const migrations[] = {
        CREATE TABLE timers (
            session_id text NOT NULL, id text NOT NULL, body jsonb NOT NULL,
            PRIMARY KEY (session_id, id));)",
+    // The epoch each removal ran at: opens at that epoch or older are refused.
+    R"(CREATE TABLE removed_sessions (session_id text PRIMARY KEY, epoch bigint NOT NULL);)",
 };
 
 bool valid_schema(const std::string& s) {
@@ -77,6 +79,12 @@ void prepare_statements(pqxx::connection& c) {
               "INSERT INTO sessions (session_id, epoch) VALUES ($1, $2) "
               "ON CONFLICT (session_id) DO UPDATE SET epoch = EXCLUDED.epoch "
               "WHERE sessions.epoch <= EXCLUDED.epoch RETURNING epoch");
+    c.prepare("open_existing",
+              "UPDATE sessions SET epoch = $2 WHERE session_id = $1 AND epoch <= $2 "
+              "RETURNING epoch");
+    c.prepare("removed_at", "SELECT epoch FROM removed_sessions WHERE session_id = $1 FOR SHARE");
+    c.prepare("forget_removal",
+              "DELETE FROM removed_sessions WHERE session_id = $1 AND epoch < $2");
     c.prepare("fence",
               "UPDATE sessions SET version = $4 WHERE session_id = $1 AND epoch = $2 "
               "AND version = $3");
@@ -364,16 +372,28 @@ class postgres_log final : public session_log {
     postgres_store& store_;
 };
 
-result<std::unique_ptr<session_log>> postgres_store::open(const session_id& id, lease_epoch epoch) {
+result<std::unique_ptr<session_log>> postgres_store::do_open(const session_id& id,
+                                                             lease_epoch epoch, open_mode mode) {
     try {
         auto l = acquire();
         try {
             pqxx::work w(*l);
-            auto r = w.exec_prepared("open", id.str(), static_cast<std::int64_t>(epoch.value));
-            w.commit();
-            if (r.empty()) {
-                return errc::lease_lost;
+            const auto e = static_cast<std::int64_t>(epoch.value);
+            // Read under a share lock: a removal holds that row's lock until it commits.
+            auto floor = w.exec_prepared("removed_at", id.str());
+            if (!floor.empty() && e <= floor[0][0].as<std::int64_t>()) {
+                return errc::lease_lost;  // removed at this epoch or later
             }
+            auto r =
+                w.exec_prepared(mode == open_mode::create ? "open" : "open_existing", id.str(), e);
+            if (r.empty()) {
+                const bool there = !w.exec_prepared("load_session", id.str()).empty();
+                return there ? errc::lease_lost : errc::not_found;
+            }
+            if (!floor.empty()) {
+                w.exec_prepared0("forget_removal", id.str(), e);  // a newer session
+            }
+            w.commit();
         } catch (const pqxx::broken_connection&) {
             l.mark_broken();
             throw;
@@ -389,14 +409,20 @@ result<void> postgres_store::remove(const session_id& id, lease_epoch epoch) {
         auto l = acquire();
         try {
             pqxx::work w(*l);
-            // Fenced like a write; the sessions row goes last, and every handle's fence (a
-            // guarded update of that row) fails from then on.
+            const auto e = static_cast<std::int64_t>(epoch.value);
+            // The floor first (its row lock orders this with every open), then the fence.
+            w.exec_params0(
+                "INSERT INTO removed_sessions (session_id, epoch) VALUES ($1, $2) "
+                "ON CONFLICT (session_id) DO UPDATE "
+                "SET epoch = GREATEST(removed_sessions.epoch, EXCLUDED.epoch)",
+                id.str(), e);
             auto cur = w.exec_params("SELECT epoch FROM sessions WHERE session_id = $1 FOR UPDATE",
                                      id.str());
-            if (!cur.empty() &&
-                cur[0][0].as<std::int64_t>() > static_cast<std::int64_t>(epoch.value)) {
-                return errc::lease_lost;
+            if (!cur.empty() && cur[0][0].as<std::int64_t>() > e) {
+                return errc::lease_lost;  // rolled back, the floor with it
             }
+            // The sessions row goes last: every handle's fence (a guarded update of that row)
+            // fails from then on.
             for (const char* table : {"transcript", "journal", "timers", "sessions"}) {
                 w.exec_params0(std::string("DELETE FROM ") + table + " WHERE session_id = $1",
                                id.str());

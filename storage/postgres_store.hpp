@@ -33,7 +33,6 @@ class postgres_store final : public session_store {
     explicit postgres_store(postgres_options options);
     ~postgres_store() override;
 
-    result<std::unique_ptr<session_log>> open(const session_id& id, lease_epoch epoch) override;
     result<void> remove(const session_id& id, lease_epoch epoch) override;
     result<bool> exists(const session_id& id) override;
     std::string_view backend() const override { return "postgres"; }
@@ -42,6 +41,10 @@ class postgres_store final : public session_store {
 
     struct connection;  // a libpqxx connection with its prepared statements
     class lease;        // a pooled connection, returned when destroyed
+
+  protected:
+    result<std::unique_ptr<session_log>> do_open(const session_id& id, lease_epoch epoch,
+                                                 open_mode mode) override;
 
   private:
     friend class postgres_log;

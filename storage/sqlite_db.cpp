@@ -66,10 +66,11 @@ std::string_view stmt::text(int col) const {
                : std::string_view(p, static_cast<std::size_t>(sqlite3_column_bytes(s_, col)));
 }
 
-db::db(const std::string& path, std::string_view synchronous, int busy_timeout_ms) {
-    int rc =
-        sqlite3_open_v2(path.c_str(), &db_,
-                        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+db::db(const std::string& path, std::string_view synchronous, int busy_timeout_ms,
+       if_missing missing) {
+    const int create = missing == if_missing::create ? SQLITE_OPEN_CREATE : 0;
+    int rc = sqlite3_open_v2(path.c_str(), &db_,
+                             SQLITE_OPEN_READWRITE | create | SQLITE_OPEN_NOMUTEX, nullptr);
     if (rc != SQLITE_OK) {
         std::string msg = db_ != nullptr ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
         sqlite3_close(db_);

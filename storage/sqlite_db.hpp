@@ -48,11 +48,16 @@ class stmt {
     sqlite3_stmt* s_;
 };
 
+// What opening a file that does not exist does.
+enum class if_missing { create, fail };
+
 class db {
   public:
-    // Opens (creating if needed) the file at `path`: no URI parsing, read-write, no mutex (one
-    // user at a time). Applies the pragmas: WAL, the given synchronous mode, busy timeout.
-    db(const std::string& path, std::string_view synchronous, int busy_timeout_ms);
+    // Opens the file at `path` (creating it if missing, unless `missing` says to fail: SQLite's
+    // SQLITE_CANTOPEN): no URI parsing, read-write, no mutex (one user at a time). Applies the
+    // pragmas: WAL, the given synchronous mode, busy timeout.
+    db(const std::string& path, std::string_view synchronous, int busy_timeout_ms,
+       if_missing missing = if_missing::create);
     db(const db&) = delete;
     ~db();
 

@@ -40,6 +40,8 @@ const char* const catalog_migrations[] = {
        CREATE TABLE lease_epoch (one INTEGER PRIMARY KEY CHECK (one = 1), last INTEGER NOT NULL);
        INSERT INTO lease_epoch VALUES (1, 0);)",
     R"(ALTER TABLE sessions ADD COLUMN has_timers INTEGER NOT NULL DEFAULT 0;)",
+    // The epoch each removal ran at: opens at that epoch or older are refused.
+    R"(CREATE TABLE removed (id TEXT PRIMARY KEY, epoch INTEGER NOT NULL) WITHOUT ROWID;)",
 };
 
 std::size_t schema_version(sqlite::db& db, std::size_t latest) {
@@ -139,7 +141,9 @@ void unlink_if_same(const std::filesystem::path& path, dev_t dev, ino_t ino) {
     if (!names(path, dev, ino)) {
         return;
     }
-    for (const char* suffix : {"-wal", "-shm", ""}) {
+    // The shared-memory index and the WAL first: a new connection must never pair the new
+    // file with the old ones (the file itself carries the tombstone meanwhile).
+    for (const char* suffix : {"-shm", "-wal", ""}) {
         std::error_code ec;
         std::filesystem::remove(path.string() + suffix, ec);
     }
@@ -342,25 +346,24 @@ std::shared_ptr<sqlite_store::handle> sqlite_store::acquire(const session_id& id
         return it->second.first;
     }
     auto path = path_of(id);
-    if (!create && !std::filesystem::exists(path)) {
-        return nullptr;
+    std::shared_ptr<handle> h;
+    for (int attempt = 0; !h; ++attempt) {
+        if (!create && !std::filesystem::exists(path)) {
+            return nullptr;
+        }
+        try {
+            h = open_file(path, create);
+        } catch (const sqlite::error& e) {
+            // Another process removed the file while this one opened it (it may have created
+            // the session again since): opening failed on a vanished file (an I/O error, or it
+            // could not be opened). Open the path afresh; a failure that lasts is real.
+            const int kind = e.code() & 0xFF;
+            if ((kind != SQLITE_IOERR && kind != SQLITE_CANTOPEN) || attempt == 10) {
+                throw;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
     }
-    auto h = std::make_shared<handle>();
-    h->db =
-        std::make_unique<sqlite::db>(path.string(), options_.synchronous, options_.busy_timeout_ms);
-    // A removed session's files are unlinked while other processes may still have them open:
-    // no connection may then delete a WAL or shared-memory file by name when it closes (it
-    // would be the new session's). The WAL left behind is truncated on close.
-    int persist = 1;
-    sqlite3_file_control(h->db->raw(), "main", SQLITE_FCNTL_PERSIST_WAL, &persist);
-    h->db->exec("PRAGMA journal_size_limit=1048576");
-    struct stat st {};
-    if (::stat(path.c_str(), &st) != 0) {
-        throw sqlite::error(SQLITE_CANTOPEN, "stat " + path.string() + ": removed while opened");
-    }
-    h->dev = st.st_dev;
-    h->ino = st.st_ino;
-    migrate(*h->db, session_migrations);
     lru_.push_front(id.str());
     open_.emplace(id.str(), std::make_pair(h, lru_.begin()));
     // Close the least recently used files nobody is using.
@@ -374,6 +377,28 @@ std::shared_ptr<sqlite_store::handle> sqlite_store::acquire(const session_id& id
         }
         it = prev;
     }
+    return h;
+}
+
+std::shared_ptr<sqlite_store::handle> sqlite_store::open_file(const std::filesystem::path& path,
+                                                              bool create) {
+    auto h = std::make_shared<handle>();
+    h->db = std::make_unique<sqlite::db>(
+        path.string(), options_.synchronous, options_.busy_timeout_ms,
+        create ? sqlite::if_missing::create : sqlite::if_missing::fail);
+    // A removed session's files are unlinked while other processes may still have them open:
+    // no connection may then delete a WAL or shared-memory file by name when it closes (it
+    // would be the new session's). The WAL left behind is truncated on close.
+    int persist = 1;
+    sqlite3_file_control(h->db->raw(), "main", SQLITE_FCNTL_PERSIST_WAL, &persist);
+    h->db->exec("PRAGMA journal_size_limit=1048576");
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) {
+        throw sqlite::error(SQLITE_CANTOPEN, "stat " + path.string() + ": removed while opened");
+    }
+    h->dev = st.st_dev;
+    h->ino = st.st_ino;
+    migrate(*h->db, session_migrations);
     return h;
 }
 
@@ -402,12 +427,46 @@ void sqlite_store::forget(const session_id& id, const std::shared_ptr<handle>& h
     }
 }
 
-result<std::unique_ptr<session_log>> sqlite_store::open(const session_id& id, lease_epoch epoch) {
+std::shared_ptr<sqlite_store::handle> sqlite_store::acquire_current(const session_id& id,
+                                                                    bool create) {
+    const auto path = path_of(id);
+    for (;;) {
+        auto h = acquire(id, create);
+        if (!h || names(path, h->dev, h->ino)) {
+            return h;
+        }
+        // A cached handle of a file that is no longer at the path (another process removed
+        // the session, and perhaps created it again): drop it and open the path.
+        forget(id, h);
+    }
+}
+
+std::optional<lease_epoch> sqlite_store::removed_at(const session_id& id) {
+    std::lock_guard lock(catalog_mu_);
+    auto& q = catalog_->prepare("SELECT epoch FROM removed WHERE id = ?1");
+    q.bind(1, id.str());
+    std::optional<lease_epoch> out;
+    if (q.step()) {
+        out = lease_epoch{static_cast<std::uint64_t>(q.int64(0))};
+    }
+    q.reset();
+    return out;
+}
+
+result<std::unique_ptr<session_log>> sqlite_store::do_open(const session_id& id, lease_epoch epoch,
+                                                           open_mode mode) {
     try {
         const auto give_up =
             std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.busy_timeout_ms);
+        std::optional<lease_epoch> floor = removed_at(id);
+        if (floor && epoch <= *floor) {
+            return errc::lease_lost;  // removed at this epoch or later: create nothing
+        }
         for (;;) {
-            auto h = acquire(id, true);
+            auto h = acquire_current(id, mode == open_mode::create);
+            if (!h) {
+                return errc::not_found;
+            }
             std::unique_lock lock(h->mu);
             if (!h->db) {
                 continue;  // removed meanwhile: open the path again
@@ -427,6 +486,19 @@ result<std::unique_ptr<session_log>> sqlite_store::open(const session_id& id, le
                 std::this_thread::sleep_for(std::chrono::milliseconds(1));
                 continue;
             }
+            // Again under the file's write lock, so it is ordered with a removal of this file.
+            floor = removed_at(id);
+            if (floor && epoch <= *floor) {
+                if (meta(*h->db, "epoch") == "0") {
+                    // This open created the file after the removal: take it back.
+                    set_meta(*h->db, "epoch", tombstone_epoch);
+                    tx.commit();
+                    forget(id, h);
+                    h->db.reset();
+                    unlink_if_same(path_of(id), h->dev, h->ino);
+                }
+                return errc::lease_lost;  // removed at this epoch or later
+            }
             auto stored = std::stoull(meta(*h->db, "epoch"));
             if (stored > epoch.value) {
                 return errc::lease_lost;
@@ -440,6 +512,13 @@ result<std::unique_ptr<session_log>> sqlite_store::open(const session_id& id, le
             catalog_->prepare("INSERT INTO sessions (id) VALUES (?1) ON CONFLICT (id) DO NOTHING")
                 .bind(1, id.str())
                 .run();
+            if (floor) {
+                // A newer session: the removal's floor has done its work.
+                catalog_->prepare("DELETE FROM removed WHERE id = ?1 AND epoch < ?2")
+                    .bind(1, id.str())
+                    .bind(2, static_cast<std::int64_t>(epoch.value))
+                    .run();
+            }
         }
         return std::unique_ptr<session_log>(std::make_unique<sqlite_log>(*this, id, epoch));
     } catch (const sqlite::error& e) {
@@ -451,26 +530,49 @@ result<std::unique_ptr<session_log>> sqlite_store::open(const session_id& id, le
 
 result<void> sqlite_store::remove(const session_id& id, lease_epoch epoch) {
     try {
-        if (auto h = acquire(id, false)) {
-            std::lock_guard lock(h->mu);  // after an operation in progress
-            if (h->db) {
-                sqlite::transaction tx(*h->db);
-                if (!is_tombstone(*h->db)) {
-                    if (std::stoull(meta(*h->db, "epoch")) > epoch.value) {
-                        return errc::lease_lost;
-                    }
-                    // The fence first, durable: from here on no handle of this file, in any
-                    // process, commits again.
-                    set_meta(*h->db, "epoch", tombstone_epoch);
-                }
-                tx.commit();
-                forget(id, h);
-                h->db.reset();
-                unlink_if_same(path_of(id), h->dev, h->ino);
-            }
+        auto note_floor = [&] {
+            // Opens at this epoch or older are refused from now on, in every process of the
+            // host: a request that waited behind this removal cannot bring the session back.
+            std::lock_guard lock(catalog_mu_);
+            catalog_
+                ->prepare(
+                    "INSERT INTO removed (id, epoch) VALUES (?1, ?2) "
+                    "ON CONFLICT (id) DO UPDATE SET epoch = max(epoch, excluded.epoch)")
+                .bind(1, id.str())
+                .bind(2, static_cast<std::int64_t>(epoch.value))
+                .run();
+            catalog_->prepare("DELETE FROM sessions WHERE id = ?1").bind(1, id.str()).run();
+        };
+        auto h = acquire_current(id, false);
+        if (!h) {
+            note_floor();
+            return {};
         }
-        std::lock_guard lock(catalog_mu_);
-        catalog_->prepare("DELETE FROM sessions WHERE id = ?1").bind(1, id.str()).run();
+        std::lock_guard lock(h->mu);  // after an operation in progress
+        if (!h->db) {
+            note_floor();
+            return {};  // removed meanwhile
+        }
+        {
+            sqlite::transaction tx(*h->db);
+            if (!is_tombstone(*h->db)) {
+                if (std::stoull(meta(*h->db, "epoch")) > epoch.value) {
+                    return errc::lease_lost;
+                }
+                // The fence first, durable: from here on no handle of this file, in any
+                // process, commits again.
+                set_meta(*h->db, "epoch", tombstone_epoch);
+            }
+            tx.commit();
+        }
+        note_floor();
+        // The tombstone into the file itself (best effort: readers elsewhere may hold the WAL),
+        // so that whoever opens the path before it is unlinked sees it without the WAL.
+        sqlite3_wal_checkpoint_v2(h->db->raw(), "main", SQLITE_CHECKPOINT_TRUNCATE, nullptr,
+                                  nullptr);
+        forget(id, h);
+        h->db.reset();
+        unlink_if_same(path_of(id), h->dev, h->ino);
         return {};
     } catch (const sqlite::error& e) {
         return map_error(e);

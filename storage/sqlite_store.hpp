@@ -19,6 +19,7 @@
 #include <list>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 namespace wuhu::storage {
@@ -41,7 +42,6 @@ class sqlite_store final : public session_store {
     explicit sqlite_store(sqlite_options options);
     ~sqlite_store() override;
 
-    result<std::unique_ptr<session_log>> open(const session_id& id, lease_epoch epoch) override;
     result<void> remove(const session_id& id, lease_epoch epoch) override;
     result<bool> exists(const session_id& id) override;
     std::string_view backend() const override { return "sqlite"; }
@@ -52,6 +52,10 @@ class sqlite_store final : public session_store {
     std::filesystem::path path_of(const session_id& id) const;
     std::size_t open_files() const;
 
+  protected:
+    result<std::unique_ptr<session_log>> do_open(const session_id& id, lease_epoch epoch,
+                                                 open_mode mode) override;
+
   private:
     friend class sqlite_log;
     struct handle;
@@ -61,6 +65,13 @@ class sqlite_store final : public session_store {
     std::shared_ptr<handle> acquire(const session_id& id, bool create);
     // Drops `h` from the open files if it is still the session's (it names a removed file).
     void forget(const session_id& id, const std::shared_ptr<handle>& h);
+    // Opens the file at `path` as a handle (throws sqlite::error; SQLITE_CANTOPEN when it
+    // is missing and not to be created, or was removed while it was opened).
+    std::shared_ptr<handle> open_file(const std::filesystem::path& path, bool create);
+    // acquire(), but never a cached handle of a file that is no longer at the session's path.
+    std::shared_ptr<handle> acquire_current(const session_id& id, bool create);
+    // The epoch the session was last removed at, if it was (the catalog's `removed`).
+    std::optional<lease_epoch> removed_at(const session_id& id);
     void note_catalog(const session_id& id, bool has_work, bool has_timers);
 
     sqlite_options options_;

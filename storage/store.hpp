@@ -110,6 +110,9 @@ class session_log {
     lease_epoch epoch_;
 };
 
+// open(): a command that may create the session, or a read that must find it.
+enum class open_mode { create, existing };
+
 class session_store {
   public:
     virtual ~session_store() = default;
@@ -118,8 +121,13 @@ class session_store {
     session_store& operator=(const session_store&) = delete;
 
     // Fences the session at `epoch` (stored epoch := epoch) and returns its handle. lease_lost
-    // when the stored epoch is higher. Creates the session if it does not exist.
-    virtual result<std::unique_ptr<session_log>> open(const session_id& id, lease_epoch epoch) = 0;
+    // when the stored epoch is higher, or when the session was removed at `epoch` or later (a
+    // request that waited behind the removal must not bring it back under the old lease).
+    // Creates the session if it does not exist, or answers not_found (mode existing).
+    result<std::unique_ptr<session_log>> open(const session_id& id, lease_epoch epoch,
+                                              open_mode mode = open_mode::create) {
+        return do_open(id, epoch, mode);
+    }
 
     // Removes the session's data, fenced at `epoch` like every write: lease_lost when a newer
     // owner holds the session (its stored epoch is higher). Every handle opened before (in any
@@ -135,6 +143,10 @@ class session_store {
 
     // "memory", "sqlite", "postgres".
     virtual std::string_view backend() const = 0;
+
+  protected:
+    virtual result<std::unique_ptr<session_log>> do_open(const session_id& id, lease_epoch epoch,
+                                                         open_mode mode) = 0;
 };
 
 // A store that passes every call to another one (LevelDB's EnvWrapper): wrappers such as
@@ -143,9 +155,6 @@ class forwarding_store : public session_store {
   public:
     explicit forwarding_store(session_store& target) : target_(target) {}
 
-    result<std::unique_ptr<session_log>> open(const session_id& id, lease_epoch epoch) override {
-        return target_.open(id, epoch);
-    }
     result<void> remove(const session_id& id, lease_epoch epoch) override {
         return target_.remove(id, epoch);
     }
@@ -156,6 +165,10 @@ class forwarding_store : public session_store {
     std::string_view backend() const override { return target_.backend(); }
 
   protected:
+    result<std::unique_ptr<session_log>> do_open(const session_id& id, lease_epoch epoch,
+                                                 open_mode mode) override {
+        return target_.open(id, epoch, mode);
+    }
     session_store& target() { return target_; }
 
   private:

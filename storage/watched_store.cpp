@@ -49,8 +49,9 @@ bool watched_store::available() const {
     return !down_;
 }
 
-result<std::unique_ptr<session_log>> watched_store::open(const session_id& id, lease_epoch epoch) {
-    auto inner = noted(*this, target().open(id, epoch));
+result<std::unique_ptr<session_log>> watched_store::do_open(const session_id& id, lease_epoch epoch,
+                                                            open_mode mode) {
+    auto inner = noted(*this, target().open(id, epoch, mode));
     if (!inner) {
         return inner.error();
     }

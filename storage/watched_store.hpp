@@ -21,7 +21,6 @@ class watched_store final : public forwarding_store {
     watched_store(session_store& target, listener l)
         : forwarding_store(target), listener_(std::move(l)) {}
 
-    result<std::unique_ptr<session_log>> open(const session_id& id, lease_epoch epoch) override;
     result<void> remove(const session_id& id, lease_epoch epoch) override;
     result<bool> exists(const session_id& id) override;
     result<std::vector<catalog_entry>> sessions(catalog_filter filter) override;
@@ -29,6 +28,10 @@ class watched_store final : public forwarding_store {
     // Notes the outcome of an operation (the logs call it too).
     void note(const boost::system::error_code& ec);
     bool available() const;
+
+  protected:
+    result<std::unique_ptr<session_log>> do_open(const session_id& id, lease_epoch epoch,
+                                                 open_mode mode) override;
 
   private:
     listener listener_;

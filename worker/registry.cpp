@@ -84,37 +84,47 @@ void session_registry::retire(const session::session_id& id, const boost::system
 }
 
 asio::awaitable<boost::system::result<session_registry::handle>> session_registry::get(
-    session::session_id id, session::lease_epoch epoch) {
-    auto usable = [&]() -> handle {
+    session::session_id id, session::lease_epoch epoch, storage::open_mode mode) {
+    // The loaded loop, if the caller may use it; lease_lost if the caller's lease is older
+    // than the loop's (a newer owner, this worker included, loaded it since).
+    auto usable = [&]() -> boost::system::result<handle> {
         auto it = sessions_.find(id.str());
         if (it == sessions_.end() || it->second->loop->failed()) {
-            return nullptr;
+            return handle{};
         }
         if (stopped_) {
             // Draining: a loaded session still takes commands (persisted, then answered; the
             // next owner runs them), but no loop is loaded or restarted.
             return share(it->second, it->second->loop.get());
         }
+        if (it->second->loop->epoch() > epoch) {
+            return storage::errc::lease_lost;
+        }
         if (!it->second->running || it->second->loop->epoch() != epoch) {
-            return nullptr;
+            return handle{};
         }
         return share(it->second, it->second->loop.get());
     };
-    if (auto h = usable()) {
-        co_return h;
+    if (!gates_.contains(id.str())) {  // nobody loads or deletes it now
+        auto fast = usable();
+        if (!fast || *fast) {
+            co_return fast;
+        }
     }
     auto g = gate_of(id);
     boost::system::result<handle> out = storage::errc::unavailable;
     {
         auto guard = co_await g->mu.lock();
-        if (auto h = usable()) {
-            out = h;
-        } else if (!stopped_) {
-            // A failed loop, one of an older epoch (this worker lost the lease and took it
-            // again), or one that returned: the store has the truth.
-            retire(id, storage::errc::lease_lost);
-            auto loaded = load(id, epoch);
-            out = co_await std::move(loaded);
+        out = usable();
+        if (out && !*out) {
+            out = storage::errc::unavailable;
+            if (!stopped_) {
+                // A failed loop, one of an older epoch (this worker lost the lease and took
+                // it again), or one that returned: the store has the truth.
+                retire(id, storage::errc::closed);
+                auto loaded = load(id, epoch, mode);
+                out = co_await std::move(loaded);
+            }
         }
     }
     release_gate(id, g);
@@ -122,15 +132,15 @@ asio::awaitable<boost::system::result<session_registry::handle>> session_registr
 }
 
 asio::awaitable<boost::system::result<session_registry::handle>> session_registry::load(
-    session::session_id id, session::lease_epoch epoch) {
+    session::session_id id, session::lease_epoch epoch, storage::open_mode mode) {
     struct opened {
         boost::system::error_code ec;
         std::unique_ptr<storage::session_log> log;
         session::session_state state;
     };
-    auto open = [&store = store_, id, epoch]() -> opened {
+    auto open = [&store = store_, id, epoch, mode]() -> opened {
         opened out;
-        auto log = store.open(id, epoch);
+        auto log = store.open(id, epoch, mode);
         if (!log) {
             out.ec = log.error();
             return out;
@@ -190,9 +200,9 @@ asio::awaitable<boost::system::result<void>> session_registry::remove(session::s
             // removal deletes what they wrote); the ones after find the loop closed and are
             // routed again, to a new session.
             auto loop = share(it->second, it->second->loop.get());
-            auto closing = loop->close_after_pending(storage::errc::lease_lost);
+            auto closing = loop->close_after_pending(storage::errc::closed);
             co_await std::move(closing);
-            retire(id, storage::errc::lease_lost);
+            retire(id, storage::errc::closed);
         }
         auto rm = [&store = store_, id, epoch]() { return store.remove(id, epoch); };
         auto task = run_on<boost::system::result<void>>(opts_.store_executor, std::move(rm));
@@ -206,7 +216,7 @@ void session_registry::unload(const session::session_id& id,
                               std::optional<session::lease_epoch> epoch) {
     if (auto it = sessions_.find(id.str());
         it != sessions_.end() && (!epoch || it->second->loop->epoch() == *epoch)) {
-        retire(id, storage::errc::lease_lost);
+        retire(id, storage::errc::closed);
     }
 }
 

@@ -5,12 +5,13 @@
 // A loop is shared: get() hands out a `handle` that keeps the loop (and its provider) alive
 // while a request uses it, so a loop that is unloaded, deleted or failed is freed only after
 // the last request that reached it has been answered. Such a loop is closed: the requests
-// still waiting on it get storage::errc::lease_lost ("nothing changed; route again"), or the
+// still waiting on it get storage::errc::closed ("nothing changed; route again"), or the
 // store's error if it failed.
 //
-// Loading and removing a session take its gate, so they never interleave: a request that
-// arrives while its session is being loaded or deleted waits, and then sees the result. Store
-// IO (open, load, remove) runs on the store executor, never on `ex`.
+// Loading and removing a session take its gate, so they never interleave; and while anyone
+// holds or waits for a session's gate, get() waits for it too, so requests keep their arrival
+// order around a load or a delete (one sent after a delete never overtakes it). Store IO
+// (open, load, remove) runs on the store executor, never on `ex`.
 //
 // Executor: every member runs on `ex` (the worker's single-threaded io_context).
 // Lifetime: stop() cancels every loop; the registry must outlive the io_context's run.
@@ -37,12 +38,14 @@ class session_registry {
     ~session_registry();
 
     // The session's loop at `epoch` (the caller holds that lease), loaded and started if it
-    // was not (a loop of an older epoch, or a failed one, is replaced); the store's error if
-    // it cannot be opened or loaded. After stop(): the loop of a session still loaded (its
-    // commands commit and are answered; its loop does not run again), and
-    // storage::errc::unavailable for any other.
-    asio::awaitable<boost::system::result<handle>> get(session::session_id id,
-                                                       session::lease_epoch epoch);
+    // was not (a loop of an older epoch, or a failed one, is replaced; a loop of a newer epoch
+    // means the caller's lease is stale: lease_lost); the store's error if it cannot be opened
+    // or loaded (not_found: `mode` is existing and there is no such session). After stop():
+    // the loop of a session still loaded (its commands commit and are answered; its loop does
+    // not run again), and storage::errc::unavailable for any other.
+    asio::awaitable<boost::system::result<handle>> get(
+        session::session_id id, session::lease_epoch epoch,
+        storage::open_mode mode = storage::open_mode::create);
     // The loop of a loaded, usable session, or null.
     handle find(const session::session_id& id) const;
     // Removes the session's data, fenced at `epoch`: after the commands already waiting on
@@ -78,7 +81,8 @@ class session_registry {
     void release_gate(const session::session_id& id, std::shared_ptr<gate>& g);
     void retire(const session::session_id& id, const boost::system::error_code& why);
     asio::awaitable<boost::system::result<handle>> load(session::session_id id,
-                                                        session::lease_epoch epoch);
+                                                        session::lease_epoch epoch,
+                                                        storage::open_mode mode);
 
     asio::any_io_executor ex_;
     storage::session_store& store_;

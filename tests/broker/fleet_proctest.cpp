@@ -131,6 +131,18 @@ TEST(Fleet, DeletingASessionWhileCommandsWaitNeverCrashesTheWorker) {
         ASSERT_EQ(after.at("ok"), true) << json::serialize(after);
         EXPECT_EQ(item_ids(after), (std::set<std::string>{"b0", "b1", "b2", "b3", "b4", "b5"}))
             << "round " << round;
+        // Now the session is loaded and idle: a delete and the enqueues sent after it, at once.
+        // None of them may overtake the delete (and be acknowledged, then deleted).
+        std::vector<std::pair<std::string, std::string>> again{{subject("delete"), "{}"}};
+        for (int i = 0; i < 6; ++i) {
+            again.emplace_back(subject("enqueue"), enqueue_body("c" + std::to_string(i)));
+        }
+        for (const auto& r : send_all(b, again, 30s)) {
+            ASSERT_TRUE(ok(r)) << "round " << round << ": " << json::serialize(r);
+        }
+        auto last = answer_when_up(nc, subject("subscribe"));
+        EXPECT_EQ(item_ids(last), (std::set<std::string>{"c0", "c1", "c2", "c3", "c4", "c5"}))
+            << "round " << round << ": an enqueue sent after the delete was lost";
     }
     EXPECT_EQ(worker.stop(), 0) << "a clean stop, with no sanitizer report";
 }
@@ -268,6 +280,11 @@ TEST(Fleet, AStaleOwnerNeverAcknowledgesIntoADeletedSession) {
     ASSERT_EQ(now.at("ok"), true) << json::serialize(now);
     EXPECT_EQ(item_ids(now), std::set<std::string>{"d3"}) << "acknowledged d3 must survive";
     EXPECT_EQ(b.stop(), 0);
+    // Defect: a failover left no log line. Each lease event is logged with its epoch.
+    EXPECT_TRUE(a.has_logged("lease of session s acquired (epoch"));
+    EXPECT_TRUE(a.has_logged("lease of session s lost (epoch"));
+    EXPECT_TRUE(b.has_logged("lease of session s taken over from A, whose lease expired (epoch"));
+    EXPECT_TRUE(b.has_logged("lease of session s released (epoch"));
 }
 
 // Defect: right after SIGCONT, a fenced owner answered `subscribe` from the state it had before
@@ -381,6 +398,49 @@ TEST(Fleet, ADurableTimerSurvivesItsOwnerDyingAndFiresOnceWithNobodyAsking) {
     }
     EXPECT_EQ(pings, 1) << "exactly once";
     EXPECT_EQ(b.stop(), 0);
+}
+
+// Defect: a patch larger than the NATS max payload was dropped without a log line (the publish
+// result was ignored). Three items queued while paused are drained into one patch over the
+// server's 8 KiB max payload: the worker logs the failed publish with its session and counts it,
+// and a watcher that missed the patch repairs the gap from subscribe.
+TEST(Fleet, APatchTooLargeToPublishIsLoggedWithItsSession) {
+    const int port = free_port();
+    ASSERT_GT(port, 0);
+    temp_dir conf;
+    std::ofstream(conf.path() / "nats.conf") << "max_payload: 8192\n";
+    pid_t nats = spawn_nats(port, {"-c", (conf.path() / "nats.conf").string()});
+    ASSERT_GT(nats, 0) << "nats-server did not start on port " << port;
+    process_guard nats_guard{nats};
+    const std::string url = "nats://127.0.0.1:" + std::to_string(port);
+    worker_process worker("big", slow_script);
+    worker.start(url);
+    broker::nats_client nc(url, "big-client");
+    const auto subject = [&](const char* verb) { return worker.prefix() + ".session.big." + verb; };
+    ASSERT_EQ(answer_when_up(nc, subject("configure")).at("ok"), true);
+    ASSERT_EQ(answer_when_up(nc, subject("pause")).at("ok"), true);
+    for (int i = 0; i < 3; ++i) {
+        const std::string body = R"({"lane":"followUp","id":"b)" + std::to_string(i) +
+                                 R"(","content":")" + std::string(3000, 'x') + "\"}";
+        auto r = answer_when_up(nc, subject("enqueue"), body);
+        ASSERT_EQ(r.at("ok"), true) << json::serialize(r);
+    }
+    ASSERT_EQ(answer_when_up(nc, subject("resume")).at("ok"), true);
+    bool logged_it = false;
+    for (int i = 0; i < 100 && !logged_it; ++i) {
+        logged_it = worker.has_logged("could not publish a patch of big");
+        std::this_thread::sleep_for(100ms);
+    }
+    EXPECT_TRUE(logged_it) << "the dropped patch left no log line";
+    // The state is whole all the same: subscribe's reply comes in chunks.
+    client::client c(nc, client::options{worker.prefix(), 30s});
+    auto whole = c.subscribe("big");
+    ASSERT_TRUE(whole) << whole.error().message;
+    EXPECT_GE(whole->at("patch").at("transcript").as_array().size(), 3u);
+    EXPECT_EQ(worker.stop(), 0);
+    kill(nats, SIGTERM);
+    wait_exit(nats, std::chrono::seconds(10));
+    nats = 0;
 }
 
 namespace {

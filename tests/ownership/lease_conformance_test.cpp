@@ -101,9 +101,20 @@ TEST_P(LeaseConformance, EpochsOnlyGrowAcrossSessionsOwnersAndRemoval) {
     EXPECT_GT(b.epoch, a.epoch);
     auto again = granted(store().acquire(sid("s1"), "w1", 10s));  // own lease, taken afresh
     EXPECT_GT(again.epoch, b.epoch);
-    ASSERT_TRUE(store().remove(sid("s1")));
+    ASSERT_TRUE(store().remove(sid("s1"), again.epoch));
     auto recreated = granted(store().acquire(sid("s1"), "w2", 10s));
     EXPECT_GT(recreated.epoch, again.epoch);
+}
+
+// A deletion forgets the lease it ran under (and older ones), never one taken after it: the
+// new owner of a re-created session keeps it.
+TEST_P(LeaseConformance, RemovingForgetsOnlyLeasesNotNewerThanTheDeletion) {
+    auto deleting = granted(store().acquire(sid("s1"), "w1", 10s));
+    ASSERT_TRUE(store().remove(sid("s1"), deleting.epoch));
+    EXPECT_FALSE(store().owner_of(sid("s1")).value().has_value());
+    auto next = granted(store().acquire(sid("s1"), "w2", 10s));
+    ASSERT_TRUE(store().remove(sid("s1"), deleting.epoch));  // a late repeat of the deletion
+    EXPECT_EQ(store().owner_of(sid("s1")).value(), next);
 }
 
 TEST_P(LeaseConformance, ExpiredLeaseIsTakenOverWithHigherEpochAndOldOwnerLosesRenewal) {
@@ -264,7 +275,9 @@ struct keeper_world {
             return inner.owner_of(id);
         }
         ownership::result<std::vector<lease>> live() override { return inner.live(); }
-        ownership::result<void> remove(const session_id& id) override { return inner.remove(id); }
+        ownership::result<void> remove(const session_id& id, lease_epoch epoch) override {
+            return inner.remove(id, epoch);
+        }
         std::string_view backend() const override { return "flaky"; }
         keeper_world& world;
         ownership::memory_lease inner;

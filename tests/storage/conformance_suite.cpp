@@ -337,6 +337,37 @@ TEST_P(StoreConformance, SessionsListsStoredSessionsInIdOrderWithHasWork) {
     ASSERT_EQ(store().sessions(storage::catalog_filter::all).value().size(), 1u);
 }
 
+// A request that waited behind a removal carries the removal's epoch (or an older one): it must
+// not bring the session back. An owner with a later lease starts a new, empty session.
+TEST_P(StoreConformance, ARemovalRefusesOpensAtItsEpochOrOlder) {
+    const auto sid = session_id::parse("floor").value();
+    auto log = open("floor", 3);
+    session_state st = log->load().value();
+    ASSERT_TRUE(log->enqueue(st, user_in(lane::steer, "s1", "x"), unix_ms{1}));
+    ASSERT_TRUE(store().remove(sid, lease_epoch{3}));
+    EXPECT_EQ(store().open(sid, lease_epoch{3}).error(), storage::errc::lease_lost);
+    EXPECT_EQ(store().open(sid, lease_epoch{2}).error(), storage::errc::lease_lost);
+    EXPECT_FALSE(store().exists(sid).value()) << "the refused opens created nothing";
+    auto next = store().open(sid, lease_epoch{4});
+    ASSERT_TRUE(next.has_value()) << next.error().message();
+    EXPECT_EQ((*next)->load().value(), session_state{});
+}
+
+// Reads open with open_mode::existing: a session that does not exist is not_found, and
+// nothing is created.
+TEST_P(StoreConformance, OpeningAnExistingSessionCreatesNothing) {
+    const auto sid = session_id::parse("maybe").value();
+    EXPECT_EQ(store().open(sid, lease_epoch{1}, storage::open_mode::existing).error(),
+              storage::errc::not_found);
+    EXPECT_FALSE(store().exists(sid).value());
+    EXPECT_TRUE(store().sessions(storage::catalog_filter::all).value().empty());
+    ASSERT_TRUE(store().open(sid, lease_epoch{2}));
+    auto again = store().open(sid, lease_epoch{3}, storage::open_mode::existing);
+    ASSERT_TRUE(again.has_value()) << again.error().message();
+    EXPECT_EQ(store().open(sid, lease_epoch{2}, storage::open_mode::existing).error(),
+              storage::errc::lease_lost);
+}
+
 // A session with nothing queued but a pending timer still needs an owner: nobody would load it
 // otherwise, and its timer would never fire. Once the timer fires it no longer does.
 TEST_P(StoreConformance, ASessionWithAPendingTimerNeedsAnOwner) {

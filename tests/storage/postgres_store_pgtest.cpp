@@ -40,8 +40,8 @@ TEST(PostgresStore, MigrationsAreVersionedAndIdempotent) {
     pqxx::connection c(pg_dsn());
     pqxx::nontransaction n(c);
     auto r = n.exec("SELECT max(version), count(*) FROM " + t.schema + ".migrations");
-    EXPECT_EQ(r[0][0].as<int>(), 1);
-    EXPECT_EQ(r[0][1].as<int>(), 1);
+    EXPECT_EQ(r[0][0].as<int>(), 2);
+    EXPECT_EQ(r[0][1].as<int>(), 2);
 }
 
 TEST(PostgresStore, RejectsASchemaNameThatIsNotAnIdentifier) {

@@ -126,6 +126,75 @@ TEST(SqliteStore, TheCatalogListsSessionsAndHasWork) {
     EXPECT_FALSE(std::filesystem::exists(t.store.path_of(session_id::parse("busy").value())));
 }
 
+// Two stores on one data directory are two worker processes of one host. A handle one of them
+// cached of a file the other removed (and created again) is never used: not to open, not to
+// remove, and its writes fail.
+TEST(SqliteStore, AHandleCachedOfARemovedFileIsNeverUsedAgain) {
+    temp_dir dir;
+    storage::sqlite_store a(storage::sqlite_options{dir.path()});
+    storage::sqlite_store b(storage::sqlite_options{dir.path()});
+    const auto sid = session_id::parse("shared").value();
+    auto old = a.open(sid, lease_epoch{1}).value();  // A caches the first file
+    session_state st = old->load().value();
+    ASSERT_TRUE(old->enqueue(st, user_in(lane::steer, "d1", "one"), unix_ms{1}));
+    ASSERT_TRUE(b.remove(sid, lease_epoch{2}));
+    auto fresh = b.open(sid, lease_epoch{3}).value();  // a new file at the same path
+    session_state fs = fresh->load().value();
+    ASSERT_TRUE(fresh->enqueue(fs, user_in(lane::steer, "d2", "two"), unix_ms{2}));
+    // A's old handle cannot write (the tombstone), and A's next open sees the new file.
+    EXPECT_EQ(old->enqueue(st, user_in(lane::steer, "d3", "three"), unix_ms{3}).error(),
+              storage::errc::lease_lost);
+    auto reopened = a.open(sid, lease_epoch{4}).value();
+    auto seen = reopened->load().value();
+    ASSERT_EQ(seen.in(lane::steer).pending.size(), 1u);
+    EXPECT_EQ(seen.in(lane::steer).pending[0].id.str(), "d2");
+    // And a removal through A removes the new file, not the old one A once had open.
+    ASSERT_TRUE(a.remove(sid, lease_epoch{4}));
+    EXPECT_FALSE(std::filesystem::exists(a.path_of(sid)));
+    EXPECT_FALSE(b.exists(sid).value());
+    EXPECT_EQ(b.open(sid, lease_epoch{4}, storage::open_mode::existing).error(),
+              storage::errc::lease_lost);
+    EXPECT_EQ(b.open(sid, lease_epoch{5}, storage::open_mode::existing).error(),
+              storage::errc::not_found);
+}
+
+// One worker removes and creates a session again and again while another opens it (two store
+// instances: two processes of one host). The opener meets the file as it is being unlinked;
+// it gets the session, or not_found, or lease_lost, never an error of the store.
+TEST(SqliteStore, OpeningWhileAnotherProcessRemovesNeverFailsTheStore) {
+    temp_dir dir;
+    storage::sqlite_store remover(storage::sqlite_options{dir.path()});
+    storage::sqlite_store opener(storage::sqlite_options{dir.path()});
+    const auto sid = session_id::parse("churn").value();
+    std::atomic<bool> done{false};
+    std::atomic<int> opened{0};
+    std::map<std::string, int> refusals;
+    std::thread reader([&] {
+        while (!done) {
+            auto r = opener.open(sid, lease_epoch{1}, storage::open_mode::existing);
+            if (r) {
+                ++opened;
+            } else {
+                ++refusals[std::string(
+                    storage::code_name(static_cast<storage::errc>(r.error().value())))];
+            }
+        }
+    });
+    for (std::uint64_t e = 2; e < 300; e += 2) {
+        auto log = remover.open(sid, lease_epoch{e});
+        ASSERT_TRUE(log) << log.error().message();
+        session_state st = (*log)->load().value();
+        ASSERT_TRUE((*log)->enqueue(st, user_in(lane::steer, "x", "y"), unix_ms{1}));
+        ASSERT_TRUE(remover.remove(sid, lease_epoch{e}));
+    }
+    done = true;
+    reader.join();
+    for (const auto& [code, n] : refusals) {
+        EXPECT_TRUE(code == "lease_lost" || code == "not_found") << n << " x " << code;
+    }
+    EXPECT_GT(refusals["lease_lost"] + refusals["not_found"] + opened, 0);
+}
+
 TEST(SqliteStore, SchemaIsVersionedAndANewerSchemaIsRefused) {
     temp_sqlite_store t;
     auto id = session_id::parse("v").value();
