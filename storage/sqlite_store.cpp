@@ -115,6 +115,15 @@ struct sqlite_store::handle {
     std::unique_ptr<sqlite::db> db;
     dev_t dev = 0;
     ino_t ino = 0;
+
+    // Closing with a persistent WAL leaves the WAL file behind: truncated to nothing, with the
+    // limit set now (set for the handle's whole life, it would truncate the WAL after every
+    // checkpoint: half the commit rate of one session).
+    ~handle() {
+        if (db) {
+            sqlite3_exec(db->raw(), "PRAGMA journal_size_limit=0", nullptr, nullptr, nullptr);
+        }
+    }
 };
 
 namespace {
@@ -388,10 +397,9 @@ std::shared_ptr<sqlite_store::handle> sqlite_store::open_file(const std::filesys
         create ? sqlite::if_missing::create : sqlite::if_missing::fail);
     // A removed session's files are unlinked while other processes may still have them open:
     // no connection may then delete a WAL or shared-memory file by name when it closes (it
-    // would be the new session's). The WAL left behind is truncated on close.
+    // would be the new session's). The WAL left behind is truncated on close (~handle).
     int persist = 1;
     sqlite3_file_control(h->db->raw(), "main", SQLITE_FCNTL_PERSIST_WAL, &persist);
-    h->db->exec("PRAGMA journal_size_limit=1048576");
     struct stat st {};
     if (::stat(path.c_str(), &st) != 0) {
         throw sqlite::error(SQLITE_CANTOPEN, "stat " + path.string() + ": removed while opened");
