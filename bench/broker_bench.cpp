@@ -269,43 +269,50 @@ int main(int argc, char** argv) {
     stats delta;
     std::size_t deltas_seen = 0;
     {
-        std::mutex mu;
-        std::condition_variable cv;
-        std::vector<double> us;
-        bool committed = false;
-        client.subscribe("wuhu_bench.events.stream.>", [&](wuhu::broker::nats_message m) {
-            const auto now = clock_type::now().time_since_epoch().count();
-            auto v = json::parse(m.data);
-            std::lock_guard lock(mu);
-            if (m.subject.ends_with(".delta") && v.at("type") == "text.delta") {
-                const std::string text(v.at("text").as_string());
-                us.push_back(static_cast<double>(now - std::stoll(text)) / 1000.0);
-            } else if (m.subject.ends_with(".patch") &&
-                       m.data.find("assistant_message") != std::string::npos) {
-                committed = true;
-            }
-            cv.notify_all();
-        });
+        // Owned by the subscription's handler too: events (status patches, late deltas) keep
+        // coming after this section, and must not reach its stack frame once it is gone.
+        struct seen {
+            std::mutex mu;
+            std::condition_variable cv;
+            std::vector<double> us;
+            bool committed = false;
+        };
+        auto st = std::make_shared<seen>();
+        const auto token =
+            client.subscribe("wuhu_bench.events.stream.>", [st](wuhu::broker::nats_message m) {
+                const auto now = clock_type::now().time_since_epoch().count();
+                auto v = json::parse(m.data);
+                std::lock_guard lock(st->mu);
+                if (m.subject.ends_with(".delta") && v.at("type") == "text.delta") {
+                    const std::string text(v.at("text").as_string());
+                    st->us.push_back(static_cast<double>(now - std::stoll(text)) / 1000.0);
+                } else if (m.subject.ends_with(".patch") &&
+                           m.data.find("assistant_message") != std::string::npos) {
+                    st->committed = true;
+                }
+                st->cv.notify_all();
+            });
         client.flush();
         for (int round = 0; round < 10; ++round) {
             {
-                std::lock_guard lock(mu);
-                committed = false;
+                std::lock_guard lock(st->mu);
+                st->committed = false;
             }
             client.request("wuhu_bench.session.stream.enqueue",
                            R"({"lane":"followUp","id":"d)" + std::to_string(round) +
                                R"(","content":"stream"})",
                            10s);
-            std::unique_lock lock(mu);
-            cv.wait_for(lock, 30s, [&] { return committed; });
+            std::unique_lock lock(st->mu);
+            st->cv.wait_for(lock, 30s, [&] { return st->committed; });
         }
-        std::lock_guard lock(mu);
-        deltas_seen = us.size();
-        if (us.empty()) {
+        client.unsubscribe(token);
+        std::lock_guard lock(st->mu);
+        deltas_seen = st->us.size();
+        if (st->us.empty()) {
             std::fprintf(stderr, "broker_bench: no deltas arrived\n");
             return 1;
         }
-        delta = percentiles(us);
+        delta = percentiles(st->us);
     }
     // 6. The fleet view: two workers (in-memory store, one lease catalog), each owning
     // `per_worker` loaded sessions.
