@@ -1,7 +1,6 @@
 #include "broker/server.hpp"
 
 #include "broker/admin.hpp"
-#include "session/overloaded.hpp"
 #include "storage/errc.hpp"
 
 #include <boost/asio/co_spawn.hpp>

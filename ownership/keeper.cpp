@@ -45,8 +45,7 @@ void keeper::tell(lease_event e, const lease& l) const {
 void keeper::keep(const lease& l, std::chrono::steady_clock::time_point began) {
     lease kept = l;
     kept.taken_from.clear();  // a fact of the acquisition, not of the lease
-    held_.insert_or_assign(
-        l.id.str(), held_lease{std::move(kept), began + settings_.ttl - settings_.stop_margin});
+    held_.insert_or_assign(l.id.str(), held_lease{std::move(kept), deadline(began)});
 }
 
 result<bool> keeper::still_held(const session_id& id) {
@@ -64,7 +63,7 @@ result<bool> keeper::still_held(const session_id& id) {
         return result<bool>(boost::system::in_place_error, lost.error());
     }
     if (lost->empty()) {
-        it->second.serve_until = began + settings_.ttl - settings_.stop_margin;
+        it->second.serve_until = deadline(began);
         return true;
     }
     const lease gone = it->second.l;
@@ -163,7 +162,7 @@ result<std::vector<session_id>> keeper::renew() {
         }
     }
     for (auto& [id, h] : held_) {
-        h.serve_until = began + settings_.ttl - settings_.stop_margin;
+        h.serve_until = deadline(began);
     }
     for (const auto& l : gone) {
         tell(lease_event::lost, l);

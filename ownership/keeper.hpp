@@ -92,6 +92,11 @@ class keeper {
     // lost one is forgotten (and reported).
     result<bool> still_held(const session_id& id);
     void keep(const lease& l, std::chrono::steady_clock::time_point began);
+    // Until when a lease whose acquisition or renewal began at `began` may be served.
+    std::chrono::steady_clock::time_point deadline(
+        std::chrono::steady_clock::time_point began) const {
+        return began + settings_.ttl - settings_.stop_margin;
+    }
     void tell(lease_event e, const lease& l) const;
 
     lease_store& store_;

@@ -1,5 +1,7 @@
 #include "storage/sqlite_db.hpp"
 
+#include "storage/errc.hpp"
+
 #include <chrono>
 #include <thread>
 
@@ -146,6 +148,44 @@ transaction::~transaction() {
 void transaction::commit() {
     db_.exec("COMMIT");
     done_ = true;
+}
+
+namespace {
+
+std::size_t schema_version(db& d, std::size_t latest) {
+    auto& q = d.prepare("PRAGMA user_version");
+    q.step();
+    auto applied = static_cast<std::size_t>(q.int64(0));
+    q.reset();
+    if (applied > latest) {
+        throw error(SQLITE_CORRUPT, "schema is newer than this program");
+    }
+    return applied;
+}
+
+}  // namespace
+
+void migrate(db& d, const char* const* migrations, std::size_t count) {
+    while (schema_version(d, count) < count) {
+        transaction tx(d);
+        const auto applied = schema_version(d, count);
+        if (applied < count) {
+            d.exec(migrations[applied]);
+            d.exec("PRAGMA user_version = " + std::to_string(applied + 1));
+        }
+        tx.commit();
+    }
+}
+
+boost::system::error_code storage_error(const error& e) {
+    switch (e.code() & 0xFF) {
+        case SQLITE_CORRUPT:
+        case SQLITE_NOTADB:
+        case SQLITE_FORMAT:
+            return errc::corrupt;
+        default:
+            return errc::unavailable;
+    }
 }
 
 }  // namespace wuhu::storage::sqlite

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <sqlite3.h>
+#include <boost/system/error_code.hpp>
 
 #include <cstdint>
 #include <map>
@@ -95,8 +96,20 @@ class read_transaction {
     db& db_;
 };
 
+// Applies the versioned schema: PRAGMA user_version is the number of `migrations` applied.
+// Several processes may open a fresh file at once (the workers of one host share the
+// catalog): each step re-reads the version under the write lock, so a step another process
+// applied meanwhile is not applied twice. A file of a newer schema is SQLITE_CORRUPT. Throws
+// sqlite::error.
+void migrate(db& d, const char* const* migrations, std::size_t count);
+
 // Creates or upgrades the schema of `<data-dir>/catalog.sqlite` (sessions and leases); shared
 // by the SQLite store and the SQLite lease (ownership/sqlite_lease). Throws sqlite::error.
+// (storage/sqlite_catalog.cpp)
 void migrate_catalog(db& d);
+
+// What a store operation answers for an SQLite failure: corrupt for damaged data, unavailable
+// for the rest (busy, IO: the outcome is unknown).
+boost::system::error_code storage_error(const error& e);
 
 }  // namespace wuhu::storage::sqlite

@@ -29,59 +29,6 @@ const char* const session_migrations[] = {
                                ('has_work', '0'), ('settings', '');)",
 };
 
-// The catalog: the sessions with their has_work flag, and the leases (ownership/sqlite_lease).
-// `lease_epoch` is the last epoch handed out for any session: epochs only grow, even across a
-// session's deletion.
-const char* const catalog_migrations[] = {
-    R"(CREATE TABLE sessions (id TEXT PRIMARY KEY, has_work INTEGER NOT NULL DEFAULT 0)
-       WITHOUT ROWID;)",
-    R"(CREATE TABLE leases (id TEXT PRIMARY KEY, owner TEXT NOT NULL, epoch INTEGER NOT NULL,
-                            expires INTEGER NOT NULL) WITHOUT ROWID;
-       CREATE TABLE lease_epoch (one INTEGER PRIMARY KEY CHECK (one = 1), last INTEGER NOT NULL);
-       INSERT INTO lease_epoch VALUES (1, 0);)",
-    R"(ALTER TABLE sessions ADD COLUMN has_timers INTEGER NOT NULL DEFAULT 0;)",
-    // The epoch each removal ran at: opens at that epoch or older are refused.
-    R"(CREATE TABLE removed (id TEXT PRIMARY KEY, epoch INTEGER NOT NULL) WITHOUT ROWID;)",
-};
-
-std::size_t schema_version(sqlite::db& db, std::size_t latest) {
-    auto& q = db.prepare("PRAGMA user_version");
-    q.step();
-    auto applied = static_cast<std::size_t>(q.int64(0));
-    q.reset();
-    if (applied > latest) {
-        throw sqlite::error(SQLITE_CORRUPT, "schema is newer than this program");
-    }
-    return applied;
-}
-
-// Several processes may open a fresh file at once (the workers of one host share the
-// catalog): each migration step re-reads the version under the write lock, so a step another
-// process applied meanwhile is not applied twice.
-template <std::size_t N>
-void migrate(sqlite::db& db, const char* const (&migrations)[N]) {
-    while (schema_version(db, N) < N) {
-        sqlite::transaction tx(db);
-        const auto applied = schema_version(db, N);
-        if (applied < N) {
-            db.exec(migrations[applied]);
-            db.exec("PRAGMA user_version = " + std::to_string(applied + 1));
-        }
-        tx.commit();
-    }
-}
-
-boost::system::error_code map_error(const sqlite::error& e) {
-    switch (e.code() & 0xFF) {
-        case SQLITE_CORRUPT:
-        case SQLITE_NOTADB:
-        case SQLITE_FORMAT:
-            return errc::corrupt;
-        default:
-            return errc::unavailable;
-    }
-}
-
 std::string meta(sqlite::db& db, const char* key) {
     auto& q = db.prepare("SELECT v FROM meta WHERE k = ?1");
     q.bind(1, std::string_view(key));
@@ -102,10 +49,6 @@ std::string dump(const json::value& v) {
 }
 
 }  // namespace
-
-void sqlite::migrate_catalog(db& d) {
-    migrate(d, catalog_migrations);
-}
 
 // One open session file. `dev`/`ino` identify the file this connection opened, so that a
 // path that now names another file (the session was removed and created again) is never
@@ -279,7 +222,7 @@ class sqlite_log final : public session_log {
             }
             return f(*h->db);
         } catch (const sqlite::error& e) {
-            return map_error(e);
+            return sqlite::storage_error(e);
         }
     }
 
@@ -406,25 +349,8 @@ std::shared_ptr<sqlite_store::handle> sqlite_store::open_file(const std::filesys
     }
     h->dev = st.st_dev;
     h->ino = st.st_ino;
-    migrate(*h->db, session_migrations);
+    sqlite::migrate(*h->db, session_migrations, std::size(session_migrations));
     return h;
-}
-
-void sqlite_store::note_catalog(const session_id& id, bool has_work, bool has_timers) {
-    try {
-        std::lock_guard lock(catalog_mu_);
-        catalog_
-            ->prepare(
-                "INSERT INTO sessions (id, has_work, has_timers) VALUES (?1, ?2, ?3) "
-                "ON CONFLICT (id) DO UPDATE SET has_work = excluded.has_work, "
-                "has_timers = excluded.has_timers")
-            .bind(1, id.str())
-            .bind(2, has_work ? 1 : 0)
-            .bind(3, has_timers ? 1 : 0)
-            .run();
-    } catch (const sqlite::error&) {
-        // The catalog is a hint for the recovery sweep; the session file is authoritative.
-    }
 }
 
 void sqlite_store::forget(const session_id& id, const std::shared_ptr<handle>& h) {
@@ -447,18 +373,6 @@ std::shared_ptr<sqlite_store::handle> sqlite_store::acquire_current(const sessio
         // the session, and perhaps created it again): drop it and open the path.
         forget(id, h);
     }
-}
-
-std::optional<lease_epoch> sqlite_store::removed_at(const session_id& id) {
-    std::lock_guard lock(catalog_mu_);
-    auto& q = catalog_->prepare("SELECT epoch FROM removed WHERE id = ?1");
-    q.bind(1, id.str());
-    std::optional<lease_epoch> out;
-    if (q.step()) {
-        out = lease_epoch{static_cast<std::uint64_t>(q.int64(0))};
-    }
-    q.reset();
-    return out;
 }
 
 result<std::unique_ptr<session_log>> sqlite_store::do_open(const session_id& id, lease_epoch epoch,
@@ -515,22 +429,10 @@ result<std::unique_ptr<session_log>> sqlite_store::do_open(const session_id& id,
             tx.commit();
             break;
         }
-        {
-            std::lock_guard lock(catalog_mu_);
-            catalog_->prepare("INSERT INTO sessions (id) VALUES (?1) ON CONFLICT (id) DO NOTHING")
-                .bind(1, id.str())
-                .run();
-            if (floor) {
-                // A newer session: the removal's floor has done its work.
-                catalog_->prepare("DELETE FROM removed WHERE id = ?1 AND epoch < ?2")
-                    .bind(1, id.str())
-                    .bind(2, static_cast<std::int64_t>(epoch.value))
-                    .run();
-            }
-        }
+        note_opened(id, epoch, floor.has_value());
         return std::unique_ptr<session_log>(std::make_unique<sqlite_log>(*this, id, epoch));
     } catch (const sqlite::error& e) {
-        return map_error(e);
+        return sqlite::storage_error(e);
     } catch (const std::logic_error&) {
         return errc::corrupt;  // an epoch that is not a number
     }
@@ -538,27 +440,14 @@ result<std::unique_ptr<session_log>> sqlite_store::do_open(const session_id& id,
 
 result<void> sqlite_store::remove(const session_id& id, lease_epoch epoch) {
     try {
-        auto note_floor = [&] {
-            // Opens at this epoch or older are refused from now on, in every process of the
-            // host: a request that waited behind this removal cannot bring the session back.
-            std::lock_guard lock(catalog_mu_);
-            catalog_
-                ->prepare(
-                    "INSERT INTO removed (id, epoch) VALUES (?1, ?2) "
-                    "ON CONFLICT (id) DO UPDATE SET epoch = max(epoch, excluded.epoch)")
-                .bind(1, id.str())
-                .bind(2, static_cast<std::int64_t>(epoch.value))
-                .run();
-            catalog_->prepare("DELETE FROM sessions WHERE id = ?1").bind(1, id.str()).run();
-        };
         auto h = acquire_current(id, false);
         if (!h) {
-            note_floor();
+            note_removed(id, epoch);
             return {};
         }
         std::lock_guard lock(h->mu);  // after an operation in progress
         if (!h->db) {
-            note_floor();
+            note_removed(id, epoch);
             return {};  // removed meanwhile
         }
         {
@@ -573,7 +462,7 @@ result<void> sqlite_store::remove(const session_id& id, lease_epoch epoch) {
             }
             tx.commit();
         }
-        note_floor();
+        note_removed(id, epoch);
         // The tombstone into the file itself (best effort: readers elsewhere may hold the WAL),
         // so that whoever opens the path before it is unlinked sees it without the WAL.
         sqlite3_wal_checkpoint_v2(h->db->raw(), "main", SQLITE_CHECKPOINT_TRUNCATE, nullptr,
@@ -583,7 +472,7 @@ result<void> sqlite_store::remove(const session_id& id, lease_epoch epoch) {
         unlink_if_same(path_of(id), h->dev, h->ino);
         return {};
     } catch (const sqlite::error& e) {
-        return map_error(e);
+        return sqlite::storage_error(e);
     } catch (const std::logic_error&) {
         return errc::corrupt;
     }
@@ -596,28 +485,6 @@ result<bool> sqlite_store::exists(const session_id& id) {
         return errc::unavailable;
     }
     return there;
-}
-
-result<std::vector<catalog_entry>> sqlite_store::sessions(catalog_filter filter) {
-    try {
-        std::lock_guard lock(catalog_mu_);
-        auto& q =
-            catalog_->prepare(filter == catalog_filter::needing_owner
-                                  ? "SELECT id, has_work, has_timers FROM sessions "
-                                    "WHERE has_work = 1 OR has_timers = 1 ORDER BY id"
-                                  : "SELECT id, has_work, has_timers FROM sessions ORDER BY id");
-        std::vector<catalog_entry> out;
-        while (q.step()) {
-            auto sid = session_id::parse(q.text(0));
-            if (!sid) {
-                return errc::corrupt;
-            }
-            out.push_back({*sid, q.int64(1) != 0, q.int64(2) != 0});
-        }
-        return out;
-    } catch (const sqlite::error& e) {
-        return map_error(e);
-    }
 }
 
 }  // namespace wuhu::storage

@@ -72,7 +72,10 @@ class sqlite_store final : public session_store {
     std::shared_ptr<handle> acquire_current(const session_id& id, bool create);
     // The epoch the session was last removed at, if it was (the catalog's `removed`).
     std::optional<lease_epoch> removed_at(const session_id& id);
+    // The catalog (sqlite_catalog.cpp).
     void note_catalog(const session_id& id, bool has_work, bool has_timers);
+    void note_opened(const session_id& id, lease_epoch epoch, bool after_removal);
+    void note_removed(const session_id& id, lease_epoch epoch);
 
     sqlite_options options_;
     std::unique_ptr<sqlite::db> catalog_;

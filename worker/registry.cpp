@@ -44,14 +44,6 @@ session_registry::handle share(const std::shared_ptr<void>& owner, agent_loop* l
 
 }  // namespace
 
-session_registry::handle session_registry::find(const session::session_id& id) const {
-    auto it = sessions_.find(id.str());
-    if (it == sessions_.end() || !it->second->running || it->second->loop->failed()) {
-        return nullptr;
-    }
-    return share(it->second, it->second->loop.get());
-}
-
 std::shared_ptr<session_registry::gate> session_registry::gate_of(const session::session_id& id) {
     auto& g = gates_[id.str()];
     if (!g) {

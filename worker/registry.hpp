@@ -46,8 +46,6 @@ class session_registry {
     asio::awaitable<boost::system::result<handle>> get(
         session::session_id id, session::lease_epoch epoch,
         storage::open_mode mode = storage::open_mode::create);
-    // The loop of a loaded, usable session, or null.
-    handle find(const session::session_id& id) const;
     // Removes the session's data, fenced at `epoch`: after the commands already waiting on
     // its loop have been answered, the loop is closed and the store removes the session. The
     // store's error (lease_lost: a newer owner has it) if it refuses.
