@@ -405,14 +405,9 @@ TEST(Fleet, ADurableTimerSurvivesItsOwnerDyingAndFiresOnceWithNobodyAsking) {
 // server's 8 KiB max payload: the worker logs the failed publish with its session and counts it,
 // and a watcher that missed the patch repairs the gap from subscribe.
 TEST(Fleet, APatchTooLargeToPublishIsLoggedWithItsSession) {
-    const int port = free_port();
-    ASSERT_GT(port, 0);
-    temp_dir conf;
-    std::ofstream(conf.path() / "nats.conf") << "max_payload: 8192\n";
-    pid_t nats = spawn_nats(port, {"-c", (conf.path() / "nats.conf").string()});
-    ASSERT_GT(nats, 0) << "nats-server did not start on port " << port;
-    process_guard nats_guard{nats};
-    const std::string url = "nats://127.0.0.1:" + std::to_string(port);
+    own_nats nats({}, "max_payload: 8192");
+    ASSERT_TRUE(nats.up()) << "nats-server did not start on port " << nats.port();
+    const std::string url = nats.url();
     worker_process worker("big", slow_script);
     worker.start(url);
     broker::nats_client nc(url, "big-client");
@@ -438,9 +433,6 @@ TEST(Fleet, APatchTooLargeToPublishIsLoggedWithItsSession) {
     ASSERT_TRUE(whole) << whole.error().message;
     EXPECT_GE(whole->at("patch").at("transcript").as_array().size(), 3u);
     EXPECT_EQ(worker.stop(), 0);
-    kill(nats, SIGTERM);
-    wait_exit(nats, std::chrono::seconds(10));
-    nats = 0;
 }
 
 namespace {
@@ -538,14 +530,9 @@ TEST(Fleet, ADatabaseOutageIsLoggedOnceEachWayAndLeaksNothing) {
 // read "unowned" with an owner set; a filter on "unowned" was refused. Here the server's max
 // payload is 8 KiB, so 150 sessions overflow it as 10,000 overflowed 1 MiB: every level pages.
 TEST(Fleet, TheFleetViewPagesAtEveryLevelAndShowsEveryRowState) {
-    const int port = free_port();
-    ASSERT_GT(port, 0);
-    temp_dir conf;
-    std::ofstream(conf.path() / "nats.conf") << "max_payload: 8192\n";
-    pid_t nats = spawn_nats(port, {"-c", (conf.path() / "nats.conf").string()});
-    ASSERT_GT(nats, 0) << "nats-server did not start on port " << port;
-    process_guard nats_guard{nats};
-    const std::string url = "nats://127.0.0.1:" + std::to_string(port);
+    own_nats nats({}, "max_payload: 8192");
+    ASSERT_TRUE(nats.up()) << "nats-server did not start on port " << nats.port();
+    const std::string url = nats.url();
 
     temp_dir shared;
     auto config = [&](const std::string& id) {
@@ -646,9 +633,6 @@ TEST(Fleet, TheFleetViewPagesAtEveryLevelAndShowsEveryRowState) {
     }
     EXPECT_EQ(of_b, static_cast<std::size_t>(n / 2));
     EXPECT_EQ(a.stop(), 0);
-    kill(nats, SIGTERM);
-    wait_exit(nats, std::chrono::seconds(10));
-    nats = 0;
 }
 
 }  // namespace wuhu::testing

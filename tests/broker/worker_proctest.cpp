@@ -51,12 +51,9 @@ TEST(WorkerProcess, ServesRequestsStopsOnSigtermAndKeepsSessionsAcrossRestarts) 
 }
 
 TEST(WorkerProcess, ReconnectsToNatsAfterTheServerRestarts) {
-    const int port = free_port();
-    ASSERT_GT(port, 0);
-    const std::string url = "nats://127.0.0.1:" + std::to_string(port);
-    pid_t nats = spawn_nats(port);
-    ASSERT_GT(nats, 0) << "nats-server did not start on port " << port;
-    process_guard nats_guard{nats};
+    own_nats nats;
+    ASSERT_TRUE(nats.up()) << "nats-server did not start on port " << nats.port();
+    const std::string url = nats.url();
     worker_process worker("r", R"({"responses":[{"text":"one"},{"text":"two"}]})");
     const auto& prefix = worker.prefix();
     worker.start(url);
@@ -64,12 +61,10 @@ TEST(WorkerProcess, ReconnectsToNatsAfterTheServerRestarts) {
     ASSERT_EQ(subscribe_when_up(nc, prefix).at("ok"), true);
 
     // The server goes away and comes back on the same address.
-    kill(nats, SIGTERM);
-    ASSERT_GE(wait_exit(nats, 10s), 0);
+    ASSERT_GE(nats.stop(), 0);
     std::this_thread::sleep_for(500ms);
     EXPECT_TRUE(worker.running()) << "the worker must survive the outage";
-    nats = spawn_nats(port);
-    ASSERT_GT(nats, 0) << "nats-server did not restart on port " << port;
+    ASSERT_TRUE(nats.start()) << "nats-server did not restart on port " << nats.port();
 
     // Both sides reconnect and resubscribe: requests are answered again.
     std::optional<std::string> r;
@@ -84,9 +79,6 @@ TEST(WorkerProcess, ReconnectsToNatsAfterTheServerRestarts) {
     ASSERT_TRUE(r.has_value()) << "no reply within 60 s of the server's restart";
     EXPECT_EQ(json::parse(*r).at("id"), "after-restart");
     EXPECT_EQ(worker.stop(), 0);
-    kill(nats, SIGTERM);
-    wait_exit(nats, 10s);
-    nats = 0;
     // The outage is in the worker's log, every line of which is a JSON object.
     const auto lines = json_lines(worker.log());
     EXPECT_TRUE(logged(lines, "NATS connection lost"));
@@ -95,14 +87,10 @@ TEST(WorkerProcess, ReconnectsToNatsAfterTheServerRestarts) {
 }
 
 TEST(WorkerProcess, ConnectsWithCredentialsInTheUrlAndNeverLogsThem) {
-    const int port = free_port();
-    ASSERT_GT(port, 0);
-    pid_t nats = spawn_nats(port, {"--user", "wuhu", "--pass", "s3cret-pw"});
-    ASSERT_GT(nats, 0) << "nats-server did not start on port " << port;
-    process_guard nats_guard{nats};
-    const std::string url = "nats://wuhu:s3cret-pw@127.0.0.1:" + std::to_string(port);
-    EXPECT_THROW(broker::nats_client("nats://127.0.0.1:" + std::to_string(port), "no-creds"),
-                 std::runtime_error)
+    own_nats nats({"--user", "wuhu", "--pass", "s3cret-pw"});
+    ASSERT_TRUE(nats.up()) << "nats-server did not start on port " << nats.port();
+    const std::string url = nats.url("wuhu:s3cret-pw");
+    EXPECT_THROW(broker::nats_client(nats.url(), "no-creds"), std::runtime_error)
         << "the server must require the password";
     worker_process worker("c", R"({"responses":[{"text":"ok"}]})");
     worker.start(url);
@@ -113,9 +101,6 @@ TEST(WorkerProcess, ConnectsWithCredentialsInTheUrlAndNeverLogsThem) {
     const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
     EXPECT_EQ(text.find("s3cret-pw"), std::string::npos) << text;
     EXPECT_NE(text.find("nats://***@127.0.0.1"), std::string::npos) << text;
-    kill(nats, SIGTERM);
-    wait_exit(nats, 10s);
-    nats = 0;
 }
 
 TEST(WorkerProcess, BadFlagsAndVariablesAreUsageErrors) {

@@ -166,15 +166,51 @@ inline pid_t spawn_nats(int port, std::vector<std::string> extra = {}) {
     return -1;
 }
 
-// Kills a process (a nats-server of the test's own) if the test ends early.
-struct process_guard {
-    pid_t& pid;
-    ~process_guard() {
-        if (pid > 0 && waitpid(pid, nullptr, WNOHANG) == 0) {
-            kill(pid, SIGKILL);
-            waitpid(pid, nullptr, 0);
+// A nats-server of a test's own (not the one scripts/test starts, which others share): on
+// 127.0.0.1 and a free port, with extra arguments (authentication) and, when given, a config
+// file's text (`max_payload: 8192`). Started by the constructor (up() says whether it came
+// up), stopped by stop() and started again on the same port by start(); stopped with SIGTERM
+// and waited for when destroyed.
+class own_nats {
+  public:
+    explicit own_nats(std::vector<std::string> extra = {}, const std::string& config = "")
+        : port_(free_port()), extra_(std::move(extra)) {
+        if (!config.empty()) {
+            std::ofstream(dir_.path() / "nats.conf") << config << "\n";
+            extra_.insert(extra_.end(), {"-c", (dir_.path() / "nats.conf").string()});
         }
+        start();
     }
+    ~own_nats() { stop(); }
+    own_nats(const own_nats&) = delete;
+
+    bool start() {
+        pid_ = port_ > 0 ? spawn_nats(port_, extra_) : -1;
+        return up();
+    }
+    // SIGTERM; the exit status (-1: it did not exit within 10 s, and was killed).
+    int stop() {
+        if (pid_ <= 0) {
+            return -1;
+        }
+        kill(pid_, SIGTERM);
+        const int status = wait_exit(pid_, std::chrono::seconds(10));
+        pid_ = 0;
+        return status;
+    }
+    bool up() const { return pid_ > 0; }
+    int port() const { return port_; }
+    // nats://[credentials@]127.0.0.1:<port>
+    std::string url(const std::string& credentials = "") const {
+        return "nats://" + (credentials.empty() ? "" : credentials + "@") +
+               "127.0.0.1:" + std::to_string(port_);
+    }
+
+  private:
+    temp_dir dir_;
+    int port_ = 0;
+    std::vector<std::string> extra_;
+    pid_t pid_ = 0;
 };
 
 // A wuhu-worker process of one test: its script, subject prefix and log file (printed if the
