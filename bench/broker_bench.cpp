@@ -14,7 +14,7 @@
 // Needs a nats-server: WUHU_BENCH_NATS_URL (or WUHU_TEST_NATS_URL); scripts/bench starts one.
 //
 //   broker_bench [requests]
-#include "broker/node.hpp"
+#include "app/node.hpp"
 #include "ownership/sqlite_lease.hpp"
 #include "storage/memory_store.hpp"
 #include "storage/sqlite_db.hpp"
@@ -107,8 +107,8 @@ struct worker {
         node.stop();
         thread.join();
     }
-    static wuhu::broker::node_options options(const std::string& id, const std::string& prefix) {
-        wuhu::broker::node_options o;
+    static wuhu::app::node_options options(const std::string& id, const std::string& prefix) {
+        wuhu::app::node_options o;
         o.worker_id = id;
         o.server.prefix = prefix;
         return o;
@@ -119,8 +119,8 @@ struct worker {
         return log;
     }
     wuhu::ownership::sqlite_lease leases;
-    wuhu::broker::nats_client nats;
-    wuhu::broker::node node;
+    wuhu::nats::connection nats;
+    wuhu::app::node node;
     std::thread thread;
 };
 
@@ -146,9 +146,9 @@ int main(int argc, char** argv) {
     // 1. Raw NATS request-reply: an echo responder on its own connection.
     stats raw_rtt;
     {
-        wuhu::broker::nats_client responder(url, "bench-echo");
-        wuhu::broker::nats_client requester(url, "bench-requester");
-        responder.subscribe("wuhu_bench_echo", [&responder](wuhu::broker::nats_message m) {
+        wuhu::nats::connection responder(url, "bench-echo");
+        wuhu::nats::connection requester(url, "bench-requester");
+        responder.subscribe("wuhu_bench_echo", [&responder](wuhu::nats::message m) {
             responder.publish(m.reply, m.data);
         });
         responder.flush();
@@ -186,7 +186,7 @@ int main(int argc, char** argv) {
         raw_commit = percentiles(us);
     }
 
-    wuhu::broker::nats_client client(url, "bench-client");
+    wuhu::nats::connection client(url, "bench-client");
     // Enqueue ack latency: a paused session (input is persisted, nothing is inferred), one
     // request at a time.
     auto ack_latency = [&](const std::string& sid) -> std::optional<stats> {
@@ -237,10 +237,10 @@ int main(int argc, char** argv) {
     double throughput = 0;
     {
         constexpr int clients = 8;
-        std::vector<std::unique_ptr<wuhu::broker::nats_client>> conns;
+        std::vector<std::unique_ptr<wuhu::nats::connection>> conns;
         for (int c = 0; c < clients; ++c) {
             conns.push_back(
-                std::make_unique<wuhu::broker::nats_client>(url, "bench-c" + std::to_string(c)));
+                std::make_unique<wuhu::nats::connection>(url, "bench-c" + std::to_string(c)));
             const std::string sid = "wuhu_bench.session.tp" + std::to_string(c);
             conns.back()->request(sid + ".configure", "{}", 10s);
             conns.back()->request(sid + ".pause", "{}", 10s);
@@ -279,7 +279,7 @@ int main(int argc, char** argv) {
         };
         auto st = std::make_shared<seen>();
         const auto token =
-            client.subscribe("wuhu_bench.events.stream.>", [st](wuhu::broker::nats_message m) {
+            client.subscribe("wuhu_bench.events.stream.>", [st](wuhu::nats::message m) {
                 const auto now = clock_type::now().time_since_epoch().count();
                 auto v = json::parse(m.data);
                 std::lock_guard lock(st->mu);

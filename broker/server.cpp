@@ -50,7 +50,7 @@ std::vector<std::string> absent_session(verb v, const work& w, std::size_t max_r
 }
 
 // One request, answered on the executor (a named coroutine taking its arguments by value).
-asio::awaitable<void> serve(server* srv, worker::session_registry* reg, nats_message m) {
+asio::awaitable<void> serve(server* srv, worker::session_registry* reg, nats::message m) {
     if (m.bad_reply) {
         // A reply subject with bytes a C string hides: answering it would reach another inbox.
         srv->count_failure("reply (the reply subject has a NUL byte)", m.subject, 0);
@@ -75,7 +75,7 @@ asio::awaitable<void> serve(server* srv, worker::session_registry* reg, nats_mes
 
 }  // namespace
 
-server::server(asio::any_io_executor ex, nats_client& nats, ownership::keeper& keeper,
+server::server(asio::any_io_executor ex, nats::connection& nats, ownership::keeper& keeper,
                const worker::tool_registry& tools, server_options options,
                std::shared_ptr<spdlog::logger> log)
     : ex_(std::move(ex)),
@@ -127,7 +127,7 @@ void server::start(worker::session_registry& registry) {
     store_ = &registry.store();
     // Counted from the libnats callback to the reply, so that a stopping worker can wait for
     // every request it has taken.
-    auto on_request = [this, &registry](nats_message m) {
+    auto on_request = [this, &registry](nats::message m) {
         ++in_flight_;
         asio::co_spawn(ex_, serve(this, &registry, std::move(m)),
                        [this](const std::exception_ptr&) { --in_flight_; });
@@ -136,7 +136,7 @@ void server::start(worker::session_registry& registry) {
         nats_.queue_subscribe(options_.prefix + ".session.>", options_.queue_group, on_request));
     // The fleet view: any one worker answers, asking each owner for a page of its sessions.
     taking_.push_back(nats_.queue_subscribe(
-        options_.prefix + ".admin.sessions", options_.queue_group, [this](nats_message m) {
+        options_.prefix + ".admin.sessions", options_.queue_group, [this](nats::message m) {
             if (m.reply.empty() || m.bad_reply) {
                 return;  // nobody to answer
             }
@@ -148,7 +148,7 @@ void server::start(worker::session_registry& registry) {
         }));
     forwarded_to_me_.push_back(nats_.subscribe(forward_prefix_ + ".session.>", on_request));
     forwarded_to_me_.push_back(
-        nats_.subscribe(forward_prefix_ + ".admin.local", [this, &registry](nats_message m) {
+        nats_.subscribe(forward_prefix_ + ".admin.local", [this, &registry](nats::message m) {
             if (m.reply.empty() || m.bad_reply) {
                 return;
             }
@@ -212,7 +212,7 @@ std::variant<s::sessions_query, std::string> read_query(std::string_view data,
 
 }  // namespace
 
-std::string server::local_sessions(worker::session_registry& registry, const nats_message& m) {
+std::string server::local_sessions(worker::session_registry& registry, const nats::message& m) {
     auto read = read_query(m.data, options_.limits);
     if (auto* refused = std::get_if<std::string>(&read)) {
         return std::move(*refused);
@@ -239,7 +239,7 @@ std::string server::local_sessions(worker::session_registry& registry, const nat
     return local_page(*q, loaded, unloaded, options_.max_reply_bytes);
 }
 
-std::string server::list_sessions(const nats_message& m) {
+std::string server::list_sessions(const nats::message& m) {
     auto read = read_query(m.data, options_.limits);
     if (auto* refused = std::get_if<std::string>(&read)) {
         return std::move(*refused);
@@ -284,7 +284,7 @@ s::queue_item_id server::new_item_id() {
 }
 
 asio::awaitable<std::vector<std::string>> server::handle(worker::session_registry& registry,
-                                                         nats_message m) {
+                                                         nats::message m) {
     using replies = std::vector<std::string>;
     const bool forwarded = m.subject.starts_with(forward_prefix_ + ".");
     auto route = parse_subject(m.subject, forwarded ? forward_prefix_ : options_.prefix);

@@ -17,7 +17,7 @@
 // Executor: handle() and the event forwarding run on `ex`, the registry's executor.
 #pragma once
 
-#include "broker/nats_client.hpp"
+#include "nats/connection.hpp"
 #include "broker/protocol.hpp"
 #include "ownership/keeper.hpp"
 #include "worker/registry.hpp"
@@ -46,7 +46,7 @@ struct server_options {
 
 class server {
   public:
-    server(asio::any_io_executor ex, nats_client& nats, ownership::keeper& keeper,
+    server(asio::any_io_executor ex, nats::connection& nats, ownership::keeper& keeper,
            const worker::tool_registry& tools, server_options options,
            std::shared_ptr<spdlog::logger> log);
 
@@ -73,12 +73,12 @@ class server {
     // The reply messages to one request, in order (one, or the chunks of a large subscribe
     // reply); none when the request was forwarded to the session's owner.
     asio::awaitable<std::vector<std::string>> handle(worker::session_registry& registry,
-                                                     nats_message m);
+                                                     nats::message m);
 
     const server_options& options() const { return options_; }
     // The answer to `<prefix>.admin.sessions` (blocking: it asks every owner; run it off the
     // executor).
-    std::string list_sessions(const nats_message& m);
+    std::string list_sessions(const nats::message& m);
 
     // Requests this worker forwarded to another owner (for tests and logs).
     std::size_t forwarded() const { return forwarded_.load(); }
@@ -91,10 +91,10 @@ class server {
 
   private:
     session::queue_item_id new_item_id();
-    std::string local_sessions(worker::session_registry& registry, const nats_message& m);
+    std::string local_sessions(worker::session_registry& registry, const nats::message& m);
 
     asio::any_io_executor ex_;
-    nats_client& nats_;
+    nats::connection& nats_;
     ownership::keeper& keeper_;
     const worker::tool_registry& tools_;
     server_options options_;

@@ -2,7 +2,7 @@
 // AddressSanitizer build under scripts/test) on one SQLite data directory, a real nats-server,
 // and the signals an operator or a crash sends (SIGSTOP/SIGCONT, SIGKILL). Each test here is
 // the regression test of a defect found that way.
-#include "broker/client.hpp"
+#include "client/client.hpp"
 #include "storage/sqlite_db.hpp"
 #include "tests/support/burst.hpp"
 #include "tests/support/process.hpp"
@@ -76,7 +76,7 @@ std::string code_of(const json::value& v) {
 
 // Waits (bounded: 30 s) until the session's loop is idle with nothing to do, asking `subject`
 // (a subscribe subject).
-bool wait_idle(broker::nats_client& nc, const std::string& subject) {
+bool wait_idle(nats::connection& nc, const std::string& subject) {
     for (int i = 0; i < 300; ++i) {
         auto r = nc.request(subject, "{}", 1s);
         if (r) {
@@ -103,7 +103,7 @@ constexpr const char* slow_script = R"({"responses":[{"text":"noted","delay_ms":
 TEST(Fleet, DeletingASessionWhileCommandsWaitNeverCrashesTheWorker) {
     worker_process worker("del", slow_script);
     worker.start();
-    broker::nats_client nc(nats_url(), "delete-burst");
+    nats::connection nc(nats_url(), "delete-burst");
     ASSERT_EQ(answer_when_up(nc, worker.prefix() + ".session.warmup.subscribe").at("ok"), true);
     burst b(nc);
     for (int round = 0; round < 40; ++round) {
@@ -158,7 +158,7 @@ TEST(Fleet, ADiskThatRefusesWritesGetsUnavailableRepliesAndNeverACrash) {
     full.max_file_bytes = 96 * 1024;  // files may not grow past this: writes soon fail
     worker_process worker("full", slow_script, full);
     worker.start();
-    broker::nats_client nc(nats_url(), "full-disk");
+    nats::connection nc(nats_url(), "full-disk");
     ASSERT_EQ(answer_when_up(nc, worker.prefix() + ".session.warmup.subscribe").at("ok"), true);
     burst b(nc);
     std::set<std::string> acked;
@@ -241,7 +241,7 @@ struct two_workers {
 // fences every old handle; the stale owner reloads from the store before it serves again.
 TEST(Fleet, AStaleOwnerNeverAcknowledgesIntoADeletedSession) {
     two_workers w("stale");
-    broker::nats_client nc(nats_url(), "stale-client");
+    nats::connection nc(nats_url(), "stale-client");
     auto& a = *w.a;
     auto& b = *w.b;
     ASSERT_EQ(answer_when_up(nc, a.direct("s", "enqueue"), enqueue_body("d1")).at("ok"), true);
@@ -294,7 +294,7 @@ TEST(Fleet, AStaleOwnerNeverAcknowledgesIntoADeletedSession) {
 // used to leave it serving its old state for as long as renewal failed.
 TEST(Fleet, AFencedOwnerNeverServesOldState) {
     two_workers w("fenced");
-    broker::nats_client nc(nats_url(), "fenced-client");
+    nats::connection nc(nats_url(), "fenced-client");
     auto& a = *w.a;
     auto& b = *w.b;
     ASSERT_EQ(answer_when_up(nc, a.direct("f", "configure")).at("ok"), true);
@@ -361,7 +361,7 @@ TEST(Fleet, ADurableTimerSurvivesItsOwnerDyingAndFiresOnceWithNobodyAsking) {
     worker_process a("timera", script, config("A"));
     worker_process b("timerb", script, config("B"));
     a.start();
-    broker::nats_client nc(nats_url(), "timer-client");
+    nats::connection nc(nats_url(), "timer-client");
     ASSERT_EQ(answer_when_up(nc, a.direct("t", "enqueue"), enqueue_body("remind")).at("ok"), true);
     ASSERT_TRUE(wait_idle(nc, a.direct("t", "subscribe")));
     a.crash();  // before the timer is due
@@ -370,7 +370,7 @@ TEST(Fleet, ADurableTimerSurvivesItsOwnerDyingAndFiresOnceWithNobodyAsking) {
     std::mutex mu;
     std::condition_variable cv;
     std::vector<std::string> texts;
-    nc.subscribe(a.prefix() + ".events.t.patch", [&](broker::nats_message m) {
+    nc.subscribe(a.prefix() + ".events.t.patch", [&](nats::message m) {
         auto v = json::parse(m.data);
         std::lock_guard lock(mu);
         for (const auto& e : v.at("transcript").as_array()) {
@@ -410,7 +410,7 @@ TEST(Fleet, APatchTooLargeToPublishIsLoggedWithItsSession) {
     const std::string url = nats.url();
     worker_process worker("big", slow_script);
     worker.start(url);
-    broker::nats_client nc(url, "big-client");
+    nats::connection nc(url, "big-client");
     const auto subject = [&](const char* verb) { return worker.prefix() + ".session.big." + verb; };
     ASSERT_EQ(answer_when_up(nc, subject("configure")).at("ok"), true);
     ASSERT_EQ(answer_when_up(nc, subject("pause")).at("ok"), true);
@@ -475,7 +475,7 @@ TEST(Fleet, ADatabaseOutageIsLoggedOnceEachWayAndLeaksNothing) {
     pg.store = pg_url(db);
     worker_process worker("pg", slow_script, pg);
     worker.start();
-    broker::nats_client nc(nats_url(), "outage-client");
+    nats::connection nc(nats_url(), "outage-client");
     const auto subject = [&](int i) {
         return worker.prefix() + ".session.db" + std::to_string(i % 4) + ".enqueue";
     };
@@ -546,7 +546,7 @@ TEST(Fleet, TheFleetViewPagesAtEveryLevelAndShowsEveryRowState) {
     worker_process b("fleetb", slow_script, config("B"));
     a.start(url);
     b.start(url);
-    broker::nats_client nc(url, "fleet-client");
+    nats::connection nc(url, "fleet-client");
     ASSERT_EQ(answer_when_up(nc, a.direct("warma", "subscribe")).at("ok"), true);
     ASSERT_EQ(answer_when_up(nc, b.direct("warmb", "subscribe")).at("ok"), true);
     // 150 sessions, owned alternately by A and B; every third one paused.

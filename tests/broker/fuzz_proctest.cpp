@@ -262,7 +262,7 @@ std::uint64_t seed() {
 }
 
 // What a bystander looks like from outside: its version, transcript and settings.
-json::value snapshot(broker::nats_client& nc, const std::string& subject) {
+json::value snapshot(nats::connection& nc, const std::string& subject) {
     auto r = answer_when_up(nc, subject);
     if (!r.is_object() || !r.as_object().contains("patch")) {
         return r;
@@ -289,7 +289,7 @@ TEST(Fuzz, TwoWorkersAnswerEveryMalformedRequestAndChangeOnlyWhatValidWritesAddr
     worker_process b("fuzzb", script, config("B"));
     a.start();
     b.start();
-    broker::nats_client nc(nats_url(), "fuzz-client");
+    nats::connection nc(nats_url(), "fuzz-client");
 
     const std::vector<std::string> live = {"fz0", "fz1", "fz2", "fz3", "fz4", "fz5"};
     const std::vector<std::string> bystanders = {"by0", "by1", "by2", "by3"};

@@ -1,6 +1,6 @@
 // The NATS contract's payloads: subjects, the bad-input table, replies, events; URLs in logs.
 #include "broker/protocol.hpp"
-#include "broker/nats_client.hpp"
+#include "nats/connection.hpp"
 #include "tests/support/builders.hpp"
 
 #include <gtest/gtest.h>
@@ -116,13 +116,13 @@ TEST(Events, DeltasAndPatchesHaveTheDocumentedShape) {
 }
 
 TEST(RedactedUrl, CredentialsNeverReachALogLine) {
-    EXPECT_EQ(broker::redacted_url("nats://127.0.0.1:4222"), "nats://127.0.0.1:4222");
-    EXPECT_EQ(broker::redacted_url("nats://ann:s3cr@t@nats.internal:4222"),
+    EXPECT_EQ(nats::redacted_url("nats://127.0.0.1:4222"), "nats://127.0.0.1:4222");
+    EXPECT_EQ(nats::redacted_url("nats://ann:s3cr@t@nats.internal:4222"),
               "nats://***@nats.internal:4222");
-    EXPECT_EQ(broker::redacted_url("nats://tok3n@a:4222,tls://b:4222,nats://u:p@c"),
+    EXPECT_EQ(nats::redacted_url("nats://tok3n@a:4222,tls://b:4222,nats://u:p@c"),
               "nats://***@a:4222,tls://b:4222,nats://***@c");
-    EXPECT_EQ(broker::redacted_url("u:p@host:4222"), "***@host:4222");
-    EXPECT_EQ(broker::redacted_url(""), "");
+    EXPECT_EQ(nats::redacted_url("u:p@host:4222"), "***@host:4222");
+    EXPECT_EQ(nats::redacted_url(""), "");
 }
 
 }  // namespace wuhu::testing

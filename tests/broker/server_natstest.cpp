@@ -1,6 +1,6 @@
 // The worker's request side against a real nats-server (scripts/test starts it and sets
 // WUHU_TEST_NATS_URL): requests in, replies after commit, patches and deltas out.
-#include "broker/client.hpp"
+#include "client/client.hpp"
 #include "tests/broker/worker_node.hpp"
 #include "tests/support/builders.hpp"
 #include "tests/support/raw_nats.hpp"
@@ -42,7 +42,7 @@ constexpr const char* default_script = R"({"responses":[
 class worker_fixture : public ::testing::Test {
   protected:
     void SetUp() override {
-        client_ = std::make_unique<broker::nats_client>(nats_url(), "test-client");
+        client_ = std::make_unique<nats::connection>(nats_url(), "test-client");
         node_ = start_node("w1");
     }
     void TearDown() override {
@@ -73,7 +73,7 @@ class worker_fixture : public ::testing::Test {
 
     // Collects events of one session.
     void watch(const std::string& sid) {
-        client_->subscribe(prefix_ + ".events." + sid + ".>", [this](broker::nats_message m) {
+        client_->subscribe(prefix_ + ".events." + sid + ".>", [this](nats::message m) {
             std::lock_guard lock(mu_);
             events_.push_back({m.subject, json::parse(m.data)});
             cv_.notify_all();
@@ -92,7 +92,7 @@ class worker_fixture : public ::testing::Test {
     // Each test process has its own prefix: ctest runs them in parallel on one nats-server, and
     // a shared prefix would load-balance one test's requests to another test's worker.
     std::string prefix_ = "wuhu_t" + std::to_string(getpid());
-    std::unique_ptr<broker::nats_client> client_;
+    std::unique_ptr<nats::connection> client_;
     std::unique_ptr<worker_node> node_;
     std::mutex mu_;
     std::condition_variable cv_;
@@ -242,7 +242,7 @@ TEST_F(worker_fixture, BadInputGetsItsErrorCodeAndChangesNothing) {
     // drops that connection), so no worker sees it. (The client library refuses such ids
     // before sending: TheClientLibraryEnqueuesAndWatchesWithoutGaps.)
     {
-        broker::nats_client raw(nats_url(), "space-client");
+        nats::connection raw(nats_url(), "space-client");
         EXPECT_FALSE(raw.request(prefix_ + ".session.clean x.enqueue",
                                  R"({"lane":"steer","content":"x"})", 1s)
                          .has_value());
@@ -317,7 +317,7 @@ TEST_F(worker_fixture, ReadsOfAnUnknownSessionCreateNothing) {
             << suffix;
     }
     EXPECT_FALSE(node_->leases().owner_of(ghost).value().has_value());
-    broker::nats_client nc(nats_url(), "ghost-client");
+    nats::connection nc(nats_url(), "ghost-client");
     client::client c(nc, client::options{prefix_, 30s});
     auto page = c.sessions();
     ASSERT_TRUE(page) << page.error().message;
@@ -407,7 +407,7 @@ TEST_F(tool_worker_fixture, CancelBeforeMaterializationAndASystemCallback) {
 // one said "preparing" while subscribe said "idle"). Every loop state change reaches a watcher,
 // and the last status it holds is what subscribe returns.
 TEST_F(tool_worker_fixture, WatchersSeeEveryLoopStateAndEndWithTheStatusSubscribeReturns) {
-    broker::nats_client nc(nats_url(), "status-client");
+    nats::connection nc(nats_url(), "status-client");
     client::client c(nc, client::options{prefix_, 30s});
     auto w = client::watch::open(c, "st");
     ASSERT_TRUE(w) << w.error().message;
@@ -565,7 +565,7 @@ TEST_F(worker_fixture, AdminSessionsListsTheFleetWithOwnersStatesAndLanes) {
     }
     // Paused sessions keep their queued input: lane depths show it.
     request("adm-b", "enqueue", R"({"lane":"steer","id":"s1","content":"wait"})");
-    broker::nats_client nc(nats_url(), "admin-client");
+    nats::connection nc(nats_url(), "admin-client");
     client::client c(nc, client::options{prefix_, 30s});
     auto page = c.sessions();
     ASSERT_TRUE(page) << page.error().message;
@@ -721,7 +721,7 @@ TEST_F(worker_fixture, AStoppingOwnerAnswersWhatIsForwardedToItUntilItsLeasesAre
 }
 
 TEST_F(worker_fixture, TheClientLibraryRetriesWhatAStoppingWorkerRefused) {
-    broker::nats_client nc(nats_url(), "retry-client");
+    nats::connection nc(nats_url(), "retry-client");
     client::client c(nc, client::options{prefix_, 30s});
     executor_hold hold(*node_);
     node_->node().stop();  // runs once released: w1 then refuses sessions it has not loaded
@@ -741,7 +741,7 @@ TEST_F(worker_fixture, TheClientLibraryRetriesWhatAStoppingWorkerRefused) {
 // Every page of the fleet view, with a page larger than either owner's share.
 TEST_F(worker_fixture, TheFleetViewListsEverySessionOnceWhateverThePageSize) {
     auto second = start_node("w2");
-    broker::nats_client nc(nats_url(), "pages-client");
+    nats::connection nc(nats_url(), "pages-client");
     std::set<std::string> created;
     for (const auto& [w, n] : {std::pair{"w1", 70}, std::pair{"w2", 50}}) {
         std::vector<std::string> subjects;
@@ -781,7 +781,7 @@ TEST_F(worker_fixture, TheFleetViewListsEverySessionOnceWhateverThePageSize) {
 TEST_F(worker_fixture, ALargeSubscribeReplyArrivesInOrderedChunks) {
     node_.reset();
     node_ = start_node("w1", 4096);
-    broker::nats_client nc(nats_url(), "chunk-client");
+    nats::connection nc(nats_url(), "chunk-client");
     client::client c(nc, client::options{prefix_, 30s});
     const std::string content(1500, 'y');
     for (int i = 0; i < 6; ++i) {
@@ -824,7 +824,7 @@ TEST_F(worker_fixture, ALargeSubscribeReplyArrivesInOrderedChunks) {
 }
 
 TEST_F(worker_fixture, TheClientLibraryEnqueuesAndWatchesWithoutGaps) {
-    broker::nats_client nc(nats_url(), "lib-client");
+    nats::connection nc(nats_url(), "lib-client");
     client::client c(nc, client::options{prefix_, 30s});
     auto w = client::watch::open(c, "lib");
     ASSERT_TRUE(w) << w.error().message;

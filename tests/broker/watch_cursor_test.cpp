@@ -1,7 +1,7 @@
 // The gap-free watch's decisions (broker/client.hpp watch_cursor), without NATS: duplicates
 // from before the backfill are dropped, patches and deltas that do not follow are gaps, and a
 // resync delivers exactly what was missed.
-#include "broker/client.hpp"
+#include "client/client.hpp"
 
 #include <gtest/gtest.h>
 

@@ -4,7 +4,7 @@
 // its own NATS connection, and a thread running it.
 #pragma once
 
-#include "broker/node.hpp"
+#include "app/node.hpp"
 #include "ownership/sqlite_lease.hpp"
 #include "storage/faulty_store.hpp"
 #include "storage/sqlite_store.hpp"
@@ -63,20 +63,20 @@ class worker_node {
     }
     std::size_t forwarded() const { return node_.requests().forwarded(); }
     const std::string& id() const { return options_.worker_id; }
-    broker::node& node() { return node_; }
+    app::node& node() { return node_; }
     // The store the node commits through: hold_commits() stalls its disk.
     storage::faulty_store& store() { return stalling_store_; }
     ownership::lease_store& leases() { return leases_; }
 
   private:
-    broker::node::provider_factory provider_factory() const {
+    app::node::provider_factory provider_factory() const {
         auto script = worker::parse_script(options_.script).value();
         return [script](worker::clock& clk) {
             return std::make_unique<worker::scripted_provider>(script, clk);
         };
     }
-    broker::node_options broker_options() const {
-        broker::node_options o;
+    app::node_options broker_options() const {
+        app::node_options o;
         o.worker_id = options_.worker_id;
         o.server.prefix = options_.prefix;
         o.server.max_reply_bytes = options_.max_reply_bytes;
@@ -89,8 +89,8 @@ class worker_node {
     storage::sqlite_store store_;
     storage::faulty_store stalling_store_;
     ownership::sqlite_lease leases_;
-    broker::nats_client nats_;
-    broker::node node_;
+    nats::connection nats_;
+    app::node node_;
     std::thread thread_;
 };
 

@@ -11,7 +11,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-json::value subscribe_when_up(broker::nats_client& nc, const std::string& prefix) {
+json::value subscribe_when_up(nats::connection& nc, const std::string& prefix) {
     return answer_when_up(nc, prefix + ".session.p1.subscribe");
 }
 
@@ -20,7 +20,7 @@ json::value subscribe_when_up(broker::nats_client& nc, const std::string& prefix
 TEST(WorkerProcess, ServesRequestsStopsOnSigtermAndKeepsSessionsAcrossRestarts) {
     worker_process worker("p", R"({"responses":[{"text":"hello from the worker"}]})");
     const auto& prefix = worker.prefix();
-    broker::nats_client nc(nats_url(), "proctest-client");
+    nats::connection nc(nats_url(), "proctest-client");
 
     worker.start();
     auto first = subscribe_when_up(nc, prefix);
@@ -57,7 +57,7 @@ TEST(WorkerProcess, ReconnectsToNatsAfterTheServerRestarts) {
     worker_process worker("r", R"({"responses":[{"text":"one"},{"text":"two"}]})");
     const auto& prefix = worker.prefix();
     worker.start(url);
-    broker::nats_client nc(url, "reconnect-client");
+    nats::connection nc(url, "reconnect-client");
     ASSERT_EQ(subscribe_when_up(nc, prefix).at("ok"), true);
 
     // The server goes away and comes back on the same address.
@@ -90,11 +90,11 @@ TEST(WorkerProcess, ConnectsWithCredentialsInTheUrlAndNeverLogsThem) {
     own_nats nats({"--user", "wuhu", "--pass", "s3cret-pw"});
     ASSERT_TRUE(nats.up()) << "nats-server did not start on port " << nats.port();
     const std::string url = nats.url("wuhu:s3cret-pw");
-    EXPECT_THROW(broker::nats_client(nats.url(), "no-creds"), std::runtime_error)
+    EXPECT_THROW(nats::connection(nats.url(), "no-creds"), std::runtime_error)
         << "the server must require the password";
     worker_process worker("c", R"({"responses":[{"text":"ok"}]})");
     worker.start(url);
-    broker::nats_client nc(url, "creds-client");
+    nats::connection nc(url, "creds-client");
     EXPECT_EQ(subscribe_when_up(nc, worker.prefix()).at("ok"), true);
     EXPECT_EQ(worker.stop(), 0);
     std::ifstream f(worker.log());
@@ -127,7 +127,7 @@ TEST(Wuhuctl, ExitCodesTellOkRefusedUsageAndNoReply) {
     worker_process worker("x", R"({"responses":[{"text":"ok"}]})");
     const auto& prefix = worker.prefix();
     worker.start();
-    broker::nats_client nc(nats_url(), "ctl-client");
+    nats::connection nc(nats_url(), "ctl-client");
     ASSERT_EQ(subscribe_when_up(nc, prefix).at("ok"), true);
     auto ctl = [&](std::vector<std::string> args, const std::string& with_prefix) {
         args.insert(args.begin(), {"--nats", nats_url(), "--prefix", with_prefix});

@@ -3,7 +3,7 @@
 // none), then waits (bounded) for the replies and returns them in the order of the batch.
 #pragma once
 
-#include "broker/nats_client.hpp"
+#include "nats/connection.hpp"
 
 #include <chrono>
 #include <condition_variable>
@@ -24,10 +24,10 @@ struct burst_request {
 
 class burst {
   public:
-    explicit burst(broker::nats_client& nc) : nc_(nc) {
+    explicit burst(nats::connection& nc) : nc_(nc) {
         std::random_device rd;
         inbox_ = "_BURST." + std::to_string(rd()) + std::to_string(rd());
-        token_ = nc_.subscribe(inbox_ + ".*", [this](broker::nats_message m) {
+        token_ = nc_.subscribe(inbox_ + ".*", [this](nats::message m) {
             const auto i = std::stoul(m.subject.substr(inbox_.size() + 1));
             std::lock_guard lock(mu_);
             replies_[i] = std::move(m.data);
@@ -71,7 +71,7 @@ class burst {
     }
 
   private:
-    broker::nats_client& nc_;
+    nats::connection& nc_;
     std::string inbox_;
     std::size_t token_ = 0;
     std::size_t next_ = 0;

@@ -4,7 +4,7 @@
 // the test ends early.
 #pragma once
 
-#include "broker/nats_client.hpp"
+#include "nats/connection.hpp"
 #include "tests/support/temp_dir.hpp"
 
 #include <gtest/gtest.h>
@@ -300,7 +300,7 @@ class worker_process {
 };
 
 // Waits until `nc` gets an answer from a worker on `subject` (bounded: 30 s); the answer.
-inline boost::json::value answer_when_up(broker::nats_client& nc, const std::string& subject,
+inline boost::json::value answer_when_up(nats::connection& nc, const std::string& subject,
                                          const std::string& body = "{}") {
     for (int i = 0; i < 100; ++i) {
         if (auto r = nc.request(subject, body, std::chrono::milliseconds(200))) {

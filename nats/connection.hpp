@@ -18,9 +18,9 @@
 struct __natsConnection;
 struct __natsSubscription;
 
-namespace wuhu::broker {
+namespace wuhu::nats {
 
-struct nats_message {
+struct message {
     std::string subject;  // every byte received (a NUL included)
     std::string reply;
     std::string data;
@@ -28,7 +28,7 @@ struct nats_message {
     bool bad_reply = false;
 };
 
-struct nats_options {
+struct options {
     // The server; credentials go in it too (nats://user:password@host:4222, nats://token@host).
     std::string url = "nats://127.0.0.1:4222";
     std::string name;  // shown by the server (connz)
@@ -41,17 +41,17 @@ struct nats_options {
 // and error messages: nats://user:secret@host:4222 -> nats://***@host:4222.
 std::string redacted_url(std::string_view url);
 
-class nats_client {
+class connection {
   public:
-    using handler = std::function<void(nats_message)>;
+    using handler = std::function<void(message)>;
 
     // Throws std::runtime_error when the server cannot be reached.
-    explicit nats_client(nats_options o);
-    nats_client(const std::string& url, const std::string& name)
-        : nats_client(nats_options{url, name, {}}) {}
-    ~nats_client();
-    nats_client(const nats_client&) = delete;
-    nats_client& operator=(const nats_client&) = delete;
+    explicit connection(options o);
+    connection(const std::string& url, const std::string& name)
+        : connection(options{url, name, {}}) {}
+    ~connection();
+    connection(const connection&) = delete;
+    connection& operator=(const connection&) = delete;
 
     // False when the message could not be handed to libnats.
     bool publish(const std::string& subject, std::string_view data);
@@ -94,4 +94,4 @@ class nats_client {
     std::vector<std::unique_ptr<handler>> handlers_;
 };
 
-}  // namespace wuhu::broker
+}  // namespace wuhu::nats

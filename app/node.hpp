@@ -37,11 +37,13 @@
 
 #include <memory>
 
-namespace wuhu::broker {
+namespace wuhu::app {
+
+namespace asio = boost::asio;
 
 struct node_options {
     std::string worker_id;  // 1-64 of [A-Za-z0-9_-]: a subject token
-    server_options server;
+    broker::server_options server;
     std::chrono::milliseconds lease_ttl{15000};
     std::size_t store_threads = 4;
     std::chrono::milliseconds drain_timeout{10000};
@@ -59,7 +61,7 @@ class node {
     using provider_factory = std::function<std::unique_ptr<worker::provider>(worker::clock&)>;
 
     // Throws std::invalid_argument for a bad worker id.
-    node(storage::session_store& store, ownership::lease_store& leases, nats_client& nats,
+    node(storage::session_store& store, ownership::lease_store& leases, nats::connection& nats,
          provider_factory providers, node_options options, std::shared_ptr<spdlog::logger> log);
     ~node();
     node(const node&) = delete;
@@ -73,7 +75,7 @@ class node {
     asio::any_io_executor executor() { return io_.get_executor(); }
     // REQUIRES: on the executor.
     const worker::session_registry& registry() const { return *registry_; }
-    const server& requests() const { return *server_; }
+    const broker::server& requests() const { return *server_; }
 
   private:
     static asio::awaitable<void> keep_leases(node* self);
@@ -89,7 +91,7 @@ class node {
     worker::tool_registry tools_;
     storage::watched_store store_;
     ownership::keeper keeper_;
-    std::unique_ptr<server> server_;
+    std::unique_ptr<broker::server> server_;
     std::unique_ptr<worker::session_registry> registry_;
     asio::cancellation_signal stop_renewal_;
     asio::cancellation_signal stop_sweep_;
@@ -97,4 +99,4 @@ class node {
     bool sweeping_ = false;  // a sweep round is loading sessions (the stop waits for it)
 };
 
-}  // namespace wuhu::broker
+}  // namespace wuhu::app

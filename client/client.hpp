@@ -1,6 +1,6 @@
 // The C++ client of a Wuhu fleet: every command of the NATS contract, and a gap-free watch.
 //
-//   broker::nats_client nats("nats://127.0.0.1:4222", "my-app");
+//   nats::connection nats("nats://127.0.0.1:4222", "my-app");
 //   client::client c(nats);
 //   auto id = c.enqueue("demo", "followUp", "hello", {.id = "u1", .name = "Ann"});
 //   client::watch w(c, "demo");                     // events first, then the backfill
@@ -16,7 +16,7 @@
 // Thread-safety: a client may be shared; a watch is used by one thread.
 #pragma once
 
-#include "broker/nats_client.hpp"
+#include "nats/connection.hpp"
 
 #include <boost/json.hpp>
 #include <boost/system/result.hpp>
@@ -55,7 +55,7 @@ struct options {
 
 class client {
   public:
-    explicit client(broker::nats_client& nats, options o = {});
+    explicit client(nats::connection& nats, options o = {});
 
     // Returns the item id (the given one, or the server's UUIDv7) once durable. Without an
     // author the message's author is {"kind":"unknown"}.
@@ -84,14 +84,14 @@ class client {
     outcome<json::object> call(const std::string& sid, std::string_view verb,
                                const json::object& body);
 
-    broker::nats_client& nats() { return nats_; }
+    nats::connection& nats() { return nats_; }
     const options& opts() const { return options_; }
 
   private:
     // One request whose reply may come in chunks (reassembled).
     outcome<json::object> chunked_request(const std::string& subject, const std::string& request);
 
-    broker::nats_client& nats_;
+    nats::connection& nats_;
     options options_;
 };
 
@@ -163,7 +163,7 @@ class watch {
     struct inbox {
         std::mutex mu;
         std::condition_variable cv;
-        std::deque<broker::nats_message> queue;
+        std::deque<nats::message> queue;
     };
     watch(client& c, std::string sid);
     outcome<bool> deliver(watch_cursor::delivery d, const handlers& h);

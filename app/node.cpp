@@ -1,4 +1,4 @@
-#include "broker/node.hpp"
+#include "app/node.hpp"
 
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -7,9 +7,9 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
-namespace wuhu::broker {
+namespace wuhu::app {
 
-node::node(storage::session_store& store, ownership::lease_store& leases, nats_client& nats,
+node::node(storage::session_store& store, ownership::lease_store& leases, nats::connection& nats,
            provider_factory providers, node_options options, std::shared_ptr<spdlog::logger> log)
     : options_(std::move(options)),
       log_(std::move(log)),
@@ -31,7 +31,7 @@ node::node(storage::session_store& store, ownership::lease_store& leases, nats_c
     auto loop = options_.loop;
     loop.store_executor = store_pool_.get_executor();
     server_ =
-        std::make_unique<server>(io_.get_executor(), nats, keeper_, tools_, options_.server, log_);
+        std::make_unique<broker::server>(io_.get_executor(), nats, keeper_, tools_, options_.server, log_);
     registry_ = std::make_unique<worker::session_registry>(
         io_.get_executor(), store_,
         [this, providers = std::move(providers)] { return providers(clock_); }, tools_, clock_,
@@ -215,4 +215,4 @@ asio::awaitable<void> node::drain(node* self) {
     self->io_.stop();
 }
 
-}  // namespace wuhu::broker
+}  // namespace wuhu::app

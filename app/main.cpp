@@ -5,7 +5,7 @@
 // Every flag has a WUHU_* environment variable (flags win). Logs are JSON lines on stderr.
 // SIGTERM or SIGINT: stop taking requests, stop every session loop, answer the requests already
 // taken, release the leases, exit 0 (broker/node.hpp).
-#include "broker/node.hpp"
+#include "app/node.hpp"
 #include "ownership/memory_lease.hpp"
 #include "ownership/sqlite_lease.hpp"
 #include "storage/postgres_store.hpp"
@@ -154,7 +154,7 @@ int main(int argc, char** argv) {
         }
         auto store = open_store(store_url, pool);
         auto leases = open_leases(lease, store_url);
-        wuhu::broker::nats_client nats(wuhu::broker::nats_options{
+        wuhu::nats::connection nats(wuhu::nats::options{
             nats_url, worker_id, [log](std::string_view event, std::string_view url) {
                 if (event == "disconnected") {
                     log->warn("NATS connection lost; reconnecting");
@@ -162,12 +162,12 @@ int main(int argc, char** argv) {
                     log->info("NATS {} {}", event, url);
                 }
             }});
-        wuhu::broker::node_options options;
+        wuhu::app::node_options options;
         options.worker_id = worker_id;
         options.server.prefix = prefix;
         options.lease_ttl = std::chrono::milliseconds(lease_ttl_ms);
         options.store_threads = store_threads;
-        wuhu::broker::node node(
+        wuhu::app::node node(
             *store, *leases, nats,
             [&script](wuhu::worker::clock& clk) {
                 return std::make_unique<wuhu::worker::scripted_provider>(script, clk);
@@ -181,7 +181,7 @@ int main(int argc, char** argv) {
             }
         });
         log->info("serving {}.session.> on {} with store {} and {} leases (ttl {} ms)", prefix,
-                  wuhu::broker::redacted_url(nats_url), std::string(store->backend()),
+                  wuhu::nats::redacted_url(nats_url), std::string(store->backend()),
                   std::string(leases->backend()), lease_ttl_ms);
         node.run();
         log->info("stopped");

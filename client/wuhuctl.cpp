@@ -9,7 +9,7 @@
 //
 // --json prints replies as JSON. Exit codes: 0 ok, 1 the service refused (error reply),
 // 2 usage, 3 no reply (no worker, or NATS unreachable), 4 watch --until-idle timed out.
-#include "broker/client.hpp"
+#include "client/client.hpp"
 
 #include <CLI/CLI.hpp>
 #include <boost/json.hpp>
@@ -24,7 +24,7 @@ namespace {
 
 namespace json = boost::json;
 using namespace std::chrono_literals;
-using wuhu::broker::nats_client;
+using wuhu::nats::connection;
 
 struct options {
     std::string nats = "nats://127.0.0.1:4222";
@@ -255,7 +255,7 @@ int main(int argc, char** argv) {
     }
 
     try {
-        nats_client nc(o.nats, "wuhuctl");
+        wuhu::nats::connection nc(o.nats, "wuhuctl");
         wuhu::client::client c(nc, wuhu::client::options{o.prefix, 10s});
         json::object body;
         auto* cmd = app.get_subcommands().front();

@@ -1,4 +1,4 @@
-#include "broker/nats_client.hpp"
+#include "nats/connection.hpp"
 
 #include <nats/nats.h>
 
@@ -7,7 +7,7 @@
 #include <mutex>
 #include <stdexcept>
 
-namespace wuhu::broker {
+namespace wuhu::nats {
 
 namespace {
 
@@ -30,8 +30,8 @@ bool ends_at(const char* text, const char* next, bool headers_may_follow) {
 // (`wuhu.session.victim.enqueue\0zz` is not `wuhu.session.victim.enqueue`). So the subject is
 // taken with all its bytes (the request is then refused as malformed), and a reply subject
 // with hidden bytes is refused: the answer would go to someone else's inbox.
-nats_message read_message(natsMsg* msg) {
-    nats_message m;
+message read_message(natsMsg* msg) {
+    message m;
     const char* subject = natsMsg_GetSubject(msg);
     const char* reply = natsMsg_GetReply(msg);
     const char* data = natsMsg_GetData(msg);
@@ -50,9 +50,9 @@ nats_message read_message(natsMsg* msg) {
 }
 
 void on_message(natsConnection*, natsSubscription*, natsMsg* msg, void* closure) {
-    nats_message m = read_message(msg);
+    message m = read_message(msg);
     natsMsg_Destroy(msg);
-    (*static_cast<nats_client::handler*>(closure))(std::move(m));
+    (*static_cast<connection::handler*>(closure))(std::move(m));
 }
 
 void check(natsStatus s, const char* what) {
@@ -63,7 +63,7 @@ void check(natsStatus s, const char* what) {
 
 }  // namespace
 
-struct nats_client::events {
+struct connection::events {
     std::mutex mu;
     std::condition_variable cv;
     bool muted = false;   // the client is closing: no more callbacks to the user
@@ -115,7 +115,7 @@ std::string redacted_url(std::string_view url) {
     return out;
 }
 
-nats_client::nats_client(nats_options o) {
+connection::connection(options o) {
     natsOptions* opts = nullptr;
     check(natsOptions_Create(&opts), "nats options");
     natsOptions_SetURL(opts, o.url.c_str());
@@ -135,7 +135,7 @@ nats_client::nats_client(nats_options o) {
     check(s, ("nats connect to " + redacted_url(o.url)).c_str());
 }
 
-nats_client::~nats_client() {
+connection::~connection() {
     for (auto* sub : subs_) {
         if (sub != nullptr) {
             natsSubscription_Unsubscribe(sub);
@@ -156,12 +156,12 @@ nats_client::~nats_client() {
     }
 }
 
-bool nats_client::publish(const std::string& subject, std::string_view data) {
+bool connection::publish(const std::string& subject, std::string_view data) {
     return natsConnection_Publish(nc_, subject.c_str(), data.data(),
                                   static_cast<int>(data.size())) == NATS_OK;
 }
 
-bool nats_client::publish_request(const std::string& subject, const std::string& reply,
+bool connection::publish_request(const std::string& subject, const std::string& reply,
                                   std::string_view data) {
     if (reply.empty()) {
         return publish(subject, data);
@@ -170,7 +170,7 @@ bool nats_client::publish_request(const std::string& subject, const std::string&
                                          static_cast<int>(data.size())) == NATS_OK;
 }
 
-std::size_t nats_client::subscribe(const std::string& subject, handler h) {
+std::size_t connection::subscribe(const std::string& subject, handler h) {
     handlers_.push_back(std::make_unique<handler>(std::move(h)));
     natsSubscription* sub = nullptr;
     check(natsConnection_Subscribe(&sub, nc_, subject.c_str(), on_message, handlers_.back().get()),
@@ -179,7 +179,7 @@ std::size_t nats_client::subscribe(const std::string& subject, handler h) {
     return subs_.size() - 1;
 }
 
-std::size_t nats_client::queue_subscribe(const std::string& subject, const std::string& queue,
+std::size_t connection::queue_subscribe(const std::string& subject, const std::string& queue,
                                          handler h) {
     handlers_.push_back(std::make_unique<handler>(std::move(h)));
     natsSubscription* sub = nullptr;
@@ -190,18 +190,18 @@ std::size_t nats_client::queue_subscribe(const std::string& subject, const std::
     return subs_.size() - 1;
 }
 
-void nats_client::drain(std::size_t token) {
+void connection::drain(std::size_t token) {
     if (token < subs_.size() && subs_[token] != nullptr) {
         natsSubscription_DrainTimeout(subs_[token], 10000);
     }
 }
 
-bool nats_client::draining(std::size_t token) const {
+bool connection::draining(std::size_t token) const {
     return token < subs_.size() && subs_[token] != nullptr &&
            natsSubscription_IsValid(subs_[token]);
 }
 
-void nats_client::unsubscribe(std::size_t token) {
+void connection::unsubscribe(std::size_t token) {
     if (token < subs_.size() && subs_[token] != nullptr) {
         natsSubscription_Unsubscribe(subs_[token]);
         natsSubscription_Destroy(subs_[token]);
@@ -209,7 +209,7 @@ void nats_client::unsubscribe(std::size_t token) {
     }
 }
 
-bool nats_client::request_many(const std::string& subject, std::string_view data,
+bool connection::request_many(const std::string& subject, std::string_view data,
                                std::chrono::milliseconds timeout,
                                const std::function<bool(std::string)>& more) {
     natsInbox* inbox = nullptr;
@@ -239,7 +239,7 @@ bool nats_client::request_many(const std::string& subject, std::string_view data
     return done;
 }
 
-std::optional<std::string> nats_client::request(const std::string& subject, std::string_view data,
+std::optional<std::string> connection::request(const std::string& subject, std::string_view data,
                                                 std::chrono::milliseconds timeout) {
     natsMsg* reply = nullptr;
     natsStatus s = natsConnection_Request(&reply, nc_, subject.c_str(), data.data(),
@@ -253,7 +253,7 @@ std::optional<std::string> nats_client::request(const std::string& subject, std:
     return out;
 }
 
-std::vector<std::optional<std::string>> nats_client::request_all(
+std::vector<std::optional<std::string>> connection::request_all(
     const std::vector<std::string>& subjects, std::string_view data,
     std::chrono::milliseconds timeout) {
     std::vector<std::optional<std::string>> out(subjects.size());
@@ -299,12 +299,12 @@ std::vector<std::optional<std::string>> nats_client::request_all(
     return out;
 }
 
-void nats_client::flush() {
+void connection::flush() {
     natsConnection_FlushTimeout(nc_, 5000);
 }
 
-std::int64_t nats_client::max_payload() const {
+std::int64_t connection::max_payload() const {
     return natsConnection_GetMaxPayload(nc_);
 }
 
-}  // namespace wuhu::broker
+}  // namespace wuhu::nats

@@ -1,4 +1,4 @@
-#include "broker/client.hpp"
+#include "client/client.hpp"
 
 #include <boost/throw_exception.hpp>
 
@@ -89,7 +89,7 @@ std::uint64_t number(const json::object& o, const char* key) {
 
 }  // namespace
 
-client::client(broker::nats_client& nats, options o) : nats_(nats), options_(std::move(o)) {}
+client::client(nats::connection& nats, options o) : nats_(nats), options_(std::move(o)) {}
 
 bool valid_session_id(std::string_view sid) {
     if (sid.empty() || sid.size() > 64) {
@@ -475,7 +475,7 @@ outcome<std::unique_ptr<watch>> watch::open(client& c, const std::string& sid,
     std::unique_ptr<watch> w(new watch(c, sid));
     // Events first, then the backfill: nothing falls between the two.
     w->token_ = c.nats().subscribe(c.opts().prefix + ".events." + sid + ".>",
-                                   [box = w->inbox_](broker::nats_message m) {
+                                   [box = w->inbox_](nats::message m) {
                                        std::lock_guard lock(box->mu);
                                        box->queue.push_back(std::move(m));
                                        box->cv.notify_one();
@@ -527,7 +527,7 @@ outcome<bool> watch::next(std::chrono::steady_clock::time_point deadline, const 
         if (!inbox_->cv.wait_until(lock, deadline, [&] { return !inbox_->queue.empty(); })) {
             return false;
         }
-        broker::nats_message m = std::move(inbox_->queue.front());
+        nats::message m = std::move(inbox_->queue.front());
         inbox_->queue.pop_front();
         lock.unlock();
         boost::system::error_code ec;
