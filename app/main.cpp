@@ -8,6 +8,7 @@
 #include "app/node.hpp"
 #include "ownership/memory_lease.hpp"
 #include "ownership/sqlite_lease.hpp"
+#include "protocol/subjects.hpp"
 #include "storage/postgres_store.hpp"
 #include "storage/sqlite_store.hpp"
 #include "worker/log.hpp"
@@ -87,7 +88,7 @@ int main(int argc, char** argv) {
     std::size_t store_threads = 4;
     const CLI::Validator subject_token(
         [](std::string& v) {
-            return wuhu::ownership::valid_worker_id(v)
+            return wuhu::protocol::valid_worker_id(v)
                        ? std::string()
                        : "must be 1-64 characters of [A-Za-z0-9_-]: " + v;
         },
@@ -103,17 +104,9 @@ int main(int argc, char** argv) {
         ->envname("WUHU_SCRIPT");
     const CLI::Validator subject_prefix(
         [](std::string& v) {
-            std::string_view rest = v;
-            for (;;) {
-                const auto dot = rest.find('.');
-                if (!wuhu::ownership::valid_worker_id(rest.substr(0, dot))) {
-                    return "must be tokens of [A-Za-z0-9_-] separated by dots: " + v;
-                }
-                if (dot == std::string_view::npos) {
-                    return std::string();
-                }
-                rest.remove_prefix(dot + 1);
-            }
+            return wuhu::protocol::valid_prefix(v)
+                       ? std::string()
+                       : "must be tokens of [A-Za-z0-9_-] separated by dots: " + v;
         },
         "PREFIX");
     app.add_option("--prefix", prefix, "subject prefix (tokens separated by dots)")

@@ -24,7 +24,7 @@ json::object session_summary(const worker::agent_loop& loop) {
                         {"last_activity", last}};
 }
 
-std::string local_page(const s::sessions_query& q, const std::vector<json::object>& loaded,
+std::string local_page(const protocol::sessions_query& q, const std::vector<json::object>& loaded,
                        const std::vector<s::session_id>& unloaded, std::size_t max_bytes) {
     // Both lists are the smallest ids of their kind, so the first `limit` of their merge are
     // the smallest overall.
@@ -90,7 +90,7 @@ std::optional<owner_page> read_owner_page(std::string_view reply) {
     return page;
 }
 
-std::string local_query(const s::sessions_query& q) {
+std::string local_query(const protocol::sessions_query& q) {
     json::object o{{"limit", q.limit}};
     if (q.after) {
         o["after"] = q.after->str();
@@ -104,7 +104,7 @@ std::string local_query(const s::sessions_query& q) {
     return json::serialize(o);
 }
 
-std::string sessions_page(const s::sessions_query& q,
+std::string sessions_page(const protocol::sessions_query& q,
                           const std::vector<storage::catalog_entry>& catalog,
                           const std::vector<ownership::lease>& leases,
                           const std::map<std::string, std::optional<owner_page>>& pages) {

@@ -7,7 +7,7 @@
 #pragma once
 
 #include "ownership/lease.hpp"
-#include "session/requests.hpp"
+#include "protocol/requests.hpp"
 #include "storage/store.hpp"
 #include "worker/agent_loop.hpp"
 
@@ -34,19 +34,19 @@ struct owner_page {
 // already filtered by state and has_work); `unloaded`: the sessions whose lease it holds
 // without having them loaded, in id order ("unloaded" rows). At most q.limit rows and
 // `max_bytes` of JSON.
-std::string local_page(const session::sessions_query& q,
+std::string local_page(const protocol::sessions_query& q,
                        const std::vector<boost::json::object>& loaded,
                        const std::vector<session::session_id>& unloaded, std::size_t max_bytes);
 // Reads an owner's answer; nullopt if it is not one.
 std::optional<owner_page> read_owner_page(std::string_view reply);
 // The admin.local request body for `q`: {"limit", "after"?, "state"?, "has_work"?}.
-std::string local_query(const session::sessions_query& q);
+std::string local_query(const protocol::sessions_query& q);
 
 // {"ok":true,"sessions":[...],"next"?: id}: the catalog after `q.after`, in id order, joined
 // with the leases (owner, epoch) and the owners' pages (nullopt: the owner did not answer),
 // filtered by `q`, at most `q.limit` rows; `next` is set when more may follow. A session
 // without a live lease is "unowned"; one whose owner did not answer is "unreachable".
-std::string sessions_page(const session::sessions_query& q,
+std::string sessions_page(const protocol::sessions_query& q,
                           const std::vector<storage::catalog_entry>& catalog,
                           const std::vector<ownership::lease>& leases,
                           const std::map<std::string, std::optional<owner_page>>& pages);

@@ -1,6 +1,8 @@
 #include "broker/server.hpp"
 
 #include "broker/admin.hpp"
+#include "protocol/events.hpp"
+#include "session/overloaded.hpp"
 #include "storage/errc.hpp"
 
 #include <boost/asio/co_spawn.hpp>
@@ -15,38 +17,62 @@ namespace s = wuhu::session;
 
 namespace {
 
-struct remove_work {};
-// A request decoded and validated, ready to run on the session's owner.
-using work = std::variant<remove_work, s::subscribe_request, worker::command>;
+using protocol::verb;
 
 // Routing a request more often than this (its session was unloaded, deleted or fenced each
 // time it reached it) answers owner_changed: the client retries later. (A request that waited
 // behind a delete needs three: closed, then refused at its old epoch, then a new session.)
 constexpr int max_routes = 4;
 
-bool creates_session(verb v) {
-    return v == verb::enqueue || v == verb::system || v == verb::configure;
-}
-
 // The answer to a request for a session that does not exist: nothing is created.
-std::vector<std::string> absent_session(verb v, const work& w, std::size_t max_reply_bytes) {
-    switch (v) {
+std::vector<std::string> absent_session(const protocol::request& req,
+                                        std::size_t max_reply_bytes) {
+    switch (req.to.what) {
         case verb::subscribe: {
             const s::session_state empty;
-            auto p = s::since(empty, std::get<s::subscribe_request>(w).since);
+            auto p = s::since(empty, std::get<protocol::subscribe_request>(req.body).since);
             if (!p) {
-                return {error_reply(p.error())};
+                return {protocol::error_reply(p.error())};
             }
-            return chunked(subscribe_reply(*p, *p->state, 0, std::nullopt), max_reply_bytes);
+            return protocol::chunked(protocol::subscribe_reply(*p, *p->state, 0, std::nullopt),
+                                     max_reply_bytes);
         }
         case verb::cancel:
-            return {error_reply(s::errc::item_not_found)};
+            return {protocol::error_reply(s::errc::item_not_found)};
         case verb::pause:
         case verb::resume:
-            return {error_reply(s::errc::session_not_found)};
+            return {protocol::error_reply(s::errc::session_not_found)};
         default:  // abort (nothing in flight), delete (idempotent)
-            return {ok_reply(v, {})};
+            return {protocol::ok_reply(req.to.what, {})};
     }
+}
+
+// The loop's command for a request that changes the session (not subscribe or delete).
+worker::command command_for(const protocol::request_body& body) {
+    return std::visit(
+        s::overloaded{
+            [](const s::enqueue_input& in) -> worker::command {
+                return worker::enqueue_command{in};
+            },
+            [](const protocol::cancel_request& r) -> worker::command {
+                return worker::cancel_command{r.in, r.id};
+            },
+            [](const s::settings_update& u) -> worker::command {
+                return worker::configure_command{u};
+            },
+            [](const protocol::abort_request& r) -> worker::command {
+                return worker::abort_command{r.reason};
+            },
+            [](const protocol::pause_request&) -> worker::command {
+                return worker::pause_command{};
+            },
+            [](const auto&) -> worker::command { return worker::resume_command{}; },
+        },
+        body);
+}
+
+protocol::command_result result_of(const worker::command_reply& r) {
+    return protocol::command_result{r.id, r.canceled, r.config};
 }
 
 // One request, answered on the executor (a named coroutine taking its arguments by value).
@@ -64,7 +90,7 @@ asio::awaitable<void> serve(server* srv, worker::session_registry* reg, nats::me
         replies = co_await std::move(handled);
     } catch (const std::exception& e) {
         // A bug, not bad input (that has its codes): the caller still gets an answer.
-        replies = {error_reply("internal", e.what())};
+        replies = {protocol::error_reply("internal", e.what())};
     }
     if (!reply_to.empty()) {
         for (const auto& r : replies) {
@@ -84,7 +110,7 @@ server::server(asio::any_io_executor ex, nats::connection& nats, ownership::keep
       tools_(tools),
       options_(std::move(options)),
       log_(std::move(log)),
-      forward_prefix_(options_.prefix + ".worker." + keeper_.worker_id()) {
+      forward_prefix_(protocol::worker_prefix(options_.prefix, keeper_.worker_id())) {
     auto max = nats_.max_payload();
     if (max > 0) {
         options_.limits.max_request_bytes = static_cast<std::size_t>(max);
@@ -110,15 +136,44 @@ void server::count_failure(std::string_view what, std::string_view context, std:
     }
 }
 
+std::optional<std::string> delta_event(const worker::loop_event& e) {
+    auto payload = std::visit(
+        s::overloaded{
+            [](const worker::stream_began_event& x) -> std::optional<boost::json::object> {
+                return protocol::message_start(x.step);
+            },
+            [](const worker::stream_delta_event& x) -> std::optional<boost::json::object> {
+                if (x.tool_call) {
+                    return protocol::tool_call_delta(x.step, x.seq, x.tool_call->id,
+                                                     x.tool_call->name, x.tool_call->arguments);
+                }
+                return protocol::text_delta(x.step, x.seq, x.text);
+            },
+            [](const worker::stream_ended_event& x) -> std::optional<boost::json::object> {
+                if (x.committed) {
+                    return std::nullopt;  // the patch with the assistant entry is message.end
+                }
+                return protocol::message_discard(x.step);
+            },
+            [](const auto&) -> std::optional<boost::json::object> { return std::nullopt; },
+        },
+        e);
+    if (!payload) {
+        return std::nullopt;
+    }
+    return boost::json::serialize(*payload);
+}
+
 worker::session_registry::event_forwarder server::publisher() {
     return [this](const s::session_id& sid, const worker::loop_event& e) {
         if (const auto* c = std::get_if<worker::committed_event>(&e)) {
-            publish(patch_subject(options_.prefix, sid), patch_event(c->patch), "patch", sid.str());
+            publish(protocol::patch_subject(options_.prefix, sid), protocol::patch_event(c->patch),
+                    "patch", sid.str());
         } else if (const auto* st = std::get_if<worker::state_event>(&e)) {
-            publish(patch_subject(options_.prefix, sid), patch_event(st->patch), "status patch",
-                    sid.str());
+            publish(protocol::patch_subject(options_.prefix, sid),
+                    protocol::patch_event(st->patch), "status patch", sid.str());
         } else if (auto d = delta_event(e)) {
-            publish(delta_subject(options_.prefix, sid), *d, "stream delta", sid.str());
+            publish(protocol::delta_subject(options_.prefix, sid), *d, "stream delta", sid.str());
         }
     };
 }
@@ -133,22 +188,24 @@ void server::start(worker::session_registry& registry) {
                        [this](const std::exception_ptr&) { --in_flight_; });
     };
     taking_.push_back(
-        nats_.queue_subscribe(options_.prefix + ".session.>", options_.queue_group, on_request));
+        nats_.queue_subscribe(protocol::session_requests_subject(options_.prefix),
+                                            options_.queue_group, on_request));
     // The fleet view: any one worker answers, asking each owner for a page of its sessions.
     taking_.push_back(nats_.queue_subscribe(
-        options_.prefix + ".admin.sessions", options_.queue_group, [this](nats::message m) {
+        protocol::sessions_subject(options_.prefix), options_.queue_group, [this](nats::message m) {
             if (m.reply.empty() || m.bad_reply) {
                 return;  // nobody to answer
             }
             asio::post(admin_, [this, m = std::move(m)] {
-                for (const auto& part : chunked(list_sessions(m), options_.max_reply_bytes)) {
+                for (const auto& part : protocol::chunked(list_sessions(m), options_.max_reply_bytes)) {
                     publish(m.reply, part, "fleet view reply", "admin.sessions");
                 }
             });
         }));
-    forwarded_to_me_.push_back(nats_.subscribe(forward_prefix_ + ".session.>", on_request));
+    forwarded_to_me_.push_back(nats_.subscribe(protocol::session_requests_subject(forward_prefix_), on_request));
     forwarded_to_me_.push_back(
-        nats_.subscribe(forward_prefix_ + ".admin.local", [this, &registry](nats::message m) {
+        nats_.subscribe(protocol::local_sessions_subject(options_.prefix, keeper_.worker_id()),
+                        [this, &registry](nats::message m) {
             if (m.reply.empty() || m.bad_reply) {
                 return;
             }
@@ -197,15 +254,15 @@ bool server::draining() const {
 namespace {
 
 // A fleet-view query from a request body, or the error reply that refuses it.
-std::variant<s::sessions_query, std::string> read_query(std::string_view data,
-                                                        const s::request_limits& limits) {
-    auto body = s::parse_body(data, limits);
+std::variant<protocol::sessions_query, std::string> read_query(
+    std::string_view data, const protocol::request_limits& limits) {
+    auto body = protocol::parse_body(data, limits);
     if (!body) {
-        return error_reply(body.error());
+        return protocol::error_reply(body.error());
     }
-    auto q = s::decode_sessions_query(*body);
+    auto q = protocol::decode_sessions_query(*body);
     if (!q) {
-        return error_reply(q.error());
+        return protocol::error_reply(q.error());
     }
     return std::move(*q);
 }
@@ -217,7 +274,7 @@ std::string server::local_sessions(worker::session_registry& registry, const nat
     if (auto* refused = std::get_if<std::string>(&read)) {
         return std::move(*refused);
     }
-    const auto* q = &std::get<s::sessions_query>(read);
+    const auto* q = &std::get<protocol::sessions_query>(read);
     std::vector<boost::json::object> loaded;
     registry.each(
         [&](const worker::agent_loop& loop) {
@@ -244,16 +301,16 @@ std::string server::list_sessions(const nats::message& m) {
     if (auto* refused = std::get_if<std::string>(&read)) {
         return std::move(*refused);
     }
-    const auto* q = &std::get<s::sessions_query>(read);
+    const auto* q = &std::get<protocol::sessions_query>(read);
     // The store and the lease store are thread-safe; the registry is only read by its owner's
     // executor (through admin.local, also for this worker).
     auto catalog = store_->sessions(storage::catalog_filter::all);
     if (!catalog) {
-        return error_reply(catalog.error());
+        return protocol::error_reply(catalog.error());
     }
     auto leases = keeper_.store().live();
     if (!leases) {
-        return error_reply(leases.error());
+        return protocol::error_reply(leases.error());
     }
     std::set<std::string> owners;
     for (const auto& l : *leases) {
@@ -263,7 +320,7 @@ std::string server::list_sessions(const nats::message& m) {
     }
     std::vector<std::string> subjects;
     for (const auto& owner : owners) {
-        subjects.push_back(options_.prefix + ".worker." + owner + ".admin.local");
+        subjects.push_back(protocol::local_sessions_subject(options_.prefix, owner));
     }
     auto answers = nats_.request_all(subjects, local_query(*q), options_.admin_timeout);
     std::map<std::string, std::optional<owner_page>> pages;
@@ -286,49 +343,22 @@ s::queue_item_id server::new_item_id() {
 asio::awaitable<std::vector<std::string>> server::handle(worker::session_registry& registry,
                                                          nats::message m) {
     using replies = std::vector<std::string>;
-    const bool forwarded = m.subject.starts_with(forward_prefix_ + ".");
-    auto route = parse_subject(m.subject, forwarded ? forward_prefix_ : options_.prefix);
-    if (!route) {
-        co_return replies{error_reply(route.error())};
-    }
+    using protocol::error_reply;
     // Bad input is answered by whichever worker received it, before any routing.
-    auto body = s::parse_body(m.data, options_.limits);
-    if (!body) {
-        co_return replies{error_reply(body.error())};
+    const bool forwarded = m.subject.starts_with(forward_prefix_ + ".");
+    auto decoded = protocol::decode_request(m.subject, forwarded ? forward_prefix_ : options_.prefix,
+                                            m.data, options_.limits, new_item_id());
+    if (!decoded) {
+        co_return replies{error_reply(decoded.error())};
     }
-    work w;
-    if (route->what == verb::remove) {
-        if (auto d = s::decode_empty(*body); !d) {
-            co_return replies{error_reply(d.error())};
-        }
-        w = remove_work{};
-    } else if (route->what == verb::subscribe) {
-        auto req = s::decode_subscribe(*body);
-        if (!req) {
-            co_return replies{error_reply(req.error())};
-        }
-        w = std::move(*req);
-    } else {
-        auto cmd = decode_command(route->what, *body, options_.limits, new_item_id());
-        if (!cmd) {
-            co_return replies{error_reply(cmd.error())};
-        }
-        if (const auto* c = std::get_if<worker::configure_command>(&*cmd); c && c->update.tools) {
-            for (std::size_t i = 0; i < c->update.tools->size(); ++i) {
-                const auto& name = (*c->update.tools)[i];
-                if (tools_.find(name, {}) == nullptr) {
-                    co_return replies{error_reply(
-                        s::code_name(s::errc::invalid_settings),
-                        "no tool is named " + name + " (field: tools." + std::to_string(i) + ")")};
-                }
-            }
-        }
-        w = std::move(*cmd);
+    const protocol::request req = std::move(*decoded);
+    if (auto refused = unknown_tool(req.body)) {
+        co_return replies{std::move(*refused)};
     }
-
-    const s::session_id sid = route->sid;
+    const s::session_id& sid = req.to.sid;
+    const verb what = req.to.what;
     const auto mode =
-        creates_session(route->what) ? storage::open_mode::create : storage::open_mode::existing;
+        protocol::creates_session(what) ? storage::open_mode::create : storage::open_mode::existing;
     // The store refused this worker's epoch (a newer owner, or a deletion at that epoch or
     // later): nothing changed; forget that lease (if still this one) and route again. A loop
     // this worker closed itself (`closed`: deleted, unloaded, replaced) needs only the routing:
@@ -358,7 +388,7 @@ asio::awaitable<std::vector<std::string>> server::handle(worker::session_registr
                 co_return replies{error_reply(ownership::errc::worker_stopping)};
             }
             where = **at;
-        } else if (creates_session(route->what)) {
+        } else if (protocol::creates_session(what)) {
             auto at = keeper_.place(sid);
             if (!at) {
                 co_return replies{error_reply(at.error())};
@@ -377,7 +407,7 @@ asio::awaitable<std::vector<std::string>> server::handle(worker::session_registr
                     co_return replies{error_reply(there.error())};
                 }
                 if (!*there) {
-                    co_return absent_session(route->what, w, options_.max_reply_bytes);
+                    co_return absent_session(req, options_.max_reply_bytes);
                 }
                 auto taken = keeper_.place(sid);
                 if (!taken) {
@@ -393,16 +423,16 @@ asio::awaitable<std::vector<std::string>> server::handle(worker::session_registr
                 co_return replies{error_reply(ownership::errc::owner_changed)};
             }
             ++forwarded_;
-            if (!nats_.publish_request(
-                    request_subject(options_.prefix + ".worker." + other->owner, sid, route->what),
-                    m.reply, m.data)) {
+            const auto subject = protocol::request_subject(
+                protocol::worker_prefix(options_.prefix, other->owner), sid, what);
+            if (!nats_.publish_request(subject, m.reply, m.data)) {
                 count_failure("forwarded request", sid.str(), m.data.size());
             }
             co_return replies{};
         }
         const s::lease_epoch epoch = std::get<ownership::keeper::here>(where).epoch;
 
-        if (std::holds_alternative<remove_work>(w)) {
+        if (what == verb::remove) {
             auto removing = registry.remove(sid, epoch);
             auto r = co_await std::move(removing);
             if (!r) {
@@ -412,7 +442,7 @@ asio::awaitable<std::vector<std::string>> server::handle(worker::session_registr
                 co_return replies{error_reply(r.error())};
             }
             auto l = keeper_.remove(sid, epoch);
-            co_return replies{l ? ok_reply(verb::remove, {}) : error_reply(l.error())};
+            co_return replies{l ? protocol::ok_reply(what, {}) : error_reply(l.error())};
         }
         auto getting = registry.get(sid, epoch, mode);
         auto loop = co_await std::move(getting);
@@ -424,26 +454,17 @@ asio::awaitable<std::vector<std::string>> server::handle(worker::session_registr
                     held && *held == epoch && !registry.contains(sid)) {
                     keeper_.release(sid);
                 }
-                co_return absent_session(route->what, w, options_.max_reply_bytes);
+                co_return absent_session(req, options_.max_reply_bytes);
             }
             if (route_again(loop.error(), epoch)) {
                 continue;
             }
             co_return replies{error_reply(loop.error())};
         }
-        if (const auto* req = std::get_if<s::subscribe_request>(&w)) {
-            const auto& st = (*loop)->state();
-            auto p = s::since(st, req->since, (*loop)->current());
-            if (!p) {
-                co_return replies{error_reply(p.error())};
-            }
-            p->state = (*loop)->status_now();
-            co_return chunked(
-                subscribe_reply(*p, *p->state, s::assistant_count(st), (*loop)->inflight()),
-                options_.max_reply_bytes);
+        if (const auto* sub = std::get_if<protocol::subscribe_request>(&req.body)) {
+            co_return subscribe(**loop, *sub);
         }
-        worker::command cmd = std::get<worker::command>(w);  // a copy: it may be routed again
-        auto sent = (*loop)->send(std::move(cmd));
+        auto sent = (*loop)->send(command_for(req.body));  // made afresh: it may be routed again
         auto r = co_await std::move(sent);
         if (!r) {
             if (route_again(r.error(), epoch)) {
@@ -451,9 +472,41 @@ asio::awaitable<std::vector<std::string>> server::handle(worker::session_registr
             }
             co_return replies{error_reply(r.error())};
         }
-        co_return replies{ok_reply(route->what, *r)};
+        co_return replies{protocol::ok_reply(what, result_of(*r))};
     }
     co_return replies{error_reply(ownership::errc::owner_changed)};
+}
+
+std::optional<std::string> server::unknown_tool(const protocol::request_body& body) const {
+    const auto* update = std::get_if<s::settings_update>(&body);
+    if (update == nullptr || !update->tools) {
+        return std::nullopt;
+    }
+    for (std::size_t i = 0; i < update->tools->size(); ++i) {
+        const auto& name = (*update->tools)[i];
+        if (tools_.find(name, {}) == nullptr) {
+            return protocol::error_reply(
+                s::code_name(s::errc::invalid_settings),
+                "no tool is named " + name + " (field: tools." + std::to_string(i) + ")");
+        }
+    }
+    return std::nullopt;
+}
+
+std::vector<std::string> server::subscribe(worker::agent_loop& loop,
+                                           const protocol::subscribe_request& req) {
+    auto p = s::since(loop.state(), req.since, loop.current());
+    if (!p) {
+        return {protocol::error_reply(p.error())};
+    }
+    p->state = loop.status_now();
+    std::optional<protocol::inflight> streaming;
+    if (const auto& m = loop.inflight()) {
+        streaming = protocol::inflight{m->step, m->text, m->deltas};
+    }
+    return protocol::chunked(
+        protocol::subscribe_reply(*p, *p->state, s::assistant_count(loop.state()), streaming),
+        options_.max_reply_bytes);
 }
 
 }  // namespace wuhu::broker

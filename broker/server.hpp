@@ -18,8 +18,9 @@
 #pragma once
 
 #include "nats/connection.hpp"
-#include "broker/protocol.hpp"
 #include "ownership/keeper.hpp"
+#include "protocol/replies.hpp"
+#include "protocol/requests.hpp"
 #include "worker/registry.hpp"
 
 #include <spdlog/logger.h>
@@ -36,13 +37,17 @@ namespace asio = boost::asio;
 struct server_options {
     std::string prefix = "wuhu";
     std::string queue_group = "wuhu-workers";
-    session::request_limits limits;
+    protocol::request_limits limits;
     // The largest reply message; a larger subscribe reply goes out in ordered chunks. 0: the
     // server's max payload.
     std::size_t max_reply_bytes = 0;
     // How long the fleet view waits for the owners' pages (asked all at once).
     std::chrono::milliseconds admin_timeout{500};
 };
+
+// The payload a loop event publishes on `<prefix>.events.<sid>.delta` (protocol/events.hpp),
+// if it publishes one there (patches go to `.patch`).
+std::optional<std::string> delta_event(const worker::loop_event& e);
 
 class server {
   public:
@@ -91,6 +96,11 @@ class server {
 
   private:
     session::queue_item_id new_item_id();
+    // The refusal of a configure that names a tool this worker does not have.
+    std::optional<std::string> unknown_tool(const protocol::request_body& body) const;
+    // The subscribe reply (its chunks) from the loop's state now.
+    std::vector<std::string> subscribe(worker::agent_loop& loop,
+                                       const protocol::subscribe_request& req);
     std::string local_sessions(worker::session_registry& registry, const nats::message& m);
 
     asio::any_io_executor ex_;

@@ -1,5 +1,8 @@
 #include "client/client.hpp"
 
+#include "protocol/events.hpp"
+#include "protocol/replies.hpp"
+
 #include <boost/throw_exception.hpp>
 
 #include <algorithm>
@@ -8,34 +11,11 @@
 
 namespace wuhu::client {
 
-void throw_exception_from_error(const failure& f, const boost::source_location& loc) {
-    boost::throw_exception(std::runtime_error(f.code + ": " + f.message), loc);
-}
-
 namespace {
 
 // The reply object when it is {"ok":true,...}; its error otherwise.
 outcome<json::object> decode_reply(std::string_view text) {
-    boost::system::error_code ec;
-    auto v = json::parse(text, ec);
-    if (ec || !v.is_object() || !v.as_object().contains("ok") ||
-        !v.as_object().at("ok").is_bool()) {
-        return failure{"bad_reply",
-                       "the reply is not a Wuhu reply: " + std::string(text.substr(0, 200))};
-    }
-    auto& o = v.as_object();
-    if (!o.at("ok").as_bool()) {
-        const auto* e = o.if_contains("error");
-        if (e == nullptr || !e->is_object()) {
-            return failure{"bad_reply", "an error reply without an error"};
-        }
-        auto str = [&](const char* k) {
-            const auto* x = e->as_object().if_contains(k);
-            return x != nullptr && x->is_string() ? std::string(x->as_string()) : std::string();
-        };
-        return failure{str("code"), str("message")};
-    }
-    return outcome<json::object>(boost::system::in_place_value, std::move(o));
+    return protocol::read_reply(text);
 }
 
 // Refusals that change nothing and that another try, routed afresh, gets past: the session
@@ -62,47 +42,19 @@ failure no_reply(const std::string& subject) {
     return failure{"no_reply", "no reply on " + subject + " (is a worker running?)"};
 }
 
-std::string subject_of(const options& o, const std::string& sid, std::string_view verb) {
-    return o.prefix + ".session." + sid + "." + std::string(verb);
-}
-
 std::string field(const json::object& o, const char* key) {
     const auto* x = o.if_contains(key);
     return x != nullptr && x->is_string() ? std::string(x->as_string()) : std::string();
 }
 
-// A non-negative integer field, or 0 (anyone may publish on an events subject: a malformed
-// value must not throw).
-std::uint64_t number(const json::object& o, const char* key) {
-    const auto* x = o.if_contains(key);
-    if (x == nullptr) {
-        return 0;
-    }
-    if (const auto* u = x->if_uint64()) {
-        return *u;
-    }
-    if (const auto* i = x->if_int64(); i != nullptr && *i >= 0) {
-        return static_cast<std::uint64_t>(*i);
-    }
-    return 0;
-}
+using protocol::read_count;
 
 }  // namespace
 
 client::client(nats::connection& nats, options o) : nats_(nats), options_(std::move(o)) {}
 
 bool valid_session_id(std::string_view sid) {
-    if (sid.empty() || sid.size() > 64) {
-        return false;
-    }
-    for (char ch : sid) {
-        const bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-                        (ch >= '0' && ch <= '9') || ch == '_' || ch == '-';
-        if (!ok) {
-            return false;
-        }
-    }
-    return true;
+    return session::is_id_token(sid);
 }
 
 namespace {
@@ -114,10 +66,15 @@ failure invalid_id(std::string_view sid) {
 
 outcome<json::object> client::call(const std::string& sid, std::string_view verb,
                                    const json::object& body) {
-    if (!valid_session_id(sid)) {
+    auto id = session::session_id::parse(sid);
+    if (!id) {
         return invalid_id(sid);
     }
-    const auto subject = subject_of(options_, sid, verb);
+    auto v = protocol::verb_named(verb);
+    if (!v) {
+        return failure{"unknown_command", "no command is named \"" + std::string(verb) + "\""};
+    }
+    const auto subject = protocol::request_subject(options_.prefix, *id, *v);
     const auto text = json::serialize(body);
     return with_retries(options_, [&]() -> outcome<json::object> {
         auto reply = nats_.request(subject, text, options_.timeout);
@@ -130,7 +87,7 @@ outcome<json::object> client::call(const std::string& sid, std::string_view verb
 
 outcome<json::object> client::sessions(const json::object& query) {
     // A page near the max payload may come in chunks, like a large subscribe reply.
-    return chunked_request(options_.prefix + ".admin.sessions", json::serialize(query));
+    return chunked_request(protocol::sessions_subject(options_.prefix), json::serialize(query));
 }
 
 outcome<std::string> client::enqueue(const std::string& sid, std::string_view lane,
@@ -218,52 +175,36 @@ outcome<void> client::remove(const std::string& sid) {
 
 outcome<json::object> client::subscribe(const std::string& sid,
                                         const std::optional<json::value>& since) {
-    if (!valid_session_id(sid)) {
+    auto id = session::session_id::parse(sid);
+    if (!id) {
         return invalid_id(sid);
     }
     json::object body;
     if (since) {
         body["since"] = *since;
     }
-    const auto subject = subject_of(options_, sid, "subscribe");
+    const auto subject = protocol::request_subject(options_.prefix, *id, protocol::verb::subscribe);
     const auto request = json::serialize(body);
     return with_retries(options_, [&] { return chunked_request(subject, request); });
 }
 
 outcome<json::object> client::chunked_request(const std::string& subject,
                                               const std::string& request) {
-    // A large reply comes in chunks: {"ok":true,"chunk":i,"chunks":n,"part":"..."}.
-    std::string text;
-    std::uint64_t next = 0;
-    std::optional<failure> bad;
-    bool whole = false;
+    // A large reply comes in chunks (protocol::chunked), reassembled in order.
+    protocol::reply_assembler reply;
+    auto progress = protocol::reply_assembler::progress::more;
     const bool answered =
         nats_.request_many(subject, request, options_.timeout, [&](std::string m) {
-            boost::system::error_code ec;
-            auto v = json::parse(m, ec);
-            const auto* chunk = !ec && v.is_object() ? v.as_object().if_contains("chunk") : nullptr;
-            if (chunk == nullptr) {
-                text = std::move(m);
-                whole = true;
-                return false;
-            }
-            if (!chunk->is_number() || chunk->to_number<std::uint64_t>() != next ||
-                !v.as_object().contains("part") || !v.at("part").is_string()) {
-                bad = failure{"bad_reply", "reply chunk out of order or malformed"};
-                return false;
-            }
-            ++next;
-            text += v.at("part").as_string();
-            whole = next >= number(v.as_object(), "chunks");
-            return !whole;
+            progress = reply.take(std::move(m));
+            return progress == protocol::reply_assembler::progress::more;
         });
-    if (bad) {
-        return *bad;
+    if (progress == protocol::reply_assembler::progress::bad) {
+        return failure{"bad_reply", "reply chunk out of order or malformed"};
     }
-    if (!answered || !whole) {
+    if (!answered || progress != protocol::reply_assembler::progress::done) {
         return no_reply(subject);
     }
-    return decode_reply(text);
+    return decode_reply(reply.text());
 }
 
 // ---- watch_cursor
@@ -275,7 +216,7 @@ bool covered(const json::value& to, const json::value& version) {
         return false;
     }
     for (const char* k : {"transcript", "system", "steer", "followUp"}) {
-        if (number(to.as_object(), k) > number(version.as_object(), k)) {
+        if (read_count(to.as_object(), k) > read_count(version.as_object(), k)) {
             return false;
         }
     }
@@ -309,7 +250,7 @@ std::optional<std::pair<std::uint64_t, std::uint64_t>> status_rev(const json::ob
     if (st == nullptr || !st->is_object() || !st->as_object().contains("seq")) {
         return std::nullopt;
     }
-    return std::pair{number(st->as_object(), "epoch"), number(st->as_object(), "seq")};
+    return std::pair{read_count(st->as_object(), "epoch"), read_count(st->as_object(), "seq")};
 }
 
 }  // namespace
@@ -333,29 +274,27 @@ void watch_cursor::take_inflight(const json::object& reply, delivery& out) {
     const auto* in = reply.if_contains("inflight");
     if (in == nullptr || !in->is_object()) {
         if (streaming_) {  // neither committed (the patch would have said) nor streaming
-            out.deltas.push_back(json::object{{"type", "message.discard"}, {"step", step_}});
+            out.deltas.push_back(protocol::message_discard(step_));
             streaming_ = false;
         }
         return;
     }
     const auto& i = in->as_object();
-    const auto step = number(i, "step");
+    const auto step = read_count(i, "step");
     const std::string text = field(i, "text");
     if (!streaming_ || step != step_) {
         if (streaming_) {
-            out.deltas.push_back(json::object{{"type", "message.discard"}, {"step", step_}});
+            out.deltas.push_back(protocol::message_discard(step_));
         }
         streaming_ = true;
         step_ = step;
         text_delivered_ = 0;
-        out.deltas.push_back(json::object{{"type", "message.start"}, {"step", step}});
+        out.deltas.push_back(protocol::message_start(step));
     }
-    seq_ = number(i, "seq");
+    seq_ = read_count(i, "seq");
     if (text.size() > text_delivered_) {
-        out.deltas.push_back(json::object{{"type", "text.delta"},
-                                          {"step", step},
-                                          {"seq", seq_},
-                                          {"text", text.substr(text_delivered_)}});
+        out.deltas.push_back(
+            protocol::text_delta(step, seq_, std::string_view(text).substr(text_delivered_)));
         text_delivered_ = text.size();
     }
 }
@@ -365,7 +304,7 @@ watch_cursor::delivery watch_cursor::start(const json::object& reply) {
     note_status(reply);
     out.patches.push_back(backfill_patch(reply));
     version_ = reply.at("patch").at("to");
-    next_step_ = number(reply, "step");
+    next_step_ = read_count(reply, "step");
     take_inflight(reply, out);
     return out;
 }
@@ -380,7 +319,7 @@ watch_cursor::delivery watch_cursor::resync(const json::object& reply) {
         out.patches.push_back(p);  // an older since than asked: take it whole
         version_ = p.at("to");
     }
-    next_step_ = number(reply, "step");
+    next_step_ = read_count(reply, "step");
     take_inflight(reply, out);
     return out;
 }
@@ -417,7 +356,7 @@ watch_cursor::delivery watch_cursor::patch(const json::object& p) {
 watch_cursor::delivery watch_cursor::delta(const json::object& d) {
     delivery out;
     const std::string type = field(d, "type");
-    const auto step = number(d, "step");
+    const auto step = read_count(d, "step");
     if (step < next_step_) {
         return out;  // the message is already committed in what was delivered
     }
@@ -442,7 +381,7 @@ watch_cursor::delivery watch_cursor::delta(const json::object& d) {
         out.gap = true;  // a delta of a message whose start was missed
         return out;
     }
-    const auto seq = number(d, "seq");
+    const auto seq = read_count(d, "seq");
     if (seq <= seq_) {
         return out;  // already delivered (the backfill's inflight text held it)
     }
@@ -469,12 +408,13 @@ watch::~watch() {
 
 outcome<std::unique_ptr<watch>> watch::open(client& c, const std::string& sid,
                                             const std::optional<json::value>& since) {
-    if (!valid_session_id(sid)) {
+    auto id = session::session_id::parse(sid);
+    if (!id) {
         return invalid_id(sid);
     }
     std::unique_ptr<watch> w(new watch(c, sid));
     // Events first, then the backfill: nothing falls between the two.
-    w->token_ = c.nats().subscribe(c.opts().prefix + ".events." + sid + ".>",
+    w->token_ = c.nats().subscribe(protocol::events_subject(c.opts().prefix, *id),
                                    [box = w->inbox_](nats::message m) {
                                        std::lock_guard lock(box->mu);
                                        box->queue.push_back(std::move(m));

@@ -17,6 +17,7 @@
 #pragma once
 
 #include "nats/connection.hpp"
+#include "protocol/replies.hpp"
 
 #include <boost/json.hpp>
 #include <boost/system/result.hpp>
@@ -29,11 +30,9 @@ namespace wuhu::client {
 
 namespace json = boost::json;
 
-struct failure {
-    std::string code;  // an error reply's code; "no_reply" or "bad_reply" from the client
-    std::string message;
-};
-[[noreturn]] void throw_exception_from_error(const failure& f, const boost::source_location&);
+// An error reply's code and message; "no_reply", "bad_reply" or "invalid_session_id" from the
+// client itself.
+using failure = protocol::reply_error;
 
 template <class T>
 using outcome = boost::system::result<T, failure>;

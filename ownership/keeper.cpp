@@ -6,10 +6,6 @@
 
 namespace wuhu::ownership {
 
-bool valid_worker_id(std::string_view id) {
-    return session::session_id::parse(id).has_value();  // the same alphabet and length
-}
-
 std::string_view lease_event_name(lease_event e) {
     switch (e) {
         case lease_event::acquired:
@@ -30,7 +26,7 @@ keeper::keeper(lease_store& store, std::string worker_id, lease_settings setting
       worker_id_(std::move(worker_id)),
       settings_(settings),
       clock_(std::move(clock)) {
-    if (!valid_worker_id(worker_id_)) {
+    if (!session::is_id_token(worker_id_)) {
         throw std::invalid_argument("worker id must be 1-64 characters of [A-Za-z0-9_-]: " +
                                     worker_id_);
     }

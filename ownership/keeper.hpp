@@ -24,9 +24,6 @@
 
 namespace wuhu::ownership {
 
-// A worker id is a subject token: 1-64 characters of [A-Za-z0-9_-].
-bool valid_worker_id(std::string_view id);
-
 enum class lease_event {
     acquired,    // nobody held it
     taken_over,  // another worker's lease had expired (lease::taken_from)

@@ -2,16 +2,23 @@
 
 namespace wuhu::session {
 
-result<session_id> session_id::parse(std::string_view s) {
+bool is_id_token(std::string_view s) {
     if (s.empty() || s.size() > 64) {
-        return errc::invalid_session_id;
+        return false;
     }
     for (char c : s) {
-        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                  c == '_' || c == '-';
+        const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                        (c >= '0' && c <= '9') || c == '_' || c == '-';
         if (!ok) {
-            return errc::invalid_session_id;
+            return false;
         }
+    }
+    return true;
+}
+
+result<session_id> session_id::parse(std::string_view s) {
+    if (!is_id_token(s)) {
+        return errc::invalid_session_id;
     }
     return session_id(std::string(s));
 }

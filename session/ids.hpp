@@ -42,7 +42,11 @@ struct unix_ms {
     auto operator<=>(const unix_ms&) const = default;
 };
 
-// 1-64 characters of [A-Za-z0-9_-]. Safe as a NATS subject token and as a file name.
+// 1-64 characters of [A-Za-z0-9_-]: safe as a NATS subject token and as a file name. The one
+// rule for the tokens Wuhu puts in subjects: session ids, worker ids, the tokens of a prefix.
+bool is_id_token(std::string_view s);
+
+// A session id: an id token.
 class session_id {
   public:
     static result<session_id> parse(std::string_view s);

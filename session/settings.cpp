@@ -61,4 +61,32 @@ std::string_view loop_state_name(loop_state s) {
     return "unknown";
 }
 
+result<settings> settings_update::applied_to(settings s) const {
+    if (model) {
+        s.model = *model;
+    }
+    if (system_prompt) {
+        s.system_prompt = *system_prompt;
+    }
+    if (tools) {
+        s.tools = *tools;
+    }
+    if (context_limit) {
+        s.context_limit = *context_limit;
+    }
+    if (compaction_buffer) {
+        s.compaction_buffer = *compaction_buffer;
+    }
+    if (keep_recent_tokens) {
+        s.keep_recent_tokens = *keep_recent_tokens;
+    }
+    if (utc_offset_minutes) {
+        s.utc_offset_minutes = *utc_offset_minutes;
+    }
+    if (auto v = validate(s); !v) {
+        return v.error();
+    }
+    return s;
+}
+
 }  // namespace wuhu::session

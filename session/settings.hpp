@@ -5,6 +5,7 @@
 #include "session/errc.hpp"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,21 @@ struct settings {
 // Checks ranges: context_limit > compaction_buffer, keep_recent_tokens < context_limit,
 // |utc_offset_minutes| <= 14h, model 1-128 bytes, tool names 1-64 of [A-Za-z0-9_-].
 result<void> validate(const settings& s);
+
+// A partial change of the settings (the `configure` command): the fields it names; the others
+// keep their value.
+struct settings_update {
+    std::optional<std::string> model;
+    std::optional<std::string> system_prompt;
+    std::optional<std::vector<std::string>> tools;
+    std::optional<std::uint64_t> context_limit;
+    std::optional<std::uint64_t> compaction_buffer;
+    std::optional<std::uint64_t> keep_recent_tokens;
+    std::optional<int> utc_offset_minutes;
+
+    // The settings after this update; invalid_settings when out of range.
+    result<settings> applied_to(settings current) const;
+};
 
 enum class loop_state { idle, preparing, inferring, executing_tools, compacting };
 std::string_view loop_state_name(loop_state s);

@@ -18,9 +18,9 @@
 //   a failed loop (store error, lease lost) writes nothing more; its owner drops it
 #pragma once
 
-#include "session/requests.hpp"
 #include "storage/store.hpp"
 #include "worker/clock.hpp"
+#include "worker/command.hpp"
 #include "worker/events.hpp"
 #include "worker/provider.hpp"
 #include "worker/retry.hpp"
@@ -46,33 +46,6 @@ struct loop_options {
     // Where store operations run (a bounded pool shared by the sessions), so that one
     // session's commit does not block the others; none: inline on the loop's executor.
     std::optional<boost::asio::any_io_executor> store_executor;
-};
-
-struct enqueue_command {
-    session::enqueue_input in;  // the id is chosen by the caller (client key or UUIDv7)
-};
-struct cancel_command {
-    session::lane in = session::lane::steer;
-    session::queue_item_id id;
-};
-struct configure_command {
-    session::configure_request update;
-};
-struct abort_command {
-    std::string reason = "aborted";
-};
-struct pause_command {};
-struct resume_command {};
-
-using command = std::variant<enqueue_command, cancel_command, configure_command, abort_command,
-                             pause_command, resume_command>;
-
-struct command_reply {
-    std::optional<session::queue_item_id> id;  // enqueue
-    bool duplicate = false;                    // enqueue of an existing id
-    std::optional<bool> canceled;              // cancel
-    std::optional<session::settings> config;   // configure
-    bool aborted = false;                      // abort found something in flight
 };
 
 class agent_loop final : private tool_services {

@@ -41,7 +41,7 @@ std::vector<E> events_of(const loop_harness& h) {
 // A configure command that sets the context limits (compaction triggers above
 // limit - buffer and keeps the newest `keep` tokens).
 worker::configure_command limits(std::uint64_t limit, std::uint64_t buffer, std::uint64_t keep) {
-    session::configure_request c;
+    session::settings_update c;
     c.context_limit = limit;
     c.compaction_buffer = buffer;
     c.keep_recent_tokens = keep;
@@ -211,7 +211,7 @@ TEST(Compaction, ContextOverflowCompactsThenRetriesOnceWithTheMaterializedInput)
         "summaries":["S1"]})");
     h.start();
     ASSERT_TRUE(h.send(worker::configure_command{[] {
-        session::configure_request c;
+        session::settings_update c;
         c.keep_recent_tokens = 10;
         return c;
     }()}));
@@ -351,7 +351,7 @@ TEST(Tools, UnknownOrDisabledToolsGetAnErrorResult) {
     loop_harness h(R"({"responses":[
         {"tool_calls":[{"name":"teleport"},{"name":"clock"}]},{"text":"ok"}]})");
     h.start();
-    session::configure_request c;
+    session::settings_update c;
     c.tools = std::vector<std::string>{"echo"};
     ASSERT_TRUE(h.send(worker::configure_command{c}));
     h.follow_up("f1", "hi");

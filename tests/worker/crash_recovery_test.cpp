@@ -159,8 +159,8 @@ std::vector<scenario> scenarios() {
     };
 }
 
-session::configure_request scenario_settings() {
-    session::configure_request c;
+session::settings_update scenario_settings() {
+    session::settings_update c;
     c.context_limit = 1000;
     c.compaction_buffer = 100;
     c.keep_recent_tokens = 60;

@@ -1,14 +1,15 @@
-#include "session/requests.hpp"
+#include "protocol/requests.hpp"
 
 #include "session/json_reader.hpp"
 
 #include <algorithm>
 
-namespace wuhu::session {
+namespace wuhu::protocol {
 
 namespace json = boost::json;
-using detail::fail;
-using detail::object_reader;
+using namespace wuhu::session;
+using session::detail::fail;
+using session::detail::object_reader;
 
 namespace {
 
@@ -106,9 +107,9 @@ decoded<subscribe_request> decode_subscribe(const json::value& body) {
     return out;
 }
 
-decoded<configure_request> decode_configure(const json::value& body, const request_limits& limits) {
+decoded<settings_update> decode_configure(const json::value& body, const request_limits& limits) {
     WUHU_TRY(r, object_reader::open(body, ""));
-    configure_request out;
+    settings_update out;
     WUHU_TRY(model, r.opt_str("model"));
     if (model) {
         out.model = std::string(*model);
@@ -150,34 +151,6 @@ decoded<configure_request> decode_configure(const json::value& body, const reque
     }
     WUHU_CHECK(r.finish());
     return out;
-}
-
-result<settings> configure_request::applied_to(settings s) const {
-    if (model) {
-        s.model = *model;
-    }
-    if (system_prompt) {
-        s.system_prompt = *system_prompt;
-    }
-    if (tools) {
-        s.tools = *tools;
-    }
-    if (context_limit) {
-        s.context_limit = *context_limit;
-    }
-    if (compaction_buffer) {
-        s.compaction_buffer = *compaction_buffer;
-    }
-    if (keep_recent_tokens) {
-        s.keep_recent_tokens = *keep_recent_tokens;
-    }
-    if (utc_offset_minutes) {
-        s.utc_offset_minutes = *utc_offset_minutes;
-    }
-    if (auto v = validate(s); !v) {
-        return v.error();
-    }
-    return s;
 }
 
 decoded<abort_request> decode_abort(const json::value& body) {
@@ -232,4 +205,56 @@ decoded<void> decode_empty(const json::value& body) {
     return r.finish();
 }
 
-}  // namespace wuhu::session
+decoded<request> decode_request(std::string_view subject, std::string_view prefix,
+                                std::string_view raw, const request_limits& limits,
+                                const queue_item_id& new_id) {
+    auto to = parse_subject(subject, prefix);
+    if (!to) {
+        return decode_error{static_cast<errc>(to.error().value()), ""};
+    }
+    WUHU_TRY(body, parse_body(raw, limits));
+    const verb v = to->what;
+    auto made = [&](request_body b) { return request{std::move(*to), std::move(b)}; };
+    switch (v) {
+        case verb::enqueue: {
+            WUHU_TRY(r, decode_enqueue(body, limits));
+            return made(enqueue_input{r.in, r.id.value_or(new_id),
+                                      user_input{std::move(r.from), std::move(r.content)}});
+        }
+        case verb::system: {
+            WUHU_TRY(r, decode_system(body, limits));
+            return made(enqueue_input{lane::system, r.id.value_or(new_id),
+                                      system_input{std::move(r.source), std::move(r.content)}});
+        }
+        case verb::cancel: {
+            WUHU_TRY(r, decode_cancel(body));
+            return made(std::move(r));
+        }
+        case verb::configure: {
+            WUHU_TRY(r, decode_configure(body, limits));
+            return made(std::move(r));
+        }
+        case verb::abort: {
+            WUHU_TRY(r, decode_abort(body));
+            return made(std::move(r));
+        }
+        case verb::subscribe: {
+            WUHU_TRY(r, decode_subscribe(body));
+            return made(std::move(r));
+        }
+        case verb::pause:
+        case verb::resume:
+        case verb::remove:
+            break;
+    }
+    WUHU_CHECK(decode_empty(body));
+    if (v == verb::pause) {
+        return made(pause_request{});
+    }
+    if (v == verb::resume) {
+        return made(resume_request{});
+    }
+    return made(remove_request{});
+}
+
+}  // namespace wuhu::protocol

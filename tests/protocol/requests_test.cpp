@@ -1,9 +1,11 @@
 // The edge: every command body is decoded strictly, and each bad input gets its stable code.
-#include "session/requests.hpp"
+#include "protocol/requests.hpp"
 
 #include <gtest/gtest.h>
 
-namespace wuhu::session {
+namespace wuhu::protocol {
+
+using namespace wuhu::session;
 
 namespace json = boost::json;
 
@@ -182,4 +184,4 @@ TEST(EmptyRequests, AcceptAnEmptyBodyOrEmptyObjectOnly) {
     EXPECT_EQ(decode_abort(json::parse(R"({"reason":"user"})")).value().reason, "user");
 }
 
-}  // namespace wuhu::session
+}  // namespace wuhu::protocol

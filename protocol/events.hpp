@@ -1,0 +1,31 @@
+// The event payloads of the NATS contract. Patches (committed changes and status changes) go to
+// `<prefix>.events.<sid>.patch`; stream events to `.delta`:
+//   {"type":"message.start","step":n}
+//   {"type":"text.delta","step":n,"seq":n,"text":"..."}
+//   {"type":"tool_call.delta","step":n,"seq":n,"id","name","arguments"}
+//   {"type":"message.discard","step":n}   the attempt failed or was aborted: drop the inflight
+// A committed message has no event of its own: the patch with its entry ends it.
+#pragma once
+
+#include "session/patch.hpp"
+
+#include <boost/json.hpp>
+
+#include <string>
+#include <string_view>
+
+namespace wuhu::protocol {
+
+std::string patch_event(const session::patch& p);
+
+boost::json::object message_start(std::uint64_t step);
+boost::json::object text_delta(std::uint64_t step, std::uint64_t seq, std::string_view text);
+boost::json::object tool_call_delta(std::uint64_t step, std::uint64_t seq, std::string_view id,
+                                    std::string_view name, std::string_view arguments);
+boost::json::object message_discard(std::uint64_t step);
+
+// A non-negative integer field of an event or a reply (a step, a seq, a count), or 0: anyone
+// may publish on an events subject, so a malformed value must not throw.
+std::uint64_t read_count(const boost::json::object& o, std::string_view key);
+
+}  // namespace wuhu::protocol

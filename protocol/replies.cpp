@@ -1,0 +1,138 @@
+#include "protocol/replies.hpp"
+
+#include "protocol/events.hpp"
+#include "session/error_table.hpp"
+
+#include <boost/throw_exception.hpp>
+
+#include <stdexcept>
+
+namespace wuhu::protocol {
+
+namespace json = boost::json;
+namespace s = wuhu::session;
+
+std::string error_reply(std::string_view code, std::string_view message) {
+    return json::serialize(
+        json::object{{"ok", false}, {"error", json::object{{"code", code}, {"message", message}}}});
+}
+
+std::string error_reply(const boost::system::error_code& ec) {
+    return error_reply(s::wire_code(ec), ec.message());
+}
+
+std::string error_reply(const s::decode_error& e) {
+    return error_reply(s::code_name(e.code), e.message());
+}
+
+std::string ok_reply(verb v, const command_result& r) {
+    json::object o{{"ok", true}};
+    switch (v) {
+        case verb::enqueue:
+        case verb::system:
+            if (r.id) {
+                o["id"] = r.id->str();
+            }
+            break;
+        case verb::cancel:
+            o["canceled"] = r.canceled.value_or(false);
+            break;
+        case verb::configure:
+            if (r.settings) {
+                o["settings"] = s::to_json(*r.settings);
+            }
+            break;
+        default:
+            break;
+    }
+    return json::serialize(o);
+}
+
+std::string subscribe_reply(const s::patch& p, const s::status& st, std::uint64_t step,
+                            const std::optional<inflight>& streaming) {
+    json::object o{
+        {"ok", true}, {"patch", s::to_json(p)}, {"status", s::to_json(st)}, {"step", step}};
+    if (p.config) {
+        o["settings"] = s::to_json(*p.config);
+    }
+    if (streaming) {
+        o["inflight"] = json::object{
+            {"step", streaming->step}, {"text", streaming->text}, {"seq", streaming->seq}};
+    }
+    return json::serialize(o);
+}
+
+std::vector<std::string> chunked(std::string reply, std::size_t max_bytes) {
+    if (reply.size() <= max_bytes) {
+        return {std::move(reply)};
+    }
+    // Escaping at most doubles a part (`"` and `\` gain a backslash; the reply has no raw
+    // control characters), and the envelope takes well under 128 bytes.
+    constexpr std::size_t envelope = 128;
+    const std::size_t part_max = max_bytes > 2 * envelope ? (max_bytes - envelope) / 2 : 64;
+    std::vector<std::string_view> parts;
+    std::string_view rest = reply;
+    while (!rest.empty()) {
+        std::size_t n = std::min(part_max, rest.size());
+        while (n < rest.size() && n > 0 && (static_cast<unsigned char>(rest[n]) & 0xC0) == 0x80) {
+            --n;  // do not cut inside a UTF-8 sequence
+        }
+        parts.push_back(rest.substr(0, n));
+        rest.remove_prefix(n);
+    }
+    std::vector<std::string> out;
+    out.reserve(parts.size());
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+        out.push_back(json::serialize(json::object{
+            {"ok", true}, {"chunk", i}, {"chunks", parts.size()}, {"part", parts[i]}}));
+    }
+    return out;
+}
+
+void throw_exception_from_error(const reply_error& e, const boost::source_location& loc) {
+    boost::throw_exception(std::runtime_error(e.code + ": " + e.message), loc);
+}
+
+boost::system::result<json::object, reply_error> read_reply(std::string_view text) {
+    boost::system::error_code ec;
+    auto v = json::parse(text, ec);
+    if (ec || !v.is_object() || !v.as_object().contains("ok") ||
+        !v.as_object().at("ok").is_bool()) {
+        return reply_error{"bad_reply",
+                           "the reply is not a Wuhu reply: " + std::string(text.substr(0, 200))};
+    }
+    auto& o = v.as_object();
+    if (!o.at("ok").as_bool()) {
+        const auto* e = o.if_contains("error");
+        if (e == nullptr || !e->is_object()) {
+            return reply_error{"bad_reply", "an error reply without an error"};
+        }
+        auto str = [&](const char* k) {
+            const auto* x = e->as_object().if_contains(k);
+            return x != nullptr && x->is_string() ? std::string(x->as_string()) : std::string();
+        };
+        return reply_error{str("code"), str("message")};
+    }
+    return boost::system::result<json::object, reply_error>(boost::system::in_place_value,
+                                                            std::move(o));
+}
+
+reply_assembler::progress reply_assembler::take(std::string message) {
+    boost::system::error_code ec;
+    auto v = json::parse(message, ec);
+    const auto* chunk = !ec && v.is_object() ? v.as_object().if_contains("chunk") : nullptr;
+    if (chunk == nullptr) {
+        text_ = std::move(message);  // a whole reply
+        return progress::done;
+    }
+    const auto* part = v.as_object().if_contains("part");
+    const auto index = chunk->to_number<std::uint64_t>(ec);
+    if (ec || index != next_ || part == nullptr || !part->is_string()) {
+        return progress::bad;
+    }
+    ++next_;
+    text_ += part->as_string();
+    return next_ >= read_count(v.as_object(), "chunks") ? progress::done : progress::more;
+}
+
+}  // namespace wuhu::protocol

@@ -1,0 +1,78 @@
+// The replies of the NATS contract: {"ok":true,...} or {"ok":false,"error":{code,message}},
+// written by the server and read by the client, and the chunks a large reply travels in.
+#pragma once
+
+#include "protocol/subjects.hpp"
+#include "session/codec.hpp"
+#include "session/patch.hpp"
+
+#include <boost/json.hpp>
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace wuhu::protocol {
+
+// {"ok":false,"error":{"code":"...","message":"..."}}
+std::string error_reply(std::string_view code, std::string_view message);
+std::string error_reply(const boost::system::error_code& ec);
+std::string error_reply(const session::decode_error& e);
+
+// What a command's ok reply carries: the item id (enqueue, system), whether it was canceled
+// (cancel), the settings after the change (configure).
+struct command_result {
+    std::optional<session::queue_item_id> id;
+    std::optional<bool> canceled;
+    std::optional<session::settings> settings;
+};
+// {"ok":true, ...}: id for enqueue/system, canceled for cancel, settings for configure.
+std::string ok_reply(verb v, const command_result& r);
+
+// The message being streamed when a subscribe reply is made: its step, its text so far, and
+// the seq of the last delta in that text.
+struct inflight {
+    std::uint64_t step = 0;
+    std::string text;
+    std::uint64_t seq = 0;
+};
+// The subscribe reply: {ok, patch, status, settings, step, inflight?}. `step` is the number of
+// assistant messages up to the patch's `to`: the step of the next streamed message (a client
+// drops stream events of lower steps, whose messages the patch already holds).
+std::string subscribe_reply(const session::patch& p, const session::status& st, std::uint64_t step,
+                            const std::optional<inflight>& streaming);
+
+// A reply no larger than `max_bytes` as is; a larger one as ordered chunks, each within
+// `max_bytes`: {"ok":true,"chunk":i,"chunks":n,"part":"..."} where the parts, concatenated in
+// order, are the reply's JSON text (cut between UTF-8 characters).
+std::vector<std::string> chunked(std::string reply, std::size_t max_bytes);
+
+// The client's side.
+
+// An error reply, or what the client itself reports ("no_reply", "bad_reply", ...).
+struct reply_error {
+    std::string code;
+    std::string message;
+};
+// For result<T, reply_error>::value(): throws std::runtime_error("code: message").
+[[noreturn]] void throw_exception_from_error(const reply_error& e, const boost::source_location&);
+// The reply object when it is {"ok":true,...}; its error otherwise ("bad_reply" when the text
+// is not a Wuhu reply).
+boost::system::result<boost::json::object, reply_error> read_reply(std::string_view text);
+
+// Reassembles a reply from its messages: a whole reply, or its chunks in order.
+class reply_assembler {
+  public:
+    enum class progress { more, done, bad };
+    // Takes the next message; `done` once the reply is whole (then text()), `bad` for a chunk
+    // out of order or malformed.
+    progress take(std::string message);
+    const std::string& text() const { return text_; }
+
+  private:
+    std::string text_;
+    std::uint64_t next_ = 0;
+};
+
+}  // namespace wuhu::protocol

@@ -1,0 +1,115 @@
+// The bodies of the requests of the NATS contract (DESIGN.md), decoded strictly at the edge,
+// and decode_request(), which reads a whole request (subject and body) once.
+//
+// A decoded request is valid: ids parsed, lanes known, content within the configured size,
+// valid UTF-8 and free of NUL. What is left to check needs the session's state (the rules,
+// session/rules.hpp) or the worker (which tools exist).
+#pragma once
+
+#include "protocol/subjects.hpp"
+#include "session/codec.hpp"
+#include "session/rules.hpp"
+#include "session/settings.hpp"
+#include "session/text.hpp"
+
+#include <array>
+#include <optional>
+#include <variant>
+
+namespace wuhu::protocol {
+
+struct request_limits {
+    std::size_t max_content_bytes = session::default_max_content_bytes;
+    std::size_t max_request_bytes = 1024 * 1024;  // NATS max payload by default
+};
+
+// enqueue: {lane: "steer"|"followUp", id?, author?: {id, name, email?, kind}, content}
+struct enqueue_request {
+    session::lane in = session::lane::follow_up;
+    std::optional<session::queue_item_id> id;
+    session::author from = session::unknown_author{};
+    std::string content;
+};
+
+// cancel: {lane, id}
+struct cancel_request {
+    session::lane in = session::lane::follow_up;
+    session::queue_item_id id;
+};
+
+// system: {id?, source, content}
+struct system_request {
+    std::optional<session::queue_item_id> id;
+    session::system_source source;
+    std::string content;
+};
+
+// subscribe: {since?: {transcript, system, steer, followUp}}
+struct subscribe_request {
+    session::version_vector since;
+};
+
+// abort: {reason?}
+struct abort_request {
+    std::string reason = "aborted";
+};
+
+// pause, resume, delete: {}
+struct pause_request {};
+struct resume_request {};
+struct remove_request {};
+
+// The states a row of the fleet view shows: the five loop states of a loaded session, then
+// "unloaded" (its owner holds the lease but has not loaded it), "unowned" (no live lease) and
+// "unreachable" (its owner did not answer in time).
+inline constexpr std::array<std::string_view, 8> session_row_states{
+    "idle",       "preparing", "inferring", "executing_tools",
+    "compacting", "unloaded",  "unowned",   "unreachable"};
+
+// wuhu.admin.sessions: {state?, has_work?, owner?, limit?, after?}; limit 1-1000 (100); state
+// one of session_row_states.
+struct sessions_query {
+    std::optional<std::string> state;
+    std::optional<bool> has_work;
+    std::optional<std::string> owner;
+    std::size_t limit = 100;
+    std::optional<session::session_id> after;  // the page starts after this id
+};
+
+// Raw body -> JSON object: request_too_large is reported as content_too_large, then
+// invalid_utf8, invalid_json, and invalid_type when the body is not an object. An empty body
+// is read as {}.
+session::decoded<boost::json::value> parse_body(std::string_view raw,
+                                                const request_limits& limits);
+
+session::decoded<enqueue_request> decode_enqueue(const boost::json::value& body,
+                                                 const request_limits& limits);
+session::decoded<cancel_request> decode_cancel(const boost::json::value& body);
+session::decoded<system_request> decode_system(const boost::json::value& body,
+                                               const request_limits& limits);
+session::decoded<subscribe_request> decode_subscribe(const boost::json::value& body);
+// configure: any subset of the settings fields.
+session::decoded<session::settings_update> decode_configure(const boost::json::value& body,
+                                                            const request_limits& limits);
+session::decoded<abort_request> decode_abort(const boost::json::value& body);
+session::decoded<sessions_query> decode_sessions_query(const boost::json::value& body);
+session::decoded<void> decode_empty(const boost::json::value& body);
+
+// What a session request asks for. Enqueue and system both become the input to enqueue (an
+// item without an id gets `new_id`).
+using request_body =
+    std::variant<session::enqueue_input, cancel_request, session::settings_update, abort_request,
+                 pause_request, resume_request, subscribe_request, remove_request>;
+
+struct request {
+    route to;
+    request_body body;
+};
+
+// A whole request on `<prefix>.session.<sid>.<verb>`: the subject, then the body, each
+// checked once. The error is what the reply says (error_reply in protocol/replies.hpp).
+session::decoded<request> decode_request(std::string_view subject, std::string_view prefix,
+                                         std::string_view body, const request_limits& limits,
+                                         const session::queue_item_id& new_id);
+
+}  // namespace wuhu::protocol

@@ -1,0 +1,41 @@
+// The commands a session's owner takes (agent_loop::send), and what each one returns. The
+// NATS contract's requests become these in broker/ (protocol::request_body -> command).
+#pragma once
+
+#include "session/rules.hpp"
+#include "session/settings.hpp"
+
+#include <optional>
+#include <string>
+#include <variant>
+
+namespace wuhu::worker {
+
+struct enqueue_command {
+    session::enqueue_input in;  // the id is chosen by the caller (client key or UUIDv7)
+};
+struct cancel_command {
+    session::lane in = session::lane::steer;
+    session::queue_item_id id;
+};
+struct configure_command {
+    session::settings_update update;
+};
+struct abort_command {
+    std::string reason = "aborted";
+};
+struct pause_command {};
+struct resume_command {};
+
+using command = std::variant<enqueue_command, cancel_command, configure_command, abort_command,
+                             pause_command, resume_command>;
+
+struct command_reply {
+    std::optional<session::queue_item_id> id;  // enqueue
+    bool duplicate = false;                    // enqueue of an existing id
+    std::optional<bool> canceled;              // cancel
+    std::optional<session::settings> config;   // configure
+    bool aborted = false;                      // abort found something in flight
+};
+
+}  // namespace wuhu::worker
