@@ -1,6 +1,7 @@
 #include "worker/agent_loop.hpp"
 
 #include "session/compaction.hpp"
+#include "session/loop_policy.hpp"
 #include "session/overloaded.hpp"
 #include "session/reducer.hpp"
 #include "worker/offload.hpp"
@@ -16,9 +17,6 @@ using namespace boost::asio::experimental::awaitable_operators;
 namespace s = wuhu::session;
 
 namespace {
-
-// Thrown inside the loop when the session has failed; start() returns on it.
-struct session_failure {};
 
 bool is_storage_error(const boost::system::error_code& ec) {
     return ec.category() == storage::storage_category();
@@ -111,24 +109,27 @@ observation agent_loop::observe(event_sink sink) {
 
 // ------------------------------------------------------------------------------ the section
 
-void agent_loop::ensure_loaded() {
+boost::system::error_code agent_loop::ensure_loaded() {
     if (loaded_) {
-        return;
+        return {};
     }
     auto st = log_->load();
     if (!st) {
-        fail(st.error());
+        close(st.error());
+        return st.error();
     }
-    state_ = std::move(*st);
-    step_ = s::assistant_count(state_);
-    loaded_ = true;
+    preload(std::move(*st));
+    return {};
 }
 
-void agent_loop::fail(boost::system::error_code ec) {
-    // Persist first: a store error or an unknown outcome is fatal for this session. Do not
-    // guess what was written; stop writing and let the next owner rebuild from the store.
-    close(ec);
-    throw session_failure{};
+boost::system::error_code agent_loop::load() {
+    return failed_ ? failure_ : ensure_loaded();
+}
+
+void agent_loop::preload(s::session_state loaded) {
+    state_ = std::move(loaded);
+    step_ = s::assistant_count(state_);
+    loaded_ = true;
 }
 
 void agent_loop::close(boost::system::error_code why) {
@@ -147,29 +148,43 @@ asio::awaitable<void> agent_loop::close_after_pending(boost::system::error_code 
     close(why);
 }
 
-void agent_loop::preload(s::session_state loaded) {
-    state_ = std::move(loaded);
-    step_ = s::assistant_count(state_);
-    loaded_ = true;
+asio::awaitable<boost::system::error_code> agent_loop::persist(operation op) {
+    auto guard = co_await section_.lock();
+    if (failed_) {
+        co_return failure_;
+    }
+    if (auto ec = ensure_loaded()) {
+        co_return ec;
+    }
+    // The operation runs on the store executor (when there is one): a commit's blocking IO
+    // does not hold up the other sessions of this executor. The section stays held, so this
+    // session's state is read there and changed only here, after the commit.
+    auto task = run_on<written>(opts_.store_executor, std::move(op));
+    written w = co_await std::move(task);
+    if (w.refused) {
+        co_return w.refused;
+    }
+    if (w.failed) {
+        // Persist first: a store error or an unknown outcome is fatal for this session. Do not
+        // guess what was written; stop writing and let the next owner rebuild from the store.
+        close(w.failed);
+        co_return w.failed;
+    }
+    if (!w.actions.empty()) {
+        apply_committed(w.actions);
+    }
+    co_return boost::system::error_code{};
 }
 
-void agent_loop::must(storage::result<s::action_list> r) {
-    if (!r) {
-        fail(r.error());  // the loop's own transitions are never refused by the rules
-    }
-    if (!r->empty()) {
-        apply_committed(*r);
-    }
-}
-
-boost::system::error_code agent_loop::command_result(const boost::system::error_code& ec) {
-    if (is_storage_error(ec)) {
-        try {
-            fail(ec);
-        } catch (const session_failure&) {
-        }
-    }
-    return ec;
+asio::awaitable<bool> agent_loop::record(transition t) {
+    // The loop's own transitions are never refused by the rules: any error fails the session.
+    operation op = [this, t = std::move(t)]() mutable -> written {
+        auto r = write(*log_, state_, std::move(t), clock_.now());
+        return r ? written{{}, {}, std::move(*r)} : written{{}, r.error(), {}};
+    };
+    auto task = persist(std::move(op));
+    const auto ec = co_await std::move(task);
+    co_return !ec;
 }
 
 void agent_loop::apply_committed(const s::action_list& actions) {
@@ -253,172 +268,128 @@ asio::awaitable<boost::system::result<command_reply>> agent_loop::send(command c
         }
         co_return reply;
     }
-    auto guard = co_await section_.lock();
-    if (failed_) {
-        co_return failure_;
+    command_reply reply;
+    bool wake = false;
+    operation op = [this, &c, &reply, &wake] { return run_command(c, reply, wake); };
+    auto task = persist(std::move(op));
+    const auto ec = co_await std::move(task);
+    if (ec) {
+        co_return ec;
     }
-    try {
-        ensure_loaded();
-    } catch (const session_failure&) {
-        co_return failure_;
-    }
-    const s::unix_ms now = clock_.now();
-    // The store operation runs on the store executor (when there is one): a commit's blocking
-    // IO does not hold up the other sessions of this executor. The section stays held, so this
-    // session's state is read there and changed only here, after the commit.
-    auto op = [this, &c, now]() -> command_effect {
-        command_effect out;
-        std::visit(s::overloaded{
-                       [&](enqueue_command& x) {
-                           auto r = log_->enqueue(state_, std::move(x.in), now);
-                           if (!r) {
-                               out.ec = r.error();
-                               return;
-                           }
-                           out.actions = std::move(r->actions);
-                           out.reply.id = r->id;
-                           out.reply.duplicate = r->duplicate;
-                           out.wake = !out.actions.empty();
-                       },
-                       [&](cancel_command& x) {
-                           auto r = log_->cancel(state_, x.in, x.id, now);
-                           if (!r) {
-                               out.ec = r.error();
-                               return;
-                           }
-                           out.actions = std::move(r->actions);
-                           out.reply.canceled = r->canceled;
-                       },
-                       [&](configure_command& x) {
-                           auto next = x.update.applied_to(state_.config);
-                           if (!next) {
-                               out.refused = next.error();
-                               return;
-                           }
-                           auto r = log_->set_settings(state_, std::move(*next));
-                           if (!r) {
-                               out.ec = r.error();
-                               return;
-                           }
-                           out.actions = std::move(*r);
-                       },
-                       [&](pause_command&) {
-                           auto r = log_->set_paused(state_, true);
-                           if (!r) {
-                               out.ec = r.error();
-                               return;
-                           }
-                           out.actions = std::move(*r);
-                       },
-                       [&](resume_command&) {
-                           auto r = log_->set_paused(state_, false);
-                           if (!r) {
-                               out.ec = r.error();
-                               return;
-                           }
-                           out.actions = std::move(*r);
-                           out.wake = true;
-                       },
-                       [](abort_command&) {},
-                   },
-                   c);
-        return out;
-    };
-    auto stored = run_on<command_effect>(opts_.store_executor, std::move(op));
-    command_effect effect = co_await std::move(stored);
-    if (effect.refused) {
-        co_return effect.refused;
-    }
-    if (effect.ec) {
-        co_return command_result(effect.ec);
-    }
-    apply_committed(effect.actions);
-    command_reply reply = std::move(effect.reply);
-    if (std::holds_alternative<configure_command>(c)) {
-        reply.config = state_.config;
-    }
-    if (effect.wake) {
+    if (wake) {
         wake_.notify();
     }
     co_return reply;
 }
 
-asio::awaitable<void> agent_loop::commit(std::function<storage::result<s::action_list>()> op) {
-    auto task = run_on<storage::result<s::action_list>>(opts_.store_executor, std::move(op));
-    auto r = co_await std::move(task);
-    must(std::move(r));
-}
-
-boost::system::error_code agent_loop::load() {
-    try {
-        ensure_loaded();
-    } catch (const session_failure&) {
-        return failure_;
-    }
-    return {};
+agent_loop::written agent_loop::run_command(command& c, command_reply& reply, bool& wake) {
+    const s::unix_ms now = clock_.now();
+    written out;
+    // A rule's refusal changes nothing; a store error fails the session.
+    auto take = [&](const boost::system::error_code& ec) {
+        (is_storage_error(ec) ? out.failed : out.refused) = ec;
+    };
+    std::visit(s::overloaded{
+                   [&](enqueue_command& x) {
+                       auto r = log_->enqueue(state_, std::move(x.in), now);
+                       if (!r) {
+                           return take(r.error());
+                       }
+                       out.actions = std::move(r->actions);
+                       reply.id = r->id;
+                       reply.duplicate = r->duplicate;
+                       wake = !out.actions.empty();
+                   },
+                   [&](cancel_command& x) {
+                       auto r = log_->cancel(state_, x.in, x.id, now);
+                       if (!r) {
+                           return take(r.error());
+                       }
+                       out.actions = std::move(r->actions);
+                       reply.canceled = r->canceled;
+                   },
+                   [&](configure_command& x) {
+                       auto next = x.update.applied_to(state_.config);
+                       if (!next) {
+                           return take(next.error());
+                       }
+                       auto r = log_->set_settings(state_, *next);
+                       if (!r) {
+                           return take(r.error());
+                       }
+                       out.actions = std::move(*r);
+                       reply.config = std::move(*next);
+                   },
+                   [&](pause_command&) {
+                       auto r = log_->set_paused(state_, true);
+                       if (!r) {
+                           return take(r.error());
+                       }
+                       out.actions = std::move(*r);
+                   },
+                   [&](resume_command&) {
+                       auto r = log_->set_paused(state_, false);
+                       if (!r) {
+                           return take(r.error());
+                       }
+                       out.actions = std::move(*r);
+                       wake = true;
+                   },
+                   [](abort_command&) {},
+               },
+               c);
+    return out;
 }
 
 // ------------------------------------------------------------------------------ lifecycle
 
-asio::awaitable<void> agent_loop::recover_orphan() {
+agent_loop::written agent_loop::recover_orphan() {
     // Takeover terminalizes orphans: input that awaits a response when the session is loaded
     // means the previous owner stopped during (or just before) an inference. Record it, so no
     // client waits for a message that will never end; the normal sequence then redoes the turn.
-    if (s::needs_inference(state_) && !s::has_unfinished_tool_calls(state_)) {
-        auto marked = append_marker_locked(
-            s::interruption{"the previous owner stopped while this turn was in progress",
-                            s::interruption_kind::owner_lost});
-        co_await std::move(marked);
+    if (!s::needs_inference(state_) || s::has_unfinished_tool_calls(state_)) {
+        return {};
     }
+    auto r = write(*log_, state_,
+                   s::interruption{"the previous owner stopped while this turn was in progress",
+                                   s::interruption_kind::owner_lost},
+                   clock_.now());
+    return r ? written{{}, {}, std::move(*r)} : written{{}, r.error(), {}};
 }
 
 asio::awaitable<void> agent_loop::start() {
-    try {
-        {
-            auto guard = co_await section_.lock();
-            ensure_loaded();
-            co_await recover_orphan();
-        }
+    // Loads the session and terminalizes an orphaned turn before any command runs.
+    operation recover = [this] { return recover_orphan(); };
+    auto recovering = persist(std::move(recover));
+    const auto ec = co_await std::move(recovering);
+    if (!ec) {
         if (state_.has_work) {
             wake_.notify();
         }
-        co_await (work_loop() && timer_loop());
-    } catch (const session_failure&) {
-    } catch (const asio::multiple_exceptions& e) {
-        // Both children were cancelled: report the first (operation_aborted) as one.
-        std::rethrow_exception(e.first_exception());
+        try {
+            co_await (work_loop() && timer_loop());
+        } catch (const asio::multiple_exceptions& e) {
+            // Both children were cancelled: report the first (operation_aborted) as one.
+            std::rethrow_exception(e.first_exception());
+        }
     }
     if (failed_) {
         set_loop(s::loop_state::idle);
     }
 }
 
-// Both children end normally when the session fails, so `&&` completes without an exception.
+// Both children return when the session fails (close() wakes every wait), so `&&` completes.
 asio::awaitable<void> agent_loop::work_loop() {
-    try {
-        for (;;) {
-            co_await wake_.wait();
-            if (failed_) {
-                co_return;
-            }
+    while (!failed_) {
+        co_await wake_.wait();
+        if (!failed_) {
             co_await run_until_idle();
         }
-    } catch (const session_failure&) {
     }
 }
 
 asio::awaitable<void> agent_loop::timer_loop() {
-    try {
-        co_await fire_timers();
-    } catch (const session_failure&) {
-    }
-}
-
-asio::awaitable<void> agent_loop::fire_timers() {
-    for (;;) {
-        if (failed_) {
-            co_return;
-        }
+    while (!failed_) {
         const s::timer* next = s::next_timer(state_);
         if (next == nullptr) {
             co_await timers_changed_.wait();
@@ -430,80 +401,60 @@ asio::awaitable<void> agent_loop::fire_timers() {
         if (due > clock_.now()) {
             auto r = co_await (clock_.sleep_until(due) || timers_changed_.wait());
             if (r.index() == 1) {
-                continue;  // a timer was added: maybe an earlier one
+                continue;  // a timer was added (or the loop closed): maybe an earlier one
             }
         }
-        auto guard = co_await section_.lock();
-        auto op = [&] { return log_->fire_timer(state_, id, clock_.now()); };
-        auto task = commit(std::move(op));
-        co_await std::move(task);
-        wake_.notify();
+        auto firing = record(fire_timer{id});
+        if (co_await std::move(firing)) {
+            wake_.notify();
+        }
     }
 }
 
-asio::awaitable<void> agent_loop::schedule_timer(s::timer t) {
-    auto guard = co_await section_.lock();
-    if (failed_) {
-        throw session_failure{};
-    }
-    auto op = [&] { return log_->schedule_timer(state_, std::move(t)); };
-    auto task = commit(std::move(op));
-    co_await std::move(task);
+asio::awaitable<bool> agent_loop::schedule_timer(s::timer t) {
+    auto task = record(std::move(t));
+    const bool ok = co_await std::move(task);
+    co_return ok;
 }
 
 // ------------------------------------------------------------------------------ the loop
 
 asio::awaitable<void> agent_loop::run_until_idle() {
-    for (;;) {
-        if (failed_) {
-            throw session_failure{};
-        }
-        if (state_.paused) {
-            set_loop(s::loop_state::idle);
-            co_return;
-        }
-        // Compaction after a response that crossed the threshold (tried once per response).
-        if (auto due = s::compaction_due(state_); due.value != 0 && due != compaction_tried_) {
-            compaction_tried_ = due;
-            co_await compact(due);
-            continue;
-        }
-        // Resume the tool calls of the latest response (after a crash too).
-        if (s::has_unfinished_tool_calls(state_)) {
-            set_loop(s::loop_state::executing_tools);
-            co_await run_tools();
-            continue;
-        }
-        set_loop(s::loop_state::preparing);
-        {
-            auto guard = co_await section_.lock();
-            // Checkpoint: eager drain of what the checkpoint allows.
-            auto drain = [&] {
-                return log_->drain(state_, s::current_checkpoint(state_), clock_.now());
-            };
-            auto drained = commit(std::move(drain));
-            co_await std::move(drained);
-            if (!s::needs_inference(state_)) {
-                // has_work is cleared in the same operation that checks the lanes are empty.
-                auto idle = [&] { return log_->mark_idle(state_); };
-                auto marked = commit(std::move(idle));
-                co_await std::move(marked);
-                if (!state_.has_work || state_.paused) {
-                    set_loop(s::loop_state::idle);
-                    co_return;
-                }
-                continue;
+    s::loop_position at{compaction_tried_};
+    while (!failed_) {
+        const s::loop_step step = s::next_step(state_, at);
+        switch (step.kind) {
+            case s::step_kind::pause:
+            case s::step_kind::idle:
+                set_loop(s::loop_state::idle);
+                co_return;
+            case s::step_kind::compact: {
+                auto task = compact(step.upto);
+                co_await std::move(task);
+                break;
             }
+            case s::step_kind::run_tools:
+                set_loop(s::loop_state::executing_tools);
+                co_await run_tools();
+                break;
+            case s::step_kind::checkpoint: {
+                set_loop(s::loop_state::preparing);
+                auto task = record(take_checkpoint{});
+                co_await std::move(task);
+                break;
+            }
+            case s::step_kind::mark_idle: {
+                auto task = record(mark_idle{});
+                co_await std::move(task);
+                break;
+            }
+            case s::step_kind::infer:
+                co_await infer_turn();
+                break;
         }
-        co_await infer_turn();
+        at = s::after(step, at);
+        compaction_tried_ = at.compaction_tried;
     }
-}
-
-asio::awaitable<void> agent_loop::append_marker_locked(
-    std::variant<s::interruption, s::diagnostic> m) {
-    auto op = [&] { return log_->append_marker(state_, std::move(m), clock_.now()); };
-    auto task = commit(std::move(op));
-    co_await std::move(task);
 }
 
 asio::awaitable<void> agent_loop::infer_turn() {
@@ -512,89 +463,53 @@ asio::awaitable<void> agent_loop::infer_turn() {
     if (!fits()) {
         co_await compact(s::entry_seq{});
         if (!fits()) {
-            {
-                auto guard = co_await section_.lock();
-                auto marked = append_marker_locked(s::diagnostic{
-                    "input_too_large",
-                    "the queued input does not fit in the context window even after compaction"});
-                co_await std::move(marked);
-            }
+            auto task = record(s::input_too_large());
+            co_await std::move(task);
             co_return;
         }
     }
-    bool overflow_retried = false;
-    int transient_failures = 0;
+    s::inference_attempts attempts;
     for (;;) {
         set_loop(s::loop_state::inferring);
         attempt a = co_await infer_once();
+        if (failed_) {
+            co_return;  // closed while inferring: nothing of this attempt is ours to write
+        }
         if (a.kind == attempt::aborted) {
-            {
-                auto guard = co_await section_.lock();
-                auto marked = append_marker_locked(
-                    s::interruption{abort_reason_, s::interruption_kind::aborted});
-                co_await std::move(marked);
-            }
+            auto task = record(s::interruption{abort_reason_, s::interruption_kind::aborted});
+            co_await std::move(task);
             co_return;
         }
         if (a.kind == attempt::ok) {
-            {
-                auto guard = co_await section_.lock();
-                auto op = [&] {
-                    return log_->append_assistant(state_, std::move(a.message), clock_.now());
-                };
-                auto task = commit(std::move(op));
-                co_await std::move(task);
+            auto task = record(std::move(a.message));
+            if (co_await std::move(task)) {
                 const std::uint64_t step = inflight_ ? inflight_->step : step_;
                 inflight_.reset();
                 hub_->emit(stream_ended_event{step, true});
             }
             co_return;  // compaction, if due, is the next step of run_until_idle
         }
-        switch (a.err.kind) {
-            case provider_error_kind::context_overflow:
-                // Fallback: compact, then retry once with the already materialized input.
-                if (!overflow_retried && co_await compact(s::entry_seq{})) {
-                    overflow_retried = true;
-                    continue;
-                }
-                {
-                    auto guard = co_await section_.lock();
-                    auto marked = append_marker_locked(s::diagnostic{
-                        "input_too_large",
-                        "the context overflowed even after compaction: " + a.err.message});
-                    co_await std::move(marked);
-                }
+        // The jitter is drawn only for a transient error, so a seeded loop's waits do not
+        // depend on the other errors of the turn.
+        const double unit = a.err.kind == provider_error_kind::transient ? jitter() : 0.0;
+        auto decision = s::on_inference_error(a.err, attempts, opts_.retry, unit);
+        if (const auto* wait = std::get_if<s::retry_after>(&decision)) {
+            if (co_await abortable_sleep(wait->wait)) {
+                auto task = record(s::interruption{abort_reason_, s::interruption_kind::aborted});
+                co_await std::move(task);
                 co_return;
-            case provider_error_kind::transient:
-                if (++transient_failures < opts_.retry.max_attempts) {
-                    if (co_await abortable_sleep(
-                            backoff(opts_.retry, transient_failures, jitter()))) {
-                        {
-                            auto guard = co_await section_.lock();
-                            auto marked = append_marker_locked(
-                                s::interruption{abort_reason_, s::interruption_kind::aborted});
-                            co_await std::move(marked);
-                        }
-                        co_return;
-                    }
-                    continue;
-                }
-                {
-                    auto guard = co_await section_.lock();
-                    auto marked = append_marker_locked(s::diagnostic{
-                        "inference_failed", "gave up after " + std::to_string(transient_failures) +
-                                                " attempts: " + a.err.message});
-                    co_await std::move(marked);
-                }
-                co_return;
-            case provider_error_kind::fatal: {
-                auto guard = co_await section_.lock();
-                auto marked =
-                    append_marker_locked(s::diagnostic{"inference_failed", a.err.message});
-                co_await std::move(marked);
             }
-                co_return;
+            continue;
         }
+        if (std::holds_alternative<s::compact_then_retry>(decision)) {
+            if (co_await compact(s::entry_seq{})) {
+                continue;
+            }
+            decision = s::on_inference_error(a.err, attempts, opts_.retry, unit);
+        }
+        auto task = record(std::get<s::give_up>(std::move(decision)).report);
+        co_await std::move(task);
+        co_return;
     }
 }
 
@@ -621,7 +536,7 @@ asio::awaitable<agent_loop::attempt> agent_loop::infer_once() {
     in_flight_ = false;
     attempt a;
     if (failed_) {
-        throw session_failure{};
+        co_return a;  // the caller returns
     }
     switch (r.index()) {
         case 0: {
@@ -654,10 +569,7 @@ asio::awaitable<bool> agent_loop::abortable_sleep(milliseconds d) {
     in_flight_ = true;
     auto r = co_await (clock_.sleep(d) || abort_.wait());
     in_flight_ = false;
-    if (failed_) {
-        throw session_failure{};
-    }
-    co_return r.index() == 1;
+    co_return r.index() == 1 || failed_;
 }
 
 asio::awaitable<bool> agent_loop::compact(s::entry_seq upto) {
@@ -668,66 +580,47 @@ asio::awaitable<bool> agent_loop::compact(s::entry_seq upto) {
     set_loop(s::loop_state::compacting);
     auto r = co_await (guarded_summarize(provider_, plan->segment, step_) ||
                        clock_.sleep(opts_.summary_timeout));
-    if (failed_) {
-        throw session_failure{};
-    }
     if (r.index() != 0 || std::holds_alternative<provider_error>(std::get<0>(r).outcome)) {
         co_return false;  // the next response triggers compaction again
     }
-    auto guard = co_await section_.lock();
-    auto op = [&] {
-        return log_->append_compaction(state_,
-                                       s::compaction{std::get<std::string>(std::get<0>(r).outcome),
-                                                     plan->first_kept, plan->tokens_before},
-                                       clock_.now());
-    };
-    auto task = commit(std::move(op));
-    co_await std::move(task);
-    co_return true;
+    s::compaction c{std::get<std::string>(std::get<0>(r).outcome), plan->first_kept,
+                    plan->tokens_before};
+    auto task = record(std::move(c));
+    const bool ok = co_await std::move(task);
+    co_return ok;
 }
 
-asio::awaitable<void> agent_loop::close_call_locked(s::tool_call call, std::string output) {
-    auto op = [&] {
-        return log_->tool_did_execute(
-            state_, s::tool_result{call.id, call.name, std::move(output), true}, clock_.now());
-    };
-    auto task = commit(std::move(op));
-    co_await std::move(task);
+asio::awaitable<bool> agent_loop::close_call(s::tool_call call, std::string output) {
+    auto task = record(s::tool_result{call.id, call.name, std::move(output), true});
+    const bool ok = co_await std::move(task);
+    co_return ok;
 }
 
 asio::awaitable<void> agent_loop::run_tools() {
     // The calls of one response run in order.
     for (std::size_t i = 0; i < state_.tool_calls.size(); ++i) {
         const s::tool_call_state tc = state_.tool_calls[i];  // a copy: state_ changes below
-        if (tc.status == s::tool_status::finished) {
-            continue;
-        }
         tool* t = tools_.find(tc.call.name, state_.config.tools);
-        if (t == nullptr) {
-            {
-                auto guard = co_await section_.lock();
-                auto marked = close_call_locked(tc.call, "unknown tool: " + tc.call.name);
-                co_await std::move(marked);
-            }
+        const auto action = s::next_tool_action(tc, t != nullptr, t != nullptr && t->idempotent());
+        if (action == s::tool_action::skip) {
             continue;
         }
-        if (tc.status == s::tool_status::started && !t->idempotent()) {
-            // Recovery: it may have run, and running it again could repeat its effect.
-            {
-                auto guard = co_await section_.lock();
-                auto marked = close_call_locked(
-                    tc.call,
-                    "interrupted: the worker running this tool stopped, and the tool "
-                    "is not idempotent, so it was not run again");
-                co_await std::move(marked);
+        if (action != s::tool_action::run) {
+            // An unknown tool; or recovery of a call that may have run, where running it again
+            // could repeat its effect.
+            auto closing = close_call(tc.call, action == s::tool_action::unknown
+                                                   ? s::unknown_tool_result(tc.call.name)
+                                                   : s::interrupted_tool_result());
+            if (!co_await std::move(closing)) {
+                co_return;
             }
             continue;
         }
         if (tc.status == s::tool_status::not_started) {
-            auto guard = co_await section_.lock();
-            auto op = [&] { return log_->tool_will_execute(state_, tc.call.id, clock_.now()); };
-            auto task = commit(std::move(op));
-            co_await std::move(task);
+            auto task = record(tool_started{tc.call.id});
+            if (!co_await std::move(task)) {
+                co_return;
+            }
         }
         abort_.reset();
         in_flight_ = true;
@@ -735,30 +628,20 @@ asio::awaitable<void> agent_loop::run_tools() {
         auto r = co_await (guarded_execute(*t, tc.call.arguments, ctx) || abort_.wait() ||
                            clock_.sleep(opts_.tool_timeout));
         in_flight_ = false;
-        if (failed_) {
-            throw session_failure{};
-        }
         if (r.index() == 1) {
             // Abort: this call and the ones after it get error results, then the interruption.
-            {
-                auto guard = co_await section_.lock();
-                auto marked = close_call_locked(tc.call, "aborted: " + abort_reason_);
-                co_await std::move(marked);
+            auto closing = close_call(tc.call, "aborted: " + abort_reason_);
+            if (!co_await std::move(closing)) {
+                co_return;
             }
             for (std::size_t j = i + 1; j < state_.tool_calls.size(); ++j) {
-                const s::tool_call rest = state_.tool_calls[j].call;
-                {
-                    auto guard = co_await section_.lock();
-                    auto marked = close_call_locked(rest, "not run: the turn was aborted");
-                    co_await std::move(marked);
+                auto skipping = close_call(state_.tool_calls[j].call, "not run: the turn was aborted");
+                if (!co_await std::move(skipping)) {
+                    co_return;
                 }
             }
-            {
-                auto guard = co_await section_.lock();
-                auto marked = append_marker_locked(
-                    s::interruption{abort_reason_, s::interruption_kind::aborted});
-                co_await std::move(marked);
-            }
+            auto task = record(s::interruption{abort_reason_, s::interruption_kind::aborted});
+            co_await std::move(task);
             co_return;
         }
         tool_output out = r.index() == 0
@@ -766,14 +649,11 @@ asio::awaitable<void> agent_loop::run_tools() {
                               : tool_output{"timed out after " +
                                                 std::to_string(opts_.tool_timeout.count()) + " ms",
                                             true};
-        auto guard = co_await section_.lock();
-        auto op = [&] {
-            return log_->tool_did_execute(
-                state_, s::tool_result{tc.call.id, tc.call.name, std::move(out.text), out.is_error},
-                clock_.now());
-        };
-        auto task = commit(std::move(op));
-        co_await std::move(task);
+        auto task = record(s::tool_result{tc.call.id, tc.call.name, std::move(out.text),
+                                          out.is_error});
+        if (!co_await std::move(task)) {
+            co_return;
+        }
     }
 }
 

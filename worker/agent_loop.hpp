@@ -1,11 +1,11 @@
-// AgentLoop: the single owner of one session.
+// AgentLoop: the single owner of one session, and a thin driver of the loop's policy
+// (session/loop_policy.hpp): the policy says what to do next, the loop does it.
 //
 // It loads the session once, serves reads from memory, and runs every mutation (commands and
-// its own transitions) in a serialized section: an async mutex on the loop's executor, held
-// from before the store operation until the actions are applied and emitted. Each store
-// operation persists first; the loop then applies the returned actions with the pure reducer
-// and emits them. Inference and tool execution run outside the section, so send() stays fast
-// while the session is inferring.
+// its own transitions) through one helper, persist(): in a serialized section (an async mutex
+// on the loop's executor), the store operation commits first, then the loop applies the
+// returned actions with the pure reducer and emits them. Inference and tool execution run
+// outside the section, so send() stays fast while the session is inferring.
 //
 // Thread/executor: every member function must be called on `ex` (a strand, or a
 // single-threaded io_context); start() and send() are coroutines to spawn there.
@@ -15,17 +15,20 @@
 // Invariants:
 //   state() == the stored state (the store is written first)
 //   at most one inference or tool call is in flight
-//   a failed loop (store error, lease lost) writes nothing more; its owner drops it
+//   a failed loop (store error, lease lost) writes nothing more; its owner drops it. Failure
+//   is a value (failed(), failure()): persist() refuses to run once it is set, and every
+//   step returns when persist() refuses.
 #pragma once
 
+#include "session/loop_policy.hpp"
 #include "storage/store.hpp"
 #include "worker/clock.hpp"
 #include "worker/command.hpp"
 #include "worker/events.hpp"
 #include "worker/provider.hpp"
-#include "worker/retry.hpp"
 #include "worker/sync.hpp"
 #include "worker/tools.hpp"
+#include "worker/transition.hpp"
 
 #include <boost/asio/any_io_executor.hpp>
 
@@ -40,7 +43,7 @@ struct loop_options {
     milliseconds inference_timeout{120'000};
     milliseconds tool_timeout{60'000};
     milliseconds summary_timeout{120'000};
-    retry_policy retry;
+    session::retry_policy retry;
     session::role_mapping roles = session::anthropic_roles;
     std::uint64_t jitter_seed = 0;  // 0: from std::random_device
     // Where store operations run (a bounded pool shared by the sessions), so that one
@@ -50,15 +53,6 @@ struct loop_options {
 
 class agent_loop final : private tool_services {
   public:
-    // What a command's store operation produced (internal; public for the store-op helper).
-    struct command_effect {
-        boost::system::error_code refused;  // a rule refused the command (nothing stored)
-        boost::system::error_code ec;       // the store failed
-        session::action_list actions;
-        command_reply reply;
-        bool wake = false;
-    };
-
     agent_loop(asio::any_io_executor ex, std::unique_ptr<storage::session_log> log, provider& p,
                const tool_registry& tools, clock& clk, loop_options opts = {});
     ~agent_loop() override;
@@ -108,14 +102,34 @@ class agent_loop final : private tool_services {
 
   private:
     struct attempt;
+    // What one store operation did: refused by a rule (nothing stored), failed in the store
+    // (the session fails), or committed these actions.
+    struct written {
+        boost::system::error_code refused;
+        boost::system::error_code failed;
+        session::action_list actions;
+    };
+    // A store operation, run where store IO runs (the store executor, or inline) while the
+    // section is held: it reads state_ and must not change it.
+    using operation = std::function<written()>;
 
     // tool_services
     clock& time() override { return clock_; }
-    asio::awaitable<void> schedule_timer(session::timer t) override;
+    asio::awaitable<bool> schedule_timer(session::timer t) override;
+
+    // The one serialized section: unless the loop has failed, loads the session if needed,
+    // runs `op`, then applies and emits what it committed; a store failure closes the loop.
+    // The error: the loop's failure (before or now), or the rule's refusal.
+    asio::awaitable<boost::system::error_code> persist(operation op);
+    // One of the loop's own transitions through persist(). False when the loop has failed
+    // (nothing was written): the caller returns.
+    asio::awaitable<bool> record(transition t);
+    boost::system::error_code ensure_loaded();
+    written run_command(command& c, command_reply& reply, bool& wake);
+    written recover_orphan();
 
     asio::awaitable<void> work_loop();
     asio::awaitable<void> timer_loop();
-    asio::awaitable<void> fire_timers();
     asio::awaitable<void> run_until_idle();
     asio::awaitable<void> infer_turn();
     // Projects the context (kept for the next request) and checks it fits the context limit.
@@ -124,23 +138,12 @@ class agent_loop final : private tool_services {
     // Plans over the entries up to `upto` (0: all), summarizes, appends the compaction.
     asio::awaitable<bool> compact(session::entry_seq upto);
     asio::awaitable<void> run_tools();
+    // An error result for a call the loop does not run (or stops).
+    asio::awaitable<bool> close_call(session::tool_call call, std::string output);
+    // True when aborted (or the loop failed) before `d` passed.
     asio::awaitable<bool> abortable_sleep(milliseconds d);
 
-    // REQUIRES: the section is held. (Helpers that need arguments are plain functions called
-    // under the lock, so no temporary is an argument inside a co_await expression: G1.)
-    void ensure_loaded();
-    asio::awaitable<void> append_marker_locked(
-        std::variant<session::interruption, session::diagnostic> m);
-    asio::awaitable<void> close_call_locked(session::tool_call call, std::string output);
-    asio::awaitable<void> recover_orphan();
-    void must(storage::result<session::action_list> r);
-    // commit(): one of the loop's own store operations, run where store IO runs (the store
-    // executor, or inline) inside the section, then applied.
-    asio::awaitable<void> commit(std::function<storage::result<session::action_list>()> op);
-    boost::system::error_code command_result(const boost::system::error_code& ec);
     void apply_committed(const session::action_list& actions);
-    [[noreturn]] void fail(boost::system::error_code ec);
-
     void set_loop(session::loop_state s);
     // Stamps a status about to be published (session::status: epoch, seq).
     void stamp(session::status& st);

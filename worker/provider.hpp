@@ -8,6 +8,7 @@
 #pragma once
 
 #include "session/context.hpp"
+#include "session/loop_policy.hpp"
 
 #include <boost/asio/awaitable.hpp>
 
@@ -47,13 +48,10 @@ class stream_sink {
     virtual void tool_call(const tool_call_delta& delta) = 0;
 };
 
-enum class provider_error_kind { transient, context_overflow, fatal };
-std::string_view kind_name(provider_error_kind k);
-
-struct provider_error {
-    provider_error_kind kind = provider_error_kind::fatal;
-    std::string message;
-};
+// The loop's policy sorts a failed inference by kind (session/loop_policy.hpp).
+using provider_error_kind = session::inference_error_kind;
+using provider_error = session::inference_error;
+using session::kind_name;
 
 using inference_outcome = std::variant<session::assistant_message, provider_error>;
 using summary_outcome = std::variant<std::string, provider_error>;

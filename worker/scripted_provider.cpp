@@ -12,18 +12,6 @@ using session::errc;
 using session::detail::fail;
 using session::detail::object_reader;
 
-std::string_view kind_name(provider_error_kind k) {
-    switch (k) {
-        case provider_error_kind::transient:
-            return "transient";
-        case provider_error_kind::context_overflow:
-            return "context_overflow";
-        case provider_error_kind::fatal:
-            return "fatal";
-    }
-    return "fatal";
-}
-
 namespace {
 
 constexpr std::size_t max_text = std::size_t{16} * 1024 * 1024;

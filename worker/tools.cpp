@@ -151,7 +151,10 @@ class schedule_callback_tool final : public tool {
         session::unix_ms due{ctx.services.time().now().value + static_cast<std::int64_t>(*delay)};
         session::timer t{*id, due, session::system_source::parse("scheduledCallback").value(),
                          *content};
-        co_await ctx.services.schedule_timer(std::move(t));
+        auto scheduling = ctx.services.schedule_timer(std::move(t));
+        if (!co_await std::move(scheduling)) {
+            co_return tool_output{"the session stopped: the callback was not scheduled", true};
+        }
         co_return tool_output{
             "scheduled callback " + id->str() + " in " + std::to_string(*delay) + " ms", false};
     }

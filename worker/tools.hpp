@@ -26,8 +26,9 @@ class tool_services {
   public:
     virtual ~tool_services() = default;
     virtual clock& time() = 0;
-    // Persists a durable timer for this session (idempotent by timer id).
-    virtual asio::awaitable<void> schedule_timer(session::timer t) = 0;
+    // Persists a durable timer for this session (idempotent by timer id). False when the
+    // session has stopped and nothing was persisted.
+    virtual asio::awaitable<bool> schedule_timer(session::timer t) = 0;
 };
 
 struct tool_call_context {

@@ -304,8 +304,8 @@ TEST(Retry, TransientErrorsAreRetriedWithCappedExponentialBackoff) {
     auto waited = h.clock().now().value - t0.value;
     EXPECT_GE(waited, 250 + 500 + 1000);
     EXPECT_LT(waited, 500 + 1000 + 2000);
-    EXPECT_EQ(worker::backoff({}, 1, 0.0), milliseconds(250));
-    EXPECT_EQ(worker::backoff({}, 30, 0.999), milliseconds(29985));  // capped at 30 s
+    EXPECT_EQ(session::backoff({}, 1, 0.0), milliseconds(250));
+    EXPECT_EQ(session::backoff({}, 30, 0.999), milliseconds(29985));  // capped at 30 s
 }
 
 TEST(Retry, GivesUpAfterMaxAttemptsWithAVisibleError) {

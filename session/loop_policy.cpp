@@ -1,0 +1,146 @@
+#include "session/loop_policy.hpp"
+
+#include "session/rules.hpp"
+
+namespace wuhu::session {
+
+std::string_view step_name(step_kind k) {
+    switch (k) {
+        case step_kind::pause:
+            return "pause";
+        case step_kind::compact:
+            return "compact";
+        case step_kind::run_tools:
+            return "run_tools";
+        case step_kind::checkpoint:
+            return "checkpoint";
+        case step_kind::infer:
+            return "infer";
+        case step_kind::idle:
+            return "idle";
+        case step_kind::mark_idle:
+            return "mark_idle";
+    }
+    return "unknown";
+}
+
+loop_step next_step(const session_state& s, const loop_position& at) {
+    if (s.paused) {
+        return {step_kind::pause, {}};
+    }
+    if (auto due = compaction_due(s); due.value != 0 && due != at.compaction_tried) {
+        return {step_kind::compact, due};
+    }
+    if (has_unfinished_tool_calls(s)) {
+        return {step_kind::run_tools, {}};
+    }
+    if (!at.checkpoint_taken) {
+        return {step_kind::checkpoint, {}};
+    }
+    if (needs_inference(s)) {
+        return {step_kind::infer, {}};
+    }
+    if (!s.has_work) {
+        return {step_kind::idle, {}};
+    }
+    if (!at.idle_marked) {
+        return {step_kind::mark_idle, {}};
+    }
+    return {step_kind::checkpoint, {}};
+}
+
+loop_position after(const loop_step& done, const loop_position& at) {
+    switch (done.kind) {
+        case step_kind::compact:
+            return loop_position{done.upto, false, false};
+        case step_kind::run_tools:
+        case step_kind::infer:
+            return loop_position{at.compaction_tried, false, false};
+        case step_kind::checkpoint:
+            return loop_position{at.compaction_tried, true, false};
+        case step_kind::mark_idle:
+            return loop_position{at.compaction_tried, true, true};
+        case step_kind::pause:
+        case step_kind::idle:
+            break;
+    }
+    return at;
+}
+
+std::string_view kind_name(inference_error_kind k) {
+    switch (k) {
+        case inference_error_kind::transient:
+            return "transient";
+        case inference_error_kind::context_overflow:
+            return "context_overflow";
+        case inference_error_kind::fatal:
+            return "fatal";
+    }
+    return "fatal";
+}
+
+std::chrono::milliseconds backoff(const retry_policy& p, int retry, double unit) {
+    long long d = p.base.count();
+    for (int i = 1; i < retry && d < p.cap.count(); ++i) {
+        d *= 2;
+    }
+    if (d > p.cap.count()) {
+        d = p.cap.count();
+    }
+    return std::chrono::milliseconds(d / 2 +
+                                     static_cast<long long>(unit * static_cast<double>(d) / 2));
+}
+
+inference_decision on_inference_error(const inference_error& e, inference_attempts& attempts,
+                                      const retry_policy& p, double jitter_unit) {
+    switch (e.kind) {
+        case inference_error_kind::context_overflow:
+            if (!attempts.overflow_retried) {
+                attempts.overflow_retried = true;
+                return compact_then_retry{};
+            }
+            return give_up{diagnostic{
+                "input_too_large", "the context overflowed even after compaction: " + e.message}};
+        case inference_error_kind::transient:
+            if (++attempts.transient_failures < p.max_attempts) {
+                return retry_after{backoff(p, attempts.transient_failures, jitter_unit)};
+            }
+            return give_up{diagnostic{"inference_failed",
+                                      "gave up after " +
+                                          std::to_string(attempts.transient_failures) +
+                                          " attempts: " + e.message}};
+        case inference_error_kind::fatal:
+            break;
+    }
+    return give_up{diagnostic{"inference_failed", e.message}};
+}
+
+diagnostic input_too_large() {
+    return diagnostic{
+        "input_too_large",
+        "the queued input does not fit in the context window even after compaction"};
+}
+
+tool_action next_tool_action(const tool_call_state& call, bool tool_known, bool idempotent) {
+    if (call.status == tool_status::finished) {
+        return tool_action::skip;
+    }
+    if (!tool_known) {
+        return tool_action::unknown;
+    }
+    if (call.status == tool_status::started && !idempotent) {
+        return tool_action::interrupted;
+    }
+    return tool_action::run;
+}
+
+std::string unknown_tool_result(std::string_view name) {
+    return "unknown tool: " + std::string(name);
+}
+
+std::string interrupted_tool_result() {
+    return "interrupted: the worker running this tool stopped, and the tool is not idempotent, "
+           "so it was not run again";
+}
+
+}  // namespace wuhu::session

@@ -1,0 +1,125 @@
+// The agent loop's policy (docs/agent-loop.md), as pure functions: what the owner of a session
+// does next, what it does about a failed inference, and what it does with each tool call of a
+// response. worker/agent_loop.cpp drives them; it decides nothing of its own.
+//
+// The table of run-until-idle, first match wins:
+//
+//   pause       the session is paused                      stop (idle); commands still persist
+//   compact     the newest response crossed the threshold  summarize, append the compaction
+//               and has not been tried
+//   run_tools   a call of the newest response has no       run the calls in order
+//               result
+//   checkpoint  no checkpoint since the last step          drain what the checkpoint allows
+//   infer       input awaits a response                    stream a response
+//   idle        has_work is clear                          stop (idle)
+//   mark_idle   not marked since the checkpoint            clear has_work if the lanes are empty
+//   checkpoint  otherwise (input came after the checkpoint) drain again
+#pragma once
+
+#include "session/entry.hpp"
+#include "session/state.hpp"
+
+#include <chrono>
+#include <string>
+#include <string_view>
+#include <variant>
+
+namespace wuhu::session {
+
+// ---- run until idle
+
+// What the state does not say about where the loop is: the response whose compaction it last
+// tried (tried once per response), whether it took the checkpoint since its last step, and
+// whether it marked the session idle since that checkpoint.
+struct loop_position {
+    entry_seq compaction_tried;
+    bool checkpoint_taken = false;
+    bool idle_marked = false;
+    bool operator==(const loop_position&) const = default;
+};
+
+enum class step_kind { pause, compact, run_tools, checkpoint, infer, idle, mark_idle };
+std::string_view step_name(step_kind k);
+
+struct loop_step {
+    step_kind kind = step_kind::idle;
+    entry_seq upto;  // compact: plan over the entries up to this response
+    bool operator==(const loop_step&) const = default;
+};
+
+loop_step next_step(const session_state& s, const loop_position& at);
+// Where the loop is once it has carried out `done` (a pause or idle step ends the run).
+loop_position after(const loop_step& done, const loop_position& at);
+
+// ---- a failed inference
+
+enum class inference_error_kind { transient, context_overflow, fatal };
+std::string_view kind_name(inference_error_kind k);
+
+struct inference_error {
+    inference_error_kind kind = inference_error_kind::fatal;
+    std::string message;
+};
+
+// Capped exponential backoff with jitter for transient errors.
+struct retry_policy {
+    std::chrono::milliseconds base{500};
+    std::chrono::milliseconds cap{30'000};
+    int max_attempts = 6;  // attempts in all, the first included
+};
+
+// The wait before retry number `retry` (1 for the first retry): d = min(cap, base * 2^(retry-1)),
+// then "equal jitter": d/2 + unit * d/2, where unit in [0, 1) comes from the caller.
+std::chrono::milliseconds backoff(const retry_policy& p, int retry, double unit);
+
+// The failures of one turn's inference so far.
+struct inference_attempts {
+    int transient_failures = 0;
+    bool overflow_retried = false;
+    bool operator==(const inference_attempts&) const = default;
+};
+
+// Wait, then infer again.
+struct retry_after {
+    std::chrono::milliseconds wait;
+    bool operator==(const retry_after&) const = default;
+};
+// Compact the whole context, then infer again (once per turn). If the compaction fails, ask
+// again with `overflow_retried` set: the answer is then to give up.
+struct compact_then_retry {
+    bool operator==(const compact_then_retry&) const = default;
+};
+// Record this diagnostic and end the turn.
+struct give_up {
+    diagnostic report;
+    bool operator==(const give_up&) const = default;
+};
+using inference_decision = std::variant<retry_after, compact_then_retry, give_up>;
+
+// What to do about `e`, given the failures before it; `attempts` is updated to count it.
+// `jitter_unit` in [0, 1) spreads the backoff (the caller draws it).
+inference_decision on_inference_error(const inference_error& e, inference_attempts& attempts,
+                                      const retry_policy& p, double jitter_unit);
+
+// Input that does not fit the context window even after compaction (checked before the first
+// attempt): reported, never staged.
+diagnostic input_too_large();
+
+// ---- the tool calls of a response
+
+// What the loop does with one call, given whether the session may use its tool and whether
+// the tool is idempotent.
+enum class tool_action {
+    skip,         // it has its result
+    run,          // run it (tool_started is committed first when it has not started)
+    unknown,      // an error result: no such tool, or not enabled for this session
+    interrupted,  // started by an owner that stopped, and not idempotent: an error result,
+                  // never a second run
+};
+tool_action next_tool_action(const tool_call_state& call, bool tool_known, bool idempotent);
+
+// The error results of calls the loop does not run.
+std::string unknown_tool_result(std::string_view name);
+std::string interrupted_tool_result();
+
+}  // namespace wuhu::session

@@ -1,0 +1,32 @@
+#include "worker/transition.hpp"
+
+#include "session/overloaded.hpp"
+
+namespace wuhu::worker {
+
+namespace s = wuhu::session;
+
+storage::result<s::action_list> write(storage::session_log& log, const s::session_state& before,
+                                      transition t, s::unix_ms now) {
+    using out = storage::result<s::action_list>;
+    return std::visit(
+        s::overloaded{
+            [&](take_checkpoint) -> out {
+                return log.drain(before, s::current_checkpoint(before), now);
+            },
+            [&](mark_idle) -> out { return log.mark_idle(before); },
+            [&](s::interruption& m) -> out { return log.append_marker(before, std::move(m), now); },
+            [&](s::diagnostic& m) -> out { return log.append_marker(before, std::move(m), now); },
+            [&](s::assistant_message& m) -> out {
+                return log.append_assistant(before, std::move(m), now);
+            },
+            [&](tool_started& x) -> out { return log.tool_will_execute(before, x.id, now); },
+            [&](s::tool_result& r) -> out { return log.tool_did_execute(before, std::move(r), now); },
+            [&](s::compaction& c) -> out { return log.append_compaction(before, std::move(c), now); },
+            [&](s::timer& x) -> out { return log.schedule_timer(before, std::move(x)); },
+            [&](fire_timer& x) -> out { return log.fire_timer(before, x.id, now); },
+        },
+        t);
+}
+
+}  // namespace wuhu::worker
