@@ -12,16 +12,14 @@ namespace wuhu::nats {
 namespace {
 
 // Whether the C string at `text` is followed directly by the part at `next` (its terminator is
-// the only byte between them), or, when `headers_may_follow`, by a header block
-// ("NATS/1.0" then a space or CR).
-bool ends_at(const char* text, const char* next, bool headers_may_follow) {
+// the only byte between them), or by a header block ("NATS/1.0" then a space or CR).
+bool ends_at(const char* text, const char* next) {
     const std::size_t n = std::strlen(text);
     if (text + n + 1 == next) {
         return true;
     }
     const char* h = text + n + 1;
-    return headers_may_follow && std::strncmp(h, "NATS/1.0", 8) == 0 &&
-           (h[8] == ' ' || h[8] == '\r');
+    return std::strncmp(h, "NATS/1.0", 8) == 0 && (h[8] == ' ' || h[8] == '\r');
 }
 
 // libnats 3.4.1 hands out the subject and the reply as C strings, but keeps every byte it
@@ -38,8 +36,8 @@ message read_message(natsMsg* msg) {
     if (reply != nullptr) {
         m.subject.assign(subject, static_cast<std::size_t>(reply - subject - 1));
         m.reply = reply;
-        m.bad_reply = !ends_at(reply, data, true);
-    } else if (ends_at(subject, data, true)) {
+        m.bad_reply = !ends_at(reply, data);
+    } else if (ends_at(subject, data)) {
         m.subject = subject;
     } else {
         m.subject = subject;

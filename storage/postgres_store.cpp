@@ -127,13 +127,13 @@ struct postgres_store::connection {
     pqxx::connection c;
 };
 
-class postgres_store::lease {
+class postgres_store::pooled {
   public:
-    lease(postgres_store& s, std::unique_ptr<connection> c) : store_(&s), c_(std::move(c)) {}
-    lease(lease&& o) noexcept = default;
-    ~lease() {
+    pooled(postgres_store& s, std::unique_ptr<connection> c) : store_(&s), c_(std::move(c)) {}
+    pooled(pooled&& o) noexcept = default;
+    ~pooled() {
         if (c_) {
-            store_->release(std::move(c_), broken_);
+            store_->give_back(std::move(c_), broken_ ? health::broken : health::usable);
         }
     }
     pqxx::connection& operator*() { return c_->c; }
@@ -156,7 +156,7 @@ std::unique_ptr<postgres_store::connection> postgres_store::connect() {
     return c;
 }
 
-postgres_store::lease postgres_store::acquire() {
+postgres_store::pooled postgres_store::acquire() {
     std::unique_lock lock(mu_);
     if (!cv_.wait_for(lock, options_.acquire_timeout,
                       [&] { return !idle_.empty() || total_ < options_.pool_size; })) {
@@ -165,12 +165,12 @@ postgres_store::lease postgres_store::acquire() {
     if (!idle_.empty()) {
         auto c = std::move(idle_.back());
         idle_.pop_back();
-        return lease(*this, std::move(c));
+        return pooled(*this, std::move(c));
     }
     ++total_;
     lock.unlock();
     try {
-        return lease(*this, connect());
+        return pooled(*this, connect());
     } catch (...) {
         std::lock_guard again(mu_);
         --total_;
@@ -179,9 +179,9 @@ postgres_store::lease postgres_store::acquire() {
     }
 }
 
-void postgres_store::release(std::unique_ptr<connection> c, bool broken) {
+void postgres_store::give_back(std::unique_ptr<connection> c, health h) {
     std::lock_guard lock(mu_);
-    if (broken || !c->c.is_open()) {
+    if (h == health::broken || !c->c.is_open()) {
         --total_;
     } else {
         idle_.push_back(std::move(c));
@@ -319,7 +319,7 @@ class postgres_log final : public session_log {
   private:
     template <class F>
     auto with_connection(F&& f) -> decltype(f(std::declval<pqxx::connection&>())) {
-        std::optional<postgres_store::lease> l;
+        std::optional<postgres_store::pooled> l;
         try {
             l.emplace(store_.acquire());
             return f(**l);

@@ -40,7 +40,7 @@ class postgres_store final : public session_store {
     result<std::vector<catalog_entry>> sessions(catalog_filter filter) override;
 
     struct connection;  // a libpqxx connection with its prepared statements
-    class lease;        // a pooled connection, returned when destroyed
+    class pooled;       // a connection from the pool, given back when destroyed
 
   protected:
     result<std::unique_ptr<session_log>> do_open(const session_id& id, lease_epoch epoch,
@@ -48,9 +48,10 @@ class postgres_store final : public session_store {
 
   private:
     friend class postgres_log;
-    lease acquire();
+    pooled acquire();
     std::unique_ptr<connection> connect();
-    void release(std::unique_ptr<connection> c, bool broken);
+    enum class health { usable, broken };
+    void give_back(std::unique_ptr<connection> c, health h);
 
     postgres_options options_;
     std::mutex mu_;

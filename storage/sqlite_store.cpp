@@ -212,7 +212,7 @@ class sqlite_log final : public session_log {
     template <class F>
     auto with_db(F&& f) -> decltype(f(std::declval<sqlite::db&>())) {
         try {
-            auto h = store_.acquire(id(), false);
+            auto h = store_.acquire(id(), open_mode::existing);
             if (!h) {
                 return errc::lease_lost;  // the session was removed
             }
@@ -291,7 +291,7 @@ std::size_t sqlite_store::open_files() const {
     return open_.size();
 }
 
-std::shared_ptr<sqlite_store::handle> sqlite_store::acquire(const session_id& id, bool create) {
+std::shared_ptr<sqlite_store::handle> sqlite_store::acquire(const session_id& id, open_mode mode) {
     std::lock_guard lock(mu_);
     if (auto it = open_.find(id.str()); it != open_.end()) {
         lru_.splice(lru_.begin(), lru_, it->second.second);
@@ -300,11 +300,11 @@ std::shared_ptr<sqlite_store::handle> sqlite_store::acquire(const session_id& id
     auto path = path_of(id);
     std::shared_ptr<handle> h;
     for (int attempt = 0; !h; ++attempt) {
-        if (!create && !std::filesystem::exists(path)) {
+        if (mode == open_mode::existing && !std::filesystem::exists(path)) {
             return nullptr;
         }
         try {
-            h = open_file(path, create);
+            h = open_file(path, mode);
         } catch (const sqlite::error& e) {
             // Another process removed the file while this one opened it (it may have created
             // the session again since): opening failed on a vanished file (an I/O error, or it
@@ -333,11 +333,11 @@ std::shared_ptr<sqlite_store::handle> sqlite_store::acquire(const session_id& id
 }
 
 std::shared_ptr<sqlite_store::handle> sqlite_store::open_file(const std::filesystem::path& path,
-                                                              bool create) {
+                                                              open_mode mode) {
     auto h = std::make_shared<handle>();
     h->db = std::make_unique<sqlite::db>(
         path.string(), options_.synchronous, options_.busy_timeout_ms,
-        create ? sqlite::if_missing::create : sqlite::if_missing::fail);
+        mode == open_mode::create ? sqlite::if_missing::create : sqlite::if_missing::fail);
     // A removed session's files are unlinked while other processes may still have them open:
     // no connection may then delete a WAL or shared-memory file by name when it closes (it
     // would be the new session's). The WAL left behind is truncated on close (~handle).
@@ -362,10 +362,10 @@ void sqlite_store::forget(const session_id& id, const std::shared_ptr<handle>& h
 }
 
 std::shared_ptr<sqlite_store::handle> sqlite_store::acquire_current(const session_id& id,
-                                                                    bool create) {
+                                                                    open_mode mode) {
     const auto path = path_of(id);
     for (;;) {
-        auto h = acquire(id, create);
+        auto h = acquire(id, mode);
         if (!h || names(path, h->dev, h->ino)) {
             return h;
         }
@@ -385,7 +385,7 @@ result<std::unique_ptr<session_log>> sqlite_store::do_open(const session_id& id,
             return errc::lease_lost;  // removed at this epoch or later: create nothing
         }
         for (;;) {
-            auto h = acquire_current(id, mode == open_mode::create);
+            auto h = acquire_current(id, mode);
             if (!h) {
                 return errc::not_found;
             }
@@ -440,7 +440,7 @@ result<std::unique_ptr<session_log>> sqlite_store::do_open(const session_id& id,
 
 result<void> sqlite_store::remove(const session_id& id, lease_epoch epoch) {
     try {
-        auto h = acquire_current(id, false);
+        auto h = acquire_current(id, open_mode::existing);
         if (!h) {
             note_removed(id, epoch);
             return {};

@@ -62,14 +62,14 @@ class sqlite_store final : public session_store {
 
     // The open handle of a session; opens the file (creating it only when `create`), applies
     // the migrations. Throws sqlite::error; returns nullptr when the file does not exist.
-    std::shared_ptr<handle> acquire(const session_id& id, bool create);
+    std::shared_ptr<handle> acquire(const session_id& id, open_mode mode);
     // Drops `h` from the open files if it is still the session's (it names a removed file).
     void forget(const session_id& id, const std::shared_ptr<handle>& h);
     // Opens the file at `path` as a handle (throws sqlite::error; SQLITE_CANTOPEN when it
     // is missing and not to be created, or was removed while it was opened).
-    std::shared_ptr<handle> open_file(const std::filesystem::path& path, bool create);
+    std::shared_ptr<handle> open_file(const std::filesystem::path& path, open_mode mode);
     // acquire(), but never a cached handle of a file that is no longer at the session's path.
-    std::shared_ptr<handle> acquire_current(const session_id& id, bool create);
+    std::shared_ptr<handle> acquire_current(const session_id& id, open_mode mode);
     // The epoch the session was last removed at, if it was (the catalog's `removed`).
     std::optional<lease_epoch> removed_at(const session_id& id);
     // The catalog (sqlite_catalog.cpp).

@@ -39,20 +39,23 @@ std::vector<tool_spec> tool_registry::specs(const std::vector<std::string>& enab
 
 namespace {
 
+using session::decoded;
 using session::detail::object_reader;
 
-// Parses the arguments object; a decode error becomes a tool error result for the model.
-std::optional<json::value> parse_args(const std::string& arguments, tool_output& error) {
+// A tool's arguments read by `read` (object_reader& -> decoded<T>), or the error result that
+// tells the model what was wrong with them.
+template <class T, class Read>
+std::variant<T, tool_output> read_args(const std::string& arguments, Read read) {
     auto v = session::parse_json(arguments);
     if (!v || !v->is_object()) {
-        error = {"arguments must be a JSON object", true};
-        return std::nullopt;
+        return tool_output{"arguments must be a JSON object", true};
     }
-    return std::move(*v);
-}
-
-tool_output bad_args(const session::decode_error& e) {
-    return {"invalid arguments: " + e.message(), true};
+    auto r = object_reader::open(*v, "");
+    session::decoded<T> args = read(*r);
+    if (!args) {
+        return tool_output{"invalid arguments: " + args.error().message(), true};
+    }
+    return std::move(*args);
 }
 
 class echo_tool final : public tool {
@@ -60,17 +63,14 @@ class echo_tool final : public tool {
     const tool_spec& spec() const override { return spec_; }
     bool idempotent() const override { return true; }
     asio::awaitable<tool_output> execute(std::string arguments, tool_call_context) override {
-        tool_output err;
-        auto v = parse_args(arguments, err);
-        if (!v) {
-            co_return err;
+        auto args = read_args<std::string>(arguments, [](object_reader& r) -> decoded<std::string> {
+            WUHU_TRY(text, r.str("text"));
+            return std::string(text);
+        });
+        if (auto* err = std::get_if<tool_output>(&args)) {
+            co_return std::move(*err);
         }
-        auto r = object_reader::open(*v, "");
-        auto text = r->str("text");
-        if (!text) {
-            co_return bad_args(text.error());
-        }
-        co_return tool_output{std::string(*text), false};
+        co_return tool_output{std::get<std::string>(std::move(args)), false};
     }
 
   private:
@@ -104,18 +104,13 @@ class sleep_tool final : public tool {
     const tool_spec& spec() const override { return spec_; }
     bool idempotent() const override { return true; }
     asio::awaitable<tool_output> execute(std::string arguments, tool_call_context ctx) override {
-        tool_output err;
-        auto v = parse_args(arguments, err);
-        if (!v) {
-            co_return err;
+        auto args = read_args<std::uint64_t>(arguments, [](object_reader& r) { return r.u64("ms"); });
+        if (auto* err = std::get_if<tool_output>(&args)) {
+            co_return std::move(*err);
         }
-        auto r = object_reader::open(*v, "");
-        auto ms = r->u64("ms");
-        if (!ms) {
-            co_return bad_args(ms.error());
-        }
-        co_await ctx.services.time().sleep(milliseconds(*ms));
-        co_return tool_output{"slept " + std::to_string(*ms) + " ms", false};
+        const std::uint64_t ms = std::get<std::uint64_t>(args);
+        co_await ctx.services.time().sleep(milliseconds(ms));
+        co_return tool_output{"slept " + std::to_string(ms) + " ms", false};
     }
 
   private:
@@ -130,33 +125,32 @@ class schedule_callback_tool final : public tool {
     // The timer id derives from the call id, so a re-run schedules nothing new.
     bool idempotent() const override { return true; }
     asio::awaitable<tool_output> execute(std::string arguments, tool_call_context ctx) override {
-        tool_output err;
-        auto v = parse_args(arguments, err);
-        if (!v) {
-            co_return err;
+        struct callback {
+            std::uint64_t delay_ms;
+            std::string content;
+        };
+        auto args = read_args<callback>(arguments, [](object_reader& r) -> decoded<callback> {
+            WUHU_TRY(delay, r.u64("delay_ms"));
+            WUHU_TRY(content, r.text("content", session::default_max_content_bytes));
+            return callback{delay, std::move(content)};
+        });
+        if (auto* err = std::get_if<tool_output>(&args)) {
+            co_return std::move(*err);
         }
-        auto r = object_reader::open(*v, "");
-        auto delay = r->u64("delay_ms");
-        if (!delay) {
-            co_return bad_args(delay.error());
-        }
-        auto content = r->text("content", session::default_max_content_bytes);
-        if (!content) {
-            co_return bad_args(content.error());
-        }
+        auto [delay, content] = std::get<callback>(std::move(args));
         auto id = session::queue_item_id::parse("timer-" + ctx.call.str());
         if (!id) {
             co_return tool_output{"the tool call id is too long for a timer id", true};
         }
-        session::unix_ms due{ctx.services.time().now().value + static_cast<std::int64_t>(*delay)};
+        session::unix_ms due{ctx.services.time().now().value + static_cast<std::int64_t>(delay)};
         session::timer t{*id, due, session::system_source::parse("scheduledCallback").value(),
-                         *content};
+                         std::move(content)};
         auto scheduling = ctx.services.schedule_timer(std::move(t));
         if (!co_await std::move(scheduling)) {
             co_return tool_output{"the session stopped: the callback was not scheduled", true};
         }
         co_return tool_output{
-            "scheduled callback " + id->str() + " in " + std::to_string(*delay) + " ms", false};
+            "scheduled callback " + id->str() + " in " + std::to_string(delay) + " ms", false};
     }
 
   private:

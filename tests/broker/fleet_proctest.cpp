@@ -435,35 +435,12 @@ TEST(Fleet, APatchTooLargeToPublishIsLoggedWithItsSession) {
     EXPECT_EQ(worker.stop(), 0);
 }
 
-namespace {
-
-// The test server's DSN (key=value, from scripts/test), as a postgresql:// URL for `dbname`.
-std::string pg_url(const std::string& dbname) {
-    const char* dsn = std::getenv("WUHU_TEST_PG_DSN");
-    if (dsn == nullptr || *dsn == '\0') {
-        ADD_FAILURE() << "WUHU_TEST_PG_DSN is not set: run the tests with scripts/test";
-        return "postgresql://127.0.0.1:1/none";
-    }
-    std::map<std::string, std::string> kv;
-    std::istringstream in(dsn);
-    std::string pair;
-    while (in >> pair) {
-        if (auto eq = pair.find('='); eq != std::string::npos) {
-            kv[pair.substr(0, eq)] = pair.substr(eq + 1);
-        }
-    }
-    return "postgresql://" + kv["user"] + "@" + kv["host"] + ":" + kv["port"] + "/" + dbname;
-}
-
-}  // namespace
-
 // Defects: a PostgreSQL outage left no log line (every request answered `unavailable`, and
 // nothing said why or when it ended), and after it LeakSanitizer found the PGresults libpqxx
 // 6.4 leaks on a broken connection, so a worker that should exit 0 on SIGTERM did not. Here
 // the worker's own database refuses connections for a while and drops those it had.
 TEST(Fleet, ADatabaseOutageIsLoggedOnceEachWayAndLeaksNothing) {
-    const char* dsn = std::getenv("WUHU_TEST_PG_DSN");
-    ASSERT_NE(dsn, nullptr) << "WUHU_TEST_PG_DSN is not set: run the tests with scripts/test";
+    const std::string dsn = pg_dsn();
     const std::string db = "wuhu_outage" + std::to_string(getpid());
     pqxx::connection admin(dsn);
     {

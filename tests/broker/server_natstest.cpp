@@ -3,6 +3,7 @@
 #include "client/client.hpp"
 #include "tests/broker/worker_node.hpp"
 #include "tests/support/builders.hpp"
+#include "tests/support/env.hpp"
 #include "tests/support/raw_nats.hpp"
 #include "tests/support/temp_dir.hpp"
 
@@ -21,16 +22,6 @@ namespace json = boost::json;
 using namespace std::chrono_literals;
 
 namespace {
-
-std::string nats_url() {
-    const char* url = std::getenv("WUHU_TEST_NATS_URL");
-    if (url == nullptr || *url == '\0') {
-        ADD_FAILURE() << "WUHU_TEST_NATS_URL is not set: run the tests with scripts/test, which "
-                         "starts a nats-server";
-        return "nats://127.0.0.1:1";
-    }
-    return url;
-}
 
 constexpr const char* default_script = R"({"responses":[
     {"chunks":["Hel","lo"],"chunk_delay_ms":5},

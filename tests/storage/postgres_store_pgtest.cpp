@@ -1,7 +1,7 @@
 // The PostgreSQL store against a real server (scripts/test starts it).
 #include "storage/postgres_store.hpp"
 #include "tests/storage/conformance.hpp"
-#include "tests/storage/pg_env.hpp"
+#include "tests/support/pg_env.hpp"
 
 #include <chrono>
 #include <iostream>

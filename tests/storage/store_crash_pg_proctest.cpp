@@ -1,6 +1,6 @@
 // The SIGKILL crash test against PostgreSQL (see store_crash_proctest.cpp).
 #include "tests/storage/crash_rounds.hpp"
-#include "tests/storage/pg_env.hpp"
+#include "tests/support/pg_env.hpp"
 
 namespace wuhu::testing {
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "nats/connection.hpp"
+#include "tests/support/env.hpp"
 #include "tests/support/temp_dir.hpp"
 
 #include <gtest/gtest.h>
@@ -27,15 +28,6 @@
 #include <vector>
 
 namespace wuhu::testing {
-
-inline std::string nats_url() {
-    const char* url = std::getenv("WUHU_TEST_NATS_URL");
-    if (url == nullptr || *url == '\0') {
-        ADD_FAILURE() << "WUHU_TEST_NATS_URL is not set: run the tests with scripts/test";
-        return "nats://127.0.0.1:1";
-    }
-    return url;
-}
 
 // The wuhu-worker binary under test: this build's, or WUHU_TEST_WORKER_BIN (to run a test
 // against another build, e.g. to see a regression test fail before its fix).

@@ -1,8 +1,8 @@
-// The PostgreSQL server of the *_pgtest files: scripts/test starts one and sets
-// WUHU_TEST_PG_DSN. Without it the tests fail (a real-server test never passes by skipping).
+// A schema of its own for each PostgreSQL test, on the server of tests/support/env.hpp.
 #pragma once
 
-#include <gtest/gtest.h>
+#include "tests/support/env.hpp"
+
 #include <pqxx/pqxx>
 
 #include <cstdlib>
@@ -10,16 +10,6 @@
 #include <string>
 
 namespace wuhu::testing {
-
-inline std::string pg_dsn() {
-    const char* dsn = std::getenv("WUHU_TEST_PG_DSN");
-    if (dsn == nullptr || *dsn == '\0') {
-        ADD_FAILURE() << "WUHU_TEST_PG_DSN is not set: run the tests with scripts/test, which "
-                         "starts a PostgreSQL server";
-        return "host=127.0.0.1 port=1 connect_timeout=1";
-    }
-    return dsn;
-}
 
 // A schema name of its own for each test, so tests can run in parallel.
 inline std::string fresh_schema(const std::string& prefix) {
