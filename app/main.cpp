@@ -4,7 +4,7 @@
 //
 // Every flag has a WUHU_* environment variable (flags win). Logs are JSON lines on stderr.
 // SIGTERM or SIGINT: stop taking requests, stop every session loop, answer the requests already
-// taken, release the leases, exit 0 (broker/node.hpp).
+// taken, release the leases, exit 0 (app/node.hpp).
 #include "app/node.hpp"
 #include "ownership/memory_lease.hpp"
 #include "ownership/sqlite_lease.hpp"

@@ -583,7 +583,7 @@ TEST_F(worker_fixture, AdminSessionsListsTheFleetWithOwnersStatesAndLanes) {
     EXPECT_EQ(bad.error().code, "invalid_query");
 }
 
-// ---- stopping (the SIGTERM sequence of broker/node.hpp)
+// ---- stopping (the SIGTERM sequence of app/node.hpp)
 
 namespace {
 

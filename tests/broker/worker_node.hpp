@@ -1,4 +1,4 @@
-// One worker in-process for the NATS tests: the node wuhu-worker runs (broker/node.hpp) with a
+// One worker in-process for the NATS tests: the node wuhu-worker runs (app/node.hpp) with a
 // SQLite store and the SQLite catalog lease in `data_dir` (several nodes on one dir are workers
 // of one host; through a faulty_store, so that a test can stall its disk), the scripted model,
 // its own NATS connection, and a thread running it.

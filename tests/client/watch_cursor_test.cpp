@@ -1,4 +1,4 @@
-// The gap-free watch's decisions (broker/client.hpp watch_cursor), without NATS: duplicates
+// The gap-free watch's decisions (client/client.hpp watch_cursor), without NATS: duplicates
 // from before the backfill are dropped, patches and deltas that do not follow are gaps, and a
 // resync delivers exactly what was missed.
 #include "client/client.hpp"
