@@ -20,42 +20,27 @@
 //   step returns when persist() refuses.
 #pragma once
 
-#include "session/loop_policy.hpp"
 #include "storage/store.hpp"
-#include "worker/clock.hpp"
 #include "worker/command.hpp"
 #include "worker/events.hpp"
-#include "worker/provider.hpp"
-#include "worker/sync.hpp"
-#include "worker/tools.hpp"
-#include "worker/transition.hpp"
+#include "worker/loop_options.hpp"
+#include "worker/tool_runner.hpp"
+#include "worker/turn_runner.hpp"
+#include "worker/writer.hpp"
 
 #include <boost/asio/any_io_executor.hpp>
 
 #include <functional>
 #include <memory>
 #include <optional>
-#include <random>
 
 namespace wuhu::worker {
 
-struct loop_options {
-    milliseconds inference_timeout{120'000};
-    milliseconds tool_timeout{60'000};
-    milliseconds summary_timeout{120'000};
-    session::retry_policy retry;
-    session::role_mapping roles = session::anthropic_roles;
-    std::uint64_t jitter_seed = 0;  // 0: from std::random_device
-    // Where store operations run (a bounded pool shared by the sessions), so that one
-    // session's commit does not block the others; none: inline on the loop's executor.
-    std::optional<boost::asio::any_io_executor> store_executor;
-};
-
-class agent_loop final : private tool_services {
+class agent_loop final : private session_writer {
   public:
     agent_loop(asio::any_io_executor ex, std::unique_ptr<storage::session_log> log, provider& p,
                const tool_registry& tools, clock& clk, loop_options opts = {});
-    ~agent_loop() override;
+    ~agent_loop();
     agent_loop(const agent_loop&) = delete;
     agent_loop& operator=(const agent_loop&) = delete;
 
@@ -87,14 +72,14 @@ class agent_loop final : private tool_services {
 
     const session::session_id& id() const { return log_->id(); }
     session::lease_epoch epoch() const { return log_->epoch(); }
-    const session::session_state& state() const { return state_; }
+    const session::session_state& state() const override { return state_; }
     session::loop_state current() const { return loop_; }
     // The status register now, stamped newer than every status published before (for a
     // subscribe reply: a watcher drops the older ones it may still receive).
     session::status status_now();
-    const std::optional<inflight_message>& inflight() const { return inflight_; }
+    const std::optional<inflight_message>& inflight() const { return turns_.inflight(); }
     bool loaded() const { return loaded_; }
-    bool failed() const { return failed_; }
+    bool failed() const override { return failed_; }
     boost::system::error_code failure() const { return failure_; }
     // True when the loop has nothing to do: idle, and has_work is clear (or the session is
     // paused).
@@ -113,17 +98,15 @@ class agent_loop final : private tool_services {
     // section is held: it reads state_ and must not change it.
     using operation = std::function<written()>;
 
-    // tool_services
-    clock& time() override { return clock_; }
-    asio::awaitable<bool> schedule_timer(session::timer t) override;
-
     // The one serialized section: unless the loop has failed, loads the session if needed,
     // runs `op`, then applies and emits what it committed; a store failure closes the loop.
     // The error: the loop's failure (before or now), or the rule's refusal.
     asio::awaitable<boost::system::error_code> persist(operation op);
-    // One of the loop's own transitions through persist(). False when the loop has failed
-    // (nothing was written): the caller returns.
-    asio::awaitable<bool> record(transition t);
+    // session_writer: one of the loop's own transitions through persist(). False when the
+    // loop has failed (nothing was written): the caller returns.
+    asio::awaitable<bool> record(transition t) override;
+    std::uint64_t step() const override { return step_; }
+    void set_loop(session::loop_state s) override;
     boost::system::error_code ensure_loaded();
     written run_command(command& c, command_reply& reply, bool& wake);
     written recover_orphan();
@@ -131,55 +114,33 @@ class agent_loop final : private tool_services {
     asio::awaitable<void> work_loop();
     asio::awaitable<void> timer_loop();
     asio::awaitable<void> run_until_idle();
-    asio::awaitable<void> infer_turn();
-    // Projects the context (kept for the next request) and checks it fits the context limit.
-    bool fits();
-    asio::awaitable<attempt> infer_once();
-    // Plans over the entries up to `upto` (0: all), summarizes, appends the compaction.
-    asio::awaitable<bool> compact(session::entry_seq upto);
-    asio::awaitable<void> run_tools();
-    // An error result for a call the loop does not run (or stops).
-    asio::awaitable<bool> close_call(session::tool_call call, std::string output);
-    // True when aborted (or the loop failed) before `d` passed.
-    asio::awaitable<bool> abortable_sleep(milliseconds d);
 
     void apply_committed(const session::action_list& actions);
-    void set_loop(session::loop_state s);
     // Stamps a status about to be published (session::status: epoch, seq).
     void stamp(session::status& st);
-    void on_text(std::string_view delta);
-    void on_tool_call(const tool_call_delta& d);
-    double jitter();
 
-    class sink;
     asio::any_io_executor ex_;
     std::unique_ptr<storage::session_log> log_;
-    provider& provider_;
-    const tool_registry& tools_;
     clock& clock_;
     loop_options opts_;
-    std::unique_ptr<sink> sink_;
     std::shared_ptr<event_hub> hub_;
 
     async_mutex section_;
     async_event wake_;
     async_event timers_changed_;
-    async_event abort_;
+    abort_signal abort_;
 
     session::session_state state_;
     session::loop_state loop_ = session::loop_state::idle;
-    std::optional<inflight_message> inflight_;
-    std::uint64_t step_ = 0;                     // assistant messages in the transcript
-    std::uint64_t status_seq_ = 0;               // the last status stamp's seq
-    session::entry_seq compaction_tried_;        // the response whose compaction was last tried
-    std::vector<session::llm_message> context_;  // projection built by fits(), if still current
-    session::version_vector context_version_;
+    std::uint64_t step_ = 0;               // assistant messages in the transcript
+    std::uint64_t status_seq_ = 0;         // the last status stamp's seq
+    session::entry_seq compaction_tried_;  // the response whose compaction was last tried
     bool loaded_ = false;
-    bool in_flight_ = false;  // an inference, tool call or backoff that abort can stop
-    std::string abort_reason_;
     bool failed_ = false;
     boost::system::error_code failure_;
-    std::mt19937_64 rng_;
+    // The runners write through this loop (a session_writer): declared last, built last.
+    turn_runner turns_;
+    tool_runner tools_run_;
 };
 
 }  // namespace wuhu::worker

@@ -1,0 +1,28 @@
+// The settings of a session's loop: timeouts, the retry policy, the role mapping, and where
+// store IO runs.
+#pragma once
+
+#include "session/context.hpp"
+#include "session/loop_policy.hpp"
+#include "worker/clock.hpp"
+
+#include <boost/asio/any_io_executor.hpp>
+
+#include <cstdint>
+#include <optional>
+
+namespace wuhu::worker {
+
+struct loop_options {
+    milliseconds inference_timeout{120'000};
+    milliseconds tool_timeout{60'000};
+    milliseconds summary_timeout{120'000};
+    session::retry_policy retry;
+    session::role_mapping roles = session::anthropic_roles;
+    std::uint64_t jitter_seed = 0;  // 0: from std::random_device
+    // Where store operations run (a bounded pool shared by the sessions), so that one
+    // session's commit does not block the others; none: inline on the loop's executor.
+    std::optional<boost::asio::any_io_executor> store_executor;
+};
+
+}  // namespace wuhu::worker

@@ -1,0 +1,235 @@
+#include "worker/turn_runner.hpp"
+
+#include "session/compaction.hpp"
+#include "session/loop_policy.hpp"
+
+#include <boost/asio/experimental/awaitable_operators.hpp>
+
+namespace wuhu::worker {
+
+using namespace boost::asio::experimental::awaitable_operators;
+namespace s = wuhu::session;
+
+namespace {
+
+// Wrappers that turn a throwing provider into an error value (named coroutines with by-value
+// parameters, never lambdas, inside co_await expressions: see DEPENDENCIES.md G1).
+// g++ 12 also mis-handles `co_return T{co_await f()}`: the result referred to f's freed frame
+// (ASan caught it). Await into a named local first, then return it.
+// The outcomes are wrapped in structs because the awaitable operators flatten variants.
+struct inferred {
+    inference_outcome outcome;
+};
+struct summarized {
+    summary_outcome outcome;
+};
+
+asio::awaitable<inferred> guarded_infer(provider& p, inference_request req, stream_sink& sink) {
+    try {
+        inference_outcome out = co_await p.infer(std::move(req), sink);
+        co_return inferred{std::move(out)};
+    } catch (const std::exception& e) {
+        co_return inferred{provider_error{provider_error_kind::fatal, e.what()}};
+    }
+}
+
+asio::awaitable<summarized> guarded_summarize(provider& p, std::vector<s::llm_message> segment,
+                                              std::uint64_t step) {
+    try {
+        summary_outcome out = co_await p.summarize(std::move(segment), step);
+        co_return summarized{std::move(out)};
+    } catch (const std::exception& e) {
+        co_return summarized{provider_error{provider_error_kind::fatal, e.what()}};
+    }
+}
+
+}  // namespace
+
+class turn_runner::sink final : public stream_sink {
+  public:
+    explicit sink(turn_runner& r) : runner_(r) {}
+    void text(std::string_view delta) override { runner_.on_text(delta); }
+    void tool_call(const tool_call_delta& d) override { runner_.on_tool_call(d); }
+
+  private:
+    turn_runner& runner_;
+};
+
+struct turn_runner::attempt {
+    enum kind_t { ok, error, aborted } kind = error;
+    s::assistant_message message;
+    provider_error err;
+};
+
+turn_runner::turn_runner(session_writer& w, provider& p, const tool_registry& tools, clock& clk,
+                         const loop_options& opts, abort_signal& abort, event_hub& hub)
+    : writer_(w),
+      provider_(p),
+      tools_(tools),
+      clock_(clk),
+      opts_(opts),
+      abort_(abort),
+      hub_(hub),
+      sink_(std::make_unique<sink>(*this)),
+      rng_(opts.jitter_seed != 0 ? opts.jitter_seed : std::random_device{}()) {}
+
+turn_runner::~turn_runner() = default;
+
+asio::awaitable<void> turn_runner::infer() {
+    // Eager draining's hard error: input that cannot fit even after compaction is reported,
+    // never staged.
+    if (!fits()) {
+        co_await compact(s::entry_seq{});
+        if (!fits()) {
+            auto task = writer_.record(s::input_too_large());
+            co_await std::move(task);
+            co_return;
+        }
+    }
+    s::inference_attempts attempts;
+    for (;;) {
+        writer_.set_loop(s::loop_state::inferring);
+        attempt a = co_await infer_once();
+        if (writer_.failed()) {
+            co_return;  // closed while inferring: nothing of this attempt is ours to write
+        }
+        if (a.kind == attempt::aborted) {
+            auto task =
+                writer_.record(s::interruption{abort_.reason(), s::interruption_kind::aborted});
+            co_await std::move(task);
+            co_return;
+        }
+        if (a.kind == attempt::ok) {
+            auto task = writer_.record(std::move(a.message));
+            if (co_await std::move(task)) {
+                const std::uint64_t step = inflight_ ? inflight_->step : writer_.step();
+                inflight_.reset();
+                hub_.emit(stream_ended_event{step, true});
+            }
+            co_return;  // compaction, if due, is the loop's next step
+        }
+        // The jitter is drawn only for a transient error, so a seeded loop's waits do not
+        // depend on the other errors of the turn.
+        const double unit = a.err.kind == provider_error_kind::transient ? jitter() : 0.0;
+        auto decision = s::on_inference_error(a.err, attempts, opts_.retry, unit);
+        if (const auto* wait = std::get_if<s::retry_after>(&decision)) {
+            if (co_await abortable_sleep(wait->wait)) {
+                auto task =
+                    writer_.record(s::interruption{abort_.reason(), s::interruption_kind::aborted});
+                co_await std::move(task);
+                co_return;
+            }
+            continue;
+        }
+        if (std::holds_alternative<s::compact_then_retry>(decision)) {
+            if (co_await compact(s::entry_seq{})) {
+                continue;
+            }
+            decision = s::on_inference_error(a.err, attempts, opts_.retry, unit);
+        }
+        auto task = writer_.record(std::get<s::give_up>(std::move(decision)).report);
+        co_await std::move(task);
+        co_return;
+    }
+}
+
+bool turn_runner::fits() {
+    // The projection is kept for the request that follows, so it is built once per attempt.
+    const auto& st = writer_.state();
+    context_ = s::project_context(st, opts_.roles);
+    context_version_ = st.version();
+    return s::check_fits(context_, st.config).has_value();
+}
+
+asio::awaitable<turn_runner::attempt> turn_runner::infer_once() {
+    const auto& st = writer_.state();
+    if (context_version_ != st.version() || context_.empty()) {
+        context_ = s::project_context(st, opts_.roles);
+    }
+    const std::uint64_t step = writer_.step();
+    inference_request req{std::move(context_), tools_.specs(st.config.tools), st.config.model,
+                          step};
+    context_.clear();
+    abort_.arm();
+    inflight_ = inflight_message{step, {}, {}, 0};
+    hub_.emit(stream_began_event{step});
+    auto r = co_await (guarded_infer(provider_, std::move(req), *sink_) || abort_.wait() ||
+                       clock_.sleep(opts_.inference_timeout));
+    abort_.disarm();
+    attempt a;
+    if (writer_.failed()) {
+        co_return a;  // the caller returns
+    }
+    switch (r.index()) {
+        case 0: {
+            auto& out = std::get<0>(r).outcome;
+            if (auto* m = std::get_if<s::assistant_message>(&out)) {
+                a.kind = attempt::ok;  // inflight_ stays until the entry is committed
+                a.message = std::move(*m);
+                co_return a;
+            }
+            a.err = std::get<provider_error>(out);
+            break;
+        }
+        case 1:
+            a.kind = attempt::aborted;
+            break;
+        default:
+            a.err = {provider_error_kind::transient,
+                     "inference timed out after " +
+                         std::to_string(opts_.inference_timeout.count()) + " ms"};
+            break;
+    }
+    const std::uint64_t streamed = inflight_->step;
+    inflight_.reset();
+    hub_.emit(stream_ended_event{streamed, false});
+    co_return a;
+}
+
+asio::awaitable<bool> turn_runner::abortable_sleep(milliseconds d) {
+    abort_.arm();
+    auto r = co_await (clock_.sleep(d) || abort_.wait());
+    abort_.disarm();
+    co_return r.index() == 1 || writer_.failed();
+}
+
+asio::awaitable<bool> turn_runner::compact(s::entry_seq upto) {
+    auto plan = s::plan_compaction(writer_.state(), opts_.roles, upto);
+    if (!plan) {
+        co_return false;
+    }
+    writer_.set_loop(s::loop_state::compacting);
+    auto r = co_await (guarded_summarize(provider_, plan->segment, writer_.step()) ||
+                       clock_.sleep(opts_.summary_timeout));
+    if (r.index() != 0 || std::holds_alternative<provider_error>(std::get<0>(r).outcome)) {
+        co_return false;  // the next response triggers compaction again
+    }
+    s::compaction c{std::get<std::string>(std::get<0>(r).outcome), plan->first_kept,
+                    plan->tokens_before};
+    auto task = writer_.record(std::move(c));
+    const bool ok = co_await std::move(task);
+    co_return ok;
+}
+
+void turn_runner::on_text(std::string_view delta) {
+    if (!inflight_) {
+        return;  // late delta of a cancelled attempt
+    }
+    inflight_->text.append(delta);
+    hub_.emit(
+        stream_delta_event{inflight_->step, ++inflight_->deltas, std::string(delta), std::nullopt});
+}
+
+void turn_runner::on_tool_call(const tool_call_delta& d) {
+    if (!inflight_) {
+        return;
+    }
+    inflight_->tool_calls.push_back(d);
+    hub_.emit(stream_delta_event{inflight_->step, ++inflight_->deltas, {}, d});
+}
+
+double turn_runner::jitter() {
+    return std::uniform_real_distribution<double>(0.0, 1.0)(rng_);
+}
+
+}  // namespace wuhu::worker

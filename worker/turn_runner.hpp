@@ -1,0 +1,66 @@
+// One turn's inference and the compactions around it. The context is projected and checked
+// against the context window (compacted once if it does not fit, else an input_too_large
+// diagnostic); the provider streams the response, whose deltas observers get as they arrive
+// (the inflight message); the assistant message is recorded, or a failed attempt goes to the
+// policy (session::on_inference_error: retry after a backoff, compact then retry, or give up
+// with a diagnostic); an abort records an interruption. Writes only through the
+// session_writer.
+#pragma once
+
+#include "worker/events.hpp"
+#include "worker/loop_options.hpp"
+#include "worker/provider.hpp"
+#include "worker/tools.hpp"
+#include "worker/writer.hpp"
+
+#include <memory>
+#include <optional>
+#include <random>
+#include <vector>
+
+namespace wuhu::worker {
+
+class turn_runner {
+  public:
+    turn_runner(session_writer& w, provider& p, const tool_registry& tools, clock& clk,
+                const loop_options& opts, abort_signal& abort, event_hub& hub);
+    ~turn_runner();
+    turn_runner(const turn_runner&) = delete;
+    turn_runner& operator=(const turn_runner&) = delete;
+
+    // Infers until the turn has its response, an interruption or a diagnostic.
+    asio::awaitable<void> infer();
+    // Plans over the entries up to `upto` (0: all), summarizes, records the compaction. False
+    // when there was nothing to compact or the summary failed.
+    asio::awaitable<bool> compact(session::entry_seq upto);
+    // The message being streamed, if any.
+    const std::optional<inflight_message>& inflight() const { return inflight_; }
+
+  private:
+    struct attempt;
+    class sink;
+
+    // Projects the context (kept for the next request) and checks it fits the context limit.
+    bool fits();
+    asio::awaitable<attempt> infer_once();
+    // True when aborted (or the session failed) before `d` passed.
+    asio::awaitable<bool> abortable_sleep(milliseconds d);
+    void on_text(std::string_view delta);
+    void on_tool_call(const tool_call_delta& d);
+    double jitter();
+
+    session_writer& writer_;
+    provider& provider_;
+    const tool_registry& tools_;
+    clock& clock_;
+    const loop_options& opts_;
+    abort_signal& abort_;
+    event_hub& hub_;
+    std::unique_ptr<sink> sink_;
+    std::optional<inflight_message> inflight_;
+    std::vector<session::llm_message> context_;  // projection built by fits(), if still current
+    session::version_vector context_version_;
+    std::mt19937_64 rng_;
+};
+
+}  // namespace wuhu::worker

@@ -1,0 +1,64 @@
+// What the runners of a turn (worker/turn_runner.hpp, worker/tool_runner.hpp) see of the
+// session's owner: the state, one way to change it, and the abort that stops what they wait
+// for. agent_loop implements the writer; the runners write nothing else.
+#pragma once
+
+#include "session/settings.hpp"
+#include "session/state.hpp"
+#include "worker/sync.hpp"
+#include "worker/transition.hpp"
+
+#include <cstdint>
+#include <string>
+
+namespace wuhu::worker {
+
+class session_writer {
+  public:
+    // The session now (changed only by record(), and by commands between the runner's awaits).
+    virtual const session::session_state& state() const = 0;
+    // Assistant messages in the transcript: the step of the next streamed message.
+    virtual std::uint64_t step() const = 0;
+    // Persists `t` first, then applies and emits it. False when the session has failed and
+    // nothing was written: the runner returns.
+    virtual asio::awaitable<bool> record(transition t) = 0;
+    virtual bool failed() const = 0;
+    // The loop state observers see (a state_event when it changes).
+    virtual void set_loop(session::loop_state s) = 0;
+
+  protected:
+    ~session_writer() = default;
+};
+
+// What an abort stops: the one inference, tool call or backoff in flight. A runner arms it
+// around that wait and races the wait against wait(); an abort command fires it (only while
+// armed: an abort with nothing in flight is a no-op); closing the loop fires it for good.
+class abort_signal {
+  public:
+    explicit abort_signal(asio::any_io_executor ex) : event_(std::move(ex)) {}
+    void arm() {
+        event_.reset();
+        armed_ = true;
+    }
+    void disarm() { armed_ = false; }
+    bool armed() const { return armed_; }
+    // False (and nothing happens) when nothing is in flight.
+    bool fire(std::string reason) {
+        if (!armed_) {
+            return false;
+        }
+        reason_ = std::move(reason);
+        event_.notify();
+        return true;
+    }
+    void close() { event_.notify(); }
+    asio::awaitable<void> wait() { return event_.wait(); }
+    const std::string& reason() const { return reason_; }
+
+  private:
+    async_event event_;
+    bool armed_ = false;
+    std::string reason_;
+};
+
+}  // namespace wuhu::worker
