@@ -25,6 +25,14 @@ namespace {
 
 namespace asio = boost::asio;
 
+// A flag that becomes part of NATS subjects, checked by the contract's rule (protocol/).
+CLI::Validator subject_rule(bool (*valid)(std::string_view), std::string refusal,
+                            std::string name) {
+    return CLI::Validator(
+        [valid, refusal](std::string& v) { return valid(v) ? std::string() : refusal + v; },
+        std::move(name));
+}
+
 // The SQLite data directory of a sqlite:// store URL, or empty.
 std::string sqlite_dir(const std::string& url) {
     const std::string sqlite = "sqlite://";
@@ -86,13 +94,8 @@ int main(int argc, char** argv) {
     std::string lease = "auto";
     long lease_ttl_ms = 15000;
     std::size_t store_threads = 4;
-    const CLI::Validator subject_token(
-        [](std::string& v) {
-            return wuhu::protocol::valid_worker_id(v)
-                       ? std::string()
-                       : "must be 1-64 characters of [A-Za-z0-9_-]: " + v;
-        },
-        "ID");
+    const auto subject_token = subject_rule(wuhu::protocol::valid_worker_id,
+                                            "must be 1-64 characters of [A-Za-z0-9_-]: ", "ID");
     app.add_option("--nats", nats_url,
                    "NATS URL or comma-separated URLs; credentials go in the URL "
                    "(nats://user:password@host:4222, nats://token@host:4222)")
@@ -102,12 +105,8 @@ int main(int argc, char** argv) {
     app.add_option("--script", script_path,
                    "scripted provider script, see docs/scripted-provider.md")
         ->envname("WUHU_SCRIPT");
-    const CLI::Validator subject_prefix(
-        [](std::string& v) {
-            return wuhu::protocol::valid_prefix(v)
-                       ? std::string()
-                       : "must be tokens of [A-Za-z0-9_-] separated by dots: " + v;
-        },
+    const auto subject_prefix = subject_rule(
+        wuhu::protocol::valid_prefix, "must be tokens of [A-Za-z0-9_-] separated by dots: ",
         "PREFIX");
     app.add_option("--prefix", prefix, "subject prefix (tokens separated by dots)")
         ->envname("WUHU_PREFIX")

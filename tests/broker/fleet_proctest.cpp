@@ -465,6 +465,18 @@ TEST(Fleet, ADatabaseOutageIsLoggedOnceEachWayAndLeaksNothing) {
         n.exec("ALTER DATABASE " + db + " ALLOW_CONNECTIONS false");
         n.exec("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '" + db +
                "'");
+        // pg_terminate_backend only signals: a backend may still answer a query or two until
+        // it exits (the store would then be "back" for a moment). The outage starts when the
+        // last one is gone.
+        for (int i = 0; i < 500; ++i) {
+            auto left = n.exec1("SELECT count(*) FROM pg_stat_activity WHERE datname = '" + db +
+                                "'")[0]
+                            .as<int>();
+            if (left == 0) {
+                break;
+            }
+            std::this_thread::sleep_for(10ms);
+        }
     }
     int refused = 0;
     for (int i = 0; i < 12; ++i) {
