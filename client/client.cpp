@@ -2,6 +2,7 @@
 
 #include "protocol/events.hpp"
 #include "protocol/replies.hpp"
+#include "session/errc.hpp"
 
 #include <boost/throw_exception.hpp>
 
@@ -72,7 +73,9 @@ outcome<json::object> client::call(const std::string& sid, std::string_view verb
     }
     auto v = protocol::verb_named(verb);
     if (!v) {
-        return failure{"unknown_command", "no command is named \"" + std::string(verb) + "\""};
+        return failure{"unknown_command",
+                       make_error_code(session::errc::unknown_command).message() + ": \"" +
+                           std::string(verb) + "\""};
     }
     const auto subject = protocol::request_subject(options_.prefix, *id, *v);
     const auto text = json::serialize(body);

@@ -30,8 +30,8 @@ namespace wuhu::client {
 
 namespace json = boost::json;
 
-// An error reply's code and message; "no_reply", "bad_reply" or "invalid_session_id" from the
-// client itself.
+// An error reply's code and message; "no_reply", "bad_reply", "invalid_session_id" or (call()
+// with a verb the contract does not have) "unknown_command" from the client itself.
 using failure = protocol::reply_error;
 
 template <class T>

@@ -4,7 +4,8 @@
 #    (directly or through another), so an include can never run back up the graph, and no
 #    module links itself through its dependencies (no cycle);
 #  * the pure modules (session/, protocol/) link nothing but the standard library and
-#    Boost.JSON, and include no header that does IO, reads a clock or starts a thread.
+#    Boost.JSON, and include no header that does IO, starts a thread or draws randomness from
+#    the machine. (<chrono> is allowed for durations; reading a clock is a review matter.)
 #
 # A violation stops the configure step with the file and the include that broke the rule.
 
@@ -65,9 +66,9 @@ foreach(m IN LISTS WUHU_MODULES)
     file(GLOB sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/${m}/*.cpp
          ${PROJECT_SOURCE_DIR}/${m}/*.hpp)
     foreach(f IN LISTS sources)
-        file(STRINGS ${f} includes REGEX "^#include ")
+        file(STRINGS ${f} includes REGEX "^#[ \t]*include")
         foreach(inc IN LISTS includes)
-            if(inc MATCHES "^#include \"([a-z_]+)/")
+            if(inc MATCHES "^#[ \t]*include[ \t]*\"([a-z_]+)/")
                 set(used ${CMAKE_MATCH_1})
                 if(used IN_LIST WUHU_MODULES AND NOT used STREQUAL m
                    AND NOT wuhu_${used} IN_LIST closure)

@@ -92,7 +92,8 @@ std::chrono::milliseconds backoff(const retry_policy& p, int retry, double unit)
 }
 
 inference_decision on_inference_error(const inference_error& e, inference_attempts& attempts,
-                                      const retry_policy& p, double jitter_unit) {
+                                      const retry_policy& p,
+                                      const std::function<double()>& jitter) {
     switch (e.kind) {
         case inference_error_kind::context_overflow:
             if (!attempts.overflow_retried) {
@@ -103,7 +104,7 @@ inference_decision on_inference_error(const inference_error& e, inference_attemp
                 "input_too_large", "the context overflowed even after compaction: " + e.message}};
         case inference_error_kind::transient:
             if (++attempts.transient_failures < p.max_attempts) {
-                return retry_after{backoff(p, attempts.transient_failures, jitter_unit)};
+                return retry_after{backoff(p, attempts.transient_failures, jitter())};
             }
             return give_up{diagnostic{"inference_failed",
                                       "gave up after " +

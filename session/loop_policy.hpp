@@ -20,6 +20,7 @@
 #include "session/state.hpp"
 
 #include <chrono>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -97,9 +98,11 @@ struct give_up {
 using inference_decision = std::variant<retry_after, compact_then_retry, give_up>;
 
 // What to do about `e`, given the failures before it; `attempts` is updated to count it.
-// `jitter_unit` in [0, 1) spreads the backoff (the caller draws it).
+// `jitter` draws a unit in [0, 1) that spreads a backoff; it is called only for a retry (so a
+// seeded caller's waits do not depend on the errors that were not retried).
 inference_decision on_inference_error(const inference_error& e, inference_attempts& attempts,
-                                      const retry_policy& p, double jitter_unit);
+                                      const retry_policy& p,
+                                      const std::function<double()>& jitter);
 
 // Input that does not fit the context window even after compaction (checked before the first
 // attempt): reported, never staged.

@@ -61,7 +61,7 @@ boost::system::error_code agent_loop::ensure_loaded() {
 }
 
 boost::system::error_code agent_loop::load() {
-    return failed_ ? failure_ : ensure_loaded();
+    return ensure_loaded();
 }
 
 void agent_loop::preload(s::session_state loaded) {
@@ -108,7 +108,7 @@ asio::awaitable<boost::system::error_code> agent_loop::persist(operation op) {
         close(w.failed);
         co_return w.failed;
     }
-    if (!w.actions.empty()) {
+    if (!w.actions.empty() || w.emit_unchanged) {
         apply_committed(w.actions);
     }
     co_return boost::system::error_code{};
@@ -198,6 +198,7 @@ asio::awaitable<boost::system::result<command_reply>> agent_loop::send(command c
 agent_loop::written agent_loop::run_command(command& c, command_reply& reply, bool& wake) {
     const s::unix_ms now = clock_.now();
     written out;
+    out.emit_unchanged = true;
     // A rule's refusal changes nothing; a store error fails the session.
     auto take = [&](const boost::system::error_code& ec) {
         (is_storage_error(ec) ? out.failed : out.refused) = ec;

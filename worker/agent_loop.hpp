@@ -86,13 +86,15 @@ class agent_loop final : private session_writer {
     bool quiescent() const;
 
   private:
-    struct attempt;
     // What one store operation did: refused by a rule (nothing stored), failed in the store
     // (the session fails), or committed these actions.
     struct written {
         boost::system::error_code refused;
         boost::system::error_code failed;
         session::action_list actions;
+        // A command's patch is emitted even when it changed nothing (a duplicate enqueue, a
+        // second pause): subscribers see one patch per acknowledged command.
+        bool emit_unchanged = false;
     };
     // A store operation, run where store IO runs (the store executor, or inline) while the
     // section is held: it reads state_ and must not change it.

@@ -13,7 +13,8 @@ namespace s = wuhu::session;
 namespace {
 
 // Wrappers that turn a throwing provider into an error value (named coroutines with by-value
-// parameters, never lambdas, inside co_await expressions: see DEPENDENCIES.md G1).
+// parameters, never lambdas, inside co_await expressions: see the g++ 12 row of
+// docs/decisions.md).
 // g++ 12 also mis-handles `co_return T{co_await f()}`: the result referred to f's freed frame
 // (ASan caught it). Await into a named local first, then return it.
 // The outcomes are wrapped in structs because the awaitable operators flatten variants.
@@ -108,9 +109,7 @@ asio::awaitable<void> turn_runner::infer() {
             }
             co_return;  // compaction, if due, is the loop's next step
         }
-        // The jitter is drawn only for a transient error, so a seeded loop's waits do not
-        // depend on the other errors of the turn.
-        const double unit = a.err.kind == provider_error_kind::transient ? jitter() : 0.0;
+        const std::function<double()> unit = [this] { return jitter(); };
         auto decision = s::on_inference_error(a.err, attempts, opts_.retry, unit);
         if (const auto* wait = std::get_if<s::retry_after>(&decision)) {
             if (co_await abortable_sleep(wait->wait)) {
@@ -125,7 +124,7 @@ asio::awaitable<void> turn_runner::infer() {
             if (co_await compact(s::entry_seq{})) {
                 continue;
             }
-            decision = s::on_inference_error(a.err, attempts, opts_.retry, unit);
+            decision = s::on_inference_error(a.err, attempts, opts_.retry, unit);  // gives up
         }
         auto task = writer_.record(std::get<s::give_up>(std::move(decision)).report);
         co_await std::move(task);

@@ -37,7 +37,9 @@ class abort_signal {
   public:
     explicit abort_signal(asio::any_io_executor ex) : event_(std::move(ex)) {}
     void arm() {
-        event_.reset();
+        if (!closed_) {
+            event_.reset();  // an earlier abort was for an earlier wait
+        }
         armed_ = true;
     }
     void disarm() { armed_ = false; }
@@ -51,13 +53,17 @@ class abort_signal {
         event_.notify();
         return true;
     }
-    void close() { event_.notify(); }
+    void close() {
+        closed_ = true;
+        event_.notify();
+    }
     asio::awaitable<void> wait() { return event_.wait(); }
     const std::string& reason() const { return reason_; }
 
   private:
     async_event event_;
     bool armed_ = false;
+    bool closed_ = false;  // every later wait() returns at once
     std::string reason_;
 };
 

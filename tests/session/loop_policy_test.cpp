@@ -164,32 +164,50 @@ TEST(InferenceError, TransientErrorsBackOffWithJitterThenGiveUp) {
     retry_policy p;  // base 500 ms, cap 30 s, 6 attempts
     inference_attempts a;
     const inference_error e{inference_error_kind::transient, "503"};
-    EXPECT_EQ(on_inference_error(e, a, p, 0.0), inference_decision{retry_after{milliseconds(250)}});
-    EXPECT_EQ(on_inference_error(e, a, p, 0.999),
+    int draws = 0;
+    auto unit = [&draws](double u) {
+        return std::function<double()>([&draws, u] {
+            ++draws;
+            return u;
+        });
+    };
+    EXPECT_EQ(on_inference_error(e, a, p, unit(0.0)),
+              inference_decision{retry_after{milliseconds(250)}});
+    EXPECT_EQ(on_inference_error(e, a, p, unit(0.999)),
               inference_decision{retry_after{milliseconds(999)}});
     for (int i = 3; i < p.max_attempts; ++i) {
-        EXPECT_TRUE(std::holds_alternative<retry_after>(on_inference_error(e, a, p, 0.5)));
+        EXPECT_TRUE(std::holds_alternative<retry_after>(on_inference_error(e, a, p, unit(0.5))));
     }
-    EXPECT_EQ(on_inference_error(e, a, p, 0.5),
+    EXPECT_EQ(draws, p.max_attempts - 1);
+    EXPECT_EQ(on_inference_error(e, a, p, unit(0.5)),
               (inference_decision{
                   give_up{diagnostic{"inference_failed", "gave up after 6 attempts: 503"}}}));
     EXPECT_EQ(a.transient_failures, 6);
+    EXPECT_EQ(draws, p.max_attempts - 1) << "no jitter is drawn for a wait that never comes";
 }
 
 TEST(InferenceError, ContextOverflowCompactsThenRetriesOnceThenReportsInputTooLarge) {
     retry_policy p;
     inference_attempts a;
     const inference_error e{inference_error_kind::context_overflow, "too long"};
-    EXPECT_EQ(on_inference_error(e, a, p, 0.5), inference_decision{compact_then_retry{}});
+    const std::function<double()> never = [] {
+        ADD_FAILURE() << "an overflow draws no jitter";
+        return 0.5;
+    };
+    EXPECT_EQ(on_inference_error(e, a, p, never), inference_decision{compact_then_retry{}});
     EXPECT_TRUE(a.overflow_retried);
-    EXPECT_EQ(on_inference_error(e, a, p, 0.5),
+    EXPECT_EQ(on_inference_error(e, a, p, never),
               (inference_decision{give_up{diagnostic{
                   "input_too_large", "the context overflowed even after compaction: too long"}}}));
 }
 
 TEST(InferenceError, FatalErrorsAreReportedAtOnce) {
     inference_attempts a;
-    EXPECT_EQ(on_inference_error({inference_error_kind::fatal, "401 bad key"}, a, {}, 0.5),
+    const std::function<double()> never = [] {
+        ADD_FAILURE() << "a fatal error draws no jitter";
+        return 0.5;
+    };
+    EXPECT_EQ(on_inference_error({inference_error_kind::fatal, "401 bad key"}, a, {}, never),
               (inference_decision{give_up{diagnostic{"inference_failed", "401 bad key"}}}));
     EXPECT_EQ(a, inference_attempts{});
 }

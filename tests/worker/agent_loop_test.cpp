@@ -687,3 +687,25 @@ TEST(AgentLoop, TheLoopsOwnTransitionsCommitOnTheStoreExecutorAndStopCleanly) {
 }
 
 }  // namespace wuhu::testing
+
+namespace wuhu::testing {
+
+// Found in review of the persist() refactoring: a command that changes nothing (a duplicate
+// enqueue, a second pause) published no patch, where every acknowledged command publishes one.
+TEST(AgentLoop, EveryAcknowledgedCommandEmitsItsPatchEvenWhenItChangedNothing) {
+    loop_harness h(R"({"responses":[{"text":"hello there"}]})");
+    h.start();
+    ASSERT_TRUE(h.follow_up("f1", "hi"));
+    h.settle();
+    const auto before = events_of<worker::committed_event>(h).size();
+    auto again = h.follow_up("f1", "hi");  // the same id: a duplicate, nothing stored
+    ASSERT_TRUE(again);
+    EXPECT_TRUE(again->duplicate);
+    h.poll();
+    const auto committed = events_of<worker::committed_event>(h);
+    ASSERT_EQ(committed.size(), before + 1);
+    EXPECT_TRUE(committed.back().actions.empty());
+    EXPECT_EQ(committed.back().patch.from, committed.back().patch.to);
+}
+
+}  // namespace wuhu::testing
