@@ -7,6 +7,7 @@
 // taken, release the leases, exit 0 (app/node.hpp).
 #include "app/node.hpp"
 #include "ownership/memory_lease.hpp"
+#include "ownership/postgres_lease.hpp"
 #include "ownership/sqlite_lease.hpp"
 #include "protocol/subjects.hpp"
 #include "storage/postgres_store.hpp"
@@ -39,11 +40,13 @@ std::string sqlite_dir(const std::string& url) {
     return url.rfind(sqlite, 0) == 0 ? url.substr(sqlite.size()) : std::string();
 }
 
+bool postgres_url(const std::string& url);
+
 std::unique_ptr<wuhu::storage::session_store> open_store(const std::string& url, std::size_t pool) {
     if (auto dir = sqlite_dir(url); !dir.empty()) {
         return std::make_unique<wuhu::storage::sqlite_store>(wuhu::storage::sqlite_options{dir});
     }
-    if (url.rfind("postgresql://", 0) == 0 || url.rfind("postgres://", 0) == 0) {
+    if (postgres_url(url)) {
         wuhu::storage::postgres_options o;
         o.dsn = url;
         o.pool_size = pool;
@@ -52,21 +55,42 @@ std::unique_ptr<wuhu::storage::session_store> open_store(const std::string& url,
     throw std::invalid_argument("--store must be sqlite:///<dir> or postgresql://...");
 }
 
-// `auto` (`sqlite` with a SQLite store, `memory` otherwise), `sqlite` (the catalog of the
-// SQLite store's data directory), `sqlite://<dir>`, or `memory` (one worker only: nothing is
-// shared; the PostgreSQL lease arrives with the ownership work).
+bool postgres_url(const std::string& url) {
+    return url.rfind("postgresql://", 0) == 0 || url.rfind("postgres://", 0) == 0;
+}
+
+// `auto` (`sqlite` with a SQLite store, `postgres` with a PostgreSQL store), `sqlite` (the
+// catalog of the SQLite store's data directory), `sqlite://<dir>`, `postgres` (the PostgreSQL
+// store's database), or `memory` (tests only: nothing is shared, and a restarted worker hands
+// out epochs its sessions refuse; refused with a persistent store unless `force_memory`).
 std::unique_ptr<wuhu::ownership::lease_store> open_leases(const std::string& lease,
-                                                          const std::string& store_url) {
+                                                          const std::string& store_url,
+                                                          bool force_memory) {
     if (lease == "auto") {
-        return open_leases(sqlite_dir(store_url).empty() ? "memory" : "sqlite", store_url);
+        return open_leases(postgres_url(store_url) ? "postgres" : "sqlite", store_url,
+                           force_memory);
     }
     if (lease == "memory") {
+        if (!force_memory) {
+            throw std::invalid_argument(
+                "--lease memory is for tests: with a persistent store a restarted worker's "
+                "epochs start again at 1 and its sessions refuse it, and no other worker can "
+                "share them; use --lease auto, or add --force-memory-lease");
+        }
         return std::make_unique<wuhu::ownership::memory_lease>();
+    }
+    if (lease == "postgres") {
+        if (!postgres_url(store_url)) {
+            throw std::invalid_argument("--lease postgres needs a postgresql:// store");
+        }
+        return std::make_unique<wuhu::ownership::postgres_lease>(
+            wuhu::ownership::postgres_lease_options{store_url, "wuhu", {}});
     }
     std::string dir = lease == "sqlite" ? sqlite_dir(store_url) : sqlite_dir(lease);
     if (dir.empty()) {
         throw std::invalid_argument(
-            "--lease must be sqlite (with a sqlite:// store), sqlite:///<dir> or memory");
+            "--lease must be auto, sqlite (with a sqlite:// store), sqlite:///<dir>, postgres "
+            "(with a postgresql:// store) or memory");
     }
     return std::make_unique<wuhu::ownership::sqlite_lease>(dir);
 }
@@ -119,8 +143,12 @@ int main(int argc, char** argv) {
         ->check(CLI::Range(std::size_t{1}, std::size_t{256}));
     app.add_option("--lease", lease,
                    "lease backend: auto, sqlite (the SQLite store's catalog), sqlite:///<dir>, "
-                   "or memory (a single worker)")
+                   "postgres (the PostgreSQL store's database), or memory (tests only)")
         ->envname("WUHU_LEASE");
+    bool force_memory_lease = false;
+    app.add_flag("--force-memory-lease", force_memory_lease,
+                 "allow --lease memory with a persistent store (tests only)")
+        ->envname("WUHU_FORCE_MEMORY_LEASE");
     app.add_option("--store-threads", store_threads, "threads that run the sessions' store IO")
         ->envname("WUHU_STORE_THREADS")
         ->check(CLI::Range(std::size_t{1}, std::size_t{256}));
@@ -145,7 +173,7 @@ int main(int argc, char** argv) {
             script = std::move(*parsed);
         }
         auto store = open_store(store_url, pool);
-        auto leases = open_leases(lease, store_url);
+        auto leases = open_leases(lease, store_url, force_memory_lease);
         wuhu::nats::connection nats(wuhu::nats::options{
             nats_url, worker_id, [log](std::string_view event, std::string_view url) {
                 if (event == "disconnected") {
@@ -178,6 +206,9 @@ int main(int argc, char** argv) {
         node.run();
         log->info("stopped");
         return 0;
+    } catch (const std::invalid_argument& e) {
+        log->error("{}", e.what());  // a flag or variable that cannot work: a usage error
+        return 2;
     } catch (const std::exception& e) {
         log->error("fatal: {}", e.what());
         return 1;

@@ -109,6 +109,9 @@ TEST(WorkerProcess, BadFlagsAndVariablesAreUsageErrors) {
     const std::vector<std::vector<std::string>> bad = {
         {"--worker-id", "a.b"},   {"--worker-id", "w 1"},   {"--prefix", "wuhu.>"},
         {"--lease-ttl-ms", "10"}, {"--store-threads", "0"}, {"--no-such-flag"},
+        // The in-memory lease with a persistent store, unless forced: a restarted worker's
+        // epochs would start again at 1, and its sessions would refuse it.
+        {"--lease", "memory"},    {"--lease", "postgres"},  {"--lease", "bogus"},
     };
     for (auto args : bad) {
         args.insert(args.end(), {"--store", data});

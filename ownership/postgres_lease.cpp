@@ -1,0 +1,268 @@
+#include "ownership/postgres_lease.hpp"
+
+#include <pqxx/pqxx>
+
+#include <algorithm>
+#include <sstream>
+
+namespace wuhu::ownership {
+
+namespace {
+
+// Versioned, applied in order under an advisory lock; `lease_migrations` records them.
+const char* const migrations[] = {
+    R"(CREATE SEQUENCE lease_epoch;
+       CREATE TABLE leases (
+           session_id text PRIMARY KEY,
+           owner text NOT NULL,
+           epoch bigint NOT NULL,
+           expires bigint NOT NULL);
+       CREATE INDEX leases_expires ON leases (expires);
+       DO $$
+       DECLARE m bigint := 0;
+       BEGIN
+           IF to_regclass('sessions') IS NOT NULL THEN
+               SELECT GREATEST(m, COALESCE(max(epoch), 0)) INTO m FROM sessions;
+           END IF;
+           IF to_regclass('removed_sessions') IS NOT NULL THEN
+               SELECT GREATEST(m, COALESCE(max(epoch), 0)) INTO m FROM removed_sessions;
+           END IF;
+           IF m > 0 THEN
+               PERFORM setval('lease_epoch', m);
+           END IF;
+       END $$;)",
+};
+
+// The database's clock in ms, unless a test clock is bound as $1.
+constexpr const char* now_ms = "COALESCE($1::bigint, (extract(epoch FROM clock_timestamp()) * 1000)::bigint)";
+
+bool valid_schema(const std::string& s) {
+    if (s.empty() || s.size() > 63 || !((s[0] >= 'a' && s[0] <= 'z') || s[0] == '_')) {
+        return false;
+    }
+    for (char c : s) {
+        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) {
+            return false;
+        }
+    }
+    return true;
+}
+
+lease row_lease(const pqxx::row& r) {
+    return lease{session_id::parse(r[0].c_str()).value(), r[1].c_str(),
+                 lease_epoch{r[2].as<std::uint64_t>()}, unix_ms{r[3].as<std::int64_t>()}, {}};
+}
+
+void prepare(pqxx::connection& c, const std::string& schema) {
+    {
+        pqxx::nontransaction n(c);
+        n.exec0("SET search_path TO " + schema);
+        n.exec0("SET synchronous_commit TO on");
+    }
+    const std::string now = now_ms;
+    c.prepare("lease_current",
+              "SELECT owner, expires, expires > " + now +
+                  " FROM leases WHERE session_id = $2 FOR UPDATE");
+    // Conditional: only a missing, expired or own lease is replaced.
+    c.prepare("lease_take",
+              "INSERT INTO leases (session_id, owner, epoch, expires) "
+              "VALUES ($2, $3, nextval('lease_epoch'), " + now + " + $4) "
+              "ON CONFLICT (session_id) DO UPDATE SET owner = EXCLUDED.owner, "
+              "epoch = EXCLUDED.epoch, expires = EXCLUDED.expires "
+              "WHERE leases.expires <= " + now + " OR leases.owner = $3 "
+              "RETURNING epoch, expires");
+    c.prepare("lease_renew",
+              "UPDATE leases l SET expires = " + now + " + $2 "
+              "FROM unnest($3::text[], $4::bigint[]) AS h(id, epoch) "
+              "WHERE l.session_id = h.id AND l.epoch = h.epoch AND l.owner = $5 "
+              "RETURNING l.session_id");
+    c.prepare("lease_release",
+              "DELETE FROM leases WHERE session_id = $1 AND owner = $2 AND epoch = $3");
+    c.prepare("lease_owner",
+              "SELECT session_id, owner, epoch, expires FROM leases "
+              "WHERE session_id = $2 AND expires > " + now);
+    c.prepare("lease_live",
+              "SELECT session_id, owner, epoch, expires FROM leases WHERE expires > " + now +
+                  " ORDER BY session_id");
+    c.prepare("lease_remove", "DELETE FROM leases WHERE session_id = $1 AND epoch <= $2");
+}
+
+// A PostgreSQL array literal of ids (ids are [A-Za-z0-9_-]: nothing to quote) or numbers.
+template <class T, class F>
+std::string array_of(const std::vector<T>& xs, F item) {
+    std::ostringstream out;
+    out << '{';
+    for (std::size_t i = 0; i < xs.size(); ++i) {
+        out << (i == 0 ? "" : ",") << item(xs[i]);
+    }
+    out << '}';
+    return out.str();
+}
+
+}  // namespace
+
+postgres_lease::postgres_lease(postgres_lease_options options) : options_(std::move(options)) {
+    if (!valid_schema(options_.schema)) {
+        throw std::invalid_argument("postgres schema must match [a-z_][a-z0-9_]*");
+    }
+    try {
+        pqxx::connection c(options_.dsn);
+        pqxx::work w(c);
+        // One migrator at a time across the fleet (the session store's lock: the first
+        // migration reads its tables).
+        w.exec("SELECT pg_advisory_xact_lock(7271001)");
+        w.exec0("CREATE SCHEMA IF NOT EXISTS " + options_.schema);
+        w.exec0("SET LOCAL search_path TO " + options_.schema);
+        w.exec0("CREATE TABLE IF NOT EXISTS lease_migrations (version integer PRIMARY KEY)");
+        auto applied =
+            w.exec1("SELECT coalesce(max(version), 0) FROM lease_migrations")[0].as<int>();
+        const int known = static_cast<int>(std::size(migrations));
+        if (applied > known) {
+            throw std::runtime_error("the lease tables are newer than this program");
+        }
+        for (int v = applied; v < known; ++v) {
+            w.exec0(migrations[v]);
+            w.exec_params0("INSERT INTO lease_migrations (version) VALUES ($1)", v + 1);
+        }
+        w.commit();
+    } catch (const pqxx::failure& e) {
+        throw std::runtime_error(std::string("postgres leases: ") + e.what());
+    }
+}
+
+struct postgres_lease::connection {
+    explicit connection(const std::string& dsn) : c(dsn) {}
+    pqxx::connection c;
+};
+
+postgres_lease::~postgres_lease() = default;
+
+std::optional<std::int64_t> postgres_lease::test_now() const {
+    if (options_.test_clock) {
+        return options_.test_clock().value;
+    }
+    return std::nullopt;
+}
+
+template <class F>
+auto postgres_lease::with_connection(F&& f) {
+    using out = decltype(f(std::declval<pqxx::connection&>()));
+    std::lock_guard lock(mu_);
+    try {
+        if (!c_ || !c_->c.is_open()) {
+            c_.reset();
+            auto c = std::make_unique<connection>(options_.dsn);
+            prepare(c->c, options_.schema);
+            c_ = std::move(c);
+        }
+        return out(f(c_->c));
+    } catch (const pqxx::failure&) {
+        c_.reset();  // opened again on the next call
+        return out(storage::errc::unavailable);
+    }
+}
+
+result<acquisition> postgres_lease::acquire(const session_id& id, std::string_view owner,
+                                            std::chrono::milliseconds ttl) {
+    return with_connection([&](pqxx::connection& c) -> result<acquisition> {
+        pqxx::work w(c);
+        const auto now = test_now();
+        const std::string me(owner);
+        std::string previous;
+        auto cur = w.exec_prepared("lease_current", now, id.str());
+        if (!cur.empty() && cur[0][0].c_str() != me) {
+            if (cur[0][2].as<bool>()) {
+                return acquisition{held_elsewhere{cur[0][0].c_str(),
+                                                  unix_ms{cur[0][1].as<std::int64_t>()}}};
+            }
+            previous = cur[0][0].c_str();  // its lease expired: a take-over
+        }
+        auto took = w.exec_prepared("lease_take", now, id.str(), me,
+                                    static_cast<std::int64_t>(ttl.count()));
+        if (took.empty()) {
+            // Another worker inserted the first lease between the read and the write.
+            auto other = w.exec_prepared("lease_current", now, id.str());
+            if (other.empty()) {
+                return storage::errc::conflict;
+            }
+            return acquisition{held_elsewhere{other[0][0].c_str(),
+                                              unix_ms{other[0][1].as<std::int64_t>()}}};
+        }
+        w.commit();
+        return acquisition{lease{id, me, lease_epoch{took[0][0].as<std::uint64_t>()},
+                                 unix_ms{took[0][1].as<std::int64_t>()}, std::move(previous)}};
+    });
+}
+
+result<std::vector<session_id>> postgres_lease::renew(const std::vector<lease>& held,
+                                                      std::chrono::milliseconds ttl) {
+    if (held.empty()) {
+        return std::vector<session_id>{};
+    }
+    return with_connection([&](pqxx::connection& c) -> result<std::vector<session_id>> {
+        // One owner's leases (lease_store::renew); a lease of another owner in the batch is
+        // not renewed, and so reported lost.
+        const std::string& owner = held.front().owner;
+        const auto ids = array_of(held, [](const lease& l) { return l.id.str(); });
+        const auto epochs = array_of(held, [](const lease& l) { return l.epoch.value; });
+        pqxx::work w(c);
+        auto renewed = w.exec_prepared("lease_renew", test_now(),
+                                       static_cast<std::int64_t>(ttl.count()), ids, epochs, owner);
+        w.commit();
+        std::vector<std::string> kept;
+        for (const auto& r : renewed) {
+            kept.emplace_back(r[0].c_str());
+        }
+        std::vector<session_id> lost;
+        for (const auto& h : held) {
+            if (h.owner != owner || std::find(kept.begin(), kept.end(), h.id.str()) == kept.end()) {
+                lost.push_back(h.id);
+            }
+        }
+        return lost;
+    });
+}
+
+result<void> postgres_lease::release(const lease& held) {
+    return with_connection([&](pqxx::connection& c) -> result<void> {
+        pqxx::work w(c);
+        w.exec_prepared0("lease_release", held.id.str(), held.owner,
+                         static_cast<std::int64_t>(held.epoch.value));
+        w.commit();
+        return {};
+    });
+}
+
+result<std::optional<lease>> postgres_lease::owner_of(const session_id& id) {
+    return with_connection([&](pqxx::connection& c) -> result<std::optional<lease>> {
+        pqxx::nontransaction n(c);
+        auto r = n.exec_prepared("lease_owner", test_now(), id.str());
+        std::optional<lease> out;
+        if (!r.empty()) {
+            out = row_lease(r[0]);
+        }
+        return out;
+    });
+}
+
+result<std::vector<lease>> postgres_lease::live() {
+    return with_connection([&](pqxx::connection& c) -> result<std::vector<lease>> {
+        pqxx::nontransaction n(c);
+        std::vector<lease> out;
+        for (const auto& r : n.exec_prepared("lease_live", test_now())) {
+            out.push_back(row_lease(r));
+        }
+        return out;
+    });
+}
+
+result<void> postgres_lease::remove(const session_id& id, lease_epoch epoch) {
+    return with_connection([&](pqxx::connection& c) -> result<void> {
+        pqxx::work w(c);
+        w.exec_prepared0("lease_remove", id.str(), static_cast<std::int64_t>(epoch.value));
+        w.commit();
+        return {};
+    });
+}
+
+}  // namespace wuhu::ownership

@@ -1,0 +1,129 @@
+// The lease conformance suite (tests/ownership/lease_conformance.hpp).
+#include "tests/ownership/lease_conformance.hpp"
+
+#include <thread>
+#include <vector>
+
+namespace wuhu::testing {
+
+TEST_P(LeaseConformance, AcquireFreeSessionGrantsLeaseUntilNowPlusTtl) {
+    auto l = granted(store().acquire(sid("s1"), "w1", 10s));
+    EXPECT_EQ(l.id, sid("s1"));
+    EXPECT_EQ(l.owner, "w1");
+    EXPECT_EQ(l.expires, unix_ms{b_->now + 10'000});
+    EXPECT_GT(l.epoch, lease_epoch{0});
+    EXPECT_EQ(store().owner_of(sid("s1")).value(), l);
+}
+
+TEST_P(LeaseConformance, LiveLeaseOfAnotherOwnerIsHeldElsewhere) {
+    auto l = granted(store().acquire(sid("s1"), "w1", 10s));
+    auto other = store().acquire(sid("s1"), "w2", 10s);
+    ASSERT_TRUE(other.has_value());
+    ASSERT_TRUE(std::holds_alternative<held_elsewhere>(*other));
+    EXPECT_EQ(std::get<held_elsewhere>(*other).owner, "w1");
+    EXPECT_EQ(std::get<held_elsewhere>(*other).expires, l.expires);
+}
+
+TEST_P(LeaseConformance, EpochsOnlyGrowAcrossSessionsOwnersAndRemoval) {
+    auto a = granted(store().acquire(sid("s1"), "w1", 10s));
+    auto b = granted(store().acquire(sid("s2"), "w1", 10s));
+    EXPECT_GT(b.epoch, a.epoch);
+    auto again = granted(store().acquire(sid("s1"), "w1", 10s));  // own lease, taken afresh
+    EXPECT_GT(again.epoch, b.epoch);
+    ASSERT_TRUE(store().remove(sid("s1"), again.epoch));
+    auto recreated = granted(store().acquire(sid("s1"), "w2", 10s));
+    EXPECT_GT(recreated.epoch, again.epoch);
+}
+
+// A deletion forgets the lease it ran under (and older ones), never one taken after it: the
+// new owner of a re-created session keeps it.
+TEST_P(LeaseConformance, RemovingForgetsOnlyLeasesNotNewerThanTheDeletion) {
+    auto deleting = granted(store().acquire(sid("s1"), "w1", 10s));
+    ASSERT_TRUE(store().remove(sid("s1"), deleting.epoch));
+    EXPECT_FALSE(store().owner_of(sid("s1")).value().has_value());
+    auto next = granted(store().acquire(sid("s1"), "w2", 10s));
+    ASSERT_TRUE(store().remove(sid("s1"), deleting.epoch));  // a late repeat of the deletion
+    EXPECT_EQ(store().owner_of(sid("s1")).value(), next);
+}
+
+TEST_P(LeaseConformance, ExpiredLeaseIsTakenOverWithHigherEpochAndOldOwnerLosesRenewal) {
+    auto old = granted(store().acquire(sid("s1"), "w1", 10s));
+    b_->now += 10'000;  // expired exactly now
+    EXPECT_FALSE(store().owner_of(sid("s1")).value().has_value());
+    auto taken = granted(store().acquire(sid("s1"), "w2", 10s));
+    EXPECT_GT(taken.epoch, old.epoch);
+    auto lost = store().renew({old}, 10s).value();
+    ASSERT_EQ(lost.size(), 1u);
+    EXPECT_EQ(lost[0], sid("s1"));
+    EXPECT_EQ(store().owner_of(sid("s1")).value()->owner, "w2");
+}
+
+TEST_P(LeaseConformance, RenewExtendsEveryHeldLeaseInOneCall) {
+    auto a = granted(store().acquire(sid("a"), "w1", 10s));
+    auto b = granted(store().acquire(sid("b"), "w1", 10s));
+    b_->now += 9'000;
+    EXPECT_TRUE(store().renew({a, b}, 10s).value().empty());
+    b_->now += 9'000;  // past the first expiry, within the renewed one
+    EXPECT_EQ(store().owner_of(sid("a")).value()->owner, "w1");
+    EXPECT_EQ(store().owner_of(sid("b")).value()->epoch, b.epoch);
+    EXPECT_TRUE(
+        std::holds_alternative<held_elsewhere>(store().acquire(sid("a"), "w2", 1s).value()));
+}
+
+TEST_P(LeaseConformance, ReleaseLetsAnotherOwnerTakeAtOnce) {
+    auto l = granted(store().acquire(sid("s1"), "w1", 10s));
+    ASSERT_TRUE(store().release(l));
+    EXPECT_FALSE(store().owner_of(sid("s1")).value().has_value());
+    auto next = granted(store().acquire(sid("s1"), "w2", 10s));
+    EXPECT_GT(next.epoch, l.epoch);
+}
+
+TEST_P(LeaseConformance, StaleReleaseDoesNotFreeTheNewOwnersLease) {
+    auto old = granted(store().acquire(sid("s1"), "w1", 1s));
+    b_->now += 1'000;
+    auto next = granted(store().acquire(sid("s1"), "w2", 10s));
+    EXPECT_EQ(next.taken_from, "w1") << "a take-over names the owner whose lease expired";
+    ASSERT_TRUE(store().release(old));
+    next.taken_from.clear();  // only acquire() says it
+    EXPECT_EQ(store().owner_of(sid("s1")).value(), next);
+}
+
+TEST_P(LeaseConformance, LiveListsOnlyUnexpiredLeases) {
+    granted(store().acquire(sid("a"), "w1", 1s));
+    auto b = granted(store().acquire(sid("b"), "w2", 10s));
+    b_->now += 1'000;
+    auto live = store().live().value();
+    ASSERT_EQ(live.size(), 1u);
+    EXPECT_EQ(live[0], b);
+}
+
+TEST_P(LeaseConformance, RacingWorkersNeverBothWin) {
+    // Two handles (two processes for SQLite), eight threads each racing for the same sessions.
+    auto second = b_->another();
+    ownership::lease_store& a = store();
+    ownership::lease_store& b = second ? *second : store();
+    constexpr int sessions = 20;
+    std::atomic<int> wins[sessions] = {};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 8; ++t) {
+        threads.emplace_back([&, t] {
+            auto& st = t % 2 == 0 ? a : b;
+            for (int i = 0; i < sessions; ++i) {
+                auto got = st.acquire(sid(("r" + std::to_string(i)).c_str()),
+                                      "w" + std::to_string(t), 60s);
+                ASSERT_TRUE(got.has_value()) << got.error().message();
+                if (std::holds_alternative<lease>(*got)) {
+                    ++wins[i];
+                }
+            }
+        });
+    }
+    for (auto& th : threads) {
+        th.join();
+    }
+    for (int i = 0; i < sessions; ++i) {
+        EXPECT_EQ(wins[i].load(), 1) << "session r" << i;
+    }
+}
+
+}  // namespace wuhu::testing

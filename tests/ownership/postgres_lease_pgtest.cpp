@@ -1,0 +1,104 @@
+// The PostgreSQL lease backend against a real server (scripts/test starts it): the lease
+// conformance suite over a test clock, and what only a database-backed lease promises.
+#include "ownership/postgres_lease.hpp"
+#include "storage/postgres_store.hpp"
+#include "tests/ownership/lease_conformance.hpp"
+#include "tests/support/pg_env.hpp"
+
+namespace wuhu::testing {
+
+namespace {
+
+struct postgres_backend final : lease_backend {
+    std::string schema = fresh_schema("l");
+    ownership::postgres_lease leases{ownership::postgres_lease_options{pg_dsn(), schema, clock()}};
+    ~postgres_backend() override { drop_schema(schema); }
+    ownership::lease_store& store() override { return leases; }
+    std::unique_ptr<ownership::lease_store> another() override {
+        return std::make_unique<ownership::postgres_lease>(
+            ownership::postgres_lease_options{pg_dsn(), schema, clock()});
+    }
+};
+
+// Drops its schema when the test ends.
+struct schema_guard {
+    std::string name = fresh_schema("l");
+    ~schema_guard() { drop_schema(name); }
+};
+
+}  // namespace
+
+std::unique_ptr<lease_backend> make_lease_backend(const std::string&) {
+    return std::make_unique<postgres_backend>();
+}
+
+INSTANTIATE_TEST_SUITE_P(Postgres, LeaseConformance, ::testing::Values("postgres"),
+                         [](const auto& info) { return info.param; });
+
+// A restarted worker (a new connection, a new process) gets epochs above every one handed out
+// before: the in-memory lease started again at 1, and the sessions refused their own owner.
+TEST(PostgresLease, ARestartedBackendHandsOutHigherEpochsThanBefore) {
+    schema_guard s;
+    lease_epoch last;
+    {
+        ownership::postgres_lease first({pg_dsn(), s.name, {}});
+        for (const char* id : {"a", "b", "c"}) {
+            last = granted(first.acquire(sid(id), "w1", 10s)).epoch;
+        }
+        ASSERT_TRUE(first.release(granted(first.acquire(sid("a"), "w1", 10s))));
+    }
+    ownership::postgres_lease restarted({pg_dsn(), s.name, {}});
+    EXPECT_GT(granted(restarted.acquire(sid("a"), "w1", 10s)).epoch, last);
+}
+
+// A database that ran with in-memory leases has sessions at epochs the new lease table never
+// handed out: its first epoch is above all of them, so no session refuses its owner.
+TEST(PostgresLease, TheFirstEpochIsAboveEveryEpochTheSessionStoreRecorded) {
+    schema_guard s;
+    storage::postgres_store store({pg_dsn(), s.name, 1});
+    ASSERT_TRUE(store.open(sid("old"), lease_epoch{239}));
+    ownership::postgres_lease leases({pg_dsn(), s.name, {}});
+    const auto l = granted(leases.acquire(sid("old"), "w1", 10s));
+    EXPECT_GT(l.epoch, lease_epoch{239});
+    EXPECT_TRUE(store.open(sid("old"), l.epoch)) << "the session accepts its new owner";
+}
+
+// Expiry is the database's clock: a lease of 300 ms is live, then gone, whatever the host's.
+TEST(PostgresLease, ExpiryFollowsTheDatabaseClock) {
+    schema_guard s;
+    ownership::postgres_lease leases({pg_dsn(), s.name, {}});
+    const auto l = granted(leases.acquire(sid("s"), "w1", 300ms));
+    EXPECT_EQ(leases.owner_of(sid("s")).value(), l);
+    EXPECT_TRUE(std::holds_alternative<held_elsewhere>(
+        leases.acquire(sid("s"), "w2", 300ms).value()));
+    std::this_thread::sleep_for(400ms);
+    EXPECT_FALSE(leases.owner_of(sid("s")).value().has_value());
+    const auto taken = granted(leases.acquire(sid("s"), "w2", 10s));
+    EXPECT_EQ(taken.taken_from, "w1");
+    EXPECT_GT(taken.epoch, l.epoch);
+}
+
+// A database that cannot be reached is `unavailable` (the lease is not held), and the backend
+// connects again once it can.
+TEST(PostgresLease, AnUnreachableDatabaseIsUnavailableNotAnException) {
+    schema_guard s;
+    // Named, so that only this backend's connection is cut (tests run in parallel).
+    const std::string name = "lease_cut_" + s.name;
+    ownership::postgres_lease leases({pg_dsn() + " application_name=" + name, s.name, {}});
+    ASSERT_TRUE(leases.acquire(sid("r"), "w1", 10s).has_value());  // connected
+    pqxx::connection admin(pg_dsn());
+    {
+        pqxx::nontransaction n(admin);
+        auto cut = n.exec("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
+                          "application_name = '" + name + "'");
+        ASSERT_EQ(cut.size(), 1u);
+    }
+    // The first call may meet the terminated connection; the next one connects again.
+    auto first = leases.acquire(sid("s"), "w1", 10s);
+    if (!first) {
+        EXPECT_EQ(first.error(), storage::errc::unavailable);
+    }
+    EXPECT_TRUE(leases.acquire(sid("t"), "w1", 10s).has_value());
+}
+
+}  // namespace wuhu::testing
