@@ -122,6 +122,25 @@ diagnostic input_too_large() {
         "the queued input does not fit in the context window even after compaction"};
 }
 
+std::optional<interruption> takeover_interruption(const session_state& s) {
+    std::string cut;
+    for (const auto& t : s.tool_calls) {
+        if (t.status == tool_status::started) {
+            cut.append(cut.empty() ? "" : ", ").append(t.call.id.str());
+            cut.append(" (").append(t.call.name).append(")");
+        }
+    }
+    if (!cut.empty()) {
+        return interruption{"the previous owner stopped while running tool calls " + cut,
+                            interruption_kind::owner_lost};
+    }
+    if (needs_inference(s) && !has_unfinished_tool_calls(s)) {
+        return interruption{"the previous owner stopped while this turn was in progress",
+                            interruption_kind::owner_lost};
+    }
+    return std::nullopt;
+}
+
 tool_action next_tool_action(const tool_call_state& call, bool tool_known, bool idempotent) {
     if (call.status == tool_status::finished) {
         return tool_action::skip;

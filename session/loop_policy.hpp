@@ -21,6 +21,7 @@
 
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -107,6 +108,15 @@ inference_decision on_inference_error(const inference_error& e, inference_attemp
 // Input that does not fit the context window even after compaction (checked before the first
 // attempt): reported, never staged.
 diagnostic input_too_large();
+
+// ---- a takeover
+
+// What a new owner records when it loads a session whose previous owner stopped mid-turn, so
+// that every client sees the owner changed (DESIGN.md: takeover terminalizes orphans): tool
+// calls that had started and have no result (named: they are re-run if idempotent, else get an
+// error result), or input that awaits a response (the turn is redone). None for a session
+// between turns.
+std::optional<interruption> takeover_interruption(const session_state& s);
 
 // ---- the tool calls of a response
 

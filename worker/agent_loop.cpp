@@ -258,16 +258,14 @@ agent_loop::written agent_loop::run_command(command& c, command_reply& reply, bo
 // ------------------------------------------------------------------------------ lifecycle
 
 agent_loop::written agent_loop::recover_orphan() {
-    // Takeover terminalizes orphans: input that awaits a response when the session is loaded
-    // means the previous owner stopped during (or just before) an inference. Record it, so no
-    // client waits for a message that will never end; the normal sequence then redoes the turn.
-    if (!s::needs_inference(state_) || s::has_unfinished_tool_calls(state_)) {
+    // Takeover terminalizes orphans: a turn cut off mid-stream or mid-tool is recorded, so no
+    // client waits for a message or a result that will never come; the normal sequence then
+    // redoes the turn or resumes its tool calls.
+    auto marker = s::takeover_interruption(state_);
+    if (!marker) {
         return {};
     }
-    auto r = write(*log_, state_,
-                   s::interruption{"the previous owner stopped while this turn was in progress",
-                                   s::interruption_kind::owner_lost},
-                   clock_.now());
+    auto r = write(*log_, state_, std::move(*marker), clock_.now());
     return r ? written{{}, {}, std::move(*r)} : written{{}, r.error(), {}};
 }
 

@@ -220,6 +220,32 @@ TEST(InferenceError, BackoffDoublesUpToTheCapWithEqualJitter) {
     EXPECT_EQ(kind_name(inference_error_kind::context_overflow), "context_overflow");
 }
 
+TEST(Takeover, ACutOffTurnIsRecordedAndASessionBetweenTurnsIsNot) {
+    script t;
+    EXPECT_FALSE(takeover_interruption(t.s).has_value());
+    t.enqueue(user_in(lane::follow_up, "a", "work"));
+    t.checkpoint();  // the owner stops while streaming the answer
+    auto streaming = takeover_interruption(t.s);
+    ASSERT_TRUE(streaming.has_value());
+    EXPECT_EQ(streaming->kind, interruption_kind::owner_lost);
+    EXPECT_EQ(streaming->reason, "the previous owner stopped while this turn was in progress");
+    t.respond(reply("", {{"c1", "echo"}, {"c2", "charge"}}));
+    EXPECT_FALSE(takeover_interruption(t.s).has_value()) << "no call had started";
+    t.run(plan_tool_will_execute(t.s, call_id("c1"), unix_ms{++t.now}));
+    auto mid_tool = takeover_interruption(t.s);
+    ASSERT_TRUE(mid_tool.has_value());
+    EXPECT_EQ(mid_tool->reason, "the previous owner stopped while running tool calls c1 (echo)");
+    t.run(plan_tool_did_execute(t.s, result_of("c1", "ok"), unix_ms{++t.now}));
+    t.run(plan_tool_will_execute(t.s, call_id("c2"), unix_ms{++t.now}));
+    EXPECT_EQ(takeover_interruption(t.s)->reason,
+              "the previous owner stopped while running tool calls c2 (charge)");
+    t.run(plan_tool_did_execute(t.s, result_of("c2", "ok"), unix_ms{++t.now}));
+    EXPECT_TRUE(takeover_interruption(t.s).has_value()) << "the results await a response";
+    t.checkpoint();
+    t.respond(reply("done"));
+    EXPECT_FALSE(takeover_interruption(t.s).has_value());
+}
+
 TEST(ToolPolicy, FinishedCallsAreSkippedAndNewOnesRun) {
     tool_call_state c{tool_call{call_id("c1"), "echo", "{}"}, tool_status::finished};
     EXPECT_EQ(next_tool_action(c, true, true), tool_action::skip);

@@ -66,6 +66,9 @@ TEST(CrashRecovery, ResumesToolCallsByTheirStatusAndIdempotency) {
     EXPECT_THAT(h.transcript_texts(),
                 ElementsAre("party:go", "assistant:+echo+echo+charge+echo", "started:echo",
                             "result:first", "started:echo", "started:charge",
+                            // what the previous owner left running, named for every client
+                            "owner_lost:the previous owner stopped while running tool calls "
+                            "b (echo), c (charge)",
                             "result:again",  // started and idempotent: run again
                             "error:interrupted: the worker running this tool stopped, and the "
                             "tool is not idempotent, so it was not run again",
