@@ -1,5 +1,7 @@
 #include "ownership/postgres_lease.hpp"
 
+#include "storage/pg_migrations.hpp"
+
 #include <pqxx/pqxx>
 
 #include <algorithm>
@@ -108,22 +110,8 @@ postgres_lease::postgres_lease(postgres_lease_options options) : options_(std::m
     try {
         pqxx::connection c(options_.dsn);
         pqxx::work w(c);
-        // One migrator at a time across the fleet (the session store's lock: the first
-        // migration reads its tables).
-        w.exec("SELECT pg_advisory_xact_lock(7271001)");
-        w.exec0("CREATE SCHEMA IF NOT EXISTS " + options_.schema);
-        w.exec0("SET LOCAL search_path TO " + options_.schema);
-        w.exec0("CREATE TABLE IF NOT EXISTS lease_migrations (version integer PRIMARY KEY)");
-        auto applied =
-            w.exec1("SELECT coalesce(max(version), 0) FROM lease_migrations")[0].as<int>();
-        const int known = static_cast<int>(std::size(migrations));
-        if (applied > known) {
-            throw std::runtime_error("the lease tables are newer than this program");
-        }
-        for (int v = applied; v < known; ++v) {
-            w.exec0(migrations[v]);
-            w.exec_params0("INSERT INTO lease_migrations (version) VALUES ($1)", v + 1);
-        }
+        storage::apply_pg_migrations(w, options_.schema, "lease_migrations", migrations,
+                                     std::size(migrations));
         w.commit();
     } catch (const pqxx::failure& e) {
         throw std::runtime_error(std::string("postgres leases: ") + e.what());

@@ -2,6 +2,7 @@
 
 #include "session/codec.hpp"
 #include "session/overloaded.hpp"
+#include "storage/pg_migrations.hpp"
 #include "storage/rows.hpp"
 
 #include <dlfcn.h>
@@ -199,20 +200,7 @@ postgres_store::postgres_store(postgres_options options) : options_(std::move(op
     try {
         pqxx::connection c(options_.dsn);
         pqxx::work w(c);
-        // One migrator at a time across the fleet.
-        w.exec("SELECT pg_advisory_xact_lock(7271001)");
-        w.exec0("CREATE SCHEMA IF NOT EXISTS " + options_.schema);
-        w.exec0("SET LOCAL search_path TO " + options_.schema);
-        w.exec0("CREATE TABLE IF NOT EXISTS migrations (version integer PRIMARY KEY)");
-        auto applied = w.exec1("SELECT coalesce(max(version), 0) FROM migrations")[0].as<int>();
-        const int known = static_cast<int>(std::size(migrations));
-        if (applied > known) {
-            throw std::runtime_error("the database schema is newer than this program");
-        }
-        for (int v = applied; v < known; ++v) {
-            w.exec0(migrations[v]);
-            w.exec_params0("INSERT INTO migrations (version) VALUES ($1)", v + 1);
-        }
+        apply_pg_migrations(w, options_.schema, "migrations", migrations, std::size(migrations));
         w.commit();
     } catch (const pqxx::failure& e) {
         throw std::runtime_error(std::string("postgres: ") + e.what());

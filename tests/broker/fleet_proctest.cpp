@@ -5,6 +5,7 @@
 #include "client/client.hpp"
 #include "storage/sqlite_db.hpp"
 #include "tests/support/burst.hpp"
+#include "tests/support/pg_env.hpp"
 #include "tests/support/process.hpp"
 
 #include <gtest/gtest.h>
@@ -440,16 +441,9 @@ TEST(Fleet, APatchTooLargeToPublishIsLoggedWithItsSession) {
 // 6.4 leaks on a broken connection, so a worker that should exit 0 on SIGTERM did not. Here
 // the worker's own database refuses connections for a while and drops those it had.
 TEST(Fleet, ADatabaseOutageIsLoggedOnceEachWayAndLeaksNothing) {
-    const std::string dsn = pg_dsn();
-    const std::string db = "wuhu_outage" + std::to_string(getpid());
-    pqxx::connection admin(dsn);
-    {
-        pqxx::nontransaction n(admin);
-        n.exec("DROP DATABASE IF EXISTS " + db + " WITH (FORCE)");
-        n.exec("CREATE DATABASE " + db);
-    }
+    scratch_database db("wuhu_outage");
     worker_process::config pg;
-    pg.store = pg_url(db);
+    pg.store = db.url();
     worker_process worker("pg", slow_script, pg);
     worker.start();
     nats::connection nc(nats_url(), "outage-client");
@@ -461,16 +455,16 @@ TEST(Fleet, ADatabaseOutageIsLoggedOnceEachWayAndLeaksNothing) {
         ASSERT_EQ(r.at("ok"), true) << json::serialize(r);
     }
     {
-        pqxx::nontransaction n(admin);
-        n.exec("ALTER DATABASE " + db + " ALLOW_CONNECTIONS false");
-        n.exec("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '" + db +
-               "'");
+        pqxx::nontransaction n(db.admin());
+        n.exec("ALTER DATABASE " + db.name() + " ALLOW_CONNECTIONS false");
+        n.exec("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '" +
+               db.name() + "'");
         // pg_terminate_backend only signals: a backend may still answer a query or two until
         // it exits (the store would then be "back" for a moment). The outage starts when the
         // last one is gone.
         for (int i = 0; i < 500; ++i) {
-            auto left = n.exec1("SELECT count(*) FROM pg_stat_activity WHERE datname = '" + db +
-                                "'")[0]
+            auto left = n.exec1("SELECT count(*) FROM pg_stat_activity WHERE datname = '" +
+                                db.name() + "'")[0]
                             .as<int>();
             if (left == 0) {
                 break;
@@ -488,8 +482,8 @@ TEST(Fleet, ADatabaseOutageIsLoggedOnceEachWayAndLeaksNothing) {
     }
     EXPECT_EQ(refused, 12);
     {
-        pqxx::nontransaction n(admin);
-        n.exec("ALTER DATABASE " + db + " ALLOW_CONNECTIONS true");
+        pqxx::nontransaction n(db.admin());
+        n.exec("ALTER DATABASE " + db.name() + " ALLOW_CONNECTIONS true");
     }
     json::value back;
     for (int i = 0; i < 100 && !ok(back); ++i) {
@@ -510,8 +504,6 @@ TEST(Fleet, ADatabaseOutageIsLoggedOnceEachWayAndLeaksNothing) {
     }
     EXPECT_EQ(down, 1) << "once when the store went away, not per request";
     EXPECT_EQ(up, 1) << "once when it came back";
-    pqxx::nontransaction n(admin);
-    n.exec("DROP DATABASE IF EXISTS " + db + " WITH (FORCE)");
 }
 
 // Defect: with a PostgreSQL store `--lease auto` was the in-memory lease, whose epochs start at 1
@@ -520,16 +512,9 @@ TEST(Fleet, ADatabaseOutageIsLoggedOnceEachWayAndLeaksNothing) {
 // restart (50 sessions, 5 restarts: 37, 75, 111, 154, 189 refusals). The PostgreSQL lease hands
 // out epochs from the database, so every restart is served at once.
 TEST(Fleet, ALoneWorkerRestartedOnPostgresServesEverySessionAtOnce) {
-    const std::string dsn = pg_dsn();
-    const std::string db = "wuhu_restart" + std::to_string(getpid());
-    pqxx::connection admin(dsn);
-    {
-        pqxx::nontransaction n(admin);
-        n.exec("DROP DATABASE IF EXISTS " + db + " WITH (FORCE)");
-        n.exec("CREATE DATABASE " + db);
-    }
+    scratch_database db("wuhu_restart");
     worker_process::config pg;
-    pg.store = pg_url(db);
+    pg.store = db.url();
     constexpr int sessions = 50;
     for (int run = 0; run <= 5; ++run) {
         worker_process worker("rs", slow_script, pg);
@@ -564,8 +549,6 @@ TEST(Fleet, ALoneWorkerRestartedOnPostgresServesEverySessionAtOnce) {
         }
         EXPECT_EQ(refused, 0) << "run " << run << ": sessions refused their own owner";
     }
-    pqxx::nontransaction n(admin);
-    n.exec("DROP DATABASE IF EXISTS " + db + " WITH (FORCE)");
 }
 
 // A fleet across hosts (issue 13): three workers on one PostgreSQL database, sessions mid-turn
@@ -574,14 +557,7 @@ TEST(Fleet, ALoneWorkerRestartedOnPostgresServesEverySessionAtOnce) {
 // claims sessions with work or a timer and no live lease) and completes; each timer fires
 // once; no acknowledged item is lost. Prints the failover times (kill to the new lease).
 TEST(Fleet, AWorkerKilledOnPostgresIsReplacedWithoutAnyRequest) {
-    const std::string dsn = pg_dsn();
-    const std::string db = "wuhu_failover" + std::to_string(getpid());
-    pqxx::connection admin(dsn);
-    {
-        pqxx::nontransaction n(admin);
-        n.exec("DROP DATABASE IF EXISTS " + db + " WITH (FORCE)");
-        n.exec("CREATE DATABASE " + db);
-    }
+    scratch_database db("wuhu_failover");
     const std::string script = R"({"responses":[
         {"delay_ms":200,"tool_calls":[{"name":"schedule_callback",
                                        "arguments":{"delay_ms":2500,"content":"wake"}}]},
@@ -593,7 +569,7 @@ TEST(Fleet, AWorkerKilledOnPostgresIsReplacedWithoutAnyRequest) {
     auto config = [&](const std::string& id) {
         worker_process::config c;
         c.worker_id = id;
-        c.store = pg_url(db);
+        c.store = db.url();
         c.prefix = "wuhu_failover" + std::to_string(getpid());
         c.args = {"--lease-ttl-ms", std::to_string(ttl_ms)};
         return c;
@@ -617,7 +593,7 @@ TEST(Fleet, AWorkerKilledOnPostgresIsReplacedWithoutAnyRequest) {
         }
     }
     // The owners, from the lease table; the one with the most sessions is killed mid-turn.
-    pqxx::connection leases(dsn + " dbname=" + db);
+    pqxx::connection leases(db.dsn());
     auto owners = [&] {
         pqxx::nontransaction n(leases);
         std::map<std::string, std::string> out;
@@ -717,8 +693,6 @@ TEST(Fleet, AWorkerKilledOnPostgresIsReplacedWithoutAnyRequest) {
             EXPECT_EQ(w->stop(), 0);
         }
     }
-    pqxx::nontransaction n(admin);
-    n.exec("DROP DATABASE IF EXISTS " + db + " WITH (FORCE)");
 }
 
 // Defect: an owner's admin.local answer listed every loaded session in one message; past the

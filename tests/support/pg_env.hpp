@@ -5,6 +5,8 @@
 
 #include <pqxx/pqxx>
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <random>
 #include <string>
@@ -25,5 +27,36 @@ inline void drop_schema(const std::string& schema) {
     } catch (const std::exception&) {
     }
 }
+
+// A database of the test's own on the test server, dropped when the test ends (a worker's
+// --store gets url(); admin() runs statements on the server).
+class scratch_database {
+  public:
+    explicit scratch_database(const std::string& prefix)
+        : name_(prefix + std::to_string(::getpid())), admin_(pg_dsn()) {
+        pqxx::nontransaction n(admin_);
+        n.exec("DROP DATABASE IF EXISTS " + name_ + " WITH (FORCE)");
+        n.exec("CREATE DATABASE " + name_);
+    }
+    ~scratch_database() {
+        try {
+            pqxx::nontransaction n(admin_);
+            n.exec("DROP DATABASE IF EXISTS " + name_ + " WITH (FORCE)");
+        } catch (const std::exception&) {
+        }
+    }
+    scratch_database(const scratch_database&) = delete;
+    scratch_database& operator=(const scratch_database&) = delete;
+
+    const std::string& name() const { return name_; }
+    std::string url() const { return pg_url(name_); }
+    // key=value form, for libpqxx.
+    std::string dsn() const { return pg_dsn() + " dbname=" + name_; }
+    pqxx::connection& admin() { return admin_; }
+
+  private:
+    std::string name_;
+    pqxx::connection admin_;
+};
 
 }  // namespace wuhu::testing
