@@ -38,18 +38,6 @@ const char* const migrations[] = {
 // The database's clock in ms, unless a test clock is bound as $1.
 constexpr const char* now_ms = "COALESCE($1::bigint, (extract(epoch FROM clock_timestamp()) * 1000)::bigint)";
 
-bool valid_schema(const std::string& s) {
-    if (s.empty() || s.size() > 63 || !((s[0] >= 'a' && s[0] <= 'z') || s[0] == '_')) {
-        return false;
-    }
-    for (char c : s) {
-        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) {
-            return false;
-        }
-    }
-    return true;
-}
-
 lease row_lease(const pqxx::row& r) {
     return lease{session_id::parse(r[0].c_str()).value(), r[1].c_str(),
                  lease_epoch{r[2].as<std::uint64_t>()}, unix_ms{r[3].as<std::int64_t>()}, {}};
@@ -104,7 +92,7 @@ std::string array_of(const std::vector<T>& xs, F item) {
 }  // namespace
 
 postgres_lease::postgres_lease(postgres_lease_options options) : options_(std::move(options)) {
-    if (!valid_schema(options_.schema)) {
+    if (!storage::valid_pg_schema(options_.schema)) {
         throw std::invalid_argument("postgres schema must match [a-z_][a-z0-9_]*");
     }
     try {

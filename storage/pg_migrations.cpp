@@ -4,6 +4,18 @@
 
 namespace wuhu::storage {
 
+bool valid_pg_schema(const std::string& s) {
+    if (s.empty() || s.size() > 63 || !((s[0] >= 'a' && s[0] <= 'z') || s[0] == '_')) {
+        return false;
+    }
+    for (char c : s) {
+        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) {
+            return false;
+        }
+    }
+    return true;
+}
+
 void apply_pg_migrations(pqxx::work& w, const std::string& schema, const std::string& table,
                          const char* const* migrations, std::size_t count) {
     // One migrator at a time across the fleet (and across components: the lease tables'

@@ -10,6 +10,9 @@
 
 namespace wuhu::storage {
 
+// A schema name that can go into SQL as is: [a-z_][a-z0-9_]*, at most 63 bytes.
+bool valid_pg_schema(const std::string& s);
+
 // Creates `schema` if needed, sets it as the transaction's search path, and applies the
 // statements of `migrations` not yet recorded in `table` (integer versions from 1). Throws
 // std::runtime_error when the database holds a version this program does not know.

@@ -63,18 +63,6 @@ const char* const migrations[] = {
     R"(CREATE TABLE removed_sessions (session_id text PRIMARY KEY, epoch bigint NOT NULL);)",
 };
 
-bool valid_schema(const std::string& s) {
-    if (s.empty() || s.size() > 63 || !((s[0] >= 'a' && s[0] <= 'z') || s[0] == '_')) {
-        return false;
-    }
-    for (char c : s) {
-        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) {
-            return false;
-        }
-    }
-    return true;
-}
-
 void prepare_statements(pqxx::connection& c) {
     c.prepare("open",
               "INSERT INTO sessions (session_id, epoch) VALUES ($1, $2) "
@@ -191,7 +179,7 @@ void postgres_store::give_back(std::unique_ptr<connection> c, health h) {
 }
 
 postgres_store::postgres_store(postgres_options options) : options_(std::move(options)) {
-    if (!valid_schema(options_.schema)) {
+    if (!storage::valid_pg_schema(options_.schema)) {
         throw std::invalid_argument("postgres schema must match [a-z_][a-z0-9_]*");
     }
     if (options_.pool_size == 0) {
