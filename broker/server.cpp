@@ -346,8 +346,9 @@ asio::awaitable<std::vector<std::string>> server::handle(worker::session_registr
     using protocol::error_reply;
     // Bad input is answered by whichever worker received it, before any routing.
     const bool forwarded = m.subject.starts_with(forward_prefix_ + ".");
-    auto decoded = protocol::decode_request(m.subject, forwarded ? forward_prefix_ : options_.prefix,
-                                            m.data, options_.limits, new_item_id());
+    const auto& prefix = forwarded ? forward_prefix_ : options_.prefix;
+    auto decoded = protocol::decode_request(m.subject, prefix, m.data, options_.limits,
+                                            [this] { return new_item_id(); });
     if (!decoded) {
         co_return replies{error_reply(decoded.error())};
     }

@@ -207,7 +207,7 @@ decoded<void> decode_empty(const json::value& body) {
 
 decoded<request> decode_request(std::string_view subject, std::string_view prefix,
                                 std::string_view raw, const request_limits& limits,
-                                const queue_item_id& new_id) {
+                                const std::function<queue_item_id()>& new_id) {
     auto to = parse_subject(subject, prefix);
     if (!to) {
         return decode_error{static_cast<errc>(to.error().value()), ""};
@@ -218,12 +218,12 @@ decoded<request> decode_request(std::string_view subject, std::string_view prefi
     switch (v) {
         case verb::enqueue: {
             WUHU_TRY(r, decode_enqueue(body, limits));
-            return made(enqueue_input{r.in, r.id.value_or(new_id),
+            return made(enqueue_input{r.in, r.id ? std::move(*r.id) : new_id(),
                                       user_input{std::move(r.from), std::move(r.content)}});
         }
         case verb::system: {
             WUHU_TRY(r, decode_system(body, limits));
-            return made(enqueue_input{lane::system, r.id.value_or(new_id),
+            return made(enqueue_input{lane::system, r.id ? std::move(*r.id) : new_id(),
                                       system_input{std::move(r.source), std::move(r.content)}});
         }
         case verb::cancel: {

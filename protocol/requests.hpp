@@ -13,6 +13,7 @@
 #include "session/text.hpp"
 
 #include <array>
+#include <functional>
 #include <optional>
 #include <variant>
 
@@ -96,7 +97,7 @@ session::decoded<sessions_query> decode_sessions_query(const boost::json::value&
 session::decoded<void> decode_empty(const boost::json::value& body);
 
 // What a session request asks for. Enqueue and system both become the input to enqueue (an
-// item without an id gets `new_id`).
+// item without an id gets one from `new_id`, called only then).
 using request_body =
     std::variant<session::enqueue_input, cancel_request, session::settings_update, abort_request,
                  pause_request, resume_request, subscribe_request, remove_request>;
@@ -110,6 +111,6 @@ struct request {
 // checked once. The error is what the reply says (error_reply in protocol/replies.hpp).
 session::decoded<request> decode_request(std::string_view subject, std::string_view prefix,
                                          std::string_view body, const request_limits& limits,
-                                         const session::queue_item_id& new_id);
+                                         const std::function<session::queue_item_id()>& new_id);
 
 }  // namespace wuhu::protocol

@@ -22,8 +22,7 @@ bool is_storage_error(const boost::system::error_code& ec) {
 
 agent_loop::agent_loop(asio::any_io_executor ex, std::unique_ptr<storage::session_log> log,
                        provider& p, const tool_registry& tools, clock& clk, loop_options opts)
-    : ex_(ex),
-      log_(std::move(log)),
+    : log_(std::move(log)),
       clock_(clk),
       opts_(std::move(opts)),
       hub_(std::make_shared<event_hub>()),
@@ -116,10 +115,7 @@ asio::awaitable<boost::system::error_code> agent_loop::persist(operation op) {
 
 asio::awaitable<bool> agent_loop::record(transition t) {
     // The loop's own transitions are never refused by the rules: any error fails the session.
-    operation op = [this, t = std::move(t)]() mutable -> written {
-        auto r = write(*log_, state_, std::move(t), clock_.now());
-        return r ? written{{}, {}, std::move(*r)} : written{{}, r.error(), {}};
-    };
+    operation op = [this, t = std::move(t)]() mutable { return write_now(std::move(t)); };
     auto task = persist(std::move(op));
     const auto ec = co_await std::move(task);
     co_return !ec;
@@ -265,8 +261,12 @@ agent_loop::written agent_loop::recover_orphan() {
     if (!marker) {
         return {};
     }
-    auto r = write(*log_, state_, std::move(*marker), clock_.now());
-    return r ? written{{}, {}, std::move(*r)} : written{{}, r.error(), {}};
+    return write_now(std::move(*marker));
+}
+
+agent_loop::written agent_loop::write_now(transition t) {
+    auto r = write(*log_, state_, std::move(t), clock_.now());
+    return r ? written{{}, {}, std::move(*r), false} : written{{}, r.error(), {}, false};
 }
 
 asio::awaitable<void> agent_loop::start() {

@@ -112,6 +112,9 @@ class agent_loop final : private session_writer {
     boost::system::error_code ensure_loaded();
     written run_command(command& c, command_reply& reply, bool& wake);
     written recover_orphan();
+    // One of the loop's own transitions, committed now (inside an operation); its errors fail
+    // the session (the rules never refuse the loop's own transitions).
+    written write_now(transition t);
 
     asio::awaitable<void> work_loop();
     asio::awaitable<void> timer_loop();
@@ -121,7 +124,6 @@ class agent_loop final : private session_writer {
     // Stamps a status about to be published (session::status: epoch, seq).
     void stamp(session::status& st);
 
-    asio::any_io_executor ex_;
     std::unique_ptr<storage::session_log> log_;
     clock& clock_;
     loop_options opts_;

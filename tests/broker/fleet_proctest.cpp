@@ -654,18 +654,19 @@ TEST(Fleet, AWorkerKilledOnPostgresIsReplacedWithoutAnyRequest) {
               << " ms; goal p99 <= ttl + 2 s)\n";
     EXPECT_LE(p99, ttl_ms + 2000.0);
     // Every session completes: both items answered, the timer fired once, nothing left to do.
+    auto wakes_in = [](const json::value& reply) {
+        int wakes = 0;
+        for (const auto& e : reply.at("patch").at("transcript").as_array()) {
+            wakes += e.at("type") == "system_message" && e.at("content") == "wake";
+        }
+        return wakes;
+    };
     for (int i = 0; i < sessions; ++i) {
         json::value done;
         for (int tries = 0; tries < 300; ++tries) {
             auto r = nc.request(prefix + ".session." + sid(i) + ".subscribe", "{}", 2s);
             done = r ? json::parse(*r) : json::value();
-            int wakes = 0;
-            if (ok(done)) {
-                for (const auto& e : done.at("patch").at("transcript").as_array()) {
-                    wakes += e.at("type") == "system_message" && e.at("content") == "wake";
-                }
-            }
-            if (ok(done) && wakes == 1 && done.at("status").at("state") == "idle" &&
+            if (ok(done) && wakes_in(done) == 1 && done.at("status").at("state") == "idle" &&
                 done.at("status").at("has_work") == false) {
                 break;
             }
@@ -676,11 +677,7 @@ TEST(Fleet, AWorkerKilledOnPostgresIsReplacedWithoutAnyRequest) {
         for (const char* item : {"first", "second"}) {
             EXPECT_TRUE(items.contains(item + std::to_string(i))) << sid(i) << " lost " << item;
         }
-        int wakes = 0;
-        for (const auto& e : done.at("patch").at("transcript").as_array()) {
-            wakes += e.at("type") == "system_message" && e.at("content") == "wake";
-        }
-        EXPECT_EQ(wakes, 1) << sid(i) << ": the timer fires exactly once";
+        EXPECT_EQ(wakes_in(done), 1) << sid(i) << ": the timer fires exactly once";
         EXPECT_EQ(done.at("status").at("has_work"), false) << sid(i);
     }
     int recovered = 0;

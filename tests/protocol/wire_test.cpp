@@ -64,7 +64,7 @@ namespace {
 session::decoded<protocol::request> decode(verb v, const char* body,
                                            const protocol::request_limits& limits = {}) {
     return protocol::decode_request("wuhu.session.s." + std::string(protocol::verb_name(v)),
-                                    "wuhu", body, limits, item("generated"));
+                                    "wuhu", body, limits, [] { return item("generated"); });
 }
 
 }  // namespace
@@ -78,6 +78,14 @@ TEST(Requests, EnqueueWithoutAnIdGetsTheGeneratedOne) {
                  .value();
     EXPECT_EQ(std::get<enqueue_input>(k.body).id.str(), "k");
     EXPECT_EQ(std::get<enqueue_input>(k.body).in, lane::system);
+    // An id the request brings costs no generated one.
+    auto given = protocol::decode_request(
+        "wuhu.session.s.enqueue", "wuhu", R"({"lane":"steer","id":"mine","content":"x"})", {},
+        []() -> queue_item_id {
+            ADD_FAILURE() << "an id was generated for a request that had one";
+            return item("unused");
+        });
+    EXPECT_EQ(std::get<enqueue_input>(given.value().body).id.str(), "mine");
 }
 
 TEST(Requests, EveryVerbDecodesAndBadBodiesGetTheirCode) {
@@ -108,10 +116,10 @@ TEST(Requests, EveryVerbDecodesAndBadBodiesGetTheirCode) {
 TEST(Requests, TheSubjectIsReadBeforeTheBody) {
     const protocol::request_limits limits;
     auto bad_id = protocol::decode_request("wuhu.session.a*.enqueue", "wuhu", "not json", limits,
-                                           item("g"));
+                                           [] { return item("g"); });
     EXPECT_EQ(bad_id.error().code, errc::invalid_session_id);
     auto bad_verb = protocol::decode_request("wuhu.session.a.explode", "wuhu", "not json", limits,
-                                             item("g"));
+                                             [] { return item("g"); });
     EXPECT_EQ(bad_verb.error().code, errc::unknown_command);
     EXPECT_EQ(decode(verb::enqueue, "not json").error().code, errc::invalid_json);
 }
