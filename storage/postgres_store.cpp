@@ -171,7 +171,11 @@ postgres_store::pooled postgres_store::acquire() {
 void postgres_store::give_back(std::unique_ptr<connection> c, health h) {
     std::lock_guard lock(mu_);
     if (h == health::broken || !c->c.is_open()) {
-        --total_;
+        // One connection broke: the server went away or dropped its connections, and the
+        // idle ones (likely broken too) would each fail one more operation. They are opened
+        // afresh when needed.
+        total_ -= 1 + idle_.size();
+        idle_.clear();
     } else {
         idle_.push_back(std::move(c));
     }

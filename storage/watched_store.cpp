@@ -4,9 +4,12 @@ namespace wuhu::storage {
 
 namespace {
 
-template <class T>
-result<T> noted(watched_store& store, result<T> r) {
-    store.note(r ? boost::system::error_code{} : r.error());
+// Runs a store operation and notes its outcome.
+template <class F>
+auto noted(watched_store& store, F&& operation) {
+    const auto before = store.changes();
+    auto r = operation();
+    store.note(r ? boost::system::error_code{} : r.error(), before);
     return r;
 }
 
@@ -16,12 +19,14 @@ class watched_log final : public session_log {
         : session_log(inner->id(), inner->epoch()), store_(store), inner_(std::move(inner)) {}
 
   protected:
-    result<session_state> do_load() override { return noted(store_, inner_->load()); }
+    result<session_state> do_load() override {
+        return noted(store_, [&] { return inner_->load(); });
+    }
     result<session::patch> do_since(const session::version_vector& from) override {
-        return noted(store_, inner_->since(from));
+        return noted(store_, [&] { return inner_->since(from); });
     }
     result<void> do_commit(const session_state& before, const action_list& actions) override {
-        return noted(store_, forward_commit(*inner_, before, actions));
+        return noted(store_, [&] { return forward_commit(*inner_, before, actions); });
     }
 
   private:
@@ -31,16 +36,22 @@ class watched_log final : public session_log {
 
 }  // namespace
 
-void watched_store::note(const boost::system::error_code& ec) {
+std::uint64_t watched_store::changes() const {
+    std::lock_guard lock(mu_);
+    return changes_;
+}
+
+void watched_store::note(const boost::system::error_code& ec, std::uint64_t changes_before) {
     const bool failed = ec == errc::unavailable;
     if (ec && !failed) {
         return;  // an answer (lease_lost, conflict, corrupt data): the store is there
     }
     std::lock_guard lock(mu_);
-    if (failed == down_) {
-        return;
+    if (failed == down_ || changes_before != changes_) {
+        return;  // no change, or an outcome from before the last one
     }
     down_ = failed;
+    ++changes_;
     listener_(!failed, ec);
 }
 
@@ -51,7 +62,7 @@ bool watched_store::available() const {
 
 result<std::unique_ptr<session_log>> watched_store::do_open(const session_id& id, lease_epoch epoch,
                                                             open_mode mode) {
-    auto inner = noted(*this, target().open(id, epoch, mode));
+    auto inner = noted(*this, [&] { return target().open(id, epoch, mode); });
     if (!inner) {
         return inner.error();
     }
@@ -59,15 +70,15 @@ result<std::unique_ptr<session_log>> watched_store::do_open(const session_id& id
 }
 
 result<void> watched_store::remove(const session_id& id, lease_epoch epoch) {
-    return noted(*this, target().remove(id, epoch));
+    return noted(*this, [&] { return target().remove(id, epoch); });
 }
 
 result<bool> watched_store::exists(const session_id& id) {
-    return noted(*this, target().exists(id));
+    return noted(*this, [&] { return target().exists(id); });
 }
 
 result<std::vector<catalog_entry>> watched_store::sessions(catalog_filter filter) {
-    return noted(*this, target().sessions(filter));
+    return noted(*this, [&] { return target().sessions(filter); });
 }
 
 }  // namespace wuhu::storage

@@ -1,13 +1,16 @@
 // A wrapper that tells when the wrapped store goes away and when it comes back: the first
 // `unavailable` after a success reports "down" (with the error), the first success after that
 // reports "up". Once each per outage, however many requests fail meanwhile, so that a worker
-// logs a database outage in two lines.
+// logs a database outage in two lines. Only an operation that began after the last report may
+// change the state: at the edge of an outage, one that was under way when the store went
+// away (or came back) may still end the old way, and must not report the change again.
 //
 // Thread-safe; the listener runs on the thread of the operation that changed the state.
 #pragma once
 
 #include "storage/store.hpp"
 
+#include <cstdint>
 #include <functional>
 #include <mutex>
 
@@ -25,8 +28,10 @@ class watched_store final : public forwarding_store {
     result<bool> exists(const session_id& id) override;
     result<std::vector<catalog_entry>> sessions(catalog_filter filter) override;
 
-    // Notes the outcome of an operation (the logs call it too).
-    void note(const boost::system::error_code& ec);
+    // How many changes were reported so far: an operation notes it when it begins.
+    std::uint64_t changes() const;
+    // Notes the outcome of an operation that began after `changes_before` changes.
+    void note(const boost::system::error_code& ec, std::uint64_t changes_before);
     bool available() const;
 
   protected:
@@ -37,6 +42,7 @@ class watched_store final : public forwarding_store {
     listener listener_;
     mutable std::mutex mu_;
     bool down_ = false;
+    std::uint64_t changes_ = 0;
 };
 
 }  // namespace wuhu::storage
