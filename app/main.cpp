@@ -95,6 +95,27 @@ std::unique_ptr<wuhu::ownership::lease_store> open_leases(const std::string& lea
     return std::make_unique<wuhu::ownership::sqlite_lease>(dir);
 }
 
+// The lease settings the flags name (0: derived from the TTL); std::invalid_argument when a
+// lease could lapse between two renewals before its owner stops serving it.
+wuhu::ownership::lease_settings lease_settings_of(long ttl_ms, long renew_ms, long margin_ms) {
+    using ms = std::chrono::milliseconds;
+    auto settings = wuhu::ownership::lease_settings::for_ttl(ms(ttl_ms));
+    if (renew_ms > 0) {
+        settings.renew_interval = ms(renew_ms);
+    }
+    if (margin_ms > 0) {
+        settings.stop_margin = ms(margin_ms);
+    }
+    if (settings.renew_interval >= settings.ttl - settings.stop_margin) {
+        throw std::invalid_argument(
+            "--lease-renew-ms must be shorter than --lease-ttl-ms minus --lease-stop-margin-ms "
+            "(renew " + std::to_string(settings.renew_interval.count()) + " ms, ttl " +
+            std::to_string(settings.ttl.count()) + " ms, stop margin " +
+            std::to_string(settings.stop_margin.count()) + " ms)");
+    }
+    return settings;
+}
+
 std::string read_file(const std::string& path) {
     std::ifstream f(path);
     if (!f) {
@@ -152,9 +173,19 @@ int main(int argc, char** argv) {
     app.add_option("--store-threads", store_threads, "threads that run the sessions' store IO")
         ->envname("WUHU_STORE_THREADS")
         ->check(CLI::Range(std::size_t{1}, std::size_t{256}));
-    app.add_option("--lease-ttl-ms", lease_ttl_ms, "lease time to live, renewed every third")
+    app.add_option("--lease-ttl-ms", lease_ttl_ms, "lease time to live")
         ->envname("WUHU_LEASE_TTL_MS")
         ->check(CLI::Range(300L, 3600000L));
+    long renew_ms = 0;
+    app.add_option("--lease-renew-ms", renew_ms, "how often leases are renewed (default: a third of the TTL)")
+        ->envname("WUHU_LEASE_RENEW_MS")
+        ->check(CLI::Range(0L, 3600000L));
+    long stop_margin_ms = 0;
+    app.add_option("--lease-stop-margin-ms", stop_margin_ms,
+                   "a session whose lease was not renewed is given up this long before it "
+                   "expires (default: a fifth of the TTL)")
+        ->envname("WUHU_LEASE_STOP_MARGIN_MS")
+        ->check(CLI::Range(0L, 3600000L));
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
@@ -163,6 +194,7 @@ int main(int argc, char** argv) {
 
     auto log = wuhu::worker::json_logger(worker_id);
     try {
+        const auto lease_settings = lease_settings_of(lease_ttl_ms, renew_ms, stop_margin_ms);
         auto script = wuhu::worker::script{};
         if (!script_path.empty()) {
             auto parsed = wuhu::worker::parse_script(read_file(script_path));
@@ -185,7 +217,7 @@ int main(int argc, char** argv) {
         wuhu::app::node_options options;
         options.worker_id = worker_id;
         options.server.prefix = prefix;
-        options.lease_ttl = std::chrono::milliseconds(lease_ttl_ms);
+        options.lease = lease_settings;
         options.store_threads = store_threads;
         wuhu::app::node node(
             *store, *leases, nats,
@@ -200,9 +232,12 @@ int main(int argc, char** argv) {
                 node.stop();
             }
         });
-        log->info("serving {}.session.> on {} with store {} and {} leases (ttl {} ms)", prefix,
-                  wuhu::nats::redacted_url(nats_url), std::string(store->backend()),
-                  std::string(leases->backend()), lease_ttl_ms);
+        log->info(
+            "serving {}.session.> on {} with store {} and {} leases (ttl {} ms, renewed every "
+            "{} ms, stop margin {} ms)",
+            prefix, wuhu::nats::redacted_url(nats_url), std::string(store->backend()),
+            std::string(leases->backend()), lease_ttl_ms, lease_settings.renew_interval.count(),
+            lease_settings.stop_margin.count());
         node.run();
         log->info("stopped");
         return 0;

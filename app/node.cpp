@@ -4,6 +4,8 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
@@ -26,7 +28,7 @@ node::node(storage::session_store& store, ownership::lease_store& leases, nats::
                          why.message());
                  }
              }),
-      keeper_(leases, options_.worker_id, ownership::lease_settings::for_ttl(options_.lease_ttl)) {
+      keeper_(leases, options_.worker_id, options_.lease) {
     worker::add_builtin_tools(tools_);
     auto loop = options_.loop;
     loop.store_executor = store_pool_.get_executor();
@@ -35,7 +37,7 @@ node::node(storage::session_store& store, ownership::lease_store& leases, nats::
     registry_ = std::make_unique<worker::session_registry>(
         io_.get_executor(), store_,
         [this, providers = std::move(providers)] { return providers(clock_); }, tools_, clock_,
-        loop, server_->publisher());
+        loop, served_only(server_->publisher()));
     keeper_.on_event([this](ownership::lease_event e, const ownership::lease& l) {
         switch (e) {
             case ownership::lease_event::acquired:
@@ -57,7 +59,7 @@ node::node(storage::session_store& store, ownership::lease_store& leases, nats::
     });
     server_->start(*registry_);
     if (options_.sweep_interval.count() == 0) {
-        options_.sweep_interval = options_.lease_ttl / 2;
+        options_.sweep_interval = options_.lease.ttl / 2;
     }
     asio::co_spawn(io_, keep_leases(this),
                    asio::bind_cancellation_slot(stop_renewal_.slot(), asio::detached));
@@ -93,14 +95,52 @@ void node::stop() {
     });
 }
 
-// Renews this worker's leases every renew interval; a session whose lease was lost (or could
-// not be renewed before its deadline) is unloaded at once by the keeper's listener.
+// Commits are published as they are (the store took them under a live lease). The rest (stream
+// deltas, status) only while the session's lease is within its deadline: a worker that was
+// frozen, or could not renew, stops streaming at once, before its sessions are unloaded (the
+// lease keeper does that on its next turn, which this one hastens).
+worker::session_registry::event_forwarder node::served_only(
+    worker::session_registry::event_forwarder publish) {
+    return [this, publish = std::move(publish)](const session::session_id& sid,
+                                                const worker::loop_event& e) {
+        if (!std::holds_alternative<worker::committed_event>(e) && !keeper_.serving(sid)) {
+            if (!overdue_) {
+                overdue_ = true;
+                asio::post(io_, [this] {
+                    overdue_ = false;
+                    lease_timer_.cancel();  // the lease keeper's turn now
+                });
+            }
+            return;
+        }
+        publish(sid, e);
+    };
+}
+
+// Renews this worker's leases every renew interval, and gives up those past their deadline
+// (when a renewal failed, or the worker was frozen) at that deadline, not at the next renewal:
+// the keeper's listener unloads each lost session at once.
 asio::awaitable<void> node::keep_leases(node* self) {
-    asio::steady_timer timer(co_await asio::this_coro::executor);
+    auto& timer = self->lease_timer_;
     bool failing = false;
+    auto next_renewal = std::chrono::steady_clock::now() + self->keeper_.settings().renew_interval;
     for (;;) {
-        timer.expires_after(self->keeper_.settings().renew_interval);
-        co_await timer.async_wait(asio::use_awaitable);
+        auto wake = next_renewal;
+        if (auto deadline = self->keeper_.next_deadline(); deadline && *deadline < wake) {
+            wake = *deadline;
+        }
+        timer.expires_at(wake);
+        boost::system::error_code ec;
+        co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+        if ((co_await asio::this_coro::cancellation_state).cancelled() !=
+            asio::cancellation_type::none) {
+            co_return;
+        }
+        if (std::chrono::steady_clock::now() < next_renewal) {
+            self->keeper_.expire_overdue();
+            continue;
+        }
+        next_renewal = std::chrono::steady_clock::now() + self->keeper_.settings().renew_interval;
         auto renewed = self->keeper_.renew();
         if (!renewed && !failing) {
             self->log_->error(

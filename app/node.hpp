@@ -33,6 +33,7 @@
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/thread_pool.hpp>
 
 #include <memory>
@@ -44,7 +45,7 @@ namespace asio = boost::asio;
 struct node_options {
     std::string worker_id;  // 1-64 of [A-Za-z0-9_-]: a subject token
     broker::server_options server;
-    std::chrono::milliseconds lease_ttl{15000};
+    ownership::lease_settings lease;  // ttl, renew interval, stop margin
     std::size_t store_threads = 4;
     std::chrono::milliseconds drain_timeout{10000};
     std::chrono::milliseconds forward_grace{250};
@@ -78,6 +79,8 @@ class node {
     const broker::server& requests() const { return *server_; }
 
   private:
+    worker::session_registry::event_forwarder served_only(
+        worker::session_registry::event_forwarder publish);
     static asio::awaitable<void> keep_leases(node* self);
     static asio::awaitable<void> sweep(node* self);
     static asio::awaitable<void> drain(node* self);
@@ -93,6 +96,8 @@ class node {
     ownership::keeper keeper_;
     std::unique_ptr<broker::server> server_;
     std::unique_ptr<worker::session_registry> registry_;
+    asio::steady_timer lease_timer_{io_};  // the lease keeper's next turn
+    bool overdue_ = false;                  // an event met an overdue lease: a turn is asked
     asio::cancellation_signal stop_renewal_;
     asio::cancellation_signal stop_sweep_;
     bool stopping_ = false;  // executor only

@@ -128,6 +128,37 @@ std::vector<session_id> keeper::held_ids() const {
     return out;
 }
 
+bool keeper::serving(const session_id& id) const {
+    auto it = held_.find(id.str());
+    return it != held_.end() && clock_() < it->second.serve_until;
+}
+
+std::optional<std::chrono::steady_clock::time_point> keeper::next_deadline() const {
+    std::optional<std::chrono::steady_clock::time_point> first;
+    for (const auto& [id, h] : held_) {
+        if (!first || h.serve_until < *first) {
+            first = h.serve_until;
+        }
+    }
+    return first;
+}
+
+void keeper::expire_overdue() {
+    const auto now = clock_();
+    std::vector<lease> gone;
+    for (auto it = held_.begin(); it != held_.end();) {
+        if (now >= it->second.serve_until) {
+            gone.push_back(it->second.l);
+            it = held_.erase(it);
+        } else {
+            ++it;
+        }
+    }
+    for (const auto& l : gone) {
+        tell(lease_event::lost, l);
+    }
+}
+
 result<std::vector<session_id>> keeper::renew() {
     std::vector<lease> all;
     all.reserve(held_.size());
@@ -139,15 +170,7 @@ result<std::vector<session_id>> keeper::renew() {
     if (!lost) {
         // Stop serving what can no longer be renewed in time: its lease may expire any moment
         // and another worker take the session.
-        for (auto it = held_.begin(); it != held_.end();) {
-            if (began >= it->second.serve_until) {
-                const lease gone = it->second.l;
-                it = held_.erase(it);
-                tell(lease_event::lost, gone);
-            } else {
-                ++it;
-            }
-        }
+        expire_overdue();
         return lost.error();
     }
     std::vector<lease> gone;

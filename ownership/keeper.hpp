@@ -11,7 +11,10 @@
 // expiry is later than that). Past that deadline (the worker was frozen, or could not renew),
 // place() and locate() renew that lease first and serve it only if the store still has it: a
 // fenced owner never answers from its old state. A lease found lost is forgotten and reported
-// to the listener, which unloads the session.
+// to the listener, which unloads the session. serving() tells, without any store IO, whether
+// a session's lease is within its deadline (the worker streams and publishes only then), and
+// expire_overdue() gives up every lease past it, so that an owner that could not renew stops
+// before another may take over.
 //
 // Not thread-safe: the worker calls it from its executor.
 #pragma once
@@ -21,6 +24,7 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 
 namespace wuhu::ownership {
 
@@ -62,6 +66,13 @@ class keeper {
     // When the store fails, the leases past their deadline are forgotten and reported lost,
     // and the error is returned.
     result<std::vector<session_id>> renew();
+    // Whether the session's lease is held and within its deadline (no store IO).
+    bool serving(const session_id& id) const;
+    // The earliest deadline of a held lease (nullopt: none held).
+    std::optional<std::chrono::steady_clock::time_point> next_deadline() const;
+    // Forgets the leases past their deadline and reports them lost (no store IO: the store
+    // may not answer, and by the time it would, another worker may own them).
+    void expire_overdue();
     // The store refused this worker's writes for the session (a newer owner fenced it out):
     // forgets the lease and reports it lost.
     void lost(const session_id& id);

@@ -724,6 +724,116 @@ TEST(Fleet, AWorkerKilledOnSqliteIsReplacedByAnotherOfItsHostWithoutAnyRequest) 
     kill_one_of_three("sqlite", local, leases);
 }
 
+namespace {
+
+// A fencing test (issue 13), on the store `base` names: worker A streams a long answer; it is
+// frozen (SIGSTOP) past its lease; B takes the session over and answers; A is resumed. From
+// then on A publishes no stream delta (it stops streaming at its lease's deadline, before it
+// even asks the store), every write it attempts is refused by the store (its epoch is fenced),
+// it serves nothing stale, and the final transcript holds nothing of A after the takeover,
+// but the interruption that says the owner changed.
+void freeze_the_owner(const worker_process::config& base) {
+    std::string chunks;
+    for (int i = 0; i < 60; ++i) {
+        chunks += (i ? "," : "") + std::string("\"aa\"");
+    }
+    const std::string slow_a = R"({"responses":[{"chunks":[)" + chunks +
+                               R"(],"chunk_delay_ms":50}]})";
+    const std::string quick_b =
+        R"({"responses":[{"text":"from b"},{"text":"from b"},{"text":"from b"}]})";
+    auto config = [&](const std::string& id) {
+        worker_process::config c = base;
+        c.worker_id = id;
+        c.prefix = "wuhu_frozen" + std::to_string(getpid());
+        c.args = {"--lease-ttl-ms", "800"};
+        return c;
+    };
+    worker_process a("frozena", slow_a, config("A"));
+    worker_process b("frozenb", quick_b, config("B"));
+    a.start();
+    b.start();
+    nats::connection nc(nats_url(), "frozen-client");
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<std::pair<std::chrono::steady_clock::time_point, std::string>> deltas;
+    nc.subscribe(a.prefix() + ".events.f.delta", [&](nats::message m) {
+        auto v = json::parse(m.data);
+        std::lock_guard lock(mu);
+        if (const auto* t = v.as_object().if_contains("text")) {
+            deltas.emplace_back(std::chrono::steady_clock::now(), json::value_to<std::string>(*t));
+        }
+        cv.notify_all();
+    });
+    nc.flush();
+    ASSERT_EQ(answer_when_up(nc, b.direct("warmup", "subscribe")).at("ok"), true);
+    ASSERT_EQ(answer_when_up(nc, a.direct("f", "enqueue"), enqueue_body("q1")).at("ok"), true);
+    {
+        std::unique_lock lock(mu);
+        ASSERT_TRUE(cv.wait_for(lock, 20s, [&] { return !deltas.empty(); })) << "A never streamed";
+    }
+    a.signal(SIGSTOP);
+    std::this_thread::sleep_for(2s);  // past the 800 ms lease
+    auto q2 = answer_when_up(nc, b.direct("f", "enqueue"), enqueue_body("q2"));
+    ASSERT_EQ(q2.at("ok"), true) << json::serialize(q2) << ": B takes the session over";
+    ASSERT_TRUE(wait_idle(nc, b.direct("f", "subscribe")));
+    const auto resumed = std::chrono::steady_clock::now();
+    a.signal(SIGCONT);
+    std::this_thread::sleep_for(1500ms);  // A's stream would have gone on for 1.5 s more
+    {
+        std::lock_guard lock(mu);
+        int late = 0;
+        for (const auto& [at, text] : deltas) {
+            late += at > resumed && text == "aa";
+        }
+        EXPECT_EQ(late, 0) << "A streamed after it was resumed";
+    }
+    EXPECT_TRUE(a.has_logged("lease of session f lost")) << "A gave the session up";
+    // A write sent to A: A must not take it under its old lease (it forwards it to B, or the
+    // client is told to retry), and a read from A is never its old state.
+    auto q3 = answer_when_up(nc, a.direct("f", "enqueue"), enqueue_body("q3"));
+    const bool q3_taken = ok(q3);
+    EXPECT_TRUE(q3_taken || code_of(q3) == "owner_changed" || code_of(q3) == "unavailable")
+        << json::serialize(q3);
+    auto read = answer_when_up(nc, a.direct("f", "subscribe"));
+    if (ok(read)) {
+        EXPECT_TRUE(item_ids(read).contains("q2")) << "A served its old state";
+    }
+    ASSERT_TRUE(wait_idle(nc, b.direct("f", "subscribe")));
+    auto final = answer_when_up(nc, b.direct("f", "subscribe"));
+    ASSERT_TRUE(ok(final)) << json::serialize(final);
+    int from_a = 0;
+    int owner_lost = 0;
+    for (const auto& e : final.at("patch").at("transcript").as_array()) {
+        if (e.at("type") == "assistant_message") {
+            from_a += e.at("text").as_string().starts_with("aa");
+        }
+        owner_lost += e.at("type") == "interruption" && e.at("kind") == "owner_lost";
+    }
+    EXPECT_EQ(from_a, 0) << "an entry of A after the takeover";
+    EXPECT_EQ(owner_lost, 1) << "the takeover is in the transcript";
+    const auto items = item_ids(final);
+    EXPECT_TRUE(items.contains("q1") && items.contains("q2")) << json::serialize(final);
+    EXPECT_EQ(items.contains("q3"), q3_taken) << "what was acknowledged, and only that";
+    EXPECT_EQ(a.stop(), 0);
+    EXPECT_EQ(b.stop(), 0);
+}
+
+}  // namespace
+
+TEST(Fleet, AFrozenOwnerOnSqliteIsFencedAndStopsStreamingWhenResumed) {
+    temp_dir shared;
+    worker_process::config local;
+    local.data_dir = shared.path() / "data";
+    freeze_the_owner(local);
+}
+
+TEST(Fleet, AFrozenOwnerOnPostgresIsFencedAndStopsStreamingWhenResumed) {
+    scratch_database db("wuhu_frozen");
+    worker_process::config pg;
+    pg.store = db.url();
+    freeze_the_owner(pg);
+}
+
 // Defect: an owner's admin.local answer listed every loaded session in one message; past the
 // max payload the publish failed silently, the fleet view took 2 s per owner, and its rows
 // read "unowned" with an owner set; a filter on "unowned" was refused. Here the server's max

@@ -112,11 +112,15 @@ TEST(WorkerProcess, BadFlagsAndVariablesAreUsageErrors) {
         // The in-memory lease with a persistent store, unless forced: a restarted worker's
         // epochs would start again at 1, and its sessions would refuse it.
         {"--lease", "memory"},    {"--lease", "postgres"},  {"--lease", "bogus"},
+        // A lease that could lapse between two renewals before its owner stops serving it.
+        {"--lease-ttl-ms", "1000", "--lease-renew-ms", "900"},
+        {"--lease-ttl-ms", "1000", "--lease-stop-margin-ms", "700"},
     };
     for (auto args : bad) {
         args.insert(args.end(), {"--store", data});
         pid_t p = spawn(WUHU_WORKER_BIN, args, (dir.path() / "usage.log").string());
-        EXPECT_EQ(wait_exit(p, 15s), 2) << args[0] << " " << (args.size() > 1 ? args[1] : "");
+        EXPECT_EQ(wait_exit(p, 15s), 2) << args[0] << " " << (args.size() > 1 ? args[1] : "")
+                                        << " " << (args.size() > 3 ? args[2] + " " + args[3] : "");
     }
     // The same checks apply to the environment variables.
     setenv("WUHU_WORKER_ID", "w*", 1);

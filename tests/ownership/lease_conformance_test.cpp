@@ -212,6 +212,33 @@ TEST(Keeper, WhenRenewalFailsALeaseIsDroppedAtItsDeadlineAndNotServed) {
     EXPECT_EQ(events, (std::vector<std::string>{"acquired s", "lost s"}));
 }
 
+// The stop margin: an owner that cannot renew is no longer serving at its deadline (it stops
+// streaming at once) and gives the lease up then, without asking the store, which may not
+// answer; the deadline it reports is the one its wake-up is set to.
+TEST(Keeper, AnOwnerThatCannotRenewStopsServingAtTheDeadlineAndGivesTheLeaseUp) {
+    keeper_world w;
+    std::vector<std::string> events;
+    auto w1 = w.make("w1", &events);
+    EXPECT_FALSE(w1.next_deadline()) << "nothing held";
+    ASSERT_TRUE(here(w1.place(sid("s"))));
+    const auto placed = w.steady;
+    EXPECT_EQ(w1.next_deadline(), placed + 2'400ms) << "ttl 3 s, stop margin 600 ms";
+    EXPECT_TRUE(w1.serving(sid("s")));
+    EXPECT_FALSE(w1.serving(sid("other")));
+    w.failing = true;
+    w.advance(1'000ms);
+    EXPECT_FALSE(w1.renew());
+    w1.expire_overdue();
+    EXPECT_TRUE(w1.serving(sid("s"))) << "within its deadline";
+    EXPECT_EQ(w1.held(), 1u);
+    w.advance(1'400ms);  // the deadline
+    EXPECT_FALSE(w1.serving(sid("s"))) << "no more streaming or status for it";
+    w1.expire_overdue();
+    EXPECT_EQ(w1.held(), 0u);
+    EXPECT_FALSE(w1.next_deadline());
+    EXPECT_EQ(events, (std::vector<std::string>{"acquired s", "lost s"}));
+}
+
 TEST(Keeper, LocateTakesNothingAndEventsNameTakeOversAndReleases) {
     keeper_world w;
     std::vector<std::string> events;
