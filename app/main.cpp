@@ -20,6 +20,7 @@
 
 #include <unistd.h>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 namespace {
@@ -186,6 +187,19 @@ int main(int argc, char** argv) {
                    "expires (default: a fifth of the TTL)")
         ->envname("WUHU_LEASE_STOP_MARGIN_MS")
         ->check(CLI::Range(0L, 3600000L));
+    long passivate_after_ms = 600000;
+    app.add_option("--passivate-after", passivate_after_ms,
+                   "unload an idle session unused this long and release its lease: "
+                   "milliseconds, or a number with a unit (500ms, 30s, 10m, 1h); 0: never")
+        ->envname("WUHU_PASSIVATE_AFTER")
+        ->transform(CLI::AsNumberWithUnit(
+            std::map<std::string, long>{{"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000}}))
+        ->check(CLI::Range(0L, 86400000L));
+    std::size_t max_loaded = 10000;
+    app.add_option("--max-loaded-sessions", max_loaded,
+                   "at most this many sessions loaded: past it the least recently used idle "
+                   "ones are unloaded first; 0: no limit")
+        ->envname("WUHU_MAX_LOADED_SESSIONS");
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
@@ -218,6 +232,8 @@ int main(int argc, char** argv) {
         options.worker_id = worker_id;
         options.server.prefix = prefix;
         options.lease = lease_settings;
+        options.passivate_after = std::chrono::milliseconds(passivate_after_ms);
+        options.max_loaded_sessions = max_loaded;
         options.store_threads = store_threads;
         wuhu::app::node node(
             *store, *leases, nats,

@@ -9,6 +9,8 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <algorithm>
+
 namespace wuhu::app {
 
 node::node(storage::session_store& store, ownership::lease_store& leases, nats::connection& nats,
@@ -53,7 +55,10 @@ node::node(storage::session_store& store, ownership::lease_store& leases, nats::
                 registry_->unload(l.id, l.epoch);
                 break;
             case ownership::lease_event::released:
-                log_->info("lease of session {} released (epoch {})", l.id.str(), l.epoch.value);
+                if (!passivating_) {
+                    log_->info("lease of session {} released (epoch {})", l.id.str(),
+                               l.epoch.value);
+                }
                 break;
         }
     });
@@ -65,6 +70,10 @@ node::node(storage::session_store& store, ownership::lease_store& leases, nats::
                    asio::bind_cancellation_slot(stop_renewal_.slot(), asio::detached));
     asio::co_spawn(io_, sweep(this),
                    asio::bind_cancellation_slot(stop_sweep_.slot(), asio::detached));
+    if (options_.passivate_after.count() > 0 || options_.max_loaded_sessions > 0) {
+        asio::co_spawn(io_, passivate(this),
+                       asio::bind_cancellation_slot(stop_passivation_.slot(), asio::detached));
+    }
 }
 
 node::~node() {
@@ -90,6 +99,7 @@ void node::stop() {
                    server_->in_flight());
         server_->stop_taking();  // new requests go to the other workers
         stop_sweep_.emit(asio::cancellation_type::terminal);
+        stop_passivation_.emit(asio::cancellation_type::terminal);
         registry_->stop();  // every session loop is cancelled
         asio::co_spawn(io_, drain(this), asio::detached);
     });
@@ -206,6 +216,52 @@ asio::awaitable<void> node::sweep(node* self) {
             ++claimed;
             self->log_->info("recovered session {} (epoch {}): {}", c.id.str(), epoch.value,
                              c.has_work ? "it has work to do" : "it has a pending timer");
+        }
+    }
+}
+
+// Unloads idle sessions unused for passivate_after, and the least recently used idle ones past
+// max_loaded_sessions, releasing their leases (the next request loads them again, here or
+// elsewhere). One log line per round.
+asio::awaitable<void> node::passivate(node* self) {
+    using std::chrono::milliseconds;
+    const auto& o = self->options_;
+    const auto tick = o.passivate_after.count() > 0
+                          ? std::clamp(o.passivate_after / 4, milliseconds(50), milliseconds(1000))
+                          : milliseconds(1000);
+    asio::steady_timer timer(co_await asio::this_coro::executor);
+    for (;;) {
+        timer.expires_after(tick);
+        co_await timer.async_wait(asio::use_awaitable);
+        if (self->stopping_) {
+            co_return;
+        }
+        const auto now = std::chrono::steady_clock::now();
+        const std::size_t loaded = self->registry_->size();
+        std::size_t over = o.max_loaded_sessions > 0 && loaded > o.max_loaded_sessions
+                               ? loaded - o.max_loaded_sessions
+                               : 0;
+        // Least recently used first: those idle long enough, then more of the idle ones while
+        // the worker holds too many.
+        auto idle = self->registry_->passivable(now);
+        std::size_t n = 0;
+        self->passivating_ = true;
+        for (const auto& [id, used] : idle) {
+            if (n == o.passivate_batch) {
+                break;
+            }
+            const bool stale = o.passivate_after.count() > 0 && used <= now - o.passivate_after;
+            if (!stale && over == 0) {
+                break;  // the rest were used more recently still
+            }
+            self->registry_->unload(id);
+            self->keeper_.release(id);
+            over -= over > 0 ? 1 : 0;
+            ++n;
+        }
+        self->passivating_ = false;
+        if (n > 0) {
+            self->log_->info("passivated {} idle sessions; {} loaded", n, self->registry_->size());
         }
     }
 }

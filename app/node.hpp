@@ -17,6 +17,10 @@
 // `drain_timeout` the leases are released anyway (the new owners' epochs fence out whatever
 // still runs here), and run() returns once the last loop and request have.
 //
+// Passivation: idle sessions unused for a while are unloaded and their leases released, and
+// the least recently used idle ones when more than `max_loaded_sessions` are loaded; the next
+// request (or the sweep, once they have work or a timer) loads them again.
+//
 // Recovery: every `sweep_interval`, the node claims sessions that need an owner (work to do,
 // or a pending timer) and have no live lease, and loads them; their loops resume by the normal
 // sequence (the only recovery path). Several workers may sweep at once: the lease decides.
@@ -53,6 +57,14 @@ struct node_options {
     // 0: half the lease TTL.
     std::chrono::milliseconds sweep_interval{0};
     std::size_t sweep_batch = 64;
+    // Passivation: a loaded session that is idle (no work, no pending timer) and unused for
+    // `passivate_after` is unloaded and its lease released (0: never); past
+    // `max_loaded_sessions` loaded sessions, the least recently used idle ones go first (0: no
+    // limit). Checked every quarter of `passivate_after` (at most every second); at most
+    // `passivate_batch` sessions per round.
+    std::chrono::milliseconds passivate_after{600000};
+    std::size_t max_loaded_sessions = 10000;
+    std::size_t passivate_batch = 1000;
     worker::loop_options loop;  // its store_executor is the node's pool
 };
 
@@ -83,6 +95,7 @@ class node {
         worker::session_registry::event_forwarder publish);
     static asio::awaitable<void> keep_leases(node* self);
     static asio::awaitable<void> sweep(node* self);
+    static asio::awaitable<void> passivate(node* self);
     static asio::awaitable<void> drain(node* self);
 
     node_options options_;
@@ -100,8 +113,10 @@ class node {
     bool overdue_ = false;                  // an event met an overdue lease: a turn is asked
     asio::cancellation_signal stop_renewal_;
     asio::cancellation_signal stop_sweep_;
+    asio::cancellation_signal stop_passivation_;
     bool stopping_ = false;  // executor only
     bool sweeping_ = false;  // a sweep round is loading sessions (the stop waits for it)
+    bool passivating_ = false;  // lease releases are passivations (logged in one line)
 };
 
 }  // namespace wuhu::app

@@ -107,6 +107,8 @@ class sqlite_log final : public session_log {
   public:
     sqlite_log(sqlite_store& store, session_id id, lease_epoch epoch)
         : session_log(std::move(id), epoch), store_(store) {}
+    // The session is no longer loaded here: its file is closed, unless an operation uses it.
+    ~sqlite_log() override { store_.close_unused(id()); }
 
   protected:
     result<session_state> do_load() override {
@@ -289,6 +291,14 @@ std::filesystem::path sqlite_store::path_of(const session_id& id) const {
 std::size_t sqlite_store::open_files() const {
     std::lock_guard lock(mu_);
     return open_.size();
+}
+
+void sqlite_store::close_unused(const session_id& id) {
+    std::lock_guard lock(mu_);
+    if (auto it = open_.find(id.str()); it != open_.end() && it->second.first.use_count() == 1) {
+        lru_.erase(it->second.second);
+        open_.erase(it);
+    }
 }
 
 std::shared_ptr<sqlite_store::handle> sqlite_store::acquire(const session_id& id, open_mode mode) {

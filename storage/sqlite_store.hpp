@@ -6,8 +6,9 @@
 // the recovery sweep (a hint: the session file is authoritative). The session id is validated
 // before it becomes a path, and files are opened without URI parsing.
 //
-// Many sessions, few descriptors: at most `max_open_files` session files stay open (3 file
-// descriptors each, with -wal and -shm); the least recently used idle one is closed first.
+// Many sessions, few descriptors: a session's file is open while its log is (the session is
+// loaded), and at most `max_open_files` session files stay open (3 file descriptors each, with
+// -wal and -shm): past that the least recently used idle one is closed first.
 //
 // Thread-safe: operations on different sessions run in parallel; one session's operations are
 // serialized by its handle.
@@ -63,6 +64,8 @@ class sqlite_store final : public session_store {
     // The open handle of a session; opens the file (creating it only when `create`), applies
     // the migrations. Throws sqlite::error; returns nullptr when the file does not exist.
     std::shared_ptr<handle> acquire(const session_id& id, open_mode mode);
+    // Closes the session's file unless an operation is using it (its log was closed).
+    void close_unused(const session_id& id);
     // Drops `h` from the open files if it is still the session's (it names a removed file).
     void forget(const session_id& id, const std::shared_ptr<handle>& h);
     // Opens the file at `path` as a handle (throws sqlite::error; SQLITE_CANTOPEN when it

@@ -6,6 +6,8 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/post.hpp>
 
+#include <algorithm>
+
 namespace wuhu::worker {
 
 struct session_registry::entry {
@@ -14,6 +16,10 @@ struct session_registry::entry {
     asio::cancellation_signal stop;
     subscription sub;
     bool running = false;
+    // When a request last reached it or its loop last did something (passivation picks the
+    // least recently used first).
+    std::chrono::steady_clock::time_point used = std::chrono::steady_clock::now();
+    std::size_t users = 0;  // handles out (requests using it)
 };
 
 struct session_registry::gate {
@@ -36,13 +42,12 @@ session_registry::~session_registry() {
     stop();
 }
 
-namespace {
-
-session_registry::handle share(const std::shared_ptr<void>& owner, agent_loop* loop) {
-    return session_registry::handle(owner, loop);  // keeps the whole entry alive
+// A handle on the entry's loop: keeps the whole entry alive, and counts as a request using it
+// (passivation leaves such a session alone).
+session_registry::handle session_registry::share(const std::shared_ptr<entry>& e) {
+    ++e->users;
+    return handle(e->loop.get(), [keep = e](agent_loop*) { --keep->users; });
 }
-
-}  // namespace
 
 std::shared_ptr<session_registry::gate> session_registry::gate_of(const session::session_id& id) {
     auto& g = gates_[id.str()];
@@ -87,7 +92,7 @@ asio::awaitable<boost::system::result<session_registry::handle>> session_registr
         if (stopped_) {
             // Draining: a loaded session still takes commands (persisted, then answered; the
             // next owner runs them), but no loop is loaded or restarted.
-            return share(it->second, it->second->loop.get());
+            return share(it->second);
         }
         if (it->second->loop->epoch() > epoch) {
             return storage::errc::lease_lost;
@@ -95,7 +100,8 @@ asio::awaitable<boost::system::result<session_registry::handle>> session_registr
         if (!it->second->running || it->second->loop->epoch() != epoch) {
             return handle{};
         }
-        return share(it->second, it->second->loop.get());
+        it->second->used = std::chrono::steady_clock::now();
+        return share(it->second);
     };
     if (!gates_.contains(id.str())) {  // nobody loads or deletes it now
         auto fast = usable();
@@ -159,7 +165,10 @@ asio::awaitable<boost::system::result<session_registry::handle>> session_registr
     e->loop = std::make_unique<agent_loop>(ex_, std::move(o.log), *e->prov, tools_, clock_, opts_);
     // Loaded before anyone reads it (a subscribe right after the load sees the stored state).
     e->loop->preload(std::move(o.state));
-    e->sub = e->loop->observe([this, id](const loop_event& ev) { events_(id, ev); }).sub;
+    e->sub = e->loop->observe([this, id, used = &e->used](const loop_event& ev) {
+                       *used = std::chrono::steady_clock::now();
+                       events_(id, ev);
+                   }).sub;  // the subscription ends before the entry does
     e->running = true;
     ++running_;
     // The loop is a tracked child: stop() and retire() cancel it through its slot. Its
@@ -168,17 +177,22 @@ asio::awaitable<boost::system::result<session_registry::handle>> session_registr
     auto done = [this, keep = e, id](std::exception_ptr) mutable {
         keep->running = false;
         --running_;
-        asio::post(ex_, [this, keep = std::move(keep), id] {
+        asio::post(ex_, [this, keep = std::move(keep), id]() mutable {
             if (auto it = sessions_.find(id.str());
                 !stopped_ && it != sessions_.end() && it->second == keep) {
                 sessions_.erase(it);
+            }
+            // Unless a request still holds it, the entry goes now: its log closes its file
+            // (SQLite checkpoints and syncs it), which is store IO, so not on this executor.
+            if (opts_.store_executor && !stopped_) {
+                asio::post(*opts_.store_executor, [keep = std::move(keep)] {});
             }
         });
     };
     asio::co_spawn(ex_, e->loop->start(),
                    asio::bind_cancellation_slot(e->stop.slot(), std::move(done)));
     sessions_.insert_or_assign(id.str(), e);
-    co_return share(e, e->loop.get());
+    co_return share(e);
 }
 
 asio::awaitable<boost::system::result<void>> session_registry::remove(session::session_id id,
@@ -191,7 +205,7 @@ asio::awaitable<boost::system::result<void>> session_registry::remove(session::s
             // The commands already waiting on the loop go first (they are answered, and the
             // removal deletes what they wrote); the ones after find the loop closed and are
             // routed again, to a new session.
-            auto loop = share(it->second, it->second->loop.get());
+            auto loop = share(it->second);
             auto closing = loop->close_after_pending(storage::errc::closed);
             co_await std::move(closing);
             retire(id, storage::errc::closed);
@@ -236,6 +250,22 @@ void session_registry::each(const std::function<bool(const agent_loop&)>& f,
             return;
         }
     }
+}
+
+std::vector<session_registry::idle_session> session_registry::passivable(
+    std::chrono::steady_clock::time_point unused_since) const {
+    std::vector<idle_session> out;
+    for (const auto& [id, e] : sessions_) {
+        const auto& loop = *e->loop;
+        // Not one with work (even paused): the recovery sweep would load it again at once.
+        if (e->running && e->users == 0 && !loop.failed() && loop.quiescent() &&
+            !loop.state().has_work && loop.state().timers.empty() && e->used <= unused_since) {
+            out.push_back(idle_session{loop.id(), e->used});
+        }
+    }
+    std::sort(out.begin(), out.end(),
+              [](const auto& a, const auto& b) { return a.used < b.used; });
+    return out;
 }
 
 void session_registry::stop() {

@@ -61,6 +61,15 @@ class session_registry {
     asio::awaitable<boost::system::result<std::vector<storage::catalog_entry>>> catalog(
         storage::catalog_filter filter);
     bool contains(const session::session_id& id) const { return sessions_.contains(id.str()); }
+    // The loaded sessions that may be passivated (unloaded, their data staying in the store):
+    // no request holds them, their loop is idle with no work (even paused) and no timer
+    // pending, and neither a request nor their loop has used them since `unused_since`; least
+    // recently used first.
+    struct idle_session {
+        session::session_id id;
+        std::chrono::steady_clock::time_point used;  // last used
+    };
+    std::vector<idle_session> passivable(std::chrono::steady_clock::time_point unused_since) const;
     // Cancels every loop; nothing is loaded or started afterwards.
     void stop();
     std::size_t size() const { return sessions_.size(); }
@@ -76,6 +85,7 @@ class session_registry {
     struct gate;
     // The session's gate (made on first use, dropped when nobody holds or waits for it).
     std::shared_ptr<gate> gate_of(const session::session_id& id);
+    static handle share(const std::shared_ptr<entry>& e);
     void release_gate(const session::session_id& id, std::shared_ptr<gate>& g);
     void retire(const session::session_id& id, const boost::system::error_code& why);
     asio::awaitable<boost::system::result<handle>> load(session::session_id id,

@@ -110,6 +110,24 @@ TEST(SqliteStore, ClosesIdleFilesToStayUnderTheLimit) {
     EXPECT_LE(t.store.open_files(), 4u);
 }
 
+// Passivation: a session's file is closed once its log is (the session was unloaded), so a
+// worker's descriptors follow the sessions it has loaded, not every one it has touched.
+TEST(SqliteStore, ClosingALogClosesItsFile) {
+    temp_sqlite_store t;
+    std::vector<std::unique_ptr<storage::session_log>> logs;
+    for (int i = 0; i < 10; ++i) {
+        auto log = t.store.open(session_id::parse("c" + std::to_string(i)).value(), lease_epoch{1})
+                       .value();
+        ASSERT_TRUE(log->load());
+        logs.push_back(std::move(log));
+    }
+    EXPECT_EQ(t.store.open_files(), 10u);
+    logs.resize(4);
+    EXPECT_EQ(t.store.open_files(), 4u);
+    logs.clear();
+    EXPECT_EQ(t.store.open_files(), 0u);
+}
+
 TEST(SqliteStore, TheCatalogListsSessionsAndHasWork) {
     temp_sqlite_store t;
     auto busy = t.store.open(session_id::parse("busy").value(), lease_epoch{1}).value();

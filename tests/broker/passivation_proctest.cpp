@@ -1,0 +1,173 @@
+// Passivation (issue 13) with a real worker process: what a worker holds is bounded by the
+// sessions it has loaded now, not by every session it has ever touched.
+#include "tests/support/burst.hpp"
+#include "tests/support/process.hpp"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iostream>
+
+namespace wuhu::testing {
+
+namespace json = boost::json;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::size_t open_files(pid_t pid) {
+    std::size_t n = 0;
+    for ([[maybe_unused]] const auto& e :
+         std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd")) {
+        ++n;
+    }
+    return n;
+}
+
+// Resident memory in KiB.
+long resident_kib(pid_t pid) {
+    std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+    std::string line;
+    while (std::getline(status, line)) {
+        if (line.starts_with("VmRSS:")) {
+            return std::stol(line.substr(6));
+        }
+    }
+    return -1;
+}
+
+// What the worker's passivation rounds logged ("passivated N idle sessions; M loaded"): the
+// sessions passivated so far, and the count loaded after the last round.
+struct passivations {
+    long total = 0;
+    std::optional<long> loaded;
+};
+passivations logged_passivations(const worker_process& w) {
+    passivations out;
+    for (const auto& line : json_lines(w.log())) {
+        const std::string msg(line.at("msg").as_string());
+        if (auto at = msg.find(" idle sessions; "); msg.starts_with("passivated ") &&
+                                                    at != std::string::npos) {
+            out.total += std::stol(msg.substr(11));
+            out.loaded = std::stol(msg.substr(at + 16));
+        }
+    }
+    return out;
+}
+
+// Creates `n` sessions (one configure each), `batch` requests in flight at a time, calling
+// `after_batch` after each; how many were acknowledged.
+int touch(nats::connection& nc, const worker_process& w, const std::string& tag, int n, int batch,
+          const std::function<void()>& after_batch = [] {}) {
+    burst b(nc);
+    int acked = 0;
+    for (int first = 0; first < n; first += batch) {
+        std::vector<burst_request> requests;
+        for (int i = first; i < std::min(n, first + batch); ++i) {
+            requests.push_back({w.prefix() + ".session." + tag + std::to_string(i) + ".configure",
+                                "{}"});
+        }
+        for (const auto& r : b.send(requests, 60s)) {
+            acked += r && json::parse(*r).at("ok") == true;
+        }
+        after_batch();
+    }
+    return acked;
+}
+
+}  // namespace
+
+// 10,000 sessions touched once by one worker: once they have been idle for the passivation
+// time, the worker's loaded sessions and open files are back to their start values, and its
+// leases are released. Prints loaded sessions, open files and resident memory at the start,
+// at the peak and after.
+TEST(Passivation, TenThousandSessionsTouchedOnceAreUnloadedOnceIdle) {
+    worker_process::config c;
+    c.args = {"--passivate-after", "2s"};
+    worker_process w("passive", R"({"responses":[{"text":"ok"}]})", c);
+    w.start();
+    nats::connection nc(nats_url(), "passive-client");
+    ASSERT_EQ(answer_when_up(nc, w.prefix() + ".session.warmup.subscribe").at("ok"), true);
+    const auto start_fds = open_files(w.pid());
+    const auto start_rss = resident_kib(w.pid());
+    constexpr int sessions = 10000;
+    const auto began = std::chrono::steady_clock::now();
+    std::size_t peak_fds = start_fds;
+    long peak_rss = start_rss;
+    ASSERT_EQ(touch(nc, w, "p", sessions, 500,
+                    [&] {
+                        peak_fds = std::max(peak_fds, open_files(w.pid()));
+                        peak_rss = std::max(peak_rss, resident_kib(w.pid()));
+                    }),
+              sessions);
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+    passivations done;
+    for (int i = 0; i < 600 && (done.total < sessions || done.loaded != 0); ++i) {
+        std::this_thread::sleep_for(100ms);
+        done = logged_passivations(w);
+    }
+    const auto loaded = done.loaded;
+    // Closing a session file is store IO (SQLite checkpoints the WAL and syncs): it runs on the
+    // store threads, after the sessions are unloaded.
+    auto end_fds = open_files(w.pid());
+    for (int i = 0; i < 300 && end_fds > start_fds + 2; ++i) {
+        std::this_thread::sleep_for(100ms);
+        end_fds = open_files(w.pid());
+    }
+    const auto end_rss = resident_kib(w.pid());
+    std::cout << "passivation: " << sessions << " sessions touched in " << took
+              << " s; open files " << start_fds << " -> " << peak_fds << " -> " << end_fds
+              << "; resident KiB " << start_rss << " -> " << peak_rss << " -> " << end_rss
+              << "; loaded at the end " << (loaded ? std::to_string(*loaded) : "?")
+              << " (under AddressSanitizer freed memory stays in its quarantine)\n";
+    EXPECT_EQ(loaded, 0) << "every idle session is unloaded";
+    EXPECT_EQ(done.total, sessions) << "each once: none was loaded again";
+    EXPECT_GT(peak_fds, start_fds + 100) << "loaded sessions hold their files open";
+    EXPECT_LE(end_fds, start_fds + 2) << "and give them back when passivated";
+    // The sessions are still there: the next request loads one again.
+    auto again = answer_when_up(nc, w.prefix() + ".session.p42.subscribe");
+    EXPECT_EQ(again.at("ok"), true) << json::serialize(again);
+    EXPECT_EQ(w.stop(), 0);
+}
+
+// Past --max-loaded-sessions, the least recently used idle sessions are unloaded first, and
+// the ones used since stay.
+TEST(Passivation, PastTheLimitTheLeastRecentlyUsedIdleSessionsGoFirst) {
+    worker_process::config c;
+    c.args = {"--passivate-after", "0", "--max-loaded-sessions", "5"};
+    worker_process w("lru", R"({"responses":[{"text":"ok"}]})", c);
+    w.start();
+    nats::connection nc(nats_url(), "lru-client");
+    ASSERT_EQ(answer_when_up(nc, w.prefix() + ".session.warmup.subscribe").at("ok"), true);
+    ASSERT_EQ(touch(nc, w, "old", 10, 10), 10);
+    std::this_thread::sleep_for(50ms);
+    ASSERT_EQ(touch(nc, w, "new", 4, 4), 4);
+    std::optional<long> loaded;
+    for (int i = 0; i < 100 && loaded != 5; ++i) {
+        std::this_thread::sleep_for(100ms);
+        loaded = logged_passivations(w).loaded;
+    }
+    EXPECT_EQ(loaded, 5) << "10 old and 4 new were loaded; 5 stay";
+    // A read loads a passivated session again, under a new lease; the 4 new ones were never
+    // unloaded, so their reads take no lease.
+    auto acquisitions = [&](const std::string& sid) {
+        int n = 0;
+        for (const auto& line : json_lines(w.log())) {
+            n += line.at("msg").as_string().starts_with("lease of session " + sid + " acquired");
+        }
+        return n;
+    };
+    for (const char* sid : {"new0", "new3", "old0"}) {
+        auto read = answer_when_up(nc, w.prefix() + ".session." + sid + ".subscribe");
+        EXPECT_EQ(read.at("ok"), true) << sid << ": " << json::serialize(read);
+    }
+    EXPECT_EQ(acquisitions("new0"), 1) << "recently used: still loaded";
+    EXPECT_EQ(acquisitions("new3"), 1) << "recently used: still loaded";
+    EXPECT_EQ(acquisitions("old0"), 2) << "least recently used: passivated, then loaded again";
+    EXPECT_EQ(w.stop(), 0);
+}
+
+}  // namespace wuhu::testing
