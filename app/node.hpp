@@ -1,5 +1,5 @@
-// One Wuhu worker, assembled: the sessions it owns (the registry), its leases (the keeper and
-// their renewal every TTL/3), its NATS side (the server), the pool its store IO runs on, and
+// One Wuhu worker, assembled: the sessions it owns (the registry), its leases (the keeper, their
+// renewal and their stop margin), its NATS side (the server), the pool its store IO runs on, and
 // the orderly stop of all of it. wuhu-worker's main() runs one; the NATS tests and the broker
 // benchmark run several in one process.
 //
