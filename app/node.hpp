@@ -25,8 +25,9 @@
 // or a pending timer) and have no live lease, and loads them; their loops resume by the normal
 // sequence (the only recovery path). Several workers may sweep at once: the lease decides.
 //
-// Logs: every lease acquired, taken over, lost or released, with its epoch; every session
-// recovered by the sweep; the store going away and coming back (once each per outage).
+// Logs: every lease acquired, taken over, lost or released (but passivations: one line per
+// round), with its epoch; every session recovered by the sweep; the store going away and
+// coming back (once each per outage).
 #pragma once
 
 #include "broker/server.hpp"
