@@ -178,7 +178,8 @@ int main(int argc, char** argv) {
         ->envname("WUHU_LEASE_TTL_MS")
         ->check(CLI::Range(300L, 3600000L));
     long renew_ms = 0;
-    app.add_option("--lease-renew-ms", renew_ms, "how often leases are renewed (default: a third of the TTL)")
+    app.add_option("--lease-renew-ms", renew_ms,
+                   "how often leases are renewed (default: a third of the TTL)")
         ->envname("WUHU_LEASE_RENEW_MS")
         ->check(CLI::Range(0L, 3600000L));
     long stop_margin_ms = 0;

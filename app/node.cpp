@@ -5,8 +5,8 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
-#include <boost/asio/this_coro.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include <algorithm>
@@ -34,8 +34,8 @@ node::node(storage::session_store& store, ownership::lease_store& leases, nats::
     worker::add_builtin_tools(tools_);
     auto loop = options_.loop;
     loop.store_executor = store_pool_.get_executor();
-    server_ =
-        std::make_unique<broker::server>(io_.get_executor(), nats, keeper_, tools_, options_.server, log_);
+    server_ = std::make_unique<broker::server>(io_.get_executor(), nats, keeper_, tools_,
+                                               options_.server, log_);
     registry_ = std::make_unique<worker::session_registry>(
         io_.get_executor(), store_,
         [this, providers = std::move(providers)] { return providers(clock_); }, tools_, clock_,

@@ -98,6 +98,25 @@ bool wait_idle(nats::connection& nc, const std::string& subject) {
 // The model answers every turn the same, a little slowly, so that turns overlap requests.
 constexpr const char* slow_script = R"({"responses":[{"text":"noted","delay_ms":5}]})";
 
+// A worker of a test fleet: `base`'s store, its own id, the fleet's subject prefix (`tag`
+// and this process's id) and, unless 0, a lease of `ttl_ms`.
+worker_process::config fleet_member(worker_process::config base, const std::string& id,
+                                    const std::string& tag, int ttl_ms = 0) {
+    base.worker_id = id;
+    base.prefix = tag + std::to_string(getpid());
+    if (ttl_ms > 0) {
+        base.args = {"--lease-ttl-ms", std::to_string(ttl_ms)};
+    }
+    return base;
+}
+
+// The store of the workers of one host: a SQLite data directory they share.
+worker_process::config sharing(const std::filesystem::path& data_dir) {
+    worker_process::config c;
+    c.data_dir = data_dir;
+    return c;
+}
+
 }  // namespace
 
 // Defect: the registry freed a session's loop while requests were still suspended on it (a
@@ -218,7 +237,6 @@ namespace {
 // Two workers of one host: one SQLite data directory, short leases.
 struct two_workers {
     temp_dir shared;
-    std::string prefix = "wuhu_pair" + std::to_string(getpid());
     std::unique_ptr<worker_process> a;
     std::unique_ptr<worker_process> b;
 
@@ -229,12 +247,7 @@ struct two_workers {
         b->start();
     }
     worker_process::config config(const std::string& id) const {
-        worker_process::config c;
-        c.worker_id = id;
-        c.data_dir = shared.path() / "data";
-        c.prefix = prefix;
-        c.args = {"--lease-ttl-ms", "600"};
-        return c;
+        return fleet_member(sharing(shared.path() / "data"), id, "wuhu_pair", 600);
     }
 };
 
@@ -355,12 +368,7 @@ TEST(Fleet, ADurableTimerSurvivesItsOwnerDyingAndFiresOnceWithNobodyAsking) {
         {"text":"scheduled"},
         {"text":"got the ping"}]})";
     auto config = [&](const std::string& id) {
-        worker_process::config c;
-        c.worker_id = id;
-        c.data_dir = shared.path() / "data";
-        c.prefix = "wuhu_timer" + std::to_string(getpid());
-        c.args = {"--lease-ttl-ms", "600"};
-        return c;
+        return fleet_member(sharing(shared.path() / "data"), id, "wuhu_timer", 600);
     };
     worker_process a("timera", script, config("A"));
     worker_process b("timerb", script, config("B"));
@@ -582,11 +590,7 @@ void kill_one_of_three(const std::string& name, const worker_process::config& ba
         {"text":"next","delay_ms":200}]})";
     constexpr int ttl_ms = 1000;
     auto config = [&](const std::string& id) {
-        worker_process::config c = base;
-        c.worker_id = id;
-        c.prefix = "wuhu_failover" + std::to_string(getpid());
-        c.args = {"--lease-ttl-ms", std::to_string(ttl_ms)};
-        return c;
+        return fleet_member(base, id, "wuhu_failover", ttl_ms);
     };
     std::vector<std::unique_ptr<worker_process>> workers;
     for (const char* id : {"fa", "fb", "fc"}) {
@@ -717,8 +721,7 @@ TEST(Fleet, AWorkerKilledOnPostgresIsReplacedWithoutAnyRequest) {
 // The same with the workers of one host sharing a SQLite data directory (the catalog's leases).
 TEST(Fleet, AWorkerKilledOnSqliteIsReplacedByAnotherOfItsHostWithoutAnyRequest) {
     temp_dir shared;
-    worker_process::config local;
-    local.data_dir = shared.path() / "data";
+    const auto local = sharing(shared.path() / "data");
     std::filesystem::create_directories(local.data_dir);
     ownership::sqlite_lease leases(local.data_dir);
     kill_one_of_three("sqlite", local, leases);
@@ -742,11 +745,7 @@ void freeze_the_owner(const worker_process::config& base) {
     const std::string quick_b =
         R"({"responses":[{"text":"from b"},{"text":"from b"},{"text":"from b"}]})";
     auto config = [&](const std::string& id) {
-        worker_process::config c = base;
-        c.worker_id = id;
-        c.prefix = "wuhu_frozen" + std::to_string(getpid());
-        c.args = {"--lease-ttl-ms", "800"};
-        return c;
+        return fleet_member(base, id, "wuhu_frozen", 800);
     };
     worker_process a("frozena", slow_a, config("A"));
     worker_process b("frozenb", quick_b, config("B"));
@@ -822,9 +821,7 @@ void freeze_the_owner(const worker_process::config& base) {
 
 TEST(Fleet, AFrozenOwnerOnSqliteIsFencedAndStopsStreamingWhenResumed) {
     temp_dir shared;
-    worker_process::config local;
-    local.data_dir = shared.path() / "data";
-    freeze_the_owner(local);
+    freeze_the_owner(sharing(shared.path() / "data"));
 }
 
 TEST(Fleet, AFrozenOwnerOnPostgresIsFencedAndStopsStreamingWhenResumed) {
@@ -845,11 +842,7 @@ TEST(Fleet, TheFleetViewPagesAtEveryLevelAndShowsEveryRowState) {
 
     temp_dir shared;
     auto config = [&](const std::string& id) {
-        worker_process::config c;
-        c.worker_id = id;
-        c.data_dir = shared.path() / "data";
-        c.prefix = "wuhu_fleet" + std::to_string(getpid());
-        return c;
+        return fleet_member(sharing(shared.path() / "data"), id, "wuhu_fleet");
     };
     worker_process a("fleeta", slow_script, config("A"));
     worker_process b("fleetb", slow_script, config("B"));
