@@ -6,10 +6,13 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include <algorithm>
+#include <map>
+#include <random>
 
 namespace wuhu::app {
 
@@ -30,16 +33,19 @@ node::node(storage::session_store& store, ownership::lease_store& leases, nats::
                          why.message());
                  }
              }),
-      keeper_(leases, options_.worker_id, options_.lease) {
+      keeper_(leases, options_.worker_id, options_.lease),
+      leases_(keeper_, asio::make_strand(store_pool_.get_executor())) {
     worker::add_builtin_tools(tools_);
     auto loop = options_.loop;
     loop.store_executor = store_pool_.get_executor();
-    server_ = std::make_unique<broker::server>(io_.get_executor(), nats, keeper_, tools_,
+    server_ = std::make_unique<broker::server>(io_.get_executor(), nats, leases_, tools_,
                                                options_.server, log_);
     registry_ = std::make_unique<worker::session_registry>(
         io_.get_executor(), store_,
         [this, providers = std::move(providers)] { return providers(clock_); }, tools_, clock_,
-        loop, served_only(server_->publisher()));
+        loop, served_only(server_->publisher()), &busy_);
+    // Lease events come from the thread that caused them (the lease strand, or this
+    // executor); the registry is this executor's.
     keeper_.on_event([this](ownership::lease_event e, const ownership::lease& l) {
         switch (e) {
             case ownership::lease_event::acquired:
@@ -52,7 +58,9 @@ node::node(storage::session_store& store, ownership::lease_store& leases, nats::
             case ownership::lease_event::lost:
                 log_->warn("lease of session {} lost (epoch {}): unloading it", l.id.str(),
                            l.epoch.value);
-                registry_->unload(l.id, l.epoch);
+                asio::post(io_, [this, id = l.id, epoch = l.epoch] {
+                    registry_->unload(id, epoch);
+                });
                 break;
             case ownership::lease_event::released:
                 if (!passivating_) {
@@ -62,17 +70,21 @@ node::node(storage::session_store& store, ownership::lease_store& leases, nats::
                 break;
         }
     });
-    server_->start(*registry_);
+    server_->start(*registry_, busy_);
     if (options_.sweep_interval.count() == 0) {
         options_.sweep_interval = options_.lease.ttl / 2;
     }
+    // Each background coroutine holds its gate's pass until it returns (the stop awaits them).
+    auto owned = [](worker::work_gate& g) {
+        return [pass = std::make_shared<worker::work_gate::pass>(g.enter())](
+                   const std::exception_ptr&) { auto left = std::move(*pass); };
+    };
     asio::co_spawn(io_, keep_leases(this),
-                   asio::bind_cancellation_slot(stop_renewal_.slot(), asio::detached));
-    asio::co_spawn(io_, sweep(this),
-                   asio::bind_cancellation_slot(stop_sweep_.slot(), asio::detached));
+                   asio::bind_cancellation_slot(stop_renewal_.slot(), owned(renewing_)));
+    asio::co_spawn(io_, sweep(this), asio::bind_cancellation_slot(stop_sweep_.slot(), owned(busy_)));
     if (options_.passivate_after.count() > 0 || options_.max_loaded_sessions > 0) {
         asio::co_spawn(io_, passivate(this),
-                       asio::bind_cancellation_slot(stop_passivation_.slot(), asio::detached));
+                       asio::bind_cancellation_slot(stop_passivation_.slot(), owned(busy_)));
     }
 }
 
@@ -151,7 +163,8 @@ asio::awaitable<void> node::keep_leases(node* self) {
             continue;
         }
         next_renewal = std::chrono::steady_clock::now() + self->keeper_.settings().renew_interval;
-        auto renewed = self->keeper_.renew();
+        auto renewing = self->leases_.renew();
+        auto renewed = co_await std::move(renewing);
         if (!renewed && !failing) {
             self->log_->error(
                 "lease renewal failed: {}; sessions are unloaded as their leases "
@@ -164,45 +177,58 @@ asio::awaitable<void> node::keep_leases(node* self) {
     }
 }
 
-// One round at a time; the stop waits for a round under way (it may be loading a session).
+// One round at a time; the stop cancels it and waits for it (it may be loading a session).
+// Each round claims at most sweep_batch sessions in one lease-store transaction, from the
+// candidates in an order of this worker's own: workers sweeping at once share the orphans out
+// (on PostgreSQL, rows another worker is claiming are skipped), and 10,000 orphans after a
+// crash are taken up at a bounded rate, not all at once.
 asio::awaitable<void> node::sweep(node* self) {
     asio::steady_timer timer(co_await asio::this_coro::executor);
+    std::mt19937_64 rng{std::random_device{}()};
     for (;;) {
         timer.expires_after(self->options_.sweep_interval);
         co_await timer.async_wait(asio::use_awaitable);
         if (self->stopping_) {
             co_return;
         }
-        self->sweeping_ = true;
-        struct done {
-            bool& flag;
-            ~done() { flag = false; }
-        } round{self->sweeping_};
         auto listing = self->registry_->catalog(storage::catalog_filter::needing_owner);
         auto candidates = co_await std::move(listing);
         if (!candidates) {
             continue;  // the store is away (its watcher logs it)
         }
-        std::size_t claimed = 0;
+        // This worker's but not loaded (its loop failed, or a request that took the lease
+        // could not load it): this sweep's to load. Nobody's: this sweep's to claim.
+        std::vector<std::pair<storage::catalog_entry, session::lease_epoch>> recovering;
+        std::vector<session::session_id> orphans;
+        std::map<std::string, storage::catalog_entry> why;
         for (const auto& c : *candidates) {
-            if (self->stopping_ || claimed == self->options_.sweep_batch) {
-                break;
-            }
             if (self->registry_->contains(c.id)) {
                 continue;
             }
-            // Nobody's, or this worker's but not loaded (its loop failed, or a request that
-            // took the lease could not load it): either way it is this sweep's to load.
-            auto at = self->keeper_.locate(c.id);
-            if (!at || (*at && std::holds_alternative<ownership::keeper::elsewhere>(**at))) {
-                continue;  // another worker owns it (or the lease store is away)
+            if (auto held = self->keeper_.epoch_of(c.id)) {
+                if (recovering.size() < self->options_.sweep_batch) {
+                    recovering.emplace_back(c, *held);
+                }
+            } else {
+                orphans.push_back(c.id);
+                why.emplace(c.id.str(), c);
             }
-            auto placed = *at ? ownership::result<ownership::keeper::placement>(**at)
-                              : self->keeper_.place(c.id);
-            if (!placed || !std::holds_alternative<ownership::keeper::here>(*placed)) {
-                continue;  // another worker took it first
+        }
+        std::shuffle(orphans.begin(), orphans.end(), rng);
+        if (recovering.size() < self->options_.sweep_batch && !orphans.empty()) {
+            auto claiming =
+                self->leases_.claim(std::move(orphans), self->options_.sweep_batch - recovering.size());
+            auto claimed = co_await std::move(claiming);
+            if (claimed) {
+                for (const auto& l : *claimed) {
+                    recovering.emplace_back(why.at(l.id.str()), l.epoch);
+                }
+            }  // else the lease store is away: the leases' own callers log it
+        }
+        for (const auto& [c, epoch] : recovering) {
+            if (self->stopping_) {
+                co_return;  // the stop releases what this round took
             }
-            const auto epoch = std::get<ownership::keeper::here>(*placed).epoch;
             auto getting = self->registry_->get(c.id, epoch, storage::open_mode::existing);
             auto loop = co_await std::move(getting);
             if (!loop) {
@@ -210,10 +236,9 @@ asio::awaitable<void> node::sweep(node* self) {
                     self->log_->warn("could not recover session {}: {}", c.id.str(),
                                      loop.error().message());
                 }
-                self->keeper_.release(c.id);  // another worker may do better
+                self->leases_.release(c.id);  // another worker may do better
                 continue;
             }
-            ++claimed;
             self->log_->info("recovered session {} (epoch {}): {}", c.id.str(), epoch.value,
                              c.has_work ? "it has work to do" : "it has a pending timer");
         }
@@ -255,7 +280,7 @@ asio::awaitable<void> node::passivate(node* self) {
                 break;  // the rest were used more recently still
             }
             self->registry_->unload(id);
-            self->keeper_.release(id);
+            self->leases_.release(id);
             over -= over > 0 ? 1 : 0;
             ++n;
         }
@@ -272,17 +297,9 @@ asio::awaitable<void> node::passivate(node* self) {
 // new epochs fence out whatever still runs here), and the wait goes on: the executor never
 // stops with a coroutine still suspended on it, whose frame would outlive what it refers to.
 asio::awaitable<void> node::drain(node* self) {
-    asio::steady_timer timer(co_await asio::this_coro::executor);
-    auto busy = [self] {
-        return self->registry_->running() > 0 || self->server_->in_flight() > 0 ||
-               self->server_->draining() || self->sweeping_;
-    };
-    const auto deadline = std::chrono::steady_clock::now() + self->options_.drain_timeout;
-    while (busy() && std::chrono::steady_clock::now() < deadline) {
-        timer.expires_after(std::chrono::milliseconds(5));
-        co_await timer.async_wait(asio::use_awaitable);
-    }
-    const bool late = busy();
+    using clock = std::chrono::steady_clock;
+    auto settling = self->busy_.emptied(clock::now() + self->options_.drain_timeout);
+    const bool late = !co_await std::move(settling);
     if (late) {
         self->log_->warn(
             "{} loops and {} requests still running after {} ms: releasing the "
@@ -291,19 +308,20 @@ asio::awaitable<void> node::drain(node* self) {
             self->options_.drain_timeout.count());
     }
     self->stop_renewal_.emit(asio::cancellation_type::terminal);
-    const auto released = self->keeper_.held();
-    self->keeper_.release_all();
+    auto renewal_ended = self->renewing_.emptied(clock::time_point::max());
+    co_await std::move(renewal_ended);
+    auto releasing = self->leases_.release_all();
+    const auto released = co_await std::move(releasing);
     self->log_->info("released {} leases; {} requests were forwarded to other owners", released,
                      self->server_->forwarded());
     // Another worker may have read a lease just before its release and forwarded a request
     // here: keep answering (worker_stopping, which clients retry) for a little while.
+    asio::steady_timer timer(co_await asio::this_coro::executor);
     timer.expires_after(self->options_.forward_grace);
     co_await timer.async_wait(asio::use_awaitable);
     self->server_->finish();
-    while (busy()) {
-        timer.expires_after(std::chrono::milliseconds(5));
-        co_await timer.async_wait(asio::use_awaitable);
-    }
+    auto finished = self->busy_.emptied(clock::time_point::max());
+    co_await std::move(finished);
     if (late) {
         self->log_->info("the last loops and requests have returned");
     }

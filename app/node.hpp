@@ -3,9 +3,10 @@
 // the orderly stop of all of it. wuhu-worker's main() runs one; the NATS tests and the broker
 // benchmark run several in one process.
 //
-// Threads: run() runs the worker's io_context on the calling thread (sessions, requests, lease
-// renewal); store IO runs on `store_threads` threads of its own; stop() may be called from any
-// thread. The store, the lease store and the NATS connection belong to the caller and must
+// Threads: run() runs the worker's io_context on the calling thread (sessions, requests, the
+// timers of lease renewal, the sweep and passivation); store IO runs on `store_threads` threads
+// of its own, and lease-store IO on one strand of them (broker/lease_desk.hpp), so no store or
+// lease round trip blocks the sessions being served; stop() may be called from any thread. The store, the lease store and the NATS connection belong to the caller and must
 // outlive the node.
 //
 // Stopping: stop taking requests from the queue group (drain: the queue group sends new ones
@@ -15,7 +16,9 @@
 // once, keep answering requests forwarded here for `forward_grace` (worker_stopping: another
 // worker may have read the lease just before it was released), and return from run(). After
 // `drain_timeout` the leases are released anyway (the new owners' epochs fence out whatever
-// still runs here), and run() returns once the last loop and request have.
+// still runs here), and run() returns once the last loop and request have. Every request,
+// session loop, subscription drain, sweep and passivation holds a pass of one gate, and the
+// lease keeper one of another: the stop awaits them (no polling).
 //
 // Passivation: idle sessions unused for a while are unloaded and their leases released, and
 // the least recently used idle ones when more than `max_loaded_sessions` are loaded; the next
@@ -30,6 +33,7 @@
 // coming back (once each per outage).
 #pragma once
 
+#include "broker/lease_desk.hpp"
 #include "broker/server.hpp"
 #include "storage/watched_store.hpp"
 #include "worker/clock.hpp"
@@ -108,6 +112,9 @@ class node {
     worker::tool_registry tools_;
     storage::watched_store store_;
     ownership::keeper keeper_;
+    broker::lease_desk leases_;  // lease-store IO on a strand of store_pool_
+    worker::work_gate busy_{io_.get_executor()};      // requests, loops, drains, sweep, passivation
+    worker::work_gate renewing_{io_.get_executor()};  // the lease keeper
     std::unique_ptr<broker::server> server_;
     std::unique_ptr<worker::session_registry> registry_;
     asio::steady_timer lease_timer_{io_};  // the lease keeper's next turn
@@ -115,8 +122,7 @@ class node {
     asio::cancellation_signal stop_renewal_;
     asio::cancellation_signal stop_sweep_;
     asio::cancellation_signal stop_passivation_;
-    bool stopping_ = false;  // executor only
-    bool sweeping_ = false;  // a sweep round is loading sessions (the stop waits for it)
+    bool stopping_ = false;     // executor only
     bool passivating_ = false;  // lease releases are passivations (logged in one line)
 };
 

@@ -101,16 +101,16 @@ asio::awaitable<void> serve(server* srv, worker::session_registry* reg, nats::me
 
 }  // namespace
 
-server::server(asio::any_io_executor ex, nats::connection& nats, ownership::keeper& keeper,
+server::server(asio::any_io_executor ex, nats::connection& nats, lease_desk& leases,
                const worker::tool_registry& tools, server_options options,
                std::shared_ptr<spdlog::logger> log)
     : ex_(std::move(ex)),
       nats_(nats),
-      keeper_(keeper),
+      leases_(leases),
       tools_(tools),
       options_(std::move(options)),
       log_(std::move(log)),
-      forward_prefix_(protocol::worker_prefix(options_.prefix, keeper_.worker_id())) {
+      forward_prefix_(protocol::worker_prefix(options_.prefix, leases_.keeper().worker_id())) {
     auto max = nats_.max_payload();
     if (max > 0) {
         options_.limits.max_request_bytes = static_cast<std::size_t>(max);
@@ -178,14 +178,16 @@ worker::session_registry::event_forwarder server::publisher() {
     };
 }
 
-void server::start(worker::session_registry& registry) {
+void server::start(worker::session_registry& registry, worker::work_gate& work) {
     store_ = &registry.store();
+    work_ = &work;
     // Counted from the libnats callback to the reply, so that a stopping worker can wait for
     // every request it has taken.
     auto on_request = [this, &registry](nats::message m) {
         ++in_flight_;
+        auto pass = std::make_shared<worker::work_gate::pass>(work_->enter());
         asio::co_spawn(ex_, serve(this, &registry, std::move(m)),
-                       [this](const std::exception_ptr&) { --in_flight_; });
+                       [this, pass](const std::exception_ptr&) { --in_flight_; });
     };
     taking_.push_back(
         nats_.queue_subscribe(protocol::session_requests_subject(options_.prefix),
@@ -204,13 +206,14 @@ void server::start(worker::session_registry& registry) {
         }));
     forwarded_to_me_.push_back(nats_.subscribe(protocol::session_requests_subject(forward_prefix_), on_request));
     forwarded_to_me_.push_back(
-        nats_.subscribe(protocol::local_sessions_subject(options_.prefix, keeper_.worker_id()),
+        nats_.subscribe(protocol::local_sessions_subject(options_.prefix, leases_.keeper().worker_id()),
                         [this, &registry](nats::message m) {
             if (m.reply.empty() || m.bad_reply) {
                 return;
             }
             ++in_flight_;
-            asio::post(ex_, [this, &registry, m = std::move(m)] {
+            auto pass = std::make_shared<worker::work_gate::pass>(work_->enter());
+            asio::post(ex_, [this, &registry, m = std::move(m), pass] {
                 publish(m.reply, local_sessions(registry, m), "fleet view page", "admin.local");
                 --in_flight_;
             });
@@ -230,8 +233,7 @@ void server::cancel() {
 void server::stop_taking() {
     stopping_ = true;
     for (auto token : taking_) {
-        nats_.drain(token);
-        drained_.push_back(token);
+        drain(token);
     }
     taking_.clear();
     nats_.flush();
@@ -239,16 +241,16 @@ void server::stop_taking() {
 
 void server::finish() {
     for (auto token : forwarded_to_me_) {
-        nats_.drain(token);
-        drained_.push_back(token);
+        drain(token);
     }
     forwarded_to_me_.clear();
     nats_.flush();
 }
 
-bool server::draining() const {
-    return std::any_of(drained_.begin(), drained_.end(),
-                       [this](std::size_t token) { return nats_.draining(token); });
+void server::drain(std::size_t token) {
+    // Requests already received may still be handed over until the drain completes.
+    auto pass = std::make_shared<worker::work_gate::pass>(work_->enter());
+    nats_.drain(token, [pass] { auto done = std::move(*pass); });
 }
 
 namespace {
@@ -288,7 +290,7 @@ std::string server::local_sessions(worker::session_registry& registry, const nat
         },
         q->after ? q->after->str() : std::string());
     std::vector<s::session_id> unloaded;
-    for (auto& id : keeper_.held_ids()) {
+    for (auto& id : leases_.keeper().held_ids()) {
         if (!registry.contains(id)) {
             unloaded.push_back(std::move(id));
         }
@@ -308,7 +310,7 @@ std::string server::list_sessions(const nats::message& m) {
     if (!catalog) {
         return protocol::error_reply(catalog.error());
     }
-    auto leases = keeper_.store().live();
+    auto leases = leases_.keeper().store().live();
     if (!leases) {
         return protocol::error_reply(leases.error());
     }
@@ -365,8 +367,8 @@ asio::awaitable<std::vector<std::string>> server::handle(worker::session_registr
     // this worker closed itself (`closed`: deleted, unloaded, replaced) needs only the routing:
     // the lease is already as it should be.
     auto fenced = [&](s::lease_epoch epoch) {
-        if (auto held = keeper_.epoch_of(sid); held && *held == epoch) {
-            keeper_.lost(sid);
+        if (auto held = leases_.keeper().epoch_of(sid); held && *held == epoch) {
+            leases_.lost(sid);
         }
         registry.unload(sid, epoch);
     };
@@ -380,7 +382,8 @@ asio::awaitable<std::vector<std::string>> server::handle(worker::session_registr
         ownership::keeper::placement where;
         if (stopping_) {
             // Leaving: serve only what is loaded here under a lease still held; take nothing.
-            auto at = keeper_.locate(sid);
+            auto locating = leases_.locate(sid);
+            auto at = co_await std::move(locating);
             if (!at) {
                 co_return replies{error_reply(at.error())};
             }
@@ -390,13 +393,15 @@ asio::awaitable<std::vector<std::string>> server::handle(worker::session_registr
             }
             where = **at;
         } else if (protocol::creates_session(what)) {
-            auto at = keeper_.place(sid);
+            auto placing = leases_.place(sid);
+            auto at = co_await std::move(placing);
             if (!at) {
                 co_return replies{error_reply(at.error())};
             }
             where = *at;
         } else {
-            auto at = keeper_.locate(sid);
+            auto locating = leases_.locate(sid);
+            auto at = co_await std::move(locating);
             if (!at) {
                 co_return replies{error_reply(at.error())};
             }
@@ -410,7 +415,8 @@ asio::awaitable<std::vector<std::string>> server::handle(worker::session_registr
                 if (!*there) {
                     co_return absent_session(req, options_.max_reply_bytes);
                 }
-                auto taken = keeper_.place(sid);
+                auto taking = leases_.place(sid);
+                auto taken = co_await std::move(taking);
                 if (!taken) {
                     co_return replies{error_reply(taken.error())};
                 }
@@ -442,7 +448,8 @@ asio::awaitable<std::vector<std::string>> server::handle(worker::session_registr
                 }
                 co_return replies{error_reply(r.error())};
             }
-            auto l = keeper_.remove(sid, epoch);
+            auto forgetting = leases_.remove(sid, epoch);
+            auto l = co_await std::move(forgetting);
             co_return replies{l ? protocol::ok_reply(what, {}) : error_reply(l.error())};
         }
         auto getting = registry.get(sid, epoch, mode);
@@ -451,9 +458,9 @@ asio::awaitable<std::vector<std::string>> server::handle(worker::session_registr
             if (loop.error() == storage::errc::not_found) {
                 // A read of a session that is gone (deleted since it was looked up): the lease
                 // it took for it is given back, and nothing is created.
-                if (auto held = keeper_.epoch_of(sid);
+                if (auto held = leases_.keeper().epoch_of(sid);
                     held && *held == epoch && !registry.contains(sid)) {
-                    keeper_.release(sid);
+                    leases_.release(sid);
                 }
                 co_return absent_session(req, options_.max_reply_bytes);
             }

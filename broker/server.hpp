@@ -18,9 +18,10 @@
 #pragma once
 
 #include "nats/connection.hpp"
-#include "ownership/keeper.hpp"
+#include "broker/lease_desk.hpp"
 #include "protocol/replies.hpp"
 #include "protocol/requests.hpp"
+#include "worker/work_gate.hpp"
 #include "worker/registry.hpp"
 
 #include <spdlog/logger.h>
@@ -51,14 +52,15 @@ std::optional<std::string> delta_event(const worker::loop_event& e);
 
 class server {
   public:
-    server(asio::any_io_executor ex, nats::connection& nats, ownership::keeper& keeper,
+    server(asio::any_io_executor ex, nats::connection& nats, lease_desk& leases,
            const worker::tool_registry& tools, server_options options,
            std::shared_ptr<spdlog::logger> log);
 
     // The forwarder to give the session registry: publishes patches and deltas.
     worker::session_registry::event_forwarder publisher();
-    // Subscribes; requests are then handled on the executor.
-    void start(worker::session_registry& registry);
+    // Subscribes; requests are then handled on the executor. Each request received, and each
+    // subscription draining, holds a pass of `work` until it is done.
+    void start(worker::session_registry& registry, worker::work_gate& work);
     // The first step of a stop: drains the queue-group subscriptions (new requests go to the
     // other workers; those already received are still handled) and serves only the sessions
     // it has loaded and still holds (others get worker_stopping). Requests forwarded to this
@@ -69,9 +71,6 @@ class server {
     // Unsubscribes everything at once, dropping what libnats still holds (a node that never
     // ran: no callback may reach the server once it is gone).
     void cancel();
-    // Whether requests already received may still be handed to handle() (a subscription is
-    // draining).
-    bool draining() const;
     // Requests received and not answered yet (the worker drains them before it stops).
     std::size_t in_flight() const { return in_flight_.load(); }
 
@@ -102,10 +101,13 @@ class server {
     std::vector<std::string> subscribe(worker::agent_loop& loop,
                                        const protocol::subscribe_request& req);
     std::string local_sessions(worker::session_registry& registry, const nats::message& m);
+    // Drains one subscription, holding a pass of the gate until the drain completes.
+    void drain(std::size_t token);
 
     asio::any_io_executor ex_;
     nats::connection& nats_;
-    ownership::keeper& keeper_;
+    lease_desk& leases_;
+    worker::work_gate* work_ = nullptr;
     const worker::tool_registry& tools_;
     server_options options_;
     std::shared_ptr<spdlog::logger> log_;
@@ -118,7 +120,6 @@ class server {
     bool stopping_ = false;                     // executor only
     std::vector<std::size_t> taking_;           // queue-group subscriptions (drained first)
     std::vector<std::size_t> forwarded_to_me_;  // this worker's own subjects (drained last)
-    std::vector<std::size_t> drained_;          // asked to drain
     // The registry's store, for the admin thread (thread-safe, and it outlives the server).
     storage::session_store* store_ = nullptr;
     // Admin listings wait on other workers' replies: one thread of their own, off the executor.

@@ -188,15 +188,23 @@ std::size_t connection::queue_subscribe(const std::string& subject, const std::s
     return subs_.size() - 1;
 }
 
-void connection::drain(std::size_t token) {
-    if (token < subs_.size() && subs_[token] != nullptr) {
-        natsSubscription_DrainTimeout(subs_[token], 10000);
+void connection::drain(std::size_t token, std::function<void()> done) {
+    if (token >= subs_.size() || subs_[token] == nullptr) {
+        done();
+        return;
     }
-}
-
-bool connection::draining(std::size_t token) const {
-    return token < subs_.size() && subs_[token] != nullptr &&
-           natsSubscription_IsValid(subs_[token]);
+    drained_.push_back(std::make_unique<std::function<void()>>(std::move(done)));
+    auto* cb = drained_.back().get();
+    auto on_complete = [](void* closure) { (*static_cast<std::function<void()>*>(closure))(); };
+    if (natsSubscription_SetOnCompleteCB(subs_[token], on_complete, cb) != NATS_OK) {
+        (*cb)();  // closed already: nothing more will be delivered
+        return;
+    }
+    if (natsSubscription_DrainTimeout(subs_[token], 10000) != NATS_OK) {
+        // Not drained (the connection is closed, or the subscription closed meanwhile): stop
+        // the deliveries at once; the completion callback still comes.
+        natsSubscription_Unsubscribe(subs_[token]);
+    }
 }
 
 void connection::unsubscribe(std::size_t token) {

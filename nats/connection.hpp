@@ -64,9 +64,9 @@ class connection {
     std::size_t queue_subscribe(const std::string& subject, const std::string& queue, handler h);
     void unsubscribe(std::size_t token);
     // Removes interest but still delivers what was already received (asynchronously);
-    // draining(token) is true until the last of it has been handed to the handler.
-    void drain(std::size_t token);
-    bool draining(std::size_t token) const;
+    // `done` is called (on a libnats thread) once the last of it has been handed to the
+    // handler and the handler has returned (at once if the subscription is already closed).
+    void drain(std::size_t token, std::function<void()> done);
     // A request-reply round trip; nullopt on timeout or no responders.
     std::optional<std::string> request(const std::string& subject, std::string_view data,
                                        std::chrono::milliseconds timeout);
@@ -92,6 +92,7 @@ class connection {
     __natsConnection* nc_ = nullptr;
     std::vector<__natsSubscription*> subs_;
     std::vector<std::unique_ptr<handler>> handlers_;
+    std::vector<std::unique_ptr<std::function<void()>>> drained_;  // drain() callbacks
 };
 
 }  // namespace wuhu::nats

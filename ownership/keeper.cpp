@@ -2,6 +2,7 @@
 
 #include "session/overloaded.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace wuhu::ownership {
@@ -45,27 +46,47 @@ void keeper::keep(const lease& l, std::chrono::steady_clock::time_point began) {
 }
 
 result<bool> keeper::still_held(const session_id& id) {
-    auto it = held_.find(id.str());
-    if (it == held_.end()) {
-        return false;
-    }
     const auto began = clock_();
-    if (began < it->second.serve_until) {
-        return true;
+    std::optional<lease> overdue;
+    {
+        std::lock_guard lock(mu_);
+        auto it = held_.find(id.str());
+        if (it == held_.end()) {
+            return false;
+        }
+        if (began < it->second.serve_until) {
+            return true;
+        }
+        overdue = it->second.l;
     }
+    const lease& mine = *overdue;
     // Past the deadline: the store decides (a newer owner may have taken the session).
-    auto lost = store_.renew({it->second.l}, settings_.ttl);
+    auto lost = store_.renew({mine}, settings_.ttl);
     if (!lost) {
         return result<bool>(boost::system::in_place_error, lost.error());
     }
+    std::unique_lock lock(mu_);
+    auto it = held_.find(id.str());
+    if (it == held_.end() || it->second.l.epoch != mine.epoch) {
+        return false;  // forgotten meanwhile
+    }
     if (lost->empty()) {
-        it->second.serve_until = deadline(began);
+        it->second.serve_until = std::max(it->second.serve_until, deadline(began));
         return true;
     }
-    const lease gone = it->second.l;
     held_.erase(it);
-    tell(lease_event::lost, gone);
+    lock.unlock();
+    tell(lease_event::lost, mine);
     return false;
+}
+
+std::optional<keeper::placement> keeper::here_now(const session_id& id) const {
+    std::lock_guard lock(mu_);
+    auto it = held_.find(id.str());
+    if (it == held_.end() || clock_() >= it->second.serve_until) {
+        return std::nullopt;
+    }
+    return placement{here{it->second.l.epoch}};
 }
 
 result<std::optional<keeper::placement>> keeper::locate(const session_id& id) {
@@ -74,7 +95,9 @@ result<std::optional<keeper::placement>> keeper::locate(const session_id& id) {
         return mine.error();
     }
     if (*mine) {
-        return std::optional<placement>{here{held_.at(id.str()).l.epoch}};
+        if (auto e = epoch_of(id)) {
+            return std::optional<placement>{here{*e}};
+        }
     }
     auto owner = store_.owner_of(id);
     if (!owner) {
@@ -93,7 +116,9 @@ result<keeper::placement> keeper::place(const session_id& id) {
         return mine.error();
     }
     if (*mine) {
-        return placement{here{held_.at(id.str()).l.epoch}};
+        if (auto e = epoch_of(id)) {
+            return placement{here{*e}};
+        }
     }
     const auto began = clock_();
     auto got = store_.acquire(id, worker_id_, settings_.ttl);
@@ -103,7 +128,10 @@ result<keeper::placement> keeper::place(const session_id& id) {
     return std::visit(
         session::overloaded{
             [&](const lease& l) -> placement {
-                keep(l, began);
+                {
+                    std::lock_guard lock(mu_);
+                    keep(l, began);
+                }
                 tell(l.taken_from.empty() ? lease_event::acquired : lease_event::taken_over, l);
                 return here{l.epoch};
             },
@@ -112,14 +140,49 @@ result<keeper::placement> keeper::place(const session_id& id) {
         *got);
 }
 
+result<std::vector<lease>> keeper::claim(const std::vector<session_id>& candidates,
+                                         std::size_t limit) {
+    std::vector<session_id> free;
+    {
+        std::lock_guard lock(mu_);
+        for (const auto& id : candidates) {
+            if (!held_.contains(id.str())) {
+                free.push_back(id);
+            }
+        }
+    }
+    const auto began = clock_();
+    auto got = store_.claim(free, worker_id_, settings_.ttl, limit);
+    if (!got) {
+        return got.error();
+    }
+    {
+        std::lock_guard lock(mu_);
+        for (const auto& l : *got) {
+            keep(l, began);
+        }
+    }
+    for (const auto& l : *got) {
+        tell(l.taken_from.empty() ? lease_event::acquired : lease_event::taken_over, l);
+    }
+    return got;
+}
+
 result<lease_epoch> keeper::epoch_of(const session_id& id) const {
+    std::lock_guard lock(mu_);
     if (auto it = held_.find(id.str()); it != held_.end()) {
         return it->second.l.epoch;
     }
     return errc::not_held;
 }
 
+std::size_t keeper::held() const {
+    std::lock_guard lock(mu_);
+    return held_.size();
+}
+
 std::vector<session_id> keeper::held_ids() const {
+    std::lock_guard lock(mu_);
     std::vector<session_id> out;
     out.reserve(held_.size());
     for (const auto& [id, h] : held_) {
@@ -129,11 +192,13 @@ std::vector<session_id> keeper::held_ids() const {
 }
 
 bool keeper::serving(const session_id& id) const {
+    std::lock_guard lock(mu_);
     auto it = held_.find(id.str());
     return it != held_.end() && clock_() < it->second.serve_until;
 }
 
 std::optional<std::chrono::steady_clock::time_point> keeper::next_deadline() const {
+    std::lock_guard lock(mu_);
     std::optional<std::chrono::steady_clock::time_point> first;
     for (const auto& [id, h] : held_) {
         if (!first || h.serve_until < *first) {
@@ -146,12 +211,15 @@ std::optional<std::chrono::steady_clock::time_point> keeper::next_deadline() con
 void keeper::expire_overdue() {
     const auto now = clock_();
     std::vector<lease> gone;
-    for (auto it = held_.begin(); it != held_.end();) {
-        if (now >= it->second.serve_until) {
-            gone.push_back(it->second.l);
-            it = held_.erase(it);
-        } else {
-            ++it;
+    {
+        std::lock_guard lock(mu_);
+        for (auto it = held_.begin(); it != held_.end();) {
+            if (now >= it->second.serve_until) {
+                gone.push_back(it->second.l);
+                it = held_.erase(it);
+            } else {
+                ++it;
+            }
         }
     }
     for (const auto& l : gone) {
@@ -161,9 +229,12 @@ void keeper::expire_overdue() {
 
 result<std::vector<session_id>> keeper::renew() {
     std::vector<lease> all;
-    all.reserve(held_.size());
-    for (const auto& [id, h] : held_) {
-        all.push_back(h.l);
+    {
+        std::lock_guard lock(mu_);
+        all.reserve(held_.size());
+        for (const auto& [id, h] : held_) {
+            all.push_back(h.l);
+        }
     }
     const auto began = clock_();
     auto lost = store_.renew(all, settings_.ttl);
@@ -174,14 +245,27 @@ result<std::vector<session_id>> keeper::renew() {
         return lost.error();
     }
     std::vector<lease> gone;
-    for (const auto& id : *lost) {
-        if (auto it = held_.find(id.str()); it != held_.end()) {
-            gone.push_back(it->second.l);
-            held_.erase(it);
+    {
+        // Only the leases renewed as they were: one forgotten or taken again meanwhile is not
+        // this renewal's.
+        std::lock_guard lock(mu_);
+        std::map<std::string, lease_epoch> renewed;
+        for (const auto& l : all) {
+            renewed.emplace(l.id.str(), l.epoch);
         }
-    }
-    for (auto& [id, h] : held_) {
-        h.serve_until = deadline(began);
+        for (const auto& id : *lost) {
+            auto it = held_.find(id.str());
+            if (it != held_.end() && it->second.l.epoch == renewed[id.str()]) {
+                gone.push_back(it->second.l);
+                held_.erase(it);
+                renewed.erase(id.str());
+            }
+        }
+        for (auto& [id, h] : held_) {
+            if (auto r = renewed.find(id); r != renewed.end() && r->second == h.l.epoch) {
+                h.serve_until = std::max(h.serve_until, deadline(began));
+            }
+        }
     }
     for (const auto& l : gone) {
         tell(lease_event::lost, l);
@@ -189,36 +273,60 @@ result<std::vector<session_id>> keeper::renew() {
     return lost;
 }
 
+std::optional<lease> keeper::forget(const session_id& id, lease_event why) {
+    std::optional<lease> out;
+    {
+        std::lock_guard lock(mu_);
+        if (auto it = held_.find(id.str()); it != held_.end()) {
+            out = std::move(it->second.l);
+            held_.erase(it);
+        }
+    }
+    if (out) {
+        tell(why, *out);
+    }
+    return out;
+}
+
+std::vector<lease> keeper::forget_all() {
+    std::map<std::string, held_lease> all;
+    {
+        std::lock_guard lock(mu_);
+        all.swap(held_);
+    }
+    std::vector<lease> out;
+    out.reserve(all.size());
+    for (auto& [id, h] : all) {
+        tell(lease_event::released, h.l);
+        out.push_back(std::move(h.l));
+    }
+    return out;
+}
+
 void keeper::lost(const session_id& id) {
-    if (auto it = held_.find(id.str()); it != held_.end()) {
-        const lease l = it->second.l;
-        (void)store_.release(l);  // gone already, unless the store only refused one write
-        held_.erase(it);
-        tell(lease_event::lost, l);
+    if (auto l = forget(id, lease_event::lost)) {
+        (void)store_.release(*l);  // gone already, unless the store only refused one write
     }
 }
 
 void keeper::release(const session_id& id) {
-    if (auto it = held_.find(id.str()); it != held_.end()) {
-        const lease l = it->second.l;
-        (void)store_.release(l);  // a failed release only delays the next owner (TTL)
-        held_.erase(it);
-        tell(lease_event::released, l);
+    if (auto l = forget(id, lease_event::released)) {
+        (void)store_.release(*l);  // a failed release only delays the next owner (TTL)
     }
 }
 
 void keeper::release_all() {
-    auto all = std::move(held_);
-    held_.clear();
-    for (const auto& [id, h] : all) {
-        (void)store_.release(h.l);
-        tell(lease_event::released, h.l);
+    for (const auto& l : forget_all()) {
+        (void)store_.release(l);
     }
 }
 
 result<void> keeper::remove(const session_id& id, lease_epoch epoch) {
-    if (auto it = held_.find(id.str()); it != held_.end() && it->second.l.epoch <= epoch) {
-        held_.erase(it);
+    {
+        std::lock_guard lock(mu_);
+        if (auto it = held_.find(id.str()); it != held_.end() && it->second.l.epoch <= epoch) {
+            held_.erase(it);
+        }
     }
     return store_.remove(id, epoch);
 }

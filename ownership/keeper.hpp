@@ -16,7 +16,12 @@
 // expire_overdue() gives up every lease past it, so that an owner that could not renew stops
 // before another may take over.
 //
-// Not thread-safe: the worker calls it from its executor.
+// Thread-safe. What it holds is read and changed under a mutex that is never held across store
+// IO, so serving(), here() and the other calls without store IO answer at once while an
+// acquisition or a renewal runs on another thread. The calls that do store IO (place, locate,
+// renew, release, lost, remove) must not run concurrently for one session (two acquisitions
+// would hand out two epochs): the worker runs them one at a time, off its serving executor
+// (broker/lease_desk.hpp).
 #pragma once
 
 #include "ownership/errc.hpp"
@@ -24,6 +29,7 @@
 
 #include <functional>
 #include <map>
+#include <mutex>
 #include <optional>
 
 namespace wuhu::ownership {
@@ -46,7 +52,8 @@ class keeper {
     };
     using placement = std::variant<here, elsewhere>;
     using steady_clock = std::function<std::chrono::steady_clock::time_point()>;
-    // Told of every lease acquired, taken over, lost or released (on the caller's thread).
+    // Told of every lease acquired, taken over, lost or released (on the caller's thread,
+    // outside the keeper's mutex).
     using listener = std::function<void(lease_event, const lease&)>;
 
     // Throws std::invalid_argument for an invalid worker id.
@@ -58,8 +65,15 @@ class keeper {
     void on_event(listener l) { listener_ = std::move(l); }
 
     result<placement> place(const session_id& id);
+    // The placement of a lease this worker holds within its deadline, without store IO;
+    // nullopt otherwise (place() or locate() must ask the store).
+    std::optional<placement> here_now(const session_id& id) const;
     // Like place(), but takes nothing: nullopt when no live lease exists.
     result<std::optional<placement>> locate(const session_id& id);
+    // The recovery sweep's acquisition: claims up to `limit` of `candidates` that this worker
+    // does not hold already (lease_store::claim) and holds them; reports each acquired or
+    // taken over.
+    result<std::vector<lease>> claim(const std::vector<session_id>& candidates, std::size_t limit);
     // The epoch of a lease this worker holds; not_held otherwise.
     result<lease_epoch> epoch_of(const session_id& id) const;
     // Renews every held lease; returns the lost ones (already forgotten here and reported).
@@ -79,11 +93,16 @@ class keeper {
     // Gives one lease up (its session was unloaded), or all of them (shutdown).
     void release(const session_id& id);
     void release_all();
+    // The in-memory half of release() and lost(): forgets the lease and reports `why`; the
+    // caller gives the returned lease back to the store (store().release()) when it can.
+    std::optional<lease> forget(const session_id& id, lease_event why);
+    // Forgets every lease (reported released) and returns them, for the store's release.
+    std::vector<lease> forget_all();
     // The session was deleted under this worker's lease at `epoch`: forget that lease (and
     // whoever's lease is not newer), but not one taken after the deletion.
     result<void> remove(const session_id& id, lease_epoch epoch);
 
-    std::size_t held() const { return held_.size(); }
+    std::size_t held() const;
     // The sessions whose lease this worker holds, in id order.
     std::vector<session_id> held_ids() const;
     const std::string& worker_id() const { return worker_id_; }
@@ -99,6 +118,7 @@ class keeper {
     // Whether the held lease may be served now, renewing it first if its deadline passed; a
     // lost one is forgotten (and reported).
     result<bool> still_held(const session_id& id);
+    // Records an acquisition. REQUIRES: mu_ held.
     void keep(const lease& l, std::chrono::steady_clock::time_point began);
     // Until when a lease whose acquisition or renewal began at `began` may be served.
     std::chrono::steady_clock::time_point deadline(
@@ -112,6 +132,7 @@ class keeper {
     lease_settings settings_;
     steady_clock clock_;
     listener listener_;
+    mutable std::mutex mu_;  // guards held_
     std::map<std::string, held_lease> held_;
 };
 

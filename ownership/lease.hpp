@@ -80,6 +80,15 @@ class lease_store {
     // that owner's at that epoch. Returns the ids that are not (lost: the caller must drop them).
     virtual result<std::vector<session_id>> renew(const std::vector<lease>& held,
                                                   std::chrono::milliseconds ttl) = 0;
+    // The recovery sweep's acquire: in one transaction, takes up to `limit` of `candidates`
+    // whose lease is missing, expired or `owner`'s own (an earlier run's), each at a new epoch
+    // (lease::taken_from set as by acquire()). Sessions another owner holds live, or another
+    // worker is claiming at this moment, are skipped: workers sweeping the same candidates at
+    // once share them out instead of queueing on the same rows.
+    virtual result<std::vector<lease>> claim(const std::vector<session_id>& candidates,
+                                             std::string_view owner,
+                                             std::chrono::milliseconds ttl,
+                                             std::size_t limit) = 0;
     // Gives the lease up (if still held at that epoch): another worker may take it at once.
     virtual result<void> release(const lease& held) = 0;
     // The live lease of the session, if any.

@@ -31,6 +31,22 @@ result<acquisition> memory_lease::acquire(const session_id& id, std::string_view
     return acquisition{l};
 }
 
+result<std::vector<lease>> memory_lease::claim(const std::vector<session_id>& candidates,
+                                               std::string_view owner,
+                                               std::chrono::milliseconds ttl, std::size_t limit) {
+    std::vector<lease> out;
+    for (const auto& id : candidates) {
+        if (out.size() == limit) {
+            break;
+        }
+        auto got = acquire(id, owner, ttl);
+        if (got && std::holds_alternative<lease>(*got)) {
+            out.push_back(std::get<lease>(*got));
+        }
+    }
+    return out;
+}
+
 result<std::vector<session_id>> memory_lease::renew(const std::vector<lease>& held,
                                                     std::chrono::milliseconds ttl) {
     std::lock_guard lock(mu_);

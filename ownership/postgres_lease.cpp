@@ -5,6 +5,7 @@
 #include <pqxx/pqxx>
 
 #include <algorithm>
+#include <map>
 #include <sstream>
 
 namespace wuhu::ownership {
@@ -61,6 +62,21 @@ void prepare(pqxx::connection& c, const std::string& schema) {
               "epoch = EXCLUDED.epoch, expires = EXCLUDED.expires "
               "WHERE leases.expires <= " + now + " OR leases.owner = $3 "
               "RETURNING epoch, expires");
+    // The sweep's claim: expired (or own) leases, skipping rows another worker has locked, then
+    // sessions with no lease row at all.
+    c.prepare("lease_claim_lock",
+              "SELECT session_id, owner FROM leases WHERE session_id = ANY($2::text[]) "
+              "AND (expires <= " + now + " OR owner = $3) LIMIT $4 FOR UPDATE SKIP LOCKED");
+    c.prepare("lease_claim_take",
+              "UPDATE leases SET owner = $3, epoch = nextval('lease_epoch'), "
+              "expires = " + now + " + $4 WHERE session_id = ANY($2::text[]) "
+              "RETURNING session_id, epoch, expires");
+    c.prepare("lease_claim_new",
+              "INSERT INTO leases (session_id, owner, epoch, expires) "
+              "SELECT c.id, $3, nextval('lease_epoch'), " + now + " + $4 "
+              "FROM unnest($2::text[]) AS c(id) "
+              "WHERE NOT EXISTS (SELECT 1 FROM leases l WHERE l.session_id = c.id) LIMIT $5 "
+              "ON CONFLICT (session_id) DO NOTHING RETURNING session_id, epoch, expires");
     c.prepare("lease_renew",
               "UPDATE leases l SET expires = " + now + " + $2 "
               "FROM unnest($3::text[], $4::bigint[]) AS h(id, epoch) "
@@ -196,6 +212,48 @@ result<std::vector<session_id>> postgres_lease::renew(const std::vector<lease>& 
             }
         }
         return lost;
+    });
+}
+
+result<std::vector<lease>> postgres_lease::claim(const std::vector<session_id>& candidates,
+                                                 std::string_view owner,
+                                                 std::chrono::milliseconds ttl,
+                                                 std::size_t limit) {
+    if (candidates.empty() || limit == 0) {
+        return std::vector<lease>{};
+    }
+    return with_connection([&](pqxx::connection& c) -> result<std::vector<lease>> {
+        const auto now = test_now();
+        const std::string me(owner);
+        const auto ids = array_of(candidates, [](const session_id& id) { return id.str(); });
+        const auto ms = static_cast<std::int64_t>(ttl.count());
+        pqxx::work w(c);
+        std::vector<lease> out;
+        std::map<std::string, std::string> previous;  // the expired leases' owners
+        std::vector<session_id> locked;
+        for (const auto& r : w.exec_prepared("lease_claim_lock", now, ids, me,
+                                             static_cast<std::int64_t>(limit))) {
+            locked.push_back(session_id::parse(r[0].c_str()).value());
+            previous[r[0].c_str()] = r[1].c_str() == me ? std::string() : r[1].c_str();
+        }
+        auto add = [&](const pqxx::result& rows) {
+            for (const auto& r : rows) {
+                auto id = session_id::parse(r[0].c_str()).value();
+                out.push_back(lease{id, me, lease_epoch{r[1].as<std::uint64_t>()},
+                                    unix_ms{r[2].as<std::int64_t>()}, previous[id.str()]});
+            }
+        };
+        if (!locked.empty()) {
+            add(w.exec_prepared("lease_claim_take", now,
+                                array_of(locked, [](const session_id& id) { return id.str(); }),
+                                me, ms));
+        }
+        if (out.size() < limit) {
+            add(w.exec_prepared("lease_claim_new", now, ids, me, ms,
+                                static_cast<std::int64_t>(limit - out.size())));
+        }
+        w.commit();
+        return out;
     });
 }
 

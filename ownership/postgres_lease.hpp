@@ -37,6 +37,9 @@ class postgres_lease final : public lease_store {
                                 std::chrono::milliseconds ttl) override;
     result<std::vector<session_id>> renew(const std::vector<lease>& held,
                                           std::chrono::milliseconds ttl) override;
+    result<std::vector<lease>> claim(const std::vector<session_id>& candidates,
+                                     std::string_view owner, std::chrono::milliseconds ttl,
+                                     std::size_t limit) override;
     result<void> release(const lease& held) override;
     result<std::optional<lease>> owner_of(const session_id& id) override;
     result<std::vector<lease>> live() override;

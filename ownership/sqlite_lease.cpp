@@ -45,44 +45,75 @@ result<acquisition> sqlite_lease::acquire(const session_id& id, std::string_view
     std::lock_guard lock(mu_);
     return guarded([&]() -> result<acquisition> {
         sql::transaction tx(*db_);
+        auto got = take(id, owner, ttl, now_());
+        if (got) {
+            tx.commit();
+        }
+        return got;
+    });
+}
+
+result<std::vector<lease>> sqlite_lease::claim(const std::vector<session_id>& candidates,
+                                               std::string_view owner,
+                                               std::chrono::milliseconds ttl, std::size_t limit) {
+    std::lock_guard lock(mu_);
+    return guarded([&]() -> result<std::vector<lease>> {
+        // The catalog's write lock (BEGIN IMMEDIATE) serializes the workers of the host: each
+        // claims from what the one before left.
+        sql::transaction tx(*db_);
         const auto now = now_();
-        auto& cur = db_->prepare("SELECT owner, expires FROM leases WHERE id = ?1");
-        cur.bind(1, id.str());
-        std::optional<held_elsewhere> other;
-        std::string previous;
-        if (cur.step() && cur.text(0) != owner) {
-            if (cur.int64(1) > now.value) {
-                other = held_elsewhere{std::string(cur.text(0)), unix_ms{cur.int64(1)}};
-            } else {
-                previous = cur.text(0);  // its lease expired: a take-over
+        std::vector<lease> out;
+        for (const auto& id : candidates) {
+            if (out.size() == limit) {
+                break;
+            }
+            auto got = take(id, owner, ttl, now);
+            if (!got) {
+                return got.error();
+            }
+            if (auto* l = std::get_if<lease>(&*got)) {
+                out.push_back(std::move(*l));
             }
         }
-        cur.reset();
-        if (other) {
-            return acquisition{*other};
-        }
-        auto& next = db_->prepare("UPDATE lease_epoch SET last = last + 1 RETURNING last");
-        next.step();
-        const lease_epoch epoch{static_cast<std::uint64_t>(next.int64(0))};
-        next.reset();
-        // Conditional: only a missing, expired or own lease is replaced.
-        auto& take = db_->prepare(
-            "INSERT INTO leases (id, owner, epoch, expires) VALUES (?1, ?2, ?3, ?4) "
-            "ON CONFLICT (id) DO UPDATE SET owner = excluded.owner, epoch = excluded.epoch, "
-            "expires = excluded.expires WHERE leases.expires <= ?5 OR leases.owner = ?2");
-        const unix_ms expires{now.value + ttl.count()};
-        take.bind(1, id.str())
-            .bind(2, owner)
-            .bind(3, static_cast<std::int64_t>(epoch.value))
-            .bind(4, expires.value)
-            .bind(5, now.value)
-            .run();
-        if (sqlite3_changes(db_->raw()) != 1) {
-            return storage::errc::conflict;  // cannot happen inside the transaction
-        }
         tx.commit();
-        return acquisition{lease{id, std::string(owner), epoch, expires, std::move(previous)}};
+        return out;
     });
+}
+
+result<acquisition> sqlite_lease::take(const session_id& id, std::string_view owner,
+                               std::chrono::milliseconds ttl, unix_ms now) {
+    auto& cur = db_->prepare("SELECT owner, expires FROM leases WHERE id = ?1");
+    cur.bind(1, id.str());
+    std::string previous;
+    if (cur.step() && cur.text(0) != owner) {
+        if (cur.int64(1) > now.value) {
+            held_elsewhere other{std::string(cur.text(0)), unix_ms{cur.int64(1)}};
+            cur.reset();
+            return acquisition{std::move(other)};
+        }
+        previous = cur.text(0);  // its lease expired: a take-over
+    }
+    cur.reset();
+    auto& next = db_->prepare("UPDATE lease_epoch SET last = last + 1 RETURNING last");
+    next.step();
+    const lease_epoch epoch{static_cast<std::uint64_t>(next.int64(0))};
+    next.reset();
+    // Conditional: only a missing, expired or own lease is replaced.
+    const unix_ms expires{now.value + ttl.count()};
+    db_->prepare(
+           "INSERT INTO leases (id, owner, epoch, expires) VALUES (?1, ?2, ?3, ?4) "
+           "ON CONFLICT (id) DO UPDATE SET owner = excluded.owner, epoch = excluded.epoch, "
+           "expires = excluded.expires WHERE leases.expires <= ?5 OR leases.owner = ?2")
+        .bind(1, id.str())
+        .bind(2, owner)
+        .bind(3, static_cast<std::int64_t>(epoch.value))
+        .bind(4, expires.value)
+        .bind(5, now.value)
+        .run();
+    if (sqlite3_changes(db_->raw()) != 1) {
+        return storage::errc::conflict;  // cannot happen inside the transaction
+    }
+    return acquisition{lease{id, std::string(owner), epoch, expires, std::move(previous)}};
 }
 
 result<std::vector<session_id>> sqlite_lease::renew(const std::vector<lease>& held,

@@ -28,6 +28,9 @@ class sqlite_lease final : public lease_store {
                                 std::chrono::milliseconds ttl) override;
     result<std::vector<session_id>> renew(const std::vector<lease>& held,
                                           std::chrono::milliseconds ttl) override;
+    result<std::vector<lease>> claim(const std::vector<session_id>& candidates,
+                                     std::string_view owner, std::chrono::milliseconds ttl,
+                                     std::size_t limit) override;
     result<void> release(const lease& held) override;
     result<std::optional<lease>> owner_of(const session_id& id) override;
     result<std::vector<lease>> live() override;
@@ -35,6 +38,10 @@ class sqlite_lease final : public lease_store {
     std::string_view backend() const override { return "sqlite"; }
 
   private:
+    // acquire() inside the caller's transaction. REQUIRES: mu_ held, a transaction open.
+    result<acquisition> take(const session_id& id, std::string_view owner, std::chrono::milliseconds ttl,
+                     unix_ms now);
+
     wall_clock now_;
     std::mutex mu_;
     std::unique_ptr<storage::sqlite::db> db_;

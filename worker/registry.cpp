@@ -29,14 +29,16 @@ struct session_registry::gate {
 
 session_registry::session_registry(asio::any_io_executor ex, storage::session_store& store,
                                    provider_factory providers, const tool_registry& tools,
-                                   clock& clk, loop_options opts, event_forwarder events)
+                                   clock& clk, loop_options opts, event_forwarder events,
+                                   work_gate* work)
     : ex_(std::move(ex)),
       store_(store),
       providers_(std::move(providers)),
       tools_(tools),
       clock_(clk),
       opts_(opts),
-      events_(std::move(events)) {}
+      events_(std::move(events)),
+      work_(work) {}
 
 session_registry::~session_registry() {
     stop();
@@ -174,9 +176,12 @@ asio::awaitable<boost::system::result<session_registry::handle>> session_registr
     // The loop is a tracked child: stop() and retire() cancel it through its slot. Its
     // completion frees the registry's part of it (a failed session is reloaded from the store
     // on its next use) once the handler has returned.
-    auto done = [this, keep = e, id](std::exception_ptr) mutable {
+    auto pass = std::make_shared<work_gate::pass>(work_ != nullptr ? work_->enter()
+                                                                   : work_gate::pass());
+    auto done = [this, keep = e, id, pass](std::exception_ptr) mutable {
         keep->running = false;
         --running_;
+        auto left = std::move(*pass);
         asio::post(ex_, [this, keep = std::move(keep), id]() mutable {
             if (auto it = sessions_.find(id.str());
                 !stopped_ && it != sessions_.end() && it->second == keep) {

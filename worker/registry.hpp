@@ -18,6 +18,7 @@
 #pragma once
 
 #include "worker/agent_loop.hpp"
+#include "worker/work_gate.hpp"
 
 #include <boost/asio/cancellation_signal.hpp>
 
@@ -34,7 +35,7 @@ class session_registry {
 
     session_registry(asio::any_io_executor ex, storage::session_store& store,
                      provider_factory providers, const tool_registry& tools, clock& clk,
-                     loop_options opts, event_forwarder events);
+                     loop_options opts, event_forwarder events, work_gate* work = nullptr);
     ~session_registry();
 
     // The session's loop at `epoch` (the caller holds that lease), loaded and started if it
@@ -99,6 +100,7 @@ class session_registry {
     clock& clock_;
     loop_options opts_;
     event_forwarder events_;
+    work_gate* work_;  // each running loop holds a pass
     std::map<std::string, std::shared_ptr<entry>> sessions_;
     std::map<std::string, std::shared_ptr<gate>> gates_;
     std::size_t running_ = 0;

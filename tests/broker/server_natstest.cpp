@@ -478,6 +478,36 @@ TEST_F(streaming_worker_fixture, SubscribingMidStreamYieldsTheAccumulatedTextThe
 
 // ---- two workers
 
+// Defect: lease acquisition ran on the executor that serves every session, so one slow
+// acquisition (a busy catalog, a far database) stalled the sessions already loaded.
+TEST_F(worker_fixture, ASlowLeaseAcquisitionStallsNoOtherSession) {
+    const std::string item =
+        R"({"lane":"followUp","id":"%","author":{"id":"u1","name":"Ann","kind":"human"},"content":"hi"})";
+    auto with_id = [&](const std::string& id) {
+        auto body = item;
+        return body.replace(body.find('%'), 1, id);
+    };
+    ASSERT_EQ(request("warm", "enqueue", with_id("w1")).at("ok"), true);
+    node_->lease_gate().hold();
+    std::promise<json::value> cold_reply;
+    std::thread cold([&] { cold_reply.set_value(request("cold", "enqueue", with_id("c1"))); });
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (node_->lease_gate().held() == 0 && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(1ms);
+    }
+    ASSERT_EQ(node_->lease_gate().held(), 1) << "the cold session's acquisition is held";
+    // While it waits, the loaded session is served: a read, and a write that commits.
+    auto read = client_->request(prefix_ + ".session.warm.subscribe", "{}", 5s);
+    auto write = client_->request(prefix_ + ".session.warm.enqueue", with_id("w2"), 5s);
+    node_->lease_gate().let_go();
+    cold.join();
+    ASSERT_TRUE(read) << "a loaded session was not served while another's lease was acquired";
+    EXPECT_EQ(json::parse(*read).at("ok"), true);
+    ASSERT_TRUE(write);
+    EXPECT_EQ(json::parse(*write).at("ok"), true);
+    EXPECT_EQ(cold_reply.get_future().get().at("ok"), true);
+}
+
 TEST_F(worker_fixture, TwoWorkersForwardToTheOwnerAndTheOwnerAnswersDirectly) {
     auto second = start_node("w2");
     watch("fw");

@@ -1,7 +1,8 @@
 // One worker in-process for the NATS tests: the node wuhu-worker runs (app/node.hpp) with a
 // SQLite store and the SQLite catalog lease in `data_dir` (several nodes on one dir are workers
-// of one host; through a faulty_store, so that a test can stall its disk), the scripted model,
-// its own NATS connection, and a thread running it.
+// of one host; through a faulty_store, so that a test can stall its disk, and a lease store
+// whose acquisitions a test can hold), the scripted model, its own NATS connection, and a
+// thread running it.
 #pragma once
 
 #include "app/node.hpp"
@@ -13,10 +14,73 @@
 
 #include <boost/asio/post.hpp>
 
+#include <condition_variable>
 #include <future>
+#include <mutex>
 #include <thread>
 
 namespace wuhu::testing {
+
+// A lease store whose acquisitions wait while hold() is on (a slow catalog, a far database).
+class holding_lease final : public ownership::lease_store {
+  public:
+    explicit holding_lease(ownership::lease_store& inner) : inner_(inner) {}
+    void hold() {
+        std::lock_guard lock(mu_);
+        holding_ = true;
+    }
+    void let_go() {
+        std::lock_guard lock(mu_);
+        holding_ = false;
+        cv_.notify_all();
+    }
+    // Acquisitions waiting now.
+    int held() const {
+        std::lock_guard lock(mu_);
+        return waiting_;
+    }
+
+    ownership::result<ownership::acquisition> acquire(const session::session_id& id,
+                                                      std::string_view owner,
+                                                      std::chrono::milliseconds ttl) override {
+        {
+            std::unique_lock lock(mu_);
+            ++waiting_;
+            cv_.wait(lock, [this] { return !holding_; });
+            --waiting_;
+        }
+        return inner_.acquire(id, owner, ttl);
+    }
+    ownership::result<std::vector<session::session_id>> renew(
+        const std::vector<ownership::lease>& held, std::chrono::milliseconds ttl) override {
+        return inner_.renew(held, ttl);
+    }
+    ownership::result<std::vector<ownership::lease>> claim(
+        const std::vector<session::session_id>& candidates, std::string_view owner,
+        std::chrono::milliseconds ttl, std::size_t limit) override {
+        return inner_.claim(candidates, owner, ttl, limit);
+    }
+    ownership::result<void> release(const ownership::lease& held) override {
+        return inner_.release(held);
+    }
+    ownership::result<std::optional<ownership::lease>> owner_of(
+        const session::session_id& id) override {
+        return inner_.owner_of(id);
+    }
+    ownership::result<std::vector<ownership::lease>> live() override { return inner_.live(); }
+    ownership::result<void> remove(const session::session_id& id,
+                                   session::lease_epoch epoch) override {
+        return inner_.remove(id, epoch);
+    }
+    std::string_view backend() const override { return inner_.backend(); }
+
+  private:
+    ownership::lease_store& inner_;
+    mutable std::mutex mu_;
+    std::condition_variable cv_;
+    bool holding_ = false;
+    int waiting_ = 0;
+};
 
 struct node_options {
     std::string nats_url;
@@ -35,8 +99,9 @@ class worker_node {
           store_(storage::sqlite_options{options_.data_dir}),
           stalling_store_(store_),
           leases_(options_.data_dir),
+          holding_leases_(leases_),
           nats_(options_.nats_url, options_.worker_id),
-          node_(stalling_store_, leases_, nats_, provider_factory(), broker_options(),
+          node_(stalling_store_, holding_leases_, nats_, provider_factory(), broker_options(),
                 worker::json_logger(options_.worker_id)) {
         thread_ = std::thread([this] { node_.run(); });
     }
@@ -67,6 +132,8 @@ class worker_node {
     // The store the node commits through: hold_commits() stalls its disk.
     storage::faulty_store& store() { return stalling_store_; }
     ownership::lease_store& leases() { return leases_; }
+    // The lease store the node acquires through: hold() makes its acquisitions wait.
+    holding_lease& lease_gate() { return holding_leases_; }
 
   private:
     app::node::provider_factory provider_factory() const {
@@ -89,6 +156,7 @@ class worker_node {
     storage::sqlite_store store_;
     storage::faulty_store stalling_store_;
     ownership::sqlite_lease leases_;
+    holding_lease holding_leases_;
     nats::connection nats_;
     app::node node_;
     std::thread thread_;

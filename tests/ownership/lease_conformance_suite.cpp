@@ -1,6 +1,9 @@
 // The lease conformance suite (tests/ownership/lease_conformance.hpp).
 #include "tests/ownership/lease_conformance.hpp"
 
+#include <map>
+#include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -123,6 +126,71 @@ TEST_P(LeaseConformance, RacingWorkersNeverBothWin) {
     }
     for (int i = 0; i < sessions; ++i) {
         EXPECT_EQ(wins[i].load(), 1) << "session r" << i;
+    }
+}
+
+// The recovery sweep's claim: only free, expired or own leases, at most `limit`, new epochs.
+TEST_P(LeaseConformance, ClaimTakesAtMostLimitOfTheSessionsNoLiveOwnerHolds) {
+    auto other = granted(store().acquire(sid("held"), "w2", 10s));
+    auto expiring = granted(store().acquire(sid("expired"), "w2", 1s));
+    auto mine = granted(store().acquire(sid("mine"), "w1", 10s));  // an earlier run's
+    b_->now += 1'000;
+    const std::vector<session_id> all{sid("held"), sid("expired"), sid("mine"), sid("free1"),
+                                      sid("free2"), sid("free3")};
+    auto first = store().claim(all, "w1", 10s, 4).value();
+    ASSERT_EQ(first.size(), 4u);
+    std::set<std::string> got;
+    for (const auto& l : first) {
+        got.insert(l.id.str());
+        EXPECT_EQ(l.owner, "w1");
+        EXPECT_EQ(l.expires, unix_ms{b_->now + 10'000});
+        EXPECT_GT(l.epoch, mine.epoch);
+        EXPECT_EQ(store().owner_of(l.id).value(), (lease{l.id, "w1", l.epoch, l.expires, {}}));
+        EXPECT_EQ(l.taken_from, l.id == sid("expired") ? "w2" : "");
+    }
+    EXPECT_FALSE(got.contains("held")) << "another owner's live lease is never claimed";
+    auto rest = store().claim(all, "w3", 10s, 10).value();
+    ASSERT_EQ(rest.size(), 6u - 4u - 1u) << "what w1 did not take, but the held one";
+    EXPECT_FALSE(got.contains(rest[0].id.str()));
+    EXPECT_EQ(store().owner_of(sid("held")).value(), other);
+    EXPECT_TRUE(store().claim(all, "w3", 10s, 0).value().empty());
+    EXPECT_EQ(store().renew({expiring}, 10s).value(), std::vector<session_id>{sid("expired")})
+        << "the claimed lease fences out the expired one";
+}
+
+// Workers claiming the same candidates at once share them: each session goes to one.
+TEST_P(LeaseConformance, ConcurrentClaimsNeverTakeASessionTwice) {
+    auto second = b_->another();
+    ownership::lease_store& a = store();
+    ownership::lease_store& b = second ? *second : store();
+    std::vector<session_id> candidates;
+    for (int i = 0; i < 200; ++i) {
+        candidates.push_back(sid(("c" + std::to_string(i)).c_str()));
+    }
+    std::mutex mu;
+    std::map<std::string, int> claims;
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t) {
+        threads.emplace_back([&, t] {
+            auto& st = t % 2 == 0 ? a : b;
+            auto mine = candidates;  // less what this worker holds (as its keeper passes them)
+            for (int round = 0; round < 10; ++round) {
+                auto got = st.claim(mine, "w" + std::to_string(t), 60s, 16);
+                ASSERT_TRUE(got.has_value()) << got.error().message();
+                std::lock_guard lock(mu);
+                for (const auto& l : *got) {
+                    ++claims[l.id.str()];
+                    std::erase(mine, l.id);
+                }
+            }
+        });
+    }
+    for (auto& th : threads) {
+        th.join();
+    }
+    EXPECT_EQ(claims.size(), 200u) << "4 workers x 10 rounds x 16 cover the 200 sessions";
+    for (const auto& [id, n] : claims) {
+        EXPECT_EQ(n, 1) << id;
     }
 }
 

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <memory>
 #include <set>
 #include <thread>
 
@@ -122,6 +123,15 @@ struct keeper_world {
             }
             return inner.renew(held, ttl);
         }
+        ownership::result<std::vector<lease>> claim(const std::vector<session_id>& candidates,
+                                                    std::string_view owner,
+                                                    std::chrono::milliseconds ttl,
+                                                    std::size_t limit) override {
+            if (world.failing) {
+                return storage::errc::unavailable;
+            }
+            return inner.claim(candidates, owner, ttl, limit);
+        }
         ownership::result<void> release(const lease& held) override { return inner.release(held); }
         ownership::result<std::optional<lease>> owner_of(const session_id& id) override {
             if (world.failing) {
@@ -139,11 +149,12 @@ struct keeper_world {
     } leases{*this};
 
     // ttl 3 s: renewed every 1 s, served until 2.4 s after the last renewal began.
-    ownership::keeper make(const std::string& id, std::vector<std::string>* events = nullptr) {
-        ownership::keeper k(leases, id, ownership::lease_settings::for_ttl(3s),
-                            [this] { return steady; });
+    std::unique_ptr<ownership::keeper> make(const std::string& id,
+                                            std::vector<std::string>* events = nullptr) {
+        auto k = std::make_unique<ownership::keeper>(
+            leases, id, ownership::lease_settings::for_ttl(3s), [this] { return steady; });
         if (events != nullptr) {
-            k.on_event([events](ownership::lease_event e, const lease& l) {
+            k->on_event([events](ownership::lease_event e, const lease& l) {
                 events->push_back(std::string(ownership::lease_event_name(e)) + " " + l.id.str() +
                                   (l.taken_from.empty() ? "" : " from " + l.taken_from));
             });
@@ -169,25 +180,25 @@ TEST(Keeper, ALeasePastItsDeadlineIsCheckedWithTheStoreBeforeItIsServed) {
     std::vector<std::string> events;
     auto w1 = w.make("w1", &events);
     auto w2 = w.make("w2");
-    ASSERT_TRUE(here(w1.place(sid("s"))));
+    ASSERT_TRUE(here(w1->place(sid("s"))));
     w.advance(3'500ms);  // w1 was frozen past its lease; w2 takes the session over
-    ASSERT_TRUE(here(w2.place(sid("s"))));
-    auto p = w1.place(sid("s"));
+    ASSERT_TRUE(here(w2->place(sid("s"))));
+    auto p = w1->place(sid("s"));
     ASSERT_TRUE(p);
     ASSERT_TRUE(std::holds_alternative<ownership::keeper::elsewhere>(*p));
     EXPECT_EQ(std::get<ownership::keeper::elsewhere>(*p).owner, "w2");
     EXPECT_EQ(events, (std::vector<std::string>{"acquired s", "lost s"}));
-    EXPECT_EQ(w1.held(), 0u);
+    EXPECT_EQ(w1->held(), 0u);
 }
 
 TEST(Keeper, ALeaseStillHeldPastItsDeadlineIsRenewedAndServed) {
     keeper_world w;
     std::vector<std::string> events;
     auto w1 = w.make("w1", &events);
-    const auto first = w1.place(sid("s"));
+    const auto first = w1->place(sid("s"));
     ASSERT_TRUE(here(first));
     w.advance(2'500ms);  // past the deadline (2.4 s), not past the lease (3 s)
-    auto again = w1.locate(sid("s"));
+    auto again = w1->locate(sid("s"));
     ASSERT_TRUE(again && *again);
     EXPECT_EQ(std::get<ownership::keeper::here>(**again).epoch,
               std::get<ownership::keeper::here>(*first).epoch)
@@ -199,16 +210,16 @@ TEST(Keeper, WhenRenewalFailsALeaseIsDroppedAtItsDeadlineAndNotServed) {
     keeper_world w;
     std::vector<std::string> events;
     auto w1 = w.make("w1", &events);
-    ASSERT_TRUE(here(w1.place(sid("s"))));
+    ASSERT_TRUE(here(w1->place(sid("s"))));
     w.failing = true;
     w.advance(1'000ms);
-    EXPECT_FALSE(w1.renew()) << "the store is away";
-    EXPECT_EQ(w1.held(), 1u) << "still within its deadline";
-    ASSERT_TRUE(here(w1.place(sid("s"))));
+    EXPECT_FALSE(w1->renew()) << "the store is away";
+    EXPECT_EQ(w1->held(), 1u) << "still within its deadline";
+    ASSERT_TRUE(here(w1->place(sid("s"))));
     w.advance(1'500ms);
-    EXPECT_FALSE(w1.place(sid("s"))) << "past its deadline it is not served while unsure";
-    EXPECT_FALSE(w1.renew());
-    EXPECT_EQ(w1.held(), 0u);
+    EXPECT_FALSE(w1->place(sid("s"))) << "past its deadline it is not served while unsure";
+    EXPECT_FALSE(w1->renew());
+    EXPECT_EQ(w1->held(), 0u);
     EXPECT_EQ(events, (std::vector<std::string>{"acquired s", "lost s"}));
 }
 
@@ -219,23 +230,23 @@ TEST(Keeper, AnOwnerThatCannotRenewStopsServingAtTheDeadlineAndGivesTheLeaseUp) 
     keeper_world w;
     std::vector<std::string> events;
     auto w1 = w.make("w1", &events);
-    EXPECT_FALSE(w1.next_deadline()) << "nothing held";
-    ASSERT_TRUE(here(w1.place(sid("s"))));
+    EXPECT_FALSE(w1->next_deadline()) << "nothing held";
+    ASSERT_TRUE(here(w1->place(sid("s"))));
     const auto placed = w.steady;
-    EXPECT_EQ(w1.next_deadline(), placed + 2'400ms) << "ttl 3 s, stop margin 600 ms";
-    EXPECT_TRUE(w1.serving(sid("s")));
-    EXPECT_FALSE(w1.serving(sid("other")));
+    EXPECT_EQ(w1->next_deadline(), placed + 2'400ms) << "ttl 3 s, stop margin 600 ms";
+    EXPECT_TRUE(w1->serving(sid("s")));
+    EXPECT_FALSE(w1->serving(sid("other")));
     w.failing = true;
     w.advance(1'000ms);
-    EXPECT_FALSE(w1.renew());
-    w1.expire_overdue();
-    EXPECT_TRUE(w1.serving(sid("s"))) << "within its deadline";
-    EXPECT_EQ(w1.held(), 1u);
+    EXPECT_FALSE(w1->renew());
+    w1->expire_overdue();
+    EXPECT_TRUE(w1->serving(sid("s"))) << "within its deadline";
+    EXPECT_EQ(w1->held(), 1u);
     w.advance(1'400ms);  // the deadline
-    EXPECT_FALSE(w1.serving(sid("s"))) << "no more streaming or status for it";
-    w1.expire_overdue();
-    EXPECT_EQ(w1.held(), 0u);
-    EXPECT_FALSE(w1.next_deadline());
+    EXPECT_FALSE(w1->serving(sid("s"))) << "no more streaming or status for it";
+    w1->expire_overdue();
+    EXPECT_EQ(w1->held(), 0u);
+    EXPECT_FALSE(w1->next_deadline());
     EXPECT_EQ(events, (std::vector<std::string>{"acquired s", "lost s"}));
 }
 
@@ -244,17 +255,17 @@ TEST(Keeper, LocateTakesNothingAndEventsNameTakeOversAndReleases) {
     std::vector<std::string> events;
     auto w1 = w.make("w1");
     auto w2 = w.make("w2", &events);
-    auto nobody = w2.locate(sid("s"));
+    auto nobody = w2->locate(sid("s"));
     ASSERT_TRUE(nobody);
     EXPECT_FALSE(nobody->has_value());
     EXPECT_FALSE(w.leases.owner_of(sid("s")).value().has_value()) << "nothing taken";
-    ASSERT_TRUE(here(w1.place(sid("s"))));
-    auto there = w2.locate(sid("s"));
+    ASSERT_TRUE(here(w1->place(sid("s"))));
+    auto there = w2->locate(sid("s"));
     ASSERT_TRUE(there && *there);
     EXPECT_EQ(std::get<ownership::keeper::elsewhere>(**there).owner, "w1");
     w.advance(3'500ms);  // w1's lease runs out
-    ASSERT_TRUE(here(w2.place(sid("s"))));
-    w2.release(sid("s"));
+    ASSERT_TRUE(here(w2->place(sid("s"))));
+    w2->release(sid("s"));
     EXPECT_EQ(events, (std::vector<std::string>{"taken_over s from w1", "released s"}));
 }
 

@@ -1,0 +1,100 @@
+#include "broker/lease_desk.hpp"
+
+#include "worker/offload.hpp"
+
+#include <boost/asio/post.hpp>
+
+namespace wuhu::broker {
+
+using ownership::result;
+using worker::run_on;
+
+std::optional<lease_desk::placement> lease_desk::at_once(const session::session_id& id) const {
+    if (waiting_.contains(id.str())) {
+        return std::nullopt;
+    }
+    return keeper_.here_now(id);
+}
+
+asio::awaitable<result<lease_desk::placement>> lease_desk::place(session::session_id id) {
+    if (auto now = at_once(id)) {
+        co_return *now;
+    }
+    waiting in_line(this, id.str());
+    auto task = run_on<result<placement>>(lease_ex_, [this, id] { return keeper_.place(id); });
+    auto out = co_await std::move(task);
+    co_return out;
+}
+
+asio::awaitable<result<std::optional<lease_desk::placement>>> lease_desk::locate(
+    session::session_id id) {
+    if (auto now = at_once(id)) {
+        co_return std::optional<placement>(*now);
+    }
+    waiting in_line(this, id.str());
+    auto task = run_on<result<std::optional<placement>>>(lease_ex_,
+                                                         [this, id] { return keeper_.locate(id); });
+    auto out = co_await std::move(task);
+    co_return out;
+}
+
+asio::awaitable<result<std::vector<session::session_id>>> lease_desk::renew() {
+    auto task = run_on<result<std::vector<session::session_id>>>(
+        lease_ex_, [this] { return keeper_.renew(); });
+    auto out = co_await std::move(task);
+    co_return out;
+}
+
+asio::awaitable<result<std::vector<ownership::lease>>> lease_desk::claim(
+    std::vector<session::session_id> candidates, std::size_t limit) {
+    // Not those waiting on the strand already: a request is placing them.
+    std::erase_if(candidates, [this](const auto& id) { return waiting_.contains(id.str()); });
+    auto task = run_on<result<std::vector<ownership::lease>>>(
+        lease_ex_, [this, candidates = std::move(candidates), limit] {
+            return keeper_.claim(candidates, limit);
+        });
+    auto out = co_await std::move(task);
+    co_return out;
+}
+
+asio::awaitable<result<void>> lease_desk::remove(session::session_id id,
+                                                 session::lease_epoch epoch) {
+    waiting in_line(this, id.str());
+    auto task =
+        run_on<result<void>>(lease_ex_, [this, id, epoch] { return keeper_.remove(id, epoch); });
+    auto out = co_await std::move(task);
+    co_return out;
+}
+
+void lease_desk::give_back(ownership::lease l) {
+    // A failed release only delays the next owner (by the TTL).
+    asio::post(lease_ex_, [this, l = std::move(l)] { (void)keeper_.store().release(l); });
+}
+
+void lease_desk::release(const session::session_id& id) {
+    if (auto l = keeper_.forget(id, ownership::lease_event::released)) {
+        give_back(std::move(*l));
+    }
+}
+
+void lease_desk::lost(const session::session_id& id) {
+    // Gone already, unless the store only refused one write.
+    if (auto l = keeper_.forget(id, ownership::lease_event::lost)) {
+        give_back(std::move(*l));
+    }
+}
+
+asio::awaitable<std::size_t> lease_desk::release_all() {
+    auto all = keeper_.forget_all();
+    const std::size_t n = all.size();
+    auto task = run_on<bool>(lease_ex_, [this, all = std::move(all)] {
+        for (const auto& l : all) {
+            (void)keeper_.store().release(l);
+        }
+        return true;
+    });
+    co_await std::move(task);
+    co_return n;
+}
+
+}  // namespace wuhu::broker

@@ -1,0 +1,79 @@
+// The keeper's face on the serving executor.
+//
+// A lease this worker holds within its deadline is answered from memory, at once. Everything
+// that asks the lease store (acquiring, locating, renewing, releasing, removing) runs on
+// `lease_ex`, a strand of the store pool: one operation at a time (two acquisitions of one
+// session would hand out two epochs), and never on the executor that serves the sessions, so
+// a cold lease, a slow catalog or a database round trip stalls no other session. Releases are
+// fire and forget: the keeper forgets the lease at once, and the store hears of it in order
+// with whatever comes next on the strand (an acquisition after a release gets a newer epoch).
+//
+// Requests for one session are placed in the order they came: while one waits on the strand,
+// the next ones wait behind it there too (answered from memory, they would overtake it: a
+// delete would run before the enqueues sent ahead of it).
+//
+// Lease events are reported on the thread that caused them (the strand, or the caller's).
+// Not thread-safe: call it from the serving executor.
+#pragma once
+
+#include "ownership/keeper.hpp"
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+
+#include <map>
+#include <string>
+
+namespace wuhu::broker {
+
+namespace asio = boost::asio;
+
+class lease_desk {
+  public:
+    using placement = ownership::keeper::placement;
+
+    lease_desk(ownership::keeper& keeper, asio::any_io_executor lease_ex)
+        : keeper_(keeper), lease_ex_(std::move(lease_ex)) {}
+
+    asio::awaitable<ownership::result<placement>> place(session::session_id id);
+    asio::awaitable<ownership::result<std::optional<placement>>> locate(session::session_id id);
+    asio::awaitable<ownership::result<std::vector<session::session_id>>> renew();
+    asio::awaitable<ownership::result<std::vector<ownership::lease>>> claim(
+        std::vector<session::session_id> candidates, std::size_t limit);
+    asio::awaitable<ownership::result<void>> remove(session::session_id id,
+                                                    session::lease_epoch epoch);
+    // Forgets the lease now (reported released, or lost) and gives it back to the store next.
+    void release(const session::session_id& id);
+    void lost(const session::session_id& id);
+    // Forgets every lease now and returns once the store has them back.
+    asio::awaitable<std::size_t> release_all();
+
+    ownership::keeper& keeper() { return keeper_; }
+    const ownership::keeper& keeper() const { return keeper_; }
+
+  private:
+    void give_back(ownership::lease l);
+    // Counts an operation of the session waiting on the strand while it lives.
+    struct waiting {
+        lease_desk* desk;
+        std::string id;
+        waiting(lease_desk* d, std::string i) : desk(d), id(std::move(i)) {
+            ++desk->waiting_[id];
+        }
+        waiting(const waiting&) = delete;
+        waiting& operator=(const waiting&) = delete;
+        ~waiting() {
+            if (auto it = desk->waiting_.find(id); --it->second == 0) {
+                desk->waiting_.erase(it);
+            }
+        }
+    };
+    // The placement from memory, unless an operation of the session waits on the strand.
+    std::optional<placement> at_once(const session::session_id& id) const;
+
+    ownership::keeper& keeper_;
+    asio::any_io_executor lease_ex_;
+    std::map<std::string, int> waiting_;  // by session id
+};
+
+}  // namespace wuhu::broker
