@@ -236,7 +236,7 @@ asio::awaitable<void> node::sweep(node* self) {
                     self->log_->warn("could not recover session {}: {}", c.id.str(),
                                      loop.error().message());
                 }
-                self->leases_.release(c.id);  // another worker may do better
+                self->leases_.release(c.id, epoch);  // another worker may do better
                 continue;
             }
             self->log_->info("recovered session {} (epoch {}): {}", c.id.str(), epoch.value,

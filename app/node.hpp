@@ -105,6 +105,9 @@ class node {
 
     node_options options_;
     std::shared_ptr<spdlog::logger> log_;
+    // Before io_: work destroyed with it gives its passes back to live gates.
+    worker::work_gate busy_;      // requests, loops, drains, sweep, passivation
+    worker::work_gate renewing_;  // the lease keeper
     asio::io_context io_;
     asio::executor_work_guard<asio::io_context::executor_type> work_;
     asio::thread_pool store_pool_;
@@ -113,8 +116,6 @@ class node {
     storage::watched_store store_;
     ownership::keeper keeper_;
     broker::lease_desk leases_;  // lease-store IO on a strand of store_pool_
-    worker::work_gate busy_{io_.get_executor()};      // requests, loops, drains, sweep, passivation
-    worker::work_gate renewing_{io_.get_executor()};  // the lease keeper
     std::unique_ptr<broker::server> server_;
     std::unique_ptr<worker::session_registry> registry_;
     asio::steady_timer lease_timer_{io_};  // the lease keeper's next turn

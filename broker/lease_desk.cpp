@@ -71,15 +71,19 @@ void lease_desk::give_back(ownership::lease l) {
     asio::post(lease_ex_, [this, l = std::move(l)] { (void)keeper_.store().release(l); });
 }
 
-void lease_desk::release(const session::session_id& id) {
-    if (auto l = keeper_.forget(id, ownership::lease_event::released)) {
+void lease_desk::release(const session::session_id& id,
+                         std::optional<session::lease_epoch> epoch) {
+    if (!epoch && waiting_.contains(id.str())) {
+        return;
+    }
+    if (auto l = keeper_.forget(id, ownership::lease_event::released, epoch)) {
         give_back(std::move(*l));
     }
 }
 
-void lease_desk::lost(const session::session_id& id) {
+void lease_desk::lost(const session::session_id& id, session::lease_epoch epoch) {
     // Gone already, unless the store only refused one write.
-    if (auto l = keeper_.forget(id, ownership::lease_event::lost)) {
+    if (auto l = keeper_.forget(id, ownership::lease_event::lost, epoch)) {
         give_back(std::move(*l));
     }
 }

@@ -42,9 +42,13 @@ class lease_desk {
         std::vector<session::session_id> candidates, std::size_t limit);
     asio::awaitable<ownership::result<void>> remove(session::session_id id,
                                                     session::lease_epoch epoch);
-    // Forgets the lease now (reported released, or lost) and gives it back to the store next.
-    void release(const session::session_id& id);
-    void lost(const session::session_id& id);
+    // Forgets the lease now (reported released, or lost) and gives it back to the store next,
+    // if it is still the one at `epoch` (a request waiting on the strand may have taken the
+    // session again meanwhile). Without an epoch (passivation), a lease that a request of the
+    // session is waiting for on the strand is kept: that request is about to use it.
+    void release(const session::session_id& id,
+                 std::optional<session::lease_epoch> epoch = std::nullopt);
+    void lost(const session::session_id& id, session::lease_epoch epoch);
     // Forgets every lease now and returns once the store has them back.
     asio::awaitable<std::size_t> release_all();
 

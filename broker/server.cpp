@@ -367,9 +367,7 @@ asio::awaitable<std::vector<std::string>> server::handle(worker::session_registr
     // this worker closed itself (`closed`: deleted, unloaded, replaced) needs only the routing:
     // the lease is already as it should be.
     auto fenced = [&](s::lease_epoch epoch) {
-        if (auto held = leases_.keeper().epoch_of(sid); held && *held == epoch) {
-            leases_.lost(sid);
-        }
+        leases_.lost(sid, epoch);  // if still the lease at that epoch
         registry.unload(sid, epoch);
     };
     auto route_again = [&](const boost::system::error_code& ec, s::lease_epoch epoch) {
@@ -458,9 +456,8 @@ asio::awaitable<std::vector<std::string>> server::handle(worker::session_registr
             if (loop.error() == storage::errc::not_found) {
                 // A read of a session that is gone (deleted since it was looked up): the lease
                 // it took for it is given back, and nothing is created.
-                if (auto held = leases_.keeper().epoch_of(sid);
-                    held && *held == epoch && !registry.contains(sid)) {
-                    leases_.release(sid);
+                if (!registry.contains(sid)) {
+                    leases_.release(sid, epoch);  // if still the lease at that epoch
                 }
                 co_return absent_session(req, options_.max_reply_bytes);
             }

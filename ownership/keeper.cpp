@@ -273,11 +273,13 @@ result<std::vector<session_id>> keeper::renew() {
     return lost;
 }
 
-std::optional<lease> keeper::forget(const session_id& id, lease_event why) {
+std::optional<lease> keeper::forget(const session_id& id, lease_event why,
+                                    std::optional<lease_epoch> epoch) {
     std::optional<lease> out;
     {
         std::lock_guard lock(mu_);
-        if (auto it = held_.find(id.str()); it != held_.end()) {
+        if (auto it = held_.find(id.str());
+            it != held_.end() && (!epoch || it->second.l.epoch == *epoch)) {
             out = std::move(it->second.l);
             held_.erase(it);
         }

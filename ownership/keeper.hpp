@@ -93,9 +93,11 @@ class keeper {
     // Gives one lease up (its session was unloaded), or all of them (shutdown).
     void release(const session_id& id);
     void release_all();
-    // The in-memory half of release() and lost(): forgets the lease and reports `why`; the
-    // caller gives the returned lease back to the store (store().release()) when it can.
-    std::optional<lease> forget(const session_id& id, lease_event why);
+    // The in-memory half of release() and lost(): forgets the lease (only if it is still the
+    // one at `epoch`, when given) and reports `why`; the caller gives the returned lease back
+    // to the store (store().release()) when it can.
+    std::optional<lease> forget(const session_id& id, lease_event why,
+                                std::optional<lease_epoch> epoch = std::nullopt);
     // Forgets every lease (reported released) and returns them, for the store's release.
     std::vector<lease> forget_all();
     // The session was deleted under this worker's lease at `epoch`: forget that lease (and

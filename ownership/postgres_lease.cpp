@@ -75,7 +75,10 @@ void prepare(pqxx::connection& c, const std::string& schema) {
               "INSERT INTO leases (session_id, owner, epoch, expires) "
               "SELECT c.id, $3, nextval('lease_epoch'), " + now + " + $4 "
               "FROM unnest($2::text[]) AS c(id) "
-              "WHERE NOT EXISTS (SELECT 1 FROM leases l WHERE l.session_id = c.id) LIMIT $5 "
+              "WHERE NOT EXISTS (SELECT 1 FROM leases l WHERE l.session_id = c.id) "
+              // In id order: two workers inserting the same new rows wait on each other in
+              // the same order, never in a cycle (a deadlock).
+              "ORDER BY c.id LIMIT $5 "
               "ON CONFLICT (session_id) DO NOTHING RETURNING session_id, epoch, expires");
     c.prepare("lease_renew",
               "UPDATE leases l SET expires = " + now + " + $2 "
