@@ -197,7 +197,8 @@ asio::awaitable<void> node::sweep(node* self) {
             continue;  // the store is away (its watcher logs it)
         }
         // This worker's but not loaded (its loop failed, or a request that took the lease
-        // could not load it): this sweep's to load. Nobody's: this sweep's to claim.
+        // could not load it): this sweep's to load. The others: claimed if no live lease
+        // holds them (the claim skips those another worker owns).
         std::vector<std::pair<storage::catalog_entry, session::lease_epoch>> recovering;
         std::vector<session::session_id> orphans;
         std::map<std::string, storage::catalog_entry> why;

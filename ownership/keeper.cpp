@@ -305,12 +305,6 @@ std::vector<lease> keeper::forget_all() {
     return out;
 }
 
-void keeper::lost(const session_id& id) {
-    if (auto l = forget(id, lease_event::lost)) {
-        (void)store_.release(*l);  // gone already, unless the store only refused one write
-    }
-}
-
 void keeper::release(const session_id& id) {
     if (auto l = forget(id, lease_event::released)) {
         (void)store_.release(*l);  // a failed release only delays the next owner (TTL)

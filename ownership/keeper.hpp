@@ -87,15 +87,13 @@ class keeper {
     // Forgets the leases past their deadline and reports them lost (no store IO: the store
     // may not answer, and by the time it would, another worker may own them).
     void expire_overdue();
-    // The store refused this worker's writes for the session (a newer owner fenced it out):
-    // forgets the lease and reports it lost.
-    void lost(const session_id& id);
     // Gives one lease up (its session was unloaded), or all of them (shutdown).
     void release(const session_id& id);
     void release_all();
-    // The in-memory half of release() and lost(): forgets the lease (only if it is still the
-    // one at `epoch`, when given) and reports `why`; the caller gives the returned lease back
-    // to the store (store().release()) when it can.
+    // The in-memory half of release(), also for a lease the store fenced out (`why` lost):
+    // forgets the lease (only if it is still the one at `epoch`, when given) and reports
+    // `why`; the caller gives the returned lease back to the store (store().release()) when
+    // it can.
     std::optional<lease> forget(const session_id& id, lease_event why,
                                 std::optional<lease_epoch> epoch = std::nullopt);
     // Forgets every lease (reported released) and returns them, for the store's release.
