@@ -191,7 +191,11 @@ asio::awaitable<void> node::sweep(node* self) {
         if (self->stopping_) {
             co_return;
         }
-        auto listing = self->registry_->catalog(storage::catalog_filter::needing_owner);
+        // A timer due before the next round is loaded now, so that it fires on time.
+        storage::catalog_query due;
+        due.needing_owner_by = session::unix_ms{self->clock_.now().value +
+                                                self->options_.sweep_interval.count()};
+        auto listing = self->registry_->catalog(std::move(due));
         auto candidates = co_await std::move(listing);
         if (!candidates) {
             continue;  // the store is away (its watcher logs it)
@@ -240,8 +244,15 @@ asio::awaitable<void> node::sweep(node* self) {
                 self->leases_.release(c.id, epoch);  // another worker may do better
                 continue;
             }
-            self->log_->info("recovered session {} (epoch {}): {}", c.id.str(), epoch.value,
-                             c.has_work ? "it has work to do" : "it has a pending timer");
+            if (c.summary.has_work) {
+                self->log_->info("recovered session {} (epoch {}): it has work to do", c.id.str(),
+                                 epoch.value);
+            } else {
+                self->log_->info("recovered session {} (epoch {}): its timer is due in {} ms",
+                                 c.id.str(), epoch.value,
+                                 c.summary.next_timer.value_or(session::unix_ms{0}).value -
+                                     self->clock_.now().value);
+            }
         }
     }
 }
@@ -269,7 +280,11 @@ asio::awaitable<void> node::passivate(node* self) {
                                : 0;
         // Least recently used first: those idle long enough, then more of the idle ones while
         // the worker holds too many.
-        auto idle = self->registry_->passivable(now);
+        // A session whose timer is due within two sweep rounds stays; a later one is loaded
+        // again by the sweep one round before it is due.
+        const session::unix_ms keep_timers_until{self->clock_.now().value +
+                                                 2 * o.sweep_interval.count()};
+        auto idle = self->registry_->passivable(now, keep_timers_until);
         std::size_t n = 0;
         self->passivating_ = true;
         for (const auto& [id, used] : idle) {

@@ -1,59 +1,79 @@
 #include "broker/admin.hpp"
 
+#include "session/summary.hpp"
+
+#include <algorithm>
+
 namespace wuhu::broker {
 
 namespace json = boost::json;
 namespace s = wuhu::session;
 
-json::object session_summary(const worker::agent_loop& loop) {
-    const auto& st = loop.state();
-    std::int64_t last = st.transcript.empty() ? 0 : st.transcript.back().at.value;
-    for (const auto& l : st.lanes) {
-        if (!l.journal.empty()) {
-            last = std::max(last, l.journal.back().at.value);
-        }
+namespace {
+
+// The row's store-side fields from a summary.
+void put_summary(json::object& row, const s::session_summary& sum) {
+    row["has_work"] = sum.has_work;
+    row["paused"] = sum.paused;
+    row["lanes"] = json::object{{"system", sum.lanes[s::index_of(s::lane::system)]},
+                                {"steer", sum.lanes[s::index_of(s::lane::steer)]},
+                                {"followUp", sum.lanes[s::index_of(s::lane::follow_up)]}};
+    row["timers"] = sum.timers;
+    if (sum.next_timer) {
+        row["next_timer"] = sum.next_timer->value;
     }
-    auto depth = [&](s::lane l) { return st.lanes[static_cast<std::size_t>(l)].pending.size(); };
-    return json::object{{"id", loop.id().str()},
-                        {"state", s::loop_state_name(loop.current())},
-                        {"has_work", st.has_work},
-                        {"paused", st.paused},
-                        {"lanes", json::object{{"system", depth(s::lane::system)},
-                                               {"steer", depth(s::lane::steer)},
-                                               {"followUp", depth(s::lane::follow_up)}}},
-                        {"last_activity", last}};
+    row["last_activity"] = sum.last_activity.value;
+}
+
+std::string id_of(const json::object& row) {
+    return json::value_to<std::string>(row.at("id"));
+}
+
+}  // namespace
+
+json::object loaded_row(const worker::agent_loop& loop, std::string_view owner) {
+    json::object row{{"id", loop.id().str()},
+                     {"state", s::loop_state_name(loop.current())},
+                     {"owner", owner},
+                     {"epoch", loop.epoch().value}};
+    put_summary(row, s::summarize(loop.state()));
+    return row;
+}
+
+json::object index_row(const storage::catalog_entry& e, const ownership::lease* held) {
+    json::object row{{"id", e.id.str()}, {"state", held != nullptr ? "unloaded" : "unowned"}};
+    if (held != nullptr) {
+        row["owner"] = held->owner;
+        row["epoch"] = held->epoch.value;
+    }
+    put_summary(row, e.summary);
+    return row;
+}
+
+bool row_matches(const protocol::sessions_query& q, const json::object& row) {
+    if (q.state && row.at("state").as_string() != *q.state) {
+        return false;
+    }
+    if (q.has_work && row.at("has_work").as_bool() != *q.has_work) {
+        return false;
+    }
+    if (q.owner) {
+        const auto* owner = row.if_contains("owner");
+        return owner != nullptr && owner->as_string() == *q.owner;
+    }
+    return true;
+}
+
+bool is_loop_state(std::string_view state) {
+    return state != "unloaded" && state != "unowned" && state != "unreachable";
 }
 
 std::string local_page(const protocol::sessions_query& q, const std::vector<json::object>& loaded,
-                       const std::vector<s::session_id>& unloaded, std::size_t max_bytes) {
-    // Both lists are the smallest ids of their kind, so the first `limit` of their merge are
-    // the smallest overall.
-    std::map<std::string, json::object> rows;
+                       std::size_t max_bytes) {
     bool cut = loaded.size() > q.limit;
-    for (std::size_t i = 0; i < loaded.size() && i < q.limit; ++i) {
-        rows.emplace(json::value_to<std::string>(loaded[i].at("id")), loaded[i]);
-    }
-    if (!q.state || *q.state == "unloaded") {
-        std::size_t taken = 0;
-        for (const auto& id : unloaded) {
-            if (q.after && id.str() <= q.after->str()) {
-                continue;
-            }
-            if (taken == q.limit) {
-                cut = true;
-                break;
-            }
-            rows.emplace(id.str(), json::object{{"id", id.str()}, {"state", "unloaded"}});
-            ++taken;
-        }
-    }
     json::array out;
-    for (auto& [id, row] : rows) {
-        if (out.size() == q.limit) {
-            cut = true;
-            break;
-        }
-        out.push_back(std::move(row));
+    for (std::size_t i = 0; i < loaded.size() && i < q.limit; ++i) {
+        out.push_back(loaded[i]);
     }
     for (;;) {
         json::object reply{{"ok", true}, {"sessions", out}, {"complete", !cut}};
@@ -79,13 +99,21 @@ std::optional<owner_page> read_owner_page(std::string_view reply) {
         return std::nullopt;
     }
     owner_page page;
-    page.complete = complete->as_bool();
     for (const auto& row : rows->as_array()) {
-        const auto* id = row.is_object() ? row.as_object().if_contains("id") : nullptr;
-        const auto* state = row.is_object() ? row.as_object().if_contains("state") : nullptr;
-        if (id != nullptr && id->is_string() && state != nullptr && state->is_string()) {
-            page.rows[std::string(id->as_string())] = row.as_object();
+        if (!row.is_object()) {
+            continue;
         }
+        const auto& r = row.as_object();
+        const auto* id = r.if_contains("id");
+        const auto* state = r.if_contains("state");
+        const auto* has_work = r.if_contains("has_work");
+        if (id != nullptr && id->is_string() && state != nullptr && state->is_string() &&
+            has_work != nullptr && has_work->is_bool()) {
+            page.rows[std::string(id->as_string())] = r;
+        }
+    }
+    if (!complete->as_bool()) {
+        page.until = page.rows.empty() ? std::string() : page.rows.rbegin()->first;
     }
     return page;
 }
@@ -101,76 +129,93 @@ std::string local_query(const protocol::sessions_query& q) {
     if (q.has_work) {
         o["has_work"] = *q.has_work;
     }
+    if (q.ids) {
+        json::array ids;
+        for (const auto& id : *q.ids) {
+            ids.push_back(json::string(id.str()));
+        }
+        o["ids"] = std::move(ids);
+    }
     return json::serialize(o);
 }
 
-std::string sessions_page(const protocol::sessions_query& q,
-                          const std::vector<storage::catalog_entry>& catalog,
-                          const std::vector<ownership::lease>& leases,
-                          const std::map<std::string, std::optional<owner_page>>& pages) {
-    std::map<std::string, const ownership::lease*> owner_of;
+std::vector<json::object> join_rows(const std::vector<storage::catalog_entry>& entries,
+                                    const std::vector<ownership::lease>& leases,
+                                    const std::map<std::string, std::optional<owner_page>>& pages) {
+    std::map<std::string, const ownership::lease*> held;
     for (const auto& l : leases) {
-        owner_of[l.id.str()] = &l;
+        held[l.id.str()] = &l;
     }
-    json::array rows;
-    std::optional<std::string> next;
-    std::string decided = q.after ? q.after->str() : std::string();  // everything up to here
-    for (const auto& c : catalog) {
-        const std::string id = c.id.str();
-        if (q.after && id <= q.after->str()) {
-            continue;
-        }
-        json::object row{{"id", id}, {"has_work", c.has_work}};
-        if (auto l = owner_of.find(id); l == owner_of.end()) {
-            row["state"] = "unowned";
-        } else {
-            row["owner"] = l->second->owner;
-            row["epoch"] = l->second->epoch.value;
+    std::vector<json::object> out;
+    for (const auto& e : entries) {
+        auto l = held.find(e.id.str());
+        auto row = index_row(e, l == held.end() ? nullptr : l->second);
+        if (l != held.end()) {
             auto p = pages.find(l->second->owner);
             if (p == pages.end() || !p->second) {
                 row["state"] = "unreachable";
-            } else if (auto r = p->second->rows.find(id); r != p->second->rows.end()) {
+            } else if (auto r = p->second->rows.find(e.id.str()); r != p->second->rows.end()) {
                 for (const auto& [k, v] : r->second) {
                     row[k] = v;  // the owner's view is the live one
                 }
-            } else if (p->second->complete ||
-                       (!p->second->rows.empty() && id < p->second->rows.rbegin()->first)) {
-                // The owner left it out. Filtered, it does not match; unfiltered, the owner does
-                // not have it loaded (its lease is one an earlier run of that worker took, or
-                // its loop failed): the lease is live, the session is not running.
-                if (q.state || q.has_work) {
-                    decided = id;
-                    continue;
+            } else if (p->second->until && e.id.str() > *p->second->until) {
+                if (!out.empty()) {
+                    break;  // undecided: the next chunk starts here
                 }
-                row["state"] = "unloaded";
-            } else {
-                // Past the last row this owner answered: the page ends here, and the next one
-                // starts where the owner's answer stopped.
-                const std::string owner_last =
-                    p->second->rows.empty() ? decided : p->second->rows.rbegin()->first;
-                next = std::max(decided, owner_last);
+                row["state"] = "unreachable";
+                out.push_back(std::move(row));
                 break;
             }
         }
-        decided = id;
-        const std::string state = json::value_to<std::string>(row.at("state"));
-        const bool has_work = row.at("has_work").as_bool();
-        if ((q.has_work && *q.has_work != has_work) ||
-            (q.owner && (!row.contains("owner") || row.at("owner").as_string() != *q.owner)) ||
-            (q.state && state != *q.state)) {
+        out.push_back(std::move(row));
+    }
+    return out;
+}
+
+std::string merge_owner_pages(const protocol::sessions_query& q,
+                              const std::map<std::string, std::optional<owner_page>>& pages) {
+    // Rows past the end of a cut page may not be the smallest: the page stops there.
+    std::optional<std::string> stop;
+    json::array unreachable;
+    std::map<std::string, const json::object*> rows;
+    for (const auto& [owner, page] : pages) {
+        if (!page) {
+            unreachable.push_back(json::string(owner));
             continue;
         }
-        if (rows.size() == q.limit) {
-            next = json::value_to<std::string>(rows.back().at("id"));
+        if (page->until) {
+            stop = stop ? std::min(*stop, *page->until) : *page->until;
+        }
+        for (const auto& [id, row] : page->rows) {
+            if (row_matches(q, row)) {
+                rows.emplace(id, &row);
+            }
+        }
+    }
+    json::array out;
+    std::optional<std::string> next;
+    for (const auto& [id, row] : rows) {
+        if (stop && id > *stop) {
+            next = *stop;
             break;
         }
-        rows.push_back(std::move(row));
+        if (out.size() == q.limit) {
+            next = id_of(out.back().as_object());
+            break;
+        }
+        out.push_back(*row);
     }
-    json::object out{{"ok", true}, {"sessions", std::move(rows)}};
-    if (next && !next->empty()) {
-        out["next"] = *next;
+    if (!next && stop) {
+        next = *stop;  // the cut owner has more after its last row
     }
-    return json::serialize(out);
+    json::object reply{{"ok", true}, {"sessions", std::move(out)}};
+    if (next) {
+        reply["next"] = *next;
+    }
+    if (!unreachable.empty()) {
+        reply["unreachable"] = std::move(unreachable);
+    }
+    return json::serialize(reply);
 }
 
 }  // namespace wuhu::broker

@@ -17,12 +17,13 @@
 // Executor: handle() and the event forwarding run on `ex`, the registry's executor.
 #pragma once
 
-#include "nats/connection.hpp"
+#include "broker/admin.hpp"
 #include "broker/lease_desk.hpp"
+#include "nats/connection.hpp"
 #include "protocol/replies.hpp"
 #include "protocol/requests.hpp"
-#include "worker/work_gate.hpp"
 #include "worker/registry.hpp"
+#include "worker/work_gate.hpp"
 
 #include <spdlog/logger.h>
 #include <boost/asio/any_io_executor.hpp>
@@ -101,6 +102,12 @@ class server {
     std::vector<std::string> subscribe(worker::agent_loop& loop,
                                        const protocol::subscribe_request& req);
     std::string local_sessions(worker::session_registry& registry, const nats::message& m);
+    // The fleet view's page from the store's index (every query but a loop state's).
+    std::string indexed_page(const protocol::sessions_query& q);
+    // Asks each owner's admin.local at once: one body for all, or one each. Their pages by
+    // owner (nullopt: no answer in time, or not a page).
+    std::map<std::string, std::optional<owner_page>> ask_owners(
+        const std::vector<std::string>& owners, const std::vector<std::string>& bodies);
     // Drains one subscription, holding a pass of the gate until the drain completes.
     void drain(std::size_t token);
 

@@ -14,6 +14,8 @@
 #include <CLI/CLI.hpp>
 #include <boost/json.hpp>
 
+#include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
@@ -167,21 +169,55 @@ int watch(wuhu::client::client& c, const options& o, const std::string& sid, boo
     return 0;
 }
 
-// One line per session: id, owner, state, work, lane depths.
+// "42s", "5m", "3h", "2d": how long `ms` is, roughly.
+std::string roughly(std::int64_t ms) {
+    const std::int64_t s = std::max<std::int64_t>(ms, 0) / 1000;
+    if (s < 120) {
+        return std::to_string(s) + "s";
+    }
+    if (s < 7200) {
+        return std::to_string(s / 60) + "m";
+    }
+    if (s < 172800) {
+        return std::to_string(s / 3600) + "h";
+    }
+    return std::to_string(s / 86400) + "d";
+}
+
+// One line per session: id, owner and epoch, state, work, lane depths, pending timers (and
+// when the first is due), last activity.
 void print_sessions(const json::object& page) {
-    std::printf("%-24s %-16s %-16s %-5s %s\n", "SESSION", "OWNER", "STATE", "WORK",
-                "SYSTEM/STEER/FOLLOWUP");
-    for (const auto& row : page.at("sessions").as_array()) {
+    const std::int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                 std::chrono::system_clock::now().time_since_epoch())
+                                 .count();
+    auto number = [](const json::object& row, const char* key) -> std::int64_t {
+        const auto* v = row.if_contains(key);
+        return v != nullptr && v->is_number() ? v->to_number<std::int64_t>() : 0;
+    };
+    std::printf("%-24s %-16s %-6s %-16s %-5s %-12s %-10s %s\n", "SESSION", "OWNER", "EPOCH",
+                "STATE", "WORK", "SYS/STR/FUP", "TIMERS", "ACTIVE");
+    for (const auto& value : page.at("sessions").as_array()) {
+        const auto& row = value.as_object();
         std::string lanes = "-";
-        if (const auto* l = row.as_object().if_contains("lanes")) {
+        if (const auto* l = row.if_contains("lanes")) {
             lanes = std::to_string(l->at("system").to_number<std::uint64_t>()) + "/" +
                     std::to_string(l->at("steer").to_number<std::uint64_t>()) + "/" +
                     std::to_string(l->at("followUp").to_number<std::uint64_t>());
         }
-        std::printf("%-24s %-16s %-16s %-5s %s\n", str(row, "id").c_str(),
-                    str(row, "owner").empty() ? "-" : str(row, "owner").c_str(),
-                    str(row, "state").c_str(), row.at("has_work").as_bool() ? "yes" : "no",
-                    lanes.c_str());
+        std::string timers = std::to_string(number(row, "timers"));
+        if (row.contains("next_timer")) {
+            timers += " (" + roughly(number(row, "next_timer") - now) + ")";
+        }
+        const auto last = number(row, "last_activity");
+        const std::string active = last == 0 ? "-" : roughly(now - last) + " ago";
+        const std::string epoch = row.contains("epoch") ? std::to_string(number(row, "epoch")) : "-";
+        std::printf("%-24s %-16s %-6s %-16s %-5s %-12s %-10s %s\n", str(value, "id").c_str(),
+                    str(value, "owner").empty() ? "-" : str(value, "owner").c_str(), epoch.c_str(),
+                    str(value, "state").c_str(), row.at("has_work").as_bool() ? "yes" : "no",
+                    lanes.c_str(), timers.c_str(), active.c_str());
+    }
+    if (const auto* unreachable = page.if_contains("unreachable")) {
+        std::printf("owners that did not answer: %s\n", json::serialize(*unreachable).c_str());
     }
     if (const auto* next = page.if_contains("next")) {
         std::printf("more: wuhuctl sessions --after %s\n", next->as_string().c_str());

@@ -262,7 +262,17 @@ std::optional<std::string> connection::request(const std::string& subject, std::
 std::vector<std::optional<std::string>> connection::request_all(
     const std::vector<std::string>& subjects, std::string_view data,
     std::chrono::milliseconds timeout) {
+    return request_all(subjects, std::vector<std::string>(subjects.size(), std::string(data)),
+                       timeout);
+}
+
+std::vector<std::optional<std::string>> connection::request_all(
+    const std::vector<std::string>& subjects, const std::vector<std::string>& bodies,
+    std::chrono::milliseconds timeout) {
     std::vector<std::optional<std::string>> out(subjects.size());
+    if (bodies.size() != subjects.size()) {
+        throw std::invalid_argument("request_all: one body per subject");
+    }
     if (subjects.empty()) {
         return out;
     }
@@ -274,8 +284,8 @@ std::vector<std::optional<std::string>> connection::request_all(
     natsStatus s = natsConnection_SubscribeSync(&sub, nc_, (prefix + "*").c_str());
     for (std::size_t i = 0; s == NATS_OK && i < subjects.size(); ++i) {
         s = natsConnection_PublishRequest(nc_, subjects[i].c_str(),
-                                          (prefix + std::to_string(i)).c_str(), data.data(),
-                                          static_cast<int>(data.size()));
+                                          (prefix + std::to_string(i)).c_str(),
+                                          bodies[i].data(), static_cast<int>(bodies[i].size()));
     }
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     std::size_t answered = 0;

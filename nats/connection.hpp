@@ -81,6 +81,10 @@ class connection {
     std::vector<std::optional<std::string>> request_all(const std::vector<std::string>& subjects,
                                                         std::string_view data,
                                                         std::chrono::milliseconds timeout);
+    // The same with a body of its own for each subject.
+    std::vector<std::optional<std::string>> request_all(const std::vector<std::string>& subjects,
+                                                        const std::vector<std::string>& bodies,
+                                                        std::chrono::milliseconds timeout);
     void flush();
     std::int64_t max_payload() const;
 

@@ -18,6 +18,7 @@
 
 #include <chrono>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -64,6 +65,17 @@ struct held_elsewhere {
 
 using acquisition = std::variant<lease, held_elsewhere>;
 
+// Which live leases live() lists, by session id (byte order).
+struct lease_query {
+    std::optional<std::vector<session_id>> ids;  // only these sessions
+    std::optional<std::string> owner;            // only this owner's
+    std::optional<session_id> after;             // only ids after this one
+    std::size_t limit = std::numeric_limits<std::size_t>::max();
+};
+
+// Whether the query's filters (not `limit`) let a live lease through.
+bool matches(const lease_query& q, const lease& l);
+
 class lease_store {
   public:
     virtual ~lease_store() = default;
@@ -93,8 +105,10 @@ class lease_store {
     virtual result<void> release(const lease& held) = 0;
     // The live lease of the session, if any.
     virtual result<std::optional<lease>> owner_of(const session_id& id) = 0;
-    // Every live lease, by session id.
-    virtual result<std::vector<lease>> live() = 0;
+    // The live leases `q` asks for, by session id.
+    virtual result<std::vector<lease>> live(const lease_query& q) = 0;
+    // The workers that hold a live lease, by id.
+    virtual result<std::vector<std::string>> owners() = 0;
     // The session was deleted under the lease at `epoch`: forgets its lease, whoever holds it,
     // unless it is newer than `epoch` (taken after the deletion). Idempotent.
     virtual result<void> remove(const session_id& id, lease_epoch epoch) = 0;

@@ -1,11 +1,19 @@
 #include "ownership/memory_lease.hpp"
 
+#include <algorithm>
+#include <set>
+
 namespace wuhu::ownership {
 
 unix_ms system_now() {
     return unix_ms{std::chrono::duration_cast<std::chrono::milliseconds>(
                        std::chrono::system_clock::now().time_since_epoch())
                        .count()};
+}
+
+bool matches(const lease_query& q, const lease& l) {
+    return (!q.owner || l.owner == *q.owner) && (!q.after || l.id > *q.after) &&
+           (!q.ids || std::find(q.ids->begin(), q.ids->end(), l.id) != q.ids->end());
 }
 
 namespace {
@@ -81,16 +89,31 @@ result<std::optional<lease>> memory_lease::owner_of(const session_id& id) {
     return std::optional<lease>{it->second};
 }
 
-result<std::vector<lease>> memory_lease::live() {
+result<std::vector<lease>> memory_lease::live(const lease_query& q) {
     std::lock_guard lock(mu_);
     const auto now = now_();
     std::vector<lease> out;
     for (const auto& [id, l] : leases_) {
-        if (l.expires > now) {
+        if (out.size() == q.limit) {
+            break;
+        }
+        if (l.expires > now && matches(q, l)) {
             out.push_back(l);
         }
     }
     return out;
+}
+
+result<std::vector<std::string>> memory_lease::owners() {
+    std::lock_guard lock(mu_);
+    const auto now = now_();
+    std::set<std::string> out;
+    for (const auto& [id, l] : leases_) {
+        if (l.expires > now) {
+            out.insert(l.owner);
+        }
+    }
+    return std::vector<std::string>(out.begin(), out.end());
 }
 
 result<void> memory_lease::remove(const session_id& id, lease_epoch epoch) {

@@ -21,7 +21,8 @@ class memory_lease final : public lease_store {
                                      std::size_t limit) override;
     result<void> release(const lease& held) override;
     result<std::optional<lease>> owner_of(const session_id& id) override;
-    result<std::vector<lease>> live() override;
+    result<std::vector<lease>> live(const lease_query& q) override;
+    result<std::vector<std::string>> owners() override;
     result<void> remove(const session_id& id, lease_epoch epoch) override;
     std::string_view backend() const override { return "memory"; }
 

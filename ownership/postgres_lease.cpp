@@ -5,6 +5,7 @@
 #include <pqxx/pqxx>
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <sstream>
 
@@ -34,6 +35,9 @@ const char* const migrations[] = {
                PERFORM setval('lease_epoch', m);
            END IF;
        END $$;)",
+    // The fleet view pages through one owner's leases, in byte order of the ids.
+    R"(ALTER TABLE leases ALTER COLUMN session_id TYPE text COLLATE "C";
+       CREATE INDEX leases_owner ON leases (owner, session_id);)",
 };
 
 // The database's clock in ms, unless a test clock is bound as $1.
@@ -90,9 +94,8 @@ void prepare(pqxx::connection& c, const std::string& schema) {
     c.prepare("lease_owner",
               "SELECT session_id, owner, epoch, expires FROM leases "
               "WHERE session_id = $2 AND expires > " + now);
-    c.prepare("lease_live",
-              "SELECT session_id, owner, epoch, expires FROM leases WHERE expires > " + now +
-                  " ORDER BY session_id");
+    c.prepare("lease_owners",
+              "SELECT DISTINCT owner FROM leases WHERE expires > " + now + " ORDER BY owner");
     c.prepare("lease_remove", "DELETE FROM leases WHERE session_id = $1 AND epoch <= $2");
 }
 
@@ -282,12 +285,42 @@ result<std::optional<lease>> postgres_lease::owner_of(const session_id& id) {
     });
 }
 
-result<std::vector<lease>> postgres_lease::live() {
+result<std::vector<lease>> postgres_lease::live(const lease_query& q) {
     return with_connection([&](pqxx::connection& c) -> result<std::vector<lease>> {
         pqxx::nontransaction n(c);
+        std::optional<std::string> ids, after;
+        if (q.ids) {
+            ids = array_of(*q.ids, [](const session_id& id) { return id.str(); });
+        }
+        if (q.after) {
+            after = q.after->str();
+        }
+        std::optional<std::int64_t> limit;
+        if (q.limit != std::numeric_limits<std::size_t>::max()) {
+            limit = static_cast<std::int64_t>(q.limit);
+        }
+        // $1 now, $2 ids, $3 owner, $4 after, $5 limit; the conditions an index serves are
+        // spelled out only when set.
+        std::string sql = "SELECT session_id, owner, epoch, expires FROM leases WHERE expires > " +
+                          std::string(now_ms);
+        sql += q.ids ? " AND session_id = ANY($2::text[])" : " AND $2::text IS NULL";
+        sql += q.owner ? " AND owner = $3" : " AND $3::text IS NULL";
+        sql += q.after ? " AND session_id > $4" : " AND $4::text IS NULL";
+        sql += " ORDER BY session_id LIMIT $5";
         std::vector<lease> out;
-        for (const auto& r : n.exec_prepared("lease_live", test_now())) {
+        for (const auto& r : n.exec_params(sql, test_now(), ids, q.owner, after, limit)) {
             out.push_back(row_lease(r));
+        }
+        return out;
+    });
+}
+
+result<std::vector<std::string>> postgres_lease::owners() {
+    return with_connection([&](pqxx::connection& c) -> result<std::vector<std::string>> {
+        pqxx::nontransaction n(c);
+        std::vector<std::string> out;
+        for (const auto& r : n.exec_prepared("lease_owners", test_now())) {
+            out.emplace_back(r[0].c_str());
         }
         return out;
     });

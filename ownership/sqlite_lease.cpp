@@ -2,6 +2,8 @@
 
 #include "storage/sqlite_db.hpp"
 
+#include <algorithm>
+
 namespace wuhu::ownership {
 
 namespace sql = wuhu::storage::sqlite;
@@ -170,17 +172,60 @@ result<std::optional<lease>> sqlite_lease::owner_of(const session_id& id) {
     });
 }
 
-result<std::vector<lease>> sqlite_lease::live() {
+result<std::vector<lease>> sqlite_lease::live(const lease_query& q) {
     std::lock_guard lock(mu_);
     return guarded([&]() -> result<std::vector<lease>> {
-        auto& q = db_->prepare(
-            "SELECT id, owner, epoch, expires FROM leases WHERE expires > ?1 ORDER BY id");
-        q.bind(1, now_().value);
         std::vector<lease> out;
-        while (q.step()) {
-            out.push_back(row_lease(q));
+        auto take = [&](sql::stmt& st) {
+            while (out.size() < q.limit && st.step()) {
+                auto l = row_lease(st);
+                if (matches(q, l)) {
+                    out.push_back(std::move(l));
+                }
+            }
+            st.reset();
+        };
+        if (q.ids) {
+            auto ids = *q.ids;
+            std::sort(ids.begin(), ids.end());
+            ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+            auto& st = db_->prepare(
+                "SELECT id, owner, epoch, expires FROM leases WHERE id = ?1 AND expires > ?2");
+            for (const auto& id : ids) {
+                st.bind(1, id.str()).bind(2, now_().value);
+                take(st);
+            }
+            return out;
         }
-        q.reset();
+        const auto after = q.after ? q.after->str() : std::string();
+        if (q.owner) {
+            auto& st = db_->prepare(
+                "SELECT id, owner, epoch, expires FROM leases WHERE owner = ?3 AND expires > ?1 "
+                "AND id > ?2 ORDER BY id");
+            st.bind(1, now_().value).bind(2, after).bind(3, *q.owner);
+            take(st);
+        } else {
+            auto& st = db_->prepare(
+                "SELECT id, owner, epoch, expires FROM leases WHERE expires > ?1 AND id > ?2 "
+                "ORDER BY id");
+            st.bind(1, now_().value).bind(2, after);
+            take(st);
+        }
+        return out;
+    });
+}
+
+result<std::vector<std::string>> sqlite_lease::owners() {
+    std::lock_guard lock(mu_);
+    return guarded([&]() -> result<std::vector<std::string>> {
+        auto& st = db_->prepare(
+            "SELECT DISTINCT owner FROM leases WHERE expires > ?1 ORDER BY owner");
+        st.bind(1, now_().value);
+        std::vector<std::string> out;
+        while (st.step()) {
+            out.emplace_back(st.text(0));
+        }
+        st.reset();
         return out;
     });
 }

@@ -196,6 +196,22 @@ decoded<sessions_query> decode_sessions_query(const json::value& body) {
         }
         q.after = std::move(*id);
     }
+    if (const auto* ids = r.opt_val("ids"); ids != nullptr && !ids->is_null()) {
+        if (!ids->is_array()) {
+            return fail(errc::invalid_type, "ids");
+        }
+        if (ids->as_array().empty() || ids->as_array().size() > 1000) {
+            return fail(errc::invalid_query, "ids");
+        }
+        q.ids.emplace();
+        for (const auto& v : ids->as_array()) {
+            auto id = v.is_string() ? session_id::parse(v.as_string()) : session_id::parse("");
+            if (!id) {
+                return fail(errc::invalid_session_id, "ids");
+            }
+            q.ids->push_back(std::move(*id));
+        }
+    }
     WUHU_CHECK(r.finish());
     return q;
 }

@@ -67,14 +67,15 @@ inline constexpr std::array<std::string_view, 8> session_row_states{
     "idle",       "preparing", "inferring", "executing_tools",
     "compacting", "unloaded",  "unowned",   "unreachable"};
 
-// wuhu.admin.sessions: {state?, has_work?, owner?, limit?, after?}; limit 1-1000 (100); state
-// one of session_row_states.
+// wuhu.admin.sessions: {state?, has_work?, owner?, limit?, after?, ids?}; limit 1-1000 (100);
+// state one of session_row_states; ids: 1-1000 session ids.
 struct sessions_query {
     std::optional<std::string> state;
     std::optional<bool> has_work;
     std::optional<std::string> owner;
     std::size_t limit = 100;
     std::optional<session::session_id> after;  // the page starts after this id
+    std::optional<std::vector<session::session_id>> ids;  // only these sessions
 };
 
 // Raw body -> JSON object: request_too_large is reported as content_too_large, then

@@ -2,6 +2,8 @@
 
 #include "session/reducer.hpp"
 
+#include <algorithm>
+
 namespace wuhu::storage {
 
 class memory_log final : public session_log {
@@ -96,14 +98,29 @@ std::uint64_t memory_store::commits() const {
     return commits_;
 }
 
-result<std::vector<catalog_entry>> memory_store::sessions(catalog_filter filter) {
+result<std::vector<catalog_entry>> memory_store::sessions(const catalog_query& q) {
     std::lock_guard lock(mu_);
     std::vector<catalog_entry> out;
-    for (const auto& [id, r] : sessions_) {
-        const bool timers = !r.state.timers.empty();
-        if (filter == catalog_filter::all || r.state.has_work || timers) {
-            out.push_back(catalog_entry{session_id::parse(id).value(), r.state.has_work, timers});
+    auto add = [&](const std::string& id, const record& r) {
+        catalog_entry e{session_id::parse(id).value(), session::summarize(r.state)};
+        if (matches(q, e) && (!q.after || e.id > *q.after) && out.size() < q.limit) {
+            out.push_back(std::move(e));
         }
+    };
+    if (q.ids) {
+        auto ids = *q.ids;
+        std::sort(ids.begin(), ids.end());
+        ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+        for (const auto& id : ids) {
+            if (auto it = sessions_.find(id.str()); it != sessions_.end()) {
+                add(it->first, it->second);
+            }
+        }
+        return out;
+    }
+    auto it = q.after ? sessions_.upper_bound(q.after->str()) : sessions_.begin();
+    for (; it != sessions_.end() && out.size() < q.limit; ++it) {
+        add(it->first, it->second);
     }
     return out;
 }

@@ -15,7 +15,7 @@ class memory_store final : public session_store {
     result<void> remove(const session_id& id, lease_epoch epoch) override;
     result<bool> exists(const session_id& id) override;
     std::string_view backend() const override { return "memory"; }
-    result<std::vector<catalog_entry>> sessions(catalog_filter filter) override;
+    result<std::vector<catalog_entry>> sessions(const catalog_query& q) override;
 
     // Test hook: how many commits reached the store.
     std::uint64_t commits() const;

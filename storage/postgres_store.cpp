@@ -2,6 +2,7 @@
 
 #include "session/codec.hpp"
 #include "session/overloaded.hpp"
+#include "session/summary.hpp"
 #include "storage/pg_migrations.hpp"
 #include "storage/rows.hpp"
 
@@ -9,6 +10,8 @@
 #include <libpq-fe.h>
 #include <pqxx/pqxx>
 
+#include <limits>
+#include <optional>
 #include <stdexcept>
 
 // libpqxx 6.4 leaks a PGresult whenever a connection breaks under a query: make_result()
@@ -61,6 +64,33 @@ const char* const migrations[] = {
            PRIMARY KEY (session_id, id));)",
     // The epoch each removal ran at: opens at that epoch or older are refused.
     R"(CREATE TABLE removed_sessions (session_id text PRIMARY KEY, epoch bigint NOT NULL);)",
+    // The index of the sweep and the fleet view, written by every commit's fence. Session ids
+    // sort by byte ("C"), as everywhere else in the fleet, whatever the database's locale.
+    R"(ALTER TABLE sessions ALTER COLUMN session_id TYPE text COLLATE "C";
+       ALTER TABLE sessions
+           ADD COLUMN lane_system integer NOT NULL DEFAULT 0,
+           ADD COLUMN lane_steer integer NOT NULL DEFAULT 0,
+           ADD COLUMN lane_follow_up integer NOT NULL DEFAULT 0,
+           ADD COLUMN timers integer NOT NULL DEFAULT 0,
+           ADD COLUMN next_timer bigint,
+           ADD COLUMN last_activity bigint NOT NULL DEFAULT 0;
+       UPDATE sessions s SET
+           lane_system = (SELECT coalesce(sum(CASE WHEN j.body->>'fact' = 'enqueued' THEN 1
+                                                   ELSE -1 END), 0)
+                          FROM journal j WHERE j.session_id = s.session_id AND j.lane = 0),
+           lane_steer = (SELECT coalesce(sum(CASE WHEN j.body->>'fact' = 'enqueued' THEN 1
+                                                  ELSE -1 END), 0)
+                         FROM journal j WHERE j.session_id = s.session_id AND j.lane = 1),
+           lane_follow_up = (SELECT coalesce(sum(CASE WHEN j.body->>'fact' = 'enqueued' THEN 1
+                                                      ELSE -1 END), 0)
+                             FROM journal j WHERE j.session_id = s.session_id AND j.lane = 2),
+           timers = (SELECT count(*) FROM timers t WHERE t.session_id = s.session_id),
+           next_timer = (SELECT min((t.body->>'due')::bigint) FROM timers t
+                         WHERE t.session_id = s.session_id),
+           last_activity = GREATEST(
+               (SELECT coalesce(max(at), 0) FROM transcript x WHERE x.session_id = s.session_id),
+               (SELECT coalesce(max(at), 0) FROM journal j WHERE j.session_id = s.session_id));
+       CREATE INDEX sessions_next_timer ON sessions (next_timer) WHERE next_timer IS NOT NULL;)",
 };
 
 void prepare_statements(pqxx::connection& c) {
@@ -74,9 +104,11 @@ void prepare_statements(pqxx::connection& c) {
     c.prepare("removed_at", "SELECT epoch FROM removed_sessions WHERE session_id = $1 FOR SHARE");
     c.prepare("forget_removal",
               "DELETE FROM removed_sessions WHERE session_id = $1 AND epoch < $2");
+    // Also writes the registers and the index (what the commit leaves, session/summary.hpp).
     c.prepare("fence",
-              "UPDATE sessions SET version = $4 WHERE session_id = $1 AND epoch = $2 "
-              "AND version = $3");
+              "UPDATE sessions SET version = $4, has_work = $5, paused = $6, lane_system = $7, "
+              "lane_steer = $8, lane_follow_up = $9, timers = $10, next_timer = $11, "
+              "last_activity = $12 WHERE session_id = $1 AND epoch = $2 AND version = $3");
     c.prepare("fence_why", "SELECT epoch FROM sessions WHERE session_id = $1");
     c.prepare("insert_entry",
               "INSERT INTO transcript (session_id, seq, at, body) VALUES ($1, $2, $3, $4::jsonb)");
@@ -84,8 +116,6 @@ void prepare_statements(pqxx::connection& c) {
               "INSERT INTO journal (session_id, lane, seq, at, body) "
               "VALUES ($1, $2, $3, $4, $5::jsonb)");
     c.prepare("set_settings", "UPDATE sessions SET settings = $2::jsonb WHERE session_id = $1");
-    c.prepare("set_has_work", "UPDATE sessions SET has_work = $2 WHERE session_id = $1");
-    c.prepare("set_paused", "UPDATE sessions SET paused = $2 WHERE session_id = $1");
     c.prepare("insert_timer",
               "INSERT INTO timers (session_id, id, body) VALUES ($1, $2, $3::jsonb)");
     c.prepare("delete_timer", "DELETE FROM timers WHERE session_id = $1 AND id = $2");
@@ -105,6 +135,15 @@ void prepare_statements(pqxx::connection& c) {
 
 std::string dump(const json::value& v) {
     return json::serialize(v);
+}
+
+// A PostgreSQL array literal of session ids (ids are [A-Za-z0-9_-]: nothing to quote).
+std::string text_array(const std::vector<session_id>& ids) {
+    std::string out = "{";
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+        out += (i == 0 ? "" : ",") + ids[i].str();
+    }
+    return out + "}";
 }
 
 }  // namespace
@@ -277,9 +316,18 @@ class postgres_log final : public session_log {
             pqxx::work w(c);
             const std::string sid = id().str();
             // The fence: the first statement of the transaction.
-            auto fenced = w.exec_prepared("fence", sid, static_cast<std::int64_t>(epoch().value),
-                                          encode_version(before.version()),
-                                          encode_version(s::advance(before.version(), actions)));
+            const auto sum = s::summarize(before, actions);
+            std::optional<std::int64_t> next_timer;
+            if (sum.next_timer) {
+                next_timer = sum.next_timer->value;
+            }
+            auto fenced = w.exec_prepared(
+                "fence", sid, static_cast<std::int64_t>(epoch().value),
+                encode_version(before.version()),
+                encode_version(s::advance(before.version(), actions)), sum.has_work, sum.paused,
+                static_cast<std::int64_t>(sum.lanes[0]), static_cast<std::int64_t>(sum.lanes[1]),
+                static_cast<std::int64_t>(sum.lanes[2]), static_cast<std::int64_t>(sum.timers),
+                next_timer, sum.last_activity.value);
             if (fenced.affected_rows() != 1) {
                 auto why = w.exec_prepared("fence_why", sid);
                 if (why.empty() ||
@@ -337,8 +385,9 @@ class postgres_log final : public session_log {
                 [&](const s::settings_set& x) {
                     w.exec_prepared0("set_settings", sid, encode_settings(x.value));
                 },
-                [&](const s::has_work_set& x) { w.exec_prepared0("set_has_work", sid, x.value); },
-                [&](const s::paused_set& x) { w.exec_prepared0("set_paused", sid, x.value); },
+                // Registers: the fence wrote them.
+                [](const s::has_work_set&) {},
+                [](const s::paused_set&) {},
                 [&](const s::timer_scheduled& x) {
                     w.exec_prepared0("insert_timer", sid, x.t.id.str(), dump(s::to_json(x.t)));
                 },
@@ -433,27 +482,59 @@ result<bool> postgres_store::exists(const session_id& id) {
     }
 }
 
-result<std::vector<catalog_entry>> postgres_store::sessions(catalog_filter filter) {
+result<std::vector<catalog_entry>> postgres_store::sessions(const catalog_query& q) {
     try {
         auto l = acquire();
         try {
             pqxx::nontransaction n(*l);
-            auto rows = n.exec(
-                "SELECT s.session_id, s.has_work, "
-                "EXISTS (SELECT 1 FROM timers t WHERE t.session_id = s.session_id) AS timers "
-                "FROM sessions s " +
-                std::string(filter == catalog_filter::needing_owner
-                                ? "WHERE s.has_work OR EXISTS (SELECT 1 FROM timers t "
-                                  "WHERE t.session_id = s.session_id) "
-                                : "") +
-                "ORDER BY s.session_id");
+            // $1 after, $2 has_work, $3 needing an owner by, $4 ids, $5 limit; a null one does
+            // not filter.
+            std::optional<std::string> after;
+            if (q.after) {
+                after = q.after->str();
+            }
+            std::optional<std::int64_t> by;
+            if (q.needing_owner_by) {
+                by = q.needing_owner_by->value;
+            }
+            std::optional<std::string> ids;
+            if (q.ids) {
+                ids = text_array(*q.ids);
+            }
+            std::optional<std::int64_t> limit;
+            if (q.limit != std::numeric_limits<std::size_t>::max()) {
+                limit = static_cast<std::int64_t>(q.limit);
+            }
+            // The conditions that can use an index are spelled out only when set.
+            std::string where = "WHERE true";
+            where += q.after ? " AND session_id > $1" : " AND $1::text IS NULL";
+            where += q.has_work ? " AND has_work = $2" : " AND $2::boolean IS NULL";
+            where += q.needing_owner_by ? " AND (has_work OR next_timer <= $3)"
+                                        : " AND $3::bigint IS NULL";
+            where += q.ids ? " AND session_id = ANY($4::text[])" : " AND $4::text IS NULL";
+            auto rows = n.exec_params(
+                "SELECT session_id, has_work, paused, lane_system, lane_steer, lane_follow_up, "
+                "timers, next_timer, last_activity FROM sessions " +
+                    where + " ORDER BY session_id LIMIT $5",
+                after, q.has_work, by, ids, limit);
             std::vector<catalog_entry> out;
             for (const auto& row : rows) {
                 auto sid = session_id::parse(row[0].c_str());
                 if (!sid) {
                     return errc::corrupt;
                 }
-                out.push_back({*sid, row[1].as<bool>(), row[2].as<bool>()});
+                s::session_summary sum;
+                sum.has_work = row[1].as<bool>();
+                sum.paused = row[2].as<bool>();
+                for (std::size_t i = 0; i < sum.lanes.size(); ++i) {
+                    sum.lanes[i] = row[static_cast<int>(3 + i)].as<std::uint32_t>();
+                }
+                sum.timers = row[6].as<std::uint32_t>();
+                if (!row[7].is_null()) {
+                    sum.next_timer = unix_ms{row[7].as<std::int64_t>()};
+                }
+                sum.last_activity = unix_ms{row[8].as<std::int64_t>()};
+                out.push_back({*sid, sum});
             }
             return out;
         } catch (const pqxx::broken_connection&) {

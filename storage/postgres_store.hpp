@@ -37,7 +37,7 @@ class postgres_store final : public session_store {
     result<bool> exists(const session_id& id) override;
     std::string_view backend() const override { return "postgres"; }
 
-    result<std::vector<catalog_entry>> sessions(catalog_filter filter) override;
+    result<std::vector<catalog_entry>> sessions(const catalog_query& q) override;
 
     struct connection;  // a libpqxx connection with its prepared statements
     class pooled;       // a connection from the pool, given back when destroyed

@@ -5,6 +5,8 @@
 #include "storage/sqlite_db.hpp"
 #include "storage/sqlite_store.hpp"
 
+#include <algorithm>
+
 namespace wuhu::storage {
 
 namespace {
@@ -21,7 +23,44 @@ const char* const catalog_migrations[] = {
     R"(ALTER TABLE sessions ADD COLUMN has_timers INTEGER NOT NULL DEFAULT 0;)",
     // The epoch each removal ran at: opens at that epoch or older are refused.
     R"(CREATE TABLE removed (id TEXT PRIMARY KEY, epoch INTEGER NOT NULL) WITHOUT ROWID;)",
+    // The index of the sweep and the fleet view (session/summary.hpp), written at the epoch of
+    // the commit it describes. A timer's due time was not kept before: 0 lets the sweep load
+    // the session, and the load writes the row again.
+    R"(ALTER TABLE sessions ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0;
+       ALTER TABLE sessions ADD COLUMN paused INTEGER NOT NULL DEFAULT 0;
+       ALTER TABLE sessions ADD COLUMN lane_system INTEGER NOT NULL DEFAULT 0;
+       ALTER TABLE sessions ADD COLUMN lane_steer INTEGER NOT NULL DEFAULT 0;
+       ALTER TABLE sessions ADD COLUMN lane_follow_up INTEGER NOT NULL DEFAULT 0;
+       ALTER TABLE sessions ADD COLUMN timers INTEGER NOT NULL DEFAULT 0;
+       ALTER TABLE sessions ADD COLUMN next_timer INTEGER;
+       ALTER TABLE sessions ADD COLUMN last_activity INTEGER NOT NULL DEFAULT 0;
+       UPDATE sessions SET timers = 1, next_timer = 0 WHERE has_timers = 1;
+       ALTER TABLE sessions DROP COLUMN has_timers;
+       CREATE INDEX sessions_has_work ON sessions (id) WHERE has_work = 1;
+       CREATE INDEX sessions_next_timer ON sessions (next_timer) WHERE next_timer IS NOT NULL;
+       CREATE INDEX leases_owner ON leases (owner, id);)",
 };
+
+// The catalog_entry of a row selected as (id, has_work, paused, lane_system, lane_steer,
+// lane_follow_up, timers, next_timer, last_activity), or nullopt if its id is not one.
+std::optional<catalog_entry> read_entry(const sqlite::stmt& q) {
+    auto sid = session_id::parse(q.text(0));
+    if (!sid) {
+        return std::nullopt;
+    }
+    session::session_summary sum;
+    sum.has_work = q.int64(1) != 0;
+    sum.paused = q.int64(2) != 0;
+    for (std::size_t i = 0; i < sum.lanes.size(); ++i) {
+        sum.lanes[i] = static_cast<std::uint32_t>(q.int64(static_cast<int>(3 + i)));
+    }
+    sum.timers = static_cast<std::uint32_t>(q.int64(6));
+    if (!q.is_null(7)) {
+        sum.next_timer = unix_ms{q.int64(7)};
+    }
+    sum.last_activity = unix_ms{q.int64(8)};
+    return catalog_entry{*sid, sum};
+}
 
 }  // namespace
 
@@ -29,27 +68,88 @@ void sqlite::migrate_catalog(db& d) {
     migrate(d, catalog_migrations, std::size(catalog_migrations));
 }
 
-void sqlite_store::note_catalog(const session_id& id, bool has_work, bool has_timers) {
+void sqlite_store::note_catalog(const session_id& id, lease_epoch epoch,
+                                const session::session_summary& sum, bool urgent) {
+    std::lock_guard lock(catalog_mu_);
+    auto& row = unwritten_[id.str()];
+    if (row.first <= epoch) {
+        row = {epoch, sum};
+    }
+    if (urgent) {
+        write_unwritten();
+    }
+}
+
+void sqlite_store::note_loaded(const session_id& id, lease_epoch epoch,
+                               const session::session_summary& sum) {
+    std::optional<catalog_entry> stored;
     try {
         std::lock_guard lock(catalog_mu_);
-        catalog_
-            ->prepare(
-                "INSERT INTO sessions (id, has_work, has_timers) VALUES (?1, ?2, ?3) "
-                "ON CONFLICT (id) DO UPDATE SET has_work = excluded.has_work, "
-                "has_timers = excluded.has_timers")
-            .bind(1, id.str())
-            .bind(2, has_work ? 1 : 0)
-            .bind(3, has_timers ? 1 : 0)
-            .run();
+        auto& q = catalog_->prepare(
+            "SELECT id, has_work, paused, lane_system, lane_steer, lane_follow_up, timers, "
+            "next_timer, last_activity FROM sessions WHERE id = ?1");
+        q.bind(1, id.str());
+        if (q.step()) {
+            stored = read_entry(q);
+        }
+        q.reset();
     } catch (const sqlite::error&) {
-        // The catalog is a hint for the recovery sweep; the session file is authoritative.
+        return;  // a hint: the next commit writes it
+    }
+    if (!stored || stored->summary != sum) {
+        note_catalog(id, epoch, sum, true);
+    }
+}
+
+void sqlite_store::write_unwritten(const session_id& id) {
+    std::lock_guard lock(catalog_mu_);
+    if (unwritten_.contains(id.str())) {
+        write_unwritten();
+    }
+}
+
+void sqlite_store::write_unwritten() {
+    if (unwritten_.empty()) {
+        return;
+    }
+    try {
+        sqlite::transaction tx(*catalog_);
+        for (const auto& [id, row] : unwritten_) {
+            const auto& [epoch, sum] = row;
+            auto& q = catalog_->prepare(
+                "UPDATE sessions SET epoch = ?2, has_work = ?3, paused = ?4, lane_system = ?5, "
+                "lane_steer = ?6, lane_follow_up = ?7, timers = ?8, next_timer = ?9, "
+                "last_activity = ?10 WHERE id = ?1 AND epoch <= ?2");
+            q.bind(1, std::string_view(id))
+                .bind(2, static_cast<std::int64_t>(epoch.value))
+                .bind(3, sum.has_work ? 1 : 0)
+                .bind(4, sum.paused ? 1 : 0);
+            for (std::size_t i = 0; i < sum.lanes.size(); ++i) {
+                q.bind(static_cast<int>(5 + i), static_cast<std::int64_t>(sum.lanes[i]));
+            }
+            q.bind(8, static_cast<std::int64_t>(sum.timers));
+            if (sum.next_timer) {
+                q.bind(9, sum.next_timer->value);
+            } else {
+                q.bind_null(9);
+            }
+            q.bind(10, sum.last_activity.value).run();
+        }
+        tx.commit();
+        unwritten_.clear();
+    } catch (const sqlite::error&) {
+        // The catalog is a hint; the rows stay for the next write. The session file is
+        // authoritative.
     }
 }
 
 void sqlite_store::note_opened(const session_id& id, lease_epoch epoch, bool after_removal) {
     std::lock_guard lock(catalog_mu_);
-    catalog_->prepare("INSERT INTO sessions (id) VALUES (?1) ON CONFLICT (id) DO NOTHING")
+    // At the opening epoch: a row an older owner left unwritten never lands on a new session.
+    catalog_
+        ->prepare("INSERT INTO sessions (id, epoch) VALUES (?1, ?2) ON CONFLICT (id) DO NOTHING")
         .bind(1, id.str())
+        .bind(2, static_cast<std::int64_t>(epoch.value))
         .run();
     if (after_removal) {
         // A newer session: the removal's floor has done its work.
@@ -72,6 +172,7 @@ void sqlite_store::note_removed(const session_id& id, lease_epoch epoch) {
         .bind(2, static_cast<std::int64_t>(epoch.value))
         .run();
     catalog_->prepare("DELETE FROM sessions WHERE id = ?1").bind(1, id.str()).run();
+    unwritten_.erase(id.str());
 }
 
 std::optional<lease_epoch> sqlite_store::removed_at(const session_id& id) {
@@ -86,21 +187,67 @@ std::optional<lease_epoch> sqlite_store::removed_at(const session_id& id) {
     return out;
 }
 
-result<std::vector<catalog_entry>> sqlite_store::sessions(catalog_filter filter) {
+result<std::vector<catalog_entry>> sqlite_store::sessions(const catalog_query& q) {
     try {
         std::lock_guard lock(catalog_mu_);
-        auto& q =
-            catalog_->prepare(filter == catalog_filter::needing_owner
-                                  ? "SELECT id, has_work, has_timers FROM sessions "
-                                    "WHERE has_work = 1 OR has_timers = 1 ORDER BY id"
-                                  : "SELECT id, has_work, has_timers FROM sessions ORDER BY id");
+        write_unwritten();  // this process's rows are as new as its commits
         std::vector<catalog_entry> out;
-        while (q.step()) {
-            auto sid = session_id::parse(q.text(0));
-            if (!sid) {
-                return errc::corrupt;
+        auto take = [&](sqlite::stmt& st) -> result<void> {
+            while (out.size() < q.limit && st.step()) {
+                auto e = read_entry(st);
+                if (!e) {
+                    st.reset();
+                    return errc::corrupt;
+                }
+                if (matches(q, *e) && (!q.after || e->id > *q.after)) {
+                    out.push_back(std::move(*e));
+                }
             }
-            out.push_back({*sid, q.int64(1) != 0, q.int64(2) != 0});
+            st.reset();
+            return {};
+        };
+        if (q.ids) {
+            // Point reads, in id order.
+            auto ids = *q.ids;
+            std::sort(ids.begin(), ids.end());
+            ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+            auto& st = catalog_->prepare(
+                "SELECT id, has_work, paused, lane_system, lane_steer, lane_follow_up, timers, "
+                "next_timer, last_activity FROM sessions WHERE id = ?1");
+            for (const auto& id : ids) {
+                st.bind(1, id.str());
+                if (auto r = take(st); !r) {
+                    return r.error();
+                }
+            }
+            return out;
+        }
+        // Each statement is a constant (the statement cache is keyed by the text's address);
+        // the filters the index serves are in the SQL, the others in matches().
+        const auto after = q.after ? q.after->str() : std::string();
+        sqlite::stmt* st = nullptr;
+        if (q.needing_owner_by) {
+            st = &catalog_->prepare(
+                "SELECT id, has_work, paused, lane_system, lane_steer, lane_follow_up, timers, "
+                "next_timer, last_activity FROM sessions WHERE has_work = 1 AND id > ?1 "
+                "UNION SELECT id, has_work, paused, lane_system, lane_steer, lane_follow_up, "
+                "timers, next_timer, last_activity FROM sessions "
+                "WHERE next_timer <= ?2 AND id > ?1 ORDER BY id");
+            st->bind(1, after).bind(2, q.needing_owner_by->value);
+        } else if (q.has_work == true) {
+            st = &catalog_->prepare(
+                "SELECT id, has_work, paused, lane_system, lane_steer, lane_follow_up, timers, "
+                "next_timer, last_activity FROM sessions WHERE has_work = 1 AND id > ?1 "
+                "ORDER BY id");
+            st->bind(1, after);
+        } else {
+            st = &catalog_->prepare(
+                "SELECT id, has_work, paused, lane_system, lane_steer, lane_follow_up, timers, "
+                "next_timer, last_activity FROM sessions WHERE id > ?1 ORDER BY id");
+            st->bind(1, after);
+        }
+        if (auto r = take(*st); !r) {
+            return r.error();
         }
         return out;
     } catch (const sqlite::error& e) {

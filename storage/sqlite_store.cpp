@@ -2,6 +2,7 @@
 
 #include "session/codec.hpp"
 #include "session/overloaded.hpp"
+#include "session/summary.hpp"
 #include "storage/rows.hpp"
 #include "storage/sqlite_db.hpp"
 
@@ -107,12 +108,16 @@ class sqlite_log final : public session_log {
   public:
     sqlite_log(sqlite_store& store, session_id id, lease_epoch epoch)
         : session_log(std::move(id), epoch), store_(store) {}
-    // The session is no longer loaded here: its file is closed, unless an operation uses it.
-    ~sqlite_log() override { store_.close_unused(id()); }
+    // The session is no longer loaded here: its file is closed, unless an operation uses it,
+    // and its catalog row written if a commit left it behind.
+    ~sqlite_log() override {
+        store_.close_unused(id());
+        store_.write_unwritten(id());
+    }
 
   protected:
     result<session_state> do_load() override {
-        return with_db([&](sqlite::db& db) -> result<session_state> {
+        auto loaded = with_db([&](sqlite::db& db) -> result<session_state> {
             // One read transaction, fenced like a write: a handle whose epoch is not the
             // file's (a newer owner, or a removal) reads nothing.
             sqlite::read_transaction read(db);
@@ -146,6 +151,10 @@ class sqlite_log final : public session_log {
                         meta(db, "has_work") == "1");
             return b.finish();
         });
+        if (loaded) {
+            store_.note_loaded(id(), epoch(), s::summarize(*loaded));
+        }
+        return loaded;
     }
 
     result<s::patch> do_since(const s::version_vector& from) override {
@@ -184,8 +193,6 @@ class sqlite_log final : public session_log {
     }
 
     result<void> do_commit(const session_state& before, const action_list& actions) override {
-        std::optional<bool> has_work;
-        std::ptrdiff_t timers = 0;  // scheduled minus fired
         auto r = with_db([&](sqlite::db& db) -> result<void> {
             sqlite::transaction tx(db);
             if (meta(db, "epoch") != std::to_string(epoch().value)) {
@@ -195,17 +202,18 @@ class sqlite_log final : public session_log {
                 return errc::conflict;
             }
             for (const auto& a : actions) {
-                write(db, a, has_work);
-                timers += std::holds_alternative<s::timer_scheduled>(a) ? 1 : 0;
-                timers -= std::holds_alternative<s::timer_cleared>(a) ? 1 : 0;
+                write(db, a);
             }
             set_meta(db, "version", encode_version(s::advance(before.version(), actions)));
             tx.commit();
             return {};
         });
-        if (r && (has_work || timers != 0)) {
-            const auto pending = static_cast<std::ptrdiff_t>(before.timers.size()) + timers;
-            store_.note_catalog(id(), has_work.value_or(before.has_work), pending > 0);
+        if (r) {
+            const auto was = s::summarize(before);
+            const auto now = s::summarize(before, actions);
+            const bool urgent = now.has_work != was.has_work || now.timers != was.timers ||
+                                now.next_timer != was.next_timer;
+            store_.note_catalog(id(), epoch(), now, urgent);
         }
         return r;
     }
@@ -228,7 +236,7 @@ class sqlite_log final : public session_log {
         }
     }
 
-    static void write(sqlite::db& db, const s::action& a, std::optional<bool>& has_work) {
+    static void write(sqlite::db& db, const s::action& a) {
         std::visit(s::overloaded{
                        [&](const s::entry_appended& x) {
                            db.prepare("INSERT INTO transcript (seq, at, body) VALUES (?1, ?2, ?3)")
@@ -252,7 +260,6 @@ class sqlite_log final : public session_log {
                        },
                        [&](const s::has_work_set& x) {
                            set_meta(db, "has_work", x.value ? "1" : "0");
-                           has_work = x.value;
                        },
                        [&](const s::paused_set& x) { set_meta(db, "paused", x.value ? "1" : "0"); },
                        [&](const s::timer_scheduled& x) {
@@ -282,7 +289,10 @@ sqlite_store::sqlite_store(sqlite_options options) : options_(std::move(options)
     sqlite::migrate_catalog(*catalog_);
 }
 
-sqlite_store::~sqlite_store() = default;
+sqlite_store::~sqlite_store() {
+    std::lock_guard lock(catalog_mu_);
+    write_unwritten();
+}
 
 std::filesystem::path sqlite_store::path_of(const session_id& id) const {
     return options_.data_dir / "sessions" / (id.str() + ".sqlite");

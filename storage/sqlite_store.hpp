@@ -2,8 +2,9 @@
 //
 // Layout: `<data_dir>/sessions/<sid>.sqlite`, one file per session (WAL, synchronous=FULL by
 // default, busy timeout), holding the fencing epoch, the transcript, the journals, the timers
-// and the registers; `<data_dir>/catalog.sqlite` lists the sessions and their has_work flag for
-// the recovery sweep (a hint: the session file is authoritative). The session id is validated
+// and the registers; `<data_dir>/catalog.sqlite` lists the sessions with their index row (has
+// work, lane depths, timers, last activity: session/summary.hpp) for the recovery sweep and the
+// fleet view (a hint: the session file is authoritative), and holds the leases of the host. The session id is validated
 // before it becomes a path, and files are opened without URI parsing.
 //
 // Many sessions, few descriptors: a session's file is open while its log is (the session is
@@ -47,9 +48,8 @@ class sqlite_store final : public session_store {
     result<bool> exists(const session_id& id) override;
     std::string_view backend() const override { return "sqlite"; }
 
-    // Sessions in the catalog (a hint kept after each commit that changes has_work or the
-    // timers; the session file is authoritative).
-    result<std::vector<catalog_entry>> sessions(catalog_filter filter) override;
+    // Sessions in the catalog (a hint: see note_catalog; the session file is authoritative).
+    result<std::vector<catalog_entry>> sessions(const catalog_query& q) override;
     std::filesystem::path path_of(const session_id& id) const;
     std::size_t open_files() const;
 
@@ -75,14 +75,24 @@ class sqlite_store final : public session_store {
     std::shared_ptr<handle> acquire_current(const session_id& id, open_mode mode);
     // The epoch the session was last removed at, if it was (the catalog's `removed`).
     std::optional<lease_epoch> removed_at(const session_id& id);
-    // The catalog (sqlite_catalog.cpp).
-    void note_catalog(const session_id& id, bool has_work, bool has_timers);
+    // The catalog (sqlite_catalog.cpp). The session's index row as of a commit (or a load) at
+    // `epoch`: written at once when `urgent` (what the recovery sweep reads changed: has_work
+    // or the timers), else with the next urgent write or read of the catalog, so that most
+    // commits of a turn cost no catalog commit. A row is never overwritten by an older epoch's.
+    void note_catalog(const session_id& id, lease_epoch epoch,
+                      const session::session_summary& sum, bool urgent);
+    // The catalog row of a session just loaded: rewritten if it says otherwise.
+    void note_loaded(const session_id& id, lease_epoch epoch, const session::session_summary& sum);
+    void write_unwritten();  // with catalog_mu_ held
+    // Writes the session's row now if a commit left it behind.
+    void write_unwritten(const session_id& id);
     void note_opened(const session_id& id, lease_epoch epoch, bool after_removal);
     void note_removed(const session_id& id, lease_epoch epoch);
 
     sqlite_options options_;
     std::unique_ptr<sqlite::db> catalog_;
     std::mutex catalog_mu_;
+    std::map<std::string, std::pair<lease_epoch, session::session_summary>> unwritten_;
     mutable std::mutex mu_;
     std::list<std::string> lru_;  // most recent first
     std::map<std::string, std::pair<std::shared_ptr<handle>, std::list<std::string>::iterator>>

@@ -2,9 +2,23 @@
 
 #include "session/reducer.hpp"
 
+#include <algorithm>
+
 namespace wuhu::storage {
 
 namespace s = wuhu::session;
+
+bool matches(const catalog_query& q, const catalog_entry& e) {
+    const auto& sum = e.summary;
+    if (q.has_work && sum.has_work != *q.has_work) {
+        return false;
+    }
+    if (q.needing_owner_by && !sum.has_work &&
+        !(sum.next_timer && *sum.next_timer <= *q.needing_owner_by)) {
+        return false;
+    }
+    return !q.ids || std::find(q.ids->begin(), q.ids->end(), e.id) != q.ids->end();
+}
 
 result<action_list> session_log::commit(const session_state& before, result<action_list> plan) {
     if (!plan || plan->empty()) {

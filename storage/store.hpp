@@ -20,9 +20,12 @@
 #include "session/patch.hpp"
 #include "session/rules.hpp"
 #include "session/state.hpp"
+#include "session/summary.hpp"
 #include "storage/errc.hpp"
 
+#include <limits>
 #include <memory>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -36,19 +39,29 @@ using session::unix_ms;
 template <class T>
 using result = boost::system::result<T>;
 
-// A session as the catalog lists it (the recovery sweep and the fleet view).
+// A session as the store's index lists it (the recovery sweep and the fleet view): kept in the
+// commit's own transaction on PostgreSQL, in the catalog after the commit on SQLite (a hint
+// there; the session file is authoritative).
 struct catalog_entry {
     session_id id;
-    bool has_work = false;
-    bool has_timers = false;  // a schedule_callback timer is pending
+    session::session_summary summary;
     bool operator==(const catalog_entry&) const = default;
 };
 
-enum class catalog_filter {
-    all,
-    // Sessions that need an owner even when nobody asks for them: work to do, or a timer.
-    needing_owner,
+// Which sessions sessions() lists, in id order (byte order).
+struct catalog_query {
+    std::optional<session_id> after;  // only ids after this one
+    std::size_t limit = std::numeric_limits<std::size_t>::max();
+    std::optional<bool> has_work;
+    // Only sessions that need an owner by this time even when nobody asks for them: work to
+    // do, or a timer due by then.
+    std::optional<unix_ms> needing_owner_by;
+    // Only these sessions (those that do not exist are left out).
+    std::optional<std::vector<session_id>> ids;
 };
+
+// Whether the query's filters (not `after` or `limit`) let the entry through.
+bool matches(const catalog_query& q, const catalog_entry& e);
 
 class session_log {
   public:
@@ -138,8 +151,8 @@ class session_store {
     // Whether the session has been created (and not removed since). Creates nothing.
     virtual result<bool> exists(const session_id& id) = 0;
 
-    // The stored sessions by id.
-    virtual result<std::vector<catalog_entry>> sessions(catalog_filter filter) = 0;
+    // The stored sessions that match `q`, from the index, in id order.
+    virtual result<std::vector<catalog_entry>> sessions(const catalog_query& q) = 0;
 
     // "memory", "sqlite", "postgres".
     virtual std::string_view backend() const = 0;
@@ -159,8 +172,8 @@ class forwarding_store : public session_store {
         return target_.remove(id, epoch);
     }
     result<bool> exists(const session_id& id) override { return target_.exists(id); }
-    result<std::vector<catalog_entry>> sessions(catalog_filter filter) override {
-        return target_.sessions(filter);
+    result<std::vector<catalog_entry>> sessions(const catalog_query& q) override {
+        return target_.sessions(q);
     }
     std::string_view backend() const override { return target_.backend(); }
 

@@ -77,8 +77,8 @@ result<bool> watched_store::exists(const session_id& id) {
     return noted(*this, [&] { return target().exists(id); });
 }
 
-result<std::vector<catalog_entry>> watched_store::sessions(catalog_filter filter) {
-    return noted(*this, [&] { return target().sessions(filter); });
+result<std::vector<catalog_entry>> watched_store::sessions(const catalog_query& q) {
+    return noted(*this, [&] { return target().sessions(q); });
 }
 
 }  // namespace wuhu::storage

@@ -232,9 +232,9 @@ void session_registry::unload(const session::session_id& id,
 }
 
 asio::awaitable<boost::system::result<std::vector<storage::catalog_entry>>>
-session_registry::catalog(storage::catalog_filter filter) {
+session_registry::catalog(storage::catalog_query q) {
     using listing = boost::system::result<std::vector<storage::catalog_entry>>;
-    auto list = [&store = store_, filter]() { return store.sessions(filter); };
+    auto list = [&store = store_, q = std::move(q)]() { return store.sessions(q); };
     auto task = run_on<listing>(opts_.store_executor, std::move(list));
     auto out = co_await std::move(task);
     co_return out;
@@ -257,14 +257,25 @@ void session_registry::each(const std::function<bool(const agent_loop&)>& f,
     }
 }
 
+const agent_loop* session_registry::find_running(const session::session_id& id) const {
+    auto it = sessions_.find(id.str());
+    if (it == sessions_.end() || !it->second->running || it->second->loop->failed()) {
+        return nullptr;
+    }
+    return it->second->loop.get();
+}
+
 std::vector<session_registry::idle_session> session_registry::passivable(
-    std::chrono::steady_clock::time_point unused_since) const {
+    std::chrono::steady_clock::time_point unused_since, session::unix_ms keep_timers_until) const {
     std::vector<idle_session> out;
     for (const auto& [id, e] : sessions_) {
         const auto& loop = *e->loop;
-        // Not one with work (even paused): the recovery sweep would load it again at once.
+        // Not one with work (even paused), or a timer due soon: the recovery sweep would load
+        // it again at once.
+        const auto* next = session::next_timer(loop.state());
         if (e->running && e->users == 0 && !loop.failed() && loop.quiescent() &&
-            !loop.state().has_work && loop.state().timers.empty() && e->used <= unused_since) {
+            !loop.state().has_work && (next == nullptr || next->due > keep_timers_until) &&
+            e->used <= unused_since) {
             out.push_back(idle_session{loop.id(), e->used});
         }
     }

@@ -58,25 +58,28 @@ class session_registry {
                 std::optional<session::lease_epoch> epoch = std::nullopt);
     // Whether the store has the session (store IO on the store executor).
     asio::awaitable<boost::system::result<bool>> exists(session::session_id id);
-    // The store's catalog (store IO on the store executor).
+    // The store's index (store IO on the store executor).
     asio::awaitable<boost::system::result<std::vector<storage::catalog_entry>>> catalog(
-        storage::catalog_filter filter);
+        storage::catalog_query q);
     bool contains(const session::session_id& id) const { return sessions_.contains(id.str()); }
     // The loaded sessions that may be passivated (unloaded, their data staying in the store):
-    // no request holds them, their loop is idle with no work (even paused) and no timer
-    // pending, and neither a request nor their loop has used them since `unused_since`; least
-    // recently used first.
+    // no request holds them, their loop is idle with no work (even paused) and no timer due
+    // by `keep_timers_until`, and neither a request nor their loop has used them since
+    // `unused_since`; least recently used first.
     struct idle_session {
         session::session_id id;
         std::chrono::steady_clock::time_point used;  // last used
     };
-    std::vector<idle_session> passivable(std::chrono::steady_clock::time_point unused_since) const;
+    std::vector<idle_session> passivable(std::chrono::steady_clock::time_point unused_since,
+                                         session::unix_ms keep_timers_until) const;
     // Cancels every loop; nothing is loaded or started afterwards.
     void stop();
     std::size_t size() const { return sessions_.size(); }
     // Visits the loaded sessions whose loops run, in id order, from the first id after
     // `after` (all when empty), until `f` returns false.
     void each(const std::function<bool(const agent_loop&)>& f, std::string_view after = {}) const;
+    // The session's loop if it is loaded and runs, else nullptr.
+    const agent_loop* find_running(const session::session_id& id) const;
     storage::session_store& store() { return store_; }
     // Loops that have not returned yet.
     std::size_t running() const { return running_; }

@@ -412,6 +412,61 @@ TEST(Fleet, ADurableTimerSurvivesItsOwnerDyingAndFiresOnceWithNobodyAsking) {
     EXPECT_EQ(b.stop(), 0);
 }
 
+// A session waiting on a timer due later than the next sweep rounds is passivated like any
+// idle session (it used to stay loaded until the timer fired): the store's index knows when
+// the timer is due, and the recovery sweep loads the session again before then, with nobody
+// asking. The callback arrives once, after its due time.
+TEST(Fleet, ASessionWaitingOnATimerIsPassivatedAndTheSweepBringsItBackWhenDue) {
+    const std::string script = R"({"responses":[
+        {"tool_calls":[{"id":"cb1","name":"schedule_callback",
+                        "arguments":{"delay_ms":4000,"content":"ping"}}]},
+        {"text":"scheduled"},
+        {"text":"got the ping"}]})";
+    worker_process::config c = fleet_member({}, "T", "wuhu_later", 600);
+    c.args.insert(c.args.end(), {"--passivate-after", "200ms"});
+    worker_process w("later", script, c);
+    w.start();
+    nats::connection nc(nats_url(), "later-client");
+    std::mutex mu;
+    std::condition_variable cv;
+    std::optional<std::chrono::steady_clock::time_point> pinged;
+    nc.subscribe(w.prefix() + ".events.t.patch", [&](nats::message m) {
+        if (m.data.find("got the ping") != std::string::npos) {
+            std::lock_guard lock(mu);
+            pinged = std::chrono::steady_clock::now();
+            cv.notify_all();
+        }
+    });
+    nc.flush();
+    const auto asked = std::chrono::steady_clock::now();
+    ASSERT_EQ(answer_when_up(nc, w.direct("t", "enqueue"), enqueue_body("remind")).at("ok"), true);
+    ASSERT_TRUE(wait_idle(nc, w.direct("t", "subscribe")));
+    bool passivated = false;
+    for (int i = 0; i < 30 && !passivated; ++i) {
+        std::this_thread::sleep_for(100ms);
+        passivated = w.has_logged("passivated 1 idle sessions");
+    }
+    EXPECT_TRUE(passivated) << "the session waits on a timer 4 s away: it is unloaded";
+    {
+        std::unique_lock lock(mu);
+        ASSERT_TRUE(cv.wait_for(lock, 30s, [&] { return pinged.has_value(); }))
+            << "the callback never arrived";
+        const auto after = std::chrono::duration_cast<std::chrono::milliseconds>(*pinged - asked);
+        std::cout << "[ timer   ] due 4000 ms after the request; the callback's answer came after "
+                  << after.count() << " ms" << std::endl;
+        EXPECT_GE(after.count(), 4000);
+    }
+    EXPECT_TRUE(w.has_logged("recovered session t"));
+    EXPECT_TRUE(w.has_logged("its timer is due in"));
+    auto now = answer_when_up(nc, w.direct("t", "subscribe"));
+    int pings = 0;
+    for (const auto& e : now.at("patch").at("transcript").as_array()) {
+        pings += e.at("type") == "system_message" && e.at("content") == "ping";
+    }
+    EXPECT_EQ(pings, 1) << "exactly once";
+    EXPECT_EQ(w.stop(), 0);
+}
+
 // Defect: a patch larger than the NATS max payload was dropped without a log line (the publish
 // result was ignored). Three items queued while paused are drained into one patch over the
 // server's 8 KiB max payload: the worker logs the failed publish with its session and counts it,
@@ -613,7 +668,7 @@ void kill_one_of_three(const std::string& name, const worker_process::config& ba
     // The owners, from the lease store; the one with the most sessions is killed mid-turn.
     auto owners = [&] {
         std::map<std::string, std::string> out;
-        auto live = leases.live();
+        auto live = leases.live({});
         EXPECT_TRUE(live.has_value()) << "the test could not read the leases";
         for (const auto& l : live ? *live : std::vector<ownership::lease>{}) {
             out[l.id.str()] = l.owner;
@@ -923,7 +978,7 @@ TEST(Fleet, TheFleetViewPagesAtEveryLevelAndShowsEveryRowState) {
                               "unowned", "unreachable"}) {
         auto page = c.sessions(json::object{{"state", state}});
         ASSERT_TRUE(page) << state << ": " << page.error().message;
-        EXPECT_TRUE(page->at("sessions").as_array().empty()) << state;
+        EXPECT_TRUE(page->at("sessions").as_array().empty()) << state << json::serialize(*page);
     }
     // B leaves: its sessions have no live lease, and show so.
     EXPECT_EQ(b.stop(), 0);

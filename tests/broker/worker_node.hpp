@@ -67,7 +67,11 @@ class holding_lease final : public ownership::lease_store {
         const session::session_id& id) override {
         return inner_.owner_of(id);
     }
-    ownership::result<std::vector<ownership::lease>> live() override { return inner_.live(); }
+    ownership::result<std::vector<ownership::lease>> live(
+        const ownership::lease_query& q) override {
+        return inner_.live(q);
+    }
+    ownership::result<std::vector<std::string>> owners() override { return inner_.owners(); }
     ownership::result<void> remove(const session::session_id& id,
                                    session::lease_epoch epoch) override {
         return inner_.remove(id, epoch);

@@ -95,9 +95,40 @@ TEST_P(LeaseConformance, LiveListsOnlyUnexpiredLeases) {
     granted(store().acquire(sid("a"), "w1", 1s));
     auto b = granted(store().acquire(sid("b"), "w2", 10s));
     b_->now += 1'000;
-    auto live = store().live().value();
+    auto live = store().live({}).value();
     ASSERT_EQ(live.size(), 1u);
     EXPECT_EQ(live[0], b);
+    EXPECT_EQ(store().owners().value(), std::vector<std::string>{"w2"});
+}
+
+// The fleet view pages through the live leases: some ids, one owner's, after an id, at most a
+// limit; in byte order of the ids.
+TEST_P(LeaseConformance, LivePagesByIdsOwnerAndAfterInByteOrder) {
+    for (const char* id : {"b", "B", "a-1", "a0", "z"}) {
+        granted(store().acquire(sid(id), std::string(id) == "B" || std::string(id) == "z"
+                                             ? "w2"
+                                             : "w1",
+                                10s));
+    }
+    auto ids_of = [](const std::vector<lease>& ls) {
+        std::vector<std::string> out;
+        for (const auto& l : ls) {
+            out.push_back(l.id.str());
+        }
+        return out;
+    };
+    using strings = std::vector<std::string>;
+    EXPECT_EQ(ids_of(store().live({}).value()), (strings{"B", "a-1", "a0", "b", "z"}));
+    ownership::lease_query q;
+    q.owner = "w1";
+    EXPECT_EQ(ids_of(store().live(q).value()), (strings{"a-1", "a0", "b"}));
+    q.after = sid("a-1");
+    q.limit = 1;
+    EXPECT_EQ(ids_of(store().live(q).value()), (strings{"a0"}));
+    ownership::lease_query some;
+    some.ids = std::vector<session_id>{sid("z"), sid("gone"), sid("a0")};
+    EXPECT_EQ(ids_of(store().live(some).value()), (strings{"a0", "z"}));
+    EXPECT_EQ(store().owners().value(), (strings{"w1", "w2"}));
 }
 
 TEST_P(LeaseConformance, RacingWorkersNeverBothWin) {

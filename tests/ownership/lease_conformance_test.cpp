@@ -139,7 +139,10 @@ struct keeper_world {
             }
             return inner.owner_of(id);
         }
-        ownership::result<std::vector<lease>> live() override { return inner.live(); }
+        ownership::result<std::vector<lease>> live(const ownership::lease_query& q) override {
+            return inner.live(q);
+        }
+        ownership::result<std::vector<std::string>> owners() override { return inner.owners(); }
         ownership::result<void> remove(const session_id& id, lease_epoch epoch) override {
             return inner.remove(id, epoch);
         }

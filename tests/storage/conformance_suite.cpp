@@ -2,6 +2,10 @@
 // test binary; each binary instantiates the suite with its own factory.
 #include "tests/storage/conformance.hpp"
 
+#include "session/summary.hpp"
+
+#include <algorithm>
+
 namespace wuhu::testing {
 
 namespace {
@@ -168,6 +172,13 @@ TEST_P(StoreConformance, RandomOperationSequencesKeepTheInvariant) {
             if (r) {
                 ASSERT_EQ(*r, *pure) << "the store records what the rules decide: " << op.name;
             }
+            // The index says what the state says.
+            storage::catalog_query just{};
+            just.ids = std::vector<session_id>{s.log().id()};
+            auto indexed = store().sessions(just);
+            ASSERT_TRUE(indexed.has_value()) << indexed.error().message();
+            ASSERT_EQ(indexed->size(), 1u);
+            ASSERT_EQ(indexed->front().summary, summarize(s.state())) << op.name;
             if (HasFatalFailure()) {
                 return;
             }
@@ -324,17 +335,63 @@ TEST_P(StoreConformance, SessionsListsStoredSessionsInIdOrderWithHasWork) {
     auto a = open("list-a", 1);
     session_state sb = b->load().value();
     ASSERT_TRUE(b->enqueue(sb, user_in(lane::follow_up, "f", "work"), unix_ms{1}));
-    auto all = store().sessions(storage::catalog_filter::all).value();
+    auto all = store().sessions({}).value();
     ASSERT_EQ(all.size(), 2u);
     EXPECT_EQ(all[0].id.str(), "list-a");
-    EXPECT_FALSE(all[0].has_work);
+    EXPECT_FALSE(all[0].summary.has_work);
     EXPECT_EQ(all[1].id.str(), "list-b");
-    EXPECT_TRUE(all[1].has_work);
-    auto busy = store().sessions(storage::catalog_filter::needing_owner).value();
+    EXPECT_TRUE(all[1].summary.has_work);
+    EXPECT_EQ(all[1].summary.lanes, (std::array<std::uint32_t, 3>{0, 0, 1}));
+    EXPECT_EQ(all[1].summary.last_activity, unix_ms{1});
+    storage::catalog_query needing;
+    needing.needing_owner_by = unix_ms{1000};
+    auto busy = store().sessions(needing).value();
     ASSERT_EQ(busy.size(), 1u);
     EXPECT_EQ(busy[0].id.str(), "list-b");
     ASSERT_TRUE(store().remove(session_id::parse("list-b").value(), lease_epoch{1}));
-    ASSERT_EQ(store().sessions(storage::catalog_filter::all).value().size(), 1u);
+    ASSERT_EQ(store().sessions({}).value().size(), 1u);
+}
+
+// The fleet view pages through the index: after an id, at most a limit, by has_work, or just
+// some ids; always in byte order of the ids (uppercase before lowercase, '-' before digits).
+TEST_P(StoreConformance, SessionsPagesThroughTheIndexInByteOrder) {
+    std::vector<std::string> names{"b", "B", "a-1", "a0", "a_", "z", "A"};
+    for (const auto& n : names) {
+        auto log = open(n, 1);
+        if (n == "a0" || n == "z") {
+            session_state st = log->load().value();
+            ASSERT_TRUE(log->enqueue(st, user_in(lane::steer, "i", "x"), unix_ms{5}));
+        }
+    }
+    std::sort(names.begin(), names.end());
+    auto ids_of = [](const std::vector<storage::catalog_entry>& es) {
+        std::vector<std::string> out;
+        for (const auto& e : es) {
+            out.push_back(e.id.str());
+        }
+        return out;
+    };
+    EXPECT_EQ(ids_of(store().sessions({}).value()), names);
+    storage::catalog_query page;
+    page.limit = 3;
+    EXPECT_EQ(ids_of(store().sessions(page).value()),
+              (std::vector<std::string>{names[0], names[1], names[2]}));
+    page.after = session_id::parse(names[2]).value();
+    EXPECT_EQ(ids_of(store().sessions(page).value()),
+              (std::vector<std::string>{names[3], names[4], names[5]}));
+    storage::catalog_query working;
+    working.has_work = true;
+    EXPECT_EQ(ids_of(store().sessions(working).value()), (std::vector<std::string>{"a0", "z"}));
+    working.has_work = false;
+    working.after = session_id::parse("a0").value();
+    EXPECT_EQ(ids_of(store().sessions(working).value()), (std::vector<std::string>{"a_", "b"}));
+    storage::catalog_query some;
+    some.ids = std::vector<session_id>{session_id::parse("z").value(),
+                                       session_id::parse("nope").value(),
+                                       session_id::parse("A").value()};
+    auto got = store().sessions(some).value();
+    EXPECT_EQ(ids_of(got), (std::vector<std::string>{"A", "z"}));
+    EXPECT_EQ(got[1].summary.lanes, (std::array<std::uint32_t, 3>{0, 1, 0}));
 }
 
 // A request that waited behind a removal carries the removal's epoch (or an older one): it must
@@ -360,7 +417,7 @@ TEST_P(StoreConformance, OpeningAnExistingSessionCreatesNothing) {
     EXPECT_EQ(store().open(sid, lease_epoch{1}, storage::open_mode::existing).error(),
               storage::errc::not_found);
     EXPECT_FALSE(store().exists(sid).value());
-    EXPECT_TRUE(store().sessions(storage::catalog_filter::all).value().empty());
+    EXPECT_TRUE(store().sessions({}).value().empty());
     ASSERT_TRUE(store().open(sid, lease_epoch{2}));
     auto again = store().open(sid, lease_epoch{3}, storage::open_mode::existing);
     ASSERT_TRUE(again.has_value()) << again.error().message();
@@ -368,20 +425,30 @@ TEST_P(StoreConformance, OpeningAnExistingSessionCreatesNothing) {
               storage::errc::lease_lost);
 }
 
-// A session with nothing queued but a pending timer still needs an owner: nobody would load it
-// otherwise, and its timer would never fire. Once the timer fires it no longer does.
-TEST_P(StoreConformance, ASessionWithAPendingTimerNeedsAnOwner) {
+// A session with nothing queued but a pending timer needs an owner once the timer is due:
+// nobody would load it otherwise, and its timer would never fire. Before that it need not be
+// loaded (a worker may passivate it); once the timer fires it no longer needs one.
+TEST_P(StoreConformance, ASessionWithAPendingTimerNeedsAnOwnerWhenItIsDue) {
     auto log = open("timed", 1);
     session_state st = log->load().value();
+    const timer later{item("t2"), unix_ms{900}, system_source::parse("scheduledCallback").value(),
+                      "pong"};
     const timer t{item("t1"), unix_ms{500}, system_source::parse("scheduledCallback").value(),
                   "ping"};
-    auto scheduled = log->schedule_timer(st, t);
-    ASSERT_TRUE(scheduled);
-    apply_actions(*scheduled, st);
-    auto needing = store().sessions(storage::catalog_filter::needing_owner).value();
+    for (const auto& x : {later, t}) {
+        auto scheduled = log->schedule_timer(st, x);
+        ASSERT_TRUE(scheduled);
+        apply_actions(*scheduled, st);
+    }
+    storage::catalog_query due;
+    due.needing_owner_by = unix_ms{499};
+    EXPECT_TRUE(store().sessions(due).value().empty()) << "not due yet";
+    due.needing_owner_by = unix_ms{500};
+    auto needing = store().sessions(due).value();
     ASSERT_EQ(needing.size(), 1u);
-    EXPECT_EQ(needing[0],
-              (storage::catalog_entry{session_id::parse("timed").value(), false, true}));
+    EXPECT_EQ(needing[0].id.str(), "timed");
+    EXPECT_EQ(needing[0].summary.timers, 2u);
+    EXPECT_EQ(needing[0].summary.next_timer, unix_ms{500});
     auto fired = log->fire_timer(st, item("t1"), unix_ms{600});
     ASSERT_TRUE(fired);
     apply_actions(*fired, st);
@@ -390,11 +457,13 @@ TEST_P(StoreConformance, ASessionWithAPendingTimerNeedsAnOwner) {
     apply_actions(*drained, st);
     auto idle = log->mark_idle(st);
     ASSERT_TRUE(idle);
-    needing = store().sessions(storage::catalog_filter::needing_owner).value();
-    EXPECT_TRUE(needing.empty()) << "the timer fired and the work is done";
-    auto all = store().sessions(storage::catalog_filter::all).value();
+    apply_actions(*idle, st);
+    due.needing_owner_by = unix_ms{899};
+    EXPECT_TRUE(store().sessions(due).value().empty()) << "the first timer fired, the work is done";
+    auto all = store().sessions({}).value();
     ASSERT_EQ(all.size(), 1u);
-    EXPECT_FALSE(all[0].has_timers);
+    EXPECT_EQ(all[0].summary, summarize(st));
+    EXPECT_EQ(all[0].summary.next_timer, unix_ms{900});
 }
 
 }  // namespace wuhu::testing

@@ -40,8 +40,8 @@ TEST(PostgresStore, MigrationsAreVersionedAndIdempotent) {
     pqxx::connection c(pg_dsn());
     pqxx::nontransaction n(c);
     auto r = n.exec("SELECT max(version), count(*) FROM " + t.schema + ".migrations");
-    EXPECT_EQ(r[0][0].as<int>(), 2);
-    EXPECT_EQ(r[0][1].as<int>(), 2);
+    EXPECT_EQ(r[0][0].as<int>(), 3);
+    EXPECT_EQ(r[0][1].as<int>(), 3);
 }
 
 TEST(PostgresStore, RejectsASchemaNameThatIsNotAnIdentifier) {
@@ -100,7 +100,9 @@ TEST(PostgresStore, ConcurrentSessionsShareThePool) {
         th.join();
     }
     EXPECT_EQ(failures.load(), 0);
-    EXPECT_EQ(t.store.sessions(storage::catalog_filter::needing_owner).value().size(), 8u);
+    storage::catalog_query needing;
+    needing.needing_owner_by = unix_ms{0};
+    EXPECT_EQ(t.store.sessions(needing).value().size(), 8u);
 }
 
 // The whole session loads exactly; a backfill since a recent version reads the tail alone: with

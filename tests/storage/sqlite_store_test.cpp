@@ -134,13 +134,15 @@ TEST(SqliteStore, TheCatalogListsSessionsAndHasWork) {
     auto idle = t.store.open(session_id::parse("idle").value(), lease_epoch{1}).value();
     session_state st = busy->load().value();
     ASSERT_TRUE(busy->enqueue(st, user_in(lane::follow_up, "f", "x"), unix_ms{1}));
-    auto all = t.store.sessions(storage::catalog_filter::all).value();
+    auto all = t.store.sessions({}).value();
     ASSERT_EQ(all.size(), 2u);
-    auto working = t.store.sessions(storage::catalog_filter::needing_owner).value();
+    storage::catalog_query needing;
+    needing.needing_owner_by = unix_ms{0};
+    auto working = t.store.sessions(needing).value();
     ASSERT_EQ(working.size(), 1u);
     EXPECT_EQ(working[0].id.str(), "busy");
     ASSERT_TRUE(t.store.remove(session_id::parse("busy").value(), lease_epoch{1}));
-    EXPECT_TRUE(t.store.sessions(storage::catalog_filter::needing_owner).value().empty());
+    EXPECT_TRUE(t.store.sessions(needing).value().empty());
     EXPECT_FALSE(std::filesystem::exists(t.store.path_of(session_id::parse("busy").value())));
 }
 

@@ -1,0 +1,77 @@
+#include "session/summary.hpp"
+
+#include "session/overloaded.hpp"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+namespace wuhu::session {
+
+session_summary summarize(const session_state& s) {
+    return summarize(s, action_list{});
+}
+
+session_summary summarize(const session_state& before, const action_list& actions) {
+    session_summary out;
+    out.has_work = before.has_work;
+    out.paused = before.paused;
+    std::array<std::int64_t, 3> depth{};
+    for (lane l : all_lanes) {
+        const auto& ls = before.in(l);
+        depth[index_of(l)] = static_cast<std::int64_t>(ls.pending.size());
+        if (!ls.journal.empty()) {
+            out.last_activity = std::max(out.last_activity, ls.journal.back().at);
+        }
+    }
+    if (!before.transcript.empty()) {
+        out.last_activity = std::max(out.last_activity, before.transcript.back().at);
+    }
+    std::set<std::string> cleared;          // of the timers pending before
+    std::map<std::string, unix_ms> added;  // timers the actions schedule (and keep)
+    std::int64_t timers = static_cast<std::int64_t>(before.timers.size());
+    for (const auto& a : actions) {
+        std::visit(overloaded{
+                       [&](const entry_appended& x) {
+                           out.last_activity = std::max(out.last_activity, x.e.at);
+                       },
+                       [&](const journal_recorded& x) {
+                           out.last_activity = std::max(out.last_activity, x.j.at);
+                           depth[index_of(x.in)] +=
+                               std::holds_alternative<enqueued_fact>(x.j.fact) ? 1 : -1;
+                       },
+                       [&](const has_work_set& x) { out.has_work = x.value; },
+                       [&](const paused_set& x) { out.paused = x.value; },
+                       [&](const timer_scheduled& x) {
+                           ++timers;
+                           added[x.t.id.str()] = x.t.due;
+                       },
+                       [&](const timer_cleared& x) {
+                           --timers;
+                           if (added.erase(x.id.str()) == 0) {
+                               cleared.insert(x.id.str());
+                           }
+                       },
+                       [](const settings_set&) {},
+                   },
+                   a);
+    }
+    for (std::size_t i = 0; i < depth.size(); ++i) {
+        out.lanes[i] = static_cast<std::uint32_t>(std::max<std::int64_t>(depth[i], 0));
+    }
+    out.timers = static_cast<std::uint32_t>(std::max<std::int64_t>(timers, 0));
+    auto earliest = [&](unix_ms due) {
+        out.next_timer = out.next_timer ? std::min(*out.next_timer, due) : due;
+    };
+    for (const auto& [id, due] : added) {
+        earliest(due);
+    }
+    for (const auto& [id, t] : before.timers) {
+        if (!cleared.contains(id)) {
+            earliest(t.due);
+        }
+    }
+    return out;
+}
+
+}  // namespace wuhu::session

@@ -1,0 +1,32 @@
+// What the store indexes about a session, so that the recovery sweep and the fleet view need
+// not load it: whether it has work, its lane depths, its pending timers and when the first is
+// due, and its last activity.
+//
+// `summarize(before, actions)` is the summary of `applied(actions, before)` without applying
+// them: a store computes it inside the commit that records `actions`, for the price of a walk
+// over the actions and the pending timers (no copy of the transcript).
+#pragma once
+
+#include "session/action.hpp"
+#include "session/state.hpp"
+
+#include <array>
+#include <cstdint>
+#include <optional>
+
+namespace wuhu::session {
+
+struct session_summary {
+    bool has_work = false;
+    bool paused = false;
+    std::array<std::uint32_t, 3> lanes{};  // pending items, by index_of(lane)
+    std::uint32_t timers = 0;              // pending schedule_callback timers
+    std::optional<unix_ms> next_timer;     // when the earliest of them is due
+    unix_ms last_activity{0};              // the latest entry or journal fact (0: none yet)
+    bool operator==(const session_summary&) const = default;
+};
+
+session_summary summarize(const session_state& s);
+session_summary summarize(const session_state& before, const action_list& actions);
+
+}  // namespace wuhu::session
