@@ -4,6 +4,9 @@
 // exit codes.
 #include "tests/support/process.hpp"
 
+#include <fstream>
+#include <sstream>
+
 namespace wuhu::testing {
 
 namespace json = boost::json;
@@ -148,6 +151,51 @@ TEST(Wuhuctl, ExitCodesTellOkRefusedUsageAndNoReply) {
     EXPECT_EQ(ctl({"send", "p1"}, prefix), 2);
     EXPECT_EQ(ctl({"frobnicate", "p1"}, prefix), 2);
     EXPECT_EQ(ctl({"status", "p1"}, prefix + "_nobody"), 3);
+    EXPECT_EQ(worker.stop(), 0);
+}
+
+// wuhuctl sessions prints a page of the fleet view, one line per session with its owner,
+// epoch, state, work, lanes, timers and last activity.
+TEST(Wuhuctl, SessionsPrintsOneLinePerSessionWithItsOwnerStateAndLanes) {
+    worker_process worker("ls", R"({"responses":[{"text":"ok"}]})");
+    const auto& prefix = worker.prefix();
+    worker.start();
+    nats::connection nc(nats_url(), "ls-client");
+    ASSERT_EQ(subscribe_when_up(nc, prefix).at("ok"), true);
+    const auto out = worker.dir() / "sessions.out";
+    auto ctl = [&](std::vector<std::string> args) {
+        args.insert(args.begin(), {"--nats", nats_url(), "--prefix", prefix});
+        spawn_options o;
+        o.log = (worker.dir() / "ctl.log").string();
+        o.out = out.string();
+        return wait_exit(spawn(WUHUCTL_BIN, args, o), 30s);
+    };
+    ASSERT_EQ(ctl({"configure", "ls1", "model=m1"}), 0);
+    ASSERT_EQ(ctl({"pause", "ls1"}), 0);
+    ASSERT_EQ(ctl({"send", "ls1", "waits while paused"}), 0);
+    ASSERT_EQ(ctl({"sessions"}), 0);
+    std::ifstream f(out);
+    std::vector<std::string> lines;
+    for (std::string line; std::getline(f, line);) {
+        lines.push_back(line);
+    }
+    ASSERT_GE(lines.size(), 2u);
+    EXPECT_TRUE(lines[0].starts_with("SESSION")) << lines[0];
+    std::istringstream row(lines[1]);
+    std::vector<std::string> cols;
+    for (std::string c; row >> c;) {
+        cols.push_back(c);
+    }
+    // SESSION OWNER EPOCH STATE WORK SYS/STR/FUP TIMERS ACTIVE ("0s ago": two words)
+    ASSERT_GE(cols.size(), 8u) << lines[1];
+    EXPECT_EQ(cols[0], "ls1");
+    EXPECT_EQ(cols[1], "proc-1");
+    EXPECT_NE(cols[2], "-") << "the lease's epoch";
+    EXPECT_EQ(cols[3], "idle");
+    EXPECT_EQ(cols[4], "yes") << "the follow-up waits";
+    EXPECT_EQ(cols[5], "0/0/1");
+    EXPECT_EQ(cols[6], "0");
+    EXPECT_TRUE(lines[1].ends_with("ago")) << lines[1];
     EXPECT_EQ(worker.stop(), 0);
 }
 

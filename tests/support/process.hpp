@@ -41,6 +41,7 @@ struct spawn_options {
     // RLIMIT_FSIZE for the child (a disk that refuses to grow files); SIGXFSZ is ignored so
     // that a write past it fails with EFBIG instead of killing the process.
     std::optional<rlim_t> max_file_bytes;
+    std::string out;  // stdout goes here when set
 };
 
 // Starts `bin` (a path, or a name looked up in PATH) with `args`.
@@ -51,6 +52,10 @@ inline pid_t spawn(const char* bin, const std::vector<std::string>& args,
         if (!o.log.empty()) {
             int fd = open(o.log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
             dup2(fd, STDERR_FILENO);
+        }
+        if (!o.out.empty()) {
+            int fd = open(o.out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+            dup2(fd, STDOUT_FILENO);
         }
         if (o.max_file_bytes) {
             signal(SIGXFSZ, SIG_IGN);
@@ -69,7 +74,7 @@ inline pid_t spawn(const char* bin, const std::vector<std::string>& args,
 }
 
 inline pid_t spawn(const char* bin, const std::vector<std::string>& args, const std::string& log) {
-    return spawn(bin, args, spawn_options{log, std::nullopt});
+    return spawn(bin, args, spawn_options{log, std::nullopt, {}});
 }
 
 // Waits (bounded) for the process to exit; its exit status (128 + signal when killed), or -1
@@ -248,7 +253,7 @@ class worker_process {
             "--prefix",    prefix_,
             "--worker-id", config_.worker_id};
         args.insert(args.end(), config_.args.begin(), config_.args.end());
-        pid_ = spawn(worker_bin(), args, spawn_options{log(), config_.max_file_bytes});
+        pid_ = spawn(worker_bin(), args, spawn_options{log(), config_.max_file_bytes, {}});
     }
     // SIGTERM; the exit status (-1: it did not exit within 15 s).
     int stop() {
