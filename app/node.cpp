@@ -191,10 +191,11 @@ asio::awaitable<void> node::sweep(node* self) {
         if (self->stopping_) {
             co_return;
         }
-        // A timer due before the next round is loaded now, so that it fires on time.
+        // A timer due within two rounds is loaded now (rounds are a little more than an
+        // interval apart), so that it fires on time; passivation keeps the same horizon.
         storage::catalog_query due;
         due.needing_owner_by = session::unix_ms{self->clock_.now().value +
-                                                self->options_.sweep_interval.count()};
+                                                2 * self->options_.sweep_interval.count()};
         auto listing = self->registry_->catalog(std::move(due));
         auto candidates = co_await std::move(listing);
         if (!candidates) {
@@ -220,6 +221,10 @@ asio::awaitable<void> node::sweep(node* self) {
             }
         }
         std::shuffle(orphans.begin(), orphans.end(), rng);
+        // Timers first: they have a time to keep, work can wait a round.
+        std::stable_partition(orphans.begin(), orphans.end(), [&](const session::session_id& id) {
+            return !why.at(id.str()).summary.has_work;
+        });
         if (recovering.size() < self->options_.sweep_batch && !orphans.empty()) {
             auto claiming =
                 self->leases_.claim(std::move(orphans), self->options_.sweep_batch - recovering.size());

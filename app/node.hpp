@@ -22,10 +22,10 @@
 //
 // Passivation: idle sessions unused for a while are unloaded and their leases released, and
 // the least recently used idle ones when more than `max_loaded_sessions` are loaded; the next
-// request (or the sweep, once they have work or a timer) loads them again.
+// request (or the sweep, once they have work or a timer coming due) loads them again.
 //
 // Recovery: every `sweep_interval`, the node claims sessions that need an owner (work to do,
-// or a pending timer) and have no live lease, and loads them; their loops resume by the normal
+// or a timer due within two intervals) and have no live lease, and loads them; their loops resume by the normal
 // sequence (the only recovery path). Several workers may sweep at once: the lease decides.
 //
 // Logs: every lease acquired, taken over, lost or released (but passivations: one line per
@@ -62,7 +62,8 @@ struct node_options {
     // 0: half the lease TTL.
     std::chrono::milliseconds sweep_interval{0};
     std::size_t sweep_batch = 64;
-    // Passivation: a loaded session that is idle (no work, no pending timer) and unused for
+    // Passivation: a loaded session that is idle (no work, no timer due within two sweep
+    // intervals) and unused for
     // `passivate_after` is unloaded and its lease released (0: never); past
     // `max_loaded_sessions` loaded sessions, the least recently used idle ones go first (0: no
     // limit). Checked every quarter of `passivate_after` (at most every second); at most

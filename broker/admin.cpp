@@ -187,7 +187,7 @@ std::string merge_owner_pages(const protocol::sessions_query& q,
             stop = stop ? std::min(*stop, *page->until) : *page->until;
         }
         for (const auto& [id, row] : page->rows) {
-            if (row_matches(q, row)) {
+            if ((!q.after || id > q.after->str()) && row_matches(q, row)) {
                 rows.emplace(id, &row);
             }
         }
@@ -207,6 +207,9 @@ std::string merge_owner_pages(const protocol::sessions_query& q,
     }
     if (!next && stop) {
         next = *stop;  // the cut owner has more after its last row
+    }
+    if (next && next->empty()) {
+        next.reset();  // an owner cut before its first row: nothing to go on from
     }
     json::object reply{{"ok", true}, {"sessions", std::move(out)}};
     if (next) {

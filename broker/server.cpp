@@ -284,6 +284,9 @@ std::string server::local_sessions(worker::session_registry& registry, const nat
         auto ids = *q->ids;
         std::sort(ids.begin(), ids.end());
         for (const auto& id : ids) {
+            if (q->after && id <= *q->after) {
+                continue;
+            }
             if (const auto* loop = registry.find_running(id); loop != nullptr) {
                 loaded.push_back(loaded_row(*loop, me));
             }

@@ -99,13 +99,15 @@ void prepare(pqxx::connection& c, const std::string& schema) {
     c.prepare("lease_remove", "DELETE FROM leases WHERE session_id = $1 AND epoch <= $2");
 }
 
-// A PostgreSQL array literal of ids (ids are [A-Za-z0-9_-]: nothing to quote) or numbers.
+// A PostgreSQL array literal of ids or numbers, every element double-quoted: an unquoted
+// NULL (any case) would be a NULL element, and "null" is a valid session id. Ids are
+// [A-Za-z0-9_-] and numbers digits: nothing inside the quotes to escape.
 template <class T, class F>
 std::string array_of(const std::vector<T>& xs, F item) {
     std::ostringstream out;
     out << '{';
     for (std::size_t i = 0; i < xs.size(); ++i) {
-        out << (i == 0 ? "" : ",") << item(xs[i]);
+        out << (i == 0 ? "\"" : ",\"") << item(xs[i]) << '"';
     }
     out << '}';
     return out.str();

@@ -16,27 +16,29 @@ session_summary summarize(const session_state& before, const action_list& action
     session_summary out;
     out.has_work = before.has_work;
     out.paused = before.paused;
+    // Last activity: the time of the last entry and of each lane's last fact (the last ones,
+    // not the latest times: a clock that went back must give what the stored state gives).
     std::array<std::int64_t, 3> depth{};
+    std::array<unix_ms, 3> last_fact{};
+    unix_ms last_entry{0};
     for (lane l : all_lanes) {
         const auto& ls = before.in(l);
         depth[index_of(l)] = static_cast<std::int64_t>(ls.pending.size());
         if (!ls.journal.empty()) {
-            out.last_activity = std::max(out.last_activity, ls.journal.back().at);
+            last_fact[index_of(l)] = ls.journal.back().at;
         }
     }
     if (!before.transcript.empty()) {
-        out.last_activity = std::max(out.last_activity, before.transcript.back().at);
+        last_entry = before.transcript.back().at;
     }
     std::set<std::string> cleared;          // of the timers pending before
     std::map<std::string, unix_ms> added;  // timers the actions schedule (and keep)
     std::int64_t timers = static_cast<std::int64_t>(before.timers.size());
     for (const auto& a : actions) {
         std::visit(overloaded{
-                       [&](const entry_appended& x) {
-                           out.last_activity = std::max(out.last_activity, x.e.at);
-                       },
+                       [&](const entry_appended& x) { last_entry = x.e.at; },
                        [&](const journal_recorded& x) {
-                           out.last_activity = std::max(out.last_activity, x.j.at);
+                           last_fact[index_of(x.in)] = x.j.at;
                            depth[index_of(x.in)] +=
                                std::holds_alternative<enqueued_fact>(x.j.fact) ? 1 : -1;
                        },
@@ -59,6 +61,7 @@ session_summary summarize(const session_state& before, const action_list& action
     for (std::size_t i = 0; i < depth.size(); ++i) {
         out.lanes[i] = static_cast<std::uint32_t>(std::max<std::int64_t>(depth[i], 0));
     }
+    out.last_activity = std::max({last_entry, last_fact[0], last_fact[1], last_fact[2]});
     out.timers = static_cast<std::uint32_t>(std::max<std::int64_t>(timers, 0));
     auto earliest = [&](unix_ms due) {
         out.next_timer = out.next_timer ? std::min(*out.next_timer, due) : due;

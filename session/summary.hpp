@@ -22,7 +22,7 @@ struct session_summary {
     std::array<std::uint32_t, 3> lanes{};  // pending items, by index_of(lane)
     std::uint32_t timers = 0;              // pending schedule_callback timers
     std::optional<unix_ms> next_timer;     // when the earliest of them is due
-    unix_ms last_activity{0};              // the latest entry or journal fact (0: none yet)
+    unix_ms last_activity{0};  // the later of the last entry and each lane's last fact (0: none)
     bool operator==(const session_summary&) const = default;
 };
 

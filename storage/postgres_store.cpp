@@ -64,10 +64,11 @@ const char* const migrations[] = {
            PRIMARY KEY (session_id, id));)",
     // The epoch each removal ran at: opens at that epoch or older are refused.
     R"(CREATE TABLE removed_sessions (session_id text PRIMARY KEY, epoch bigint NOT NULL);)",
-    // The index of the sweep and the fleet view, written by every commit's fence. Session ids
-    // sort by byte ("C"), as everywhere else in the fleet, whatever the database's locale.
-    R"(ALTER TABLE sessions ALTER COLUMN session_id TYPE text COLLATE "C";
-       ALTER TABLE sessions
+    // The index of the sweep and the fleet view, written by every commit's fence. The backfill
+    // runs before the ids change collation, while the other tables' indexes still serve it.
+    // Session ids then sort by byte ("C"), as everywhere else in the fleet, whatever the
+    // database's locale.
+    R"(ALTER TABLE sessions
            ADD COLUMN lane_system integer NOT NULL DEFAULT 0,
            ADD COLUMN lane_steer integer NOT NULL DEFAULT 0,
            ADD COLUMN lane_follow_up integer NOT NULL DEFAULT 0,
@@ -75,21 +76,29 @@ const char* const migrations[] = {
            ADD COLUMN next_timer bigint,
            ADD COLUMN last_activity bigint NOT NULL DEFAULT 0;
        UPDATE sessions s SET
-           lane_system = (SELECT coalesce(sum(CASE WHEN j.body->>'fact' = 'enqueued' THEN 1
-                                                   ELSE -1 END), 0)
+           lane_system = (SELECT count(*) FILTER (WHERE j.body->>'fact' = 'enqueued')
+                                 - count(*) FILTER (WHERE j.body->>'fact' <> 'enqueued')
                           FROM journal j WHERE j.session_id = s.session_id AND j.lane = 0),
-           lane_steer = (SELECT coalesce(sum(CASE WHEN j.body->>'fact' = 'enqueued' THEN 1
-                                                  ELSE -1 END), 0)
+           lane_steer = (SELECT count(*) FILTER (WHERE j.body->>'fact' = 'enqueued')
+                                - count(*) FILTER (WHERE j.body->>'fact' <> 'enqueued')
                          FROM journal j WHERE j.session_id = s.session_id AND j.lane = 1),
-           lane_follow_up = (SELECT coalesce(sum(CASE WHEN j.body->>'fact' = 'enqueued' THEN 1
-                                                      ELSE -1 END), 0)
+           lane_follow_up = (SELECT count(*) FILTER (WHERE j.body->>'fact' = 'enqueued')
+                                    - count(*) FILTER (WHERE j.body->>'fact' <> 'enqueued')
                              FROM journal j WHERE j.session_id = s.session_id AND j.lane = 2),
            timers = (SELECT count(*) FROM timers t WHERE t.session_id = s.session_id),
            next_timer = (SELECT min((t.body->>'due')::bigint) FROM timers t
                          WHERE t.session_id = s.session_id),
+           -- The time of the last entry and of each lane's last fact (session::summarize).
            last_activity = GREATEST(
-               (SELECT coalesce(max(at), 0) FROM transcript x WHERE x.session_id = s.session_id),
-               (SELECT coalesce(max(at), 0) FROM journal j WHERE j.session_id = s.session_id));
+               coalesce((SELECT at FROM transcript x WHERE x.session_id = s.session_id
+                         ORDER BY seq DESC LIMIT 1), 0),
+               coalesce((SELECT at FROM journal j WHERE j.session_id = s.session_id
+                         AND j.lane = 0 ORDER BY seq DESC LIMIT 1), 0),
+               coalesce((SELECT at FROM journal j WHERE j.session_id = s.session_id
+                         AND j.lane = 1 ORDER BY seq DESC LIMIT 1), 0),
+               coalesce((SELECT at FROM journal j WHERE j.session_id = s.session_id
+                         AND j.lane = 2 ORDER BY seq DESC LIMIT 1), 0));
+       ALTER TABLE sessions ALTER COLUMN session_id TYPE text COLLATE "C";
        CREATE INDEX sessions_next_timer ON sessions (next_timer) WHERE next_timer IS NOT NULL;)",
 };
 
@@ -137,11 +146,13 @@ std::string dump(const json::value& v) {
     return json::serialize(v);
 }
 
-// A PostgreSQL array literal of session ids (ids are [A-Za-z0-9_-]: nothing to quote).
+// A PostgreSQL array literal of session ids, each double-quoted: an unquoted NULL (any case)
+// would be a NULL element, and "null" is a valid session id. Ids are [A-Za-z0-9_-]: nothing
+// inside the quotes to escape.
 std::string text_array(const std::vector<session_id>& ids) {
     std::string out = "{";
     for (std::size_t i = 0; i < ids.size(); ++i) {
-        out += (i == 0 ? "" : ",") + ids[i].str();
+        out += (i == 0 ? "\"" : ",\"") + ids[i].str() + "\"";
     }
     return out + "}";
 }

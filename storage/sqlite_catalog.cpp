@@ -1,7 +1,7 @@
 // The SQLite store's catalog, `<data-dir>/catalog.sqlite`: its schema (shared with the lease
-// store, ownership/sqlite_lease), and everything the session store keeps there: which sessions
-// exist with their has_work and has_timers flags (a hint for the recovery sweep and the fleet
-// view; the session files are authoritative), and the epoch each removal ran at.
+// store, ownership/sqlite_lease), and everything the session store keeps there: the index, a
+// row per session (session/summary.hpp; a hint for the recovery sweep and the fleet view, the
+// session files are authoritative), and the epoch each removal ran at.
 #include "storage/sqlite_db.hpp"
 #include "storage/sqlite_store.hpp"
 

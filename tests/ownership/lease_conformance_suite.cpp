@@ -73,6 +73,22 @@ TEST_P(LeaseConformance, RenewExtendsEveryHeldLeaseInOneCall) {
         std::holds_alternative<held_elsewhere>(store().acquire(sid("a"), "w2", 1s).value()));
 }
 
+// Defect: PostgreSQL read an unquoted NULL in an array literal as a NULL element, and "null"
+// is a valid session id: such a session's lease was never renewed (its owner lost it at every
+// renewal), never claimed, and never listed. Every bulk operation treats it like any other.
+TEST_P(LeaseConformance, ASessionNamedNullIsRenewedClaimedAndListedLikeAnyOther) {
+    auto lower = granted(store().acquire(sid("null"), "w1", 10s));
+    auto upper = granted(store().acquire(sid("NULL"), "w1", 10s));
+    b_->now += 9'000;
+    EXPECT_TRUE(store().renew({lower, upper}, 10s).value().empty()) << "neither is lost";
+    ownership::lease_query both;
+    both.ids = std::vector<session_id>{sid("null"), sid("NULL")};
+    EXPECT_EQ(store().live(both).value().size(), 2u);
+    b_->now += 20'000;  // both expired
+    auto claimed = store().claim({sid("null"), sid("NULL"), sid("Null")}, "w2", 10s, 10).value();
+    EXPECT_EQ(claimed.size(), 3u);
+}
+
 TEST_P(LeaseConformance, ReleaseLetsAnotherOwnerTakeAtOnce) {
     auto l = granted(store().acquire(sid("s1"), "w1", 10s));
     ASSERT_TRUE(store().release(l));

@@ -391,6 +391,10 @@ TEST_P(StoreConformance, SessionsPagesThroughTheIndexInByteOrder) {
                                        session_id::parse("A").value()};
     auto got = store().sessions(some).value();
     EXPECT_EQ(ids_of(got), (std::vector<std::string>{"A", "z"}));
+    // "null" is a session id like any other (PostgreSQL arrays read an unquoted one as NULL).
+    open("null", 1);
+    some.ids = std::vector<session_id>{session_id::parse("null").value()};
+    EXPECT_EQ(ids_of(store().sessions(some).value()), (std::vector<std::string>{"null"}));
     EXPECT_EQ(got[1].summary.lanes, (std::array<std::uint32_t, 3>{0, 1, 0}));
 }
 
