@@ -10,6 +10,8 @@
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <map>
 #include <random>
@@ -307,6 +309,10 @@ asio::awaitable<void> node::passivate(node* self) {
         }
         self->passivating_ = false;
         if (n > 0) {
+            // glibc keeps what a freed session held for later allocations; what is free at the
+            // top of its heaps goes back to the system now, so that resident memory follows
+            // the sessions loaded.
+            malloc_trim(0);
             self->log_->info("passivated {} idle sessions; {} loaded", n, self->registry_->size());
         }
     }
