@@ -348,6 +348,20 @@ std::string server::list_sessions(const nats::message& m) {
     return indexed_page(q);
 }
 
+namespace {
+
+// The session ids of leases or index entries, in their order.
+template <class Rows>
+std::vector<s::session_id> ids_of(const Rows& rows) {
+    std::vector<s::session_id> out;
+    for (const auto& r : rows) {
+        out.push_back(r.id);
+    }
+    return out;
+}
+
+}  // namespace
+
 std::string server::indexed_page(const protocol::sessions_query& q) {
     using clock = std::chrono::steady_clock;
     auto& leases = leases_.keeper().store();
@@ -379,12 +393,8 @@ std::string server::indexed_page(const protocol::sessions_query& q) {
                 break;
             }
             cursor = held.back().id;
-            std::vector<s::session_id> ids;
-            for (const auto& l : held) {
-                ids.push_back(l.id);
-            }
             storage::catalog_query of_them;
-            of_them.ids = std::move(ids);
+            of_them.ids = ids_of(held);
             of_them.has_work = q.has_work;
             auto found = store_->sessions(of_them);
             if (!found) {
@@ -407,12 +417,8 @@ std::string server::indexed_page(const protocol::sessions_query& q) {
                 break;
             }
             cursor = entries.back().id;
-            std::vector<s::session_id> ids;
-            for (const auto& e : entries) {
-                ids.push_back(e.id);
-            }
             ownership::lease_query of_them;
-            of_them.ids = std::move(ids);
+            of_them.ids = ids_of(entries);
             auto got = leases.live(of_them);
             if (!got) {
                 return protocol::error_reply(got.error());

@@ -41,8 +41,21 @@ const char* const catalog_migrations[] = {
        CREATE INDEX leases_owner ON leases (owner, id);)",
 };
 
-// The catalog_entry of a row selected as (id, has_work, paused, lane_system, lane_steer,
-// lane_follow_up, timers, next_timer, last_activity), or nullopt if its id is not one.
+// The index rows' statements. Each is one constant: the statement cache is keyed by the
+// text's address.
+#define WUHU_INDEX_ROW                                                                         \
+    "SELECT id, has_work, paused, lane_system, lane_steer, lane_follow_up, timers, next_timer, " \
+    "last_activity FROM sessions "
+constexpr const char* row_of = WUHU_INDEX_ROW "WHERE id = ?1";
+constexpr const char* rows_after = WUHU_INDEX_ROW "WHERE id > ?1 ORDER BY id";
+constexpr const char* working_after = WUHU_INDEX_ROW "WHERE has_work = 1 AND id > ?1 ORDER BY id";
+constexpr const char* needing_owner_after =
+    WUHU_INDEX_ROW "WHERE has_work = 1 AND id > ?1 UNION " WUHU_INDEX_ROW
+                   "WHERE next_timer <= ?2 AND id > ?1 ORDER BY id";
+#undef WUHU_INDEX_ROW
+
+// The catalog_entry of a row selected by one of the statements above, or nullopt if its id is
+// not one.
 std::optional<catalog_entry> read_entry(const sqlite::stmt& q) {
     auto sid = session_id::parse(q.text(0));
     if (!sid) {
@@ -85,9 +98,7 @@ void sqlite_store::note_loaded(const session_id& id, lease_epoch epoch,
     std::optional<catalog_entry> stored;
     try {
         std::lock_guard lock(catalog_mu_);
-        auto& q = catalog_->prepare(
-            "SELECT id, has_work, paused, lane_system, lane_steer, lane_follow_up, timers, "
-            "next_timer, last_activity FROM sessions WHERE id = ?1");
+        auto& q = catalog_->prepare(row_of);
         q.bind(1, id.str());
         if (q.step()) {
             stored = read_entry(q);
@@ -211,9 +222,7 @@ result<std::vector<catalog_entry>> sqlite_store::sessions(const catalog_query& q
             auto ids = *q.ids;
             std::sort(ids.begin(), ids.end());
             ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-            auto& st = catalog_->prepare(
-                "SELECT id, has_work, paused, lane_system, lane_steer, lane_follow_up, timers, "
-                "next_timer, last_activity FROM sessions WHERE id = ?1");
+            auto& st = catalog_->prepare(row_of);
             for (const auto& id : ids) {
                 st.bind(1, id.str());
                 if (auto r = take(st); !r) {
@@ -222,31 +231,15 @@ result<std::vector<catalog_entry>> sqlite_store::sessions(const catalog_query& q
             }
             return out;
         }
-        // Each statement is a constant (the statement cache is keyed by the text's address);
-        // the filters the index serves are in the SQL, the others in matches().
-        const auto after = q.after ? q.after->str() : std::string();
-        sqlite::stmt* st = nullptr;
+        // The filters the index serves are in the SQL, the others in matches().
+        auto& st = catalog_->prepare(q.needing_owner_by ? needing_owner_after
+                                     : q.has_work == true ? working_after
+                                                          : rows_after);
+        st.bind(1, q.after ? q.after->str() : std::string());
         if (q.needing_owner_by) {
-            st = &catalog_->prepare(
-                "SELECT id, has_work, paused, lane_system, lane_steer, lane_follow_up, timers, "
-                "next_timer, last_activity FROM sessions WHERE has_work = 1 AND id > ?1 "
-                "UNION SELECT id, has_work, paused, lane_system, lane_steer, lane_follow_up, "
-                "timers, next_timer, last_activity FROM sessions "
-                "WHERE next_timer <= ?2 AND id > ?1 ORDER BY id");
-            st->bind(1, after).bind(2, q.needing_owner_by->value);
-        } else if (q.has_work == true) {
-            st = &catalog_->prepare(
-                "SELECT id, has_work, paused, lane_system, lane_steer, lane_follow_up, timers, "
-                "next_timer, last_activity FROM sessions WHERE has_work = 1 AND id > ?1 "
-                "ORDER BY id");
-            st->bind(1, after);
-        } else {
-            st = &catalog_->prepare(
-                "SELECT id, has_work, paused, lane_system, lane_steer, lane_follow_up, timers, "
-                "next_timer, last_activity FROM sessions WHERE id > ?1 ORDER BY id");
-            st->bind(1, after);
+            st.bind(2, q.needing_owner_by->value);
         }
-        if (auto r = take(*st); !r) {
+        if (auto r = take(st); !r) {
             return r.error();
         }
         return out;
