@@ -274,6 +274,7 @@ asio::awaitable<void> node::passivate(node* self) {
                           ? std::clamp(o.passivate_after / 4, milliseconds(50), milliseconds(1000))
                           : milliseconds(1000);
     asio::steady_timer timer(co_await asio::this_coro::executor);
+    std::size_t trimmed_at = 0;  // registry_->freed() at the last trim
     for (;;) {
         timer.expires_after(tick);
         co_await timer.async_wait(asio::use_awaitable);
@@ -309,11 +310,15 @@ asio::awaitable<void> node::passivate(node* self) {
         }
         self->passivating_ = false;
         if (n > 0) {
-            // glibc keeps what a freed session held for later allocations; what is free at the
-            // top of its heaps goes back to the system now, so that resident memory follows
-            // the sessions loaded.
-            malloc_trim(0);
             self->log_->info("passivated {} idle sessions; {} loaded", n, self->registry_->size());
+        }
+        // glibc keeps the memory of freed sessions for later allocations, mostly in the store
+        // threads' heaps where their files were opened and closed. Once sessions have been
+        // freed since the last round, the free pages go back to the system, so that resident
+        // memory follows the sessions loaded rather than the most ever loaded.
+        if (const auto freed = self->registry_->freed(); freed != trimmed_at) {
+            malloc_trim(0);
+            trimmed_at = freed;
         }
     }
 }

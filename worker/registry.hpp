@@ -22,6 +22,7 @@
 
 #include <boost/asio/cancellation_signal.hpp>
 
+#include <atomic>
 #include <functional>
 #include <map>
 
@@ -83,6 +84,9 @@ class session_registry {
     storage::session_store& store() { return store_; }
     // Loops that have not returned yet.
     std::size_t running() const { return running_; }
+    // How many loops that returned have been freed with their logs (their files closed, on
+    // the store executor) since the start: what they held is back with the allocator.
+    std::size_t freed() const { return freed_->load(std::memory_order_relaxed); }
 
   private:
     struct entry;
@@ -107,6 +111,9 @@ class session_registry {
     std::map<std::string, std::shared_ptr<entry>> sessions_;
     std::map<std::string, std::shared_ptr<gate>> gates_;
     std::size_t running_ = 0;
+    // Counted on the store executor, which may run after the registry is gone.
+    std::shared_ptr<std::atomic<std::size_t>> freed_ =
+        std::make_shared<std::atomic<std::size_t>>(0);
     bool stopped_ = false;
 };
 

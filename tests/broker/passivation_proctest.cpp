@@ -26,6 +26,12 @@ std::size_t open_files(pid_t pid) {
     return n;
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool releases_memory = false;  // freed memory stays in the quarantine
+#else
+constexpr bool releases_memory = true;
+#endif
+
 // Resident memory in KiB.
 long resident_kib(pid_t pid) {
     std::ifstream status("/proc/" + std::to_string(pid) + "/status");
@@ -80,7 +86,8 @@ int touch(nats::connection& nc, const worker_process& w, const std::string& tag,
 }  // namespace
 
 // 10,000 sessions touched once by one worker: once they have been idle for the passivation
-// time, the worker's loaded sessions and open files are back to their start values, and its
+// time, the worker's loaded sessions and open files are back to their start values, its
+// resident memory near its start value (within a quarter of what the peak added), and its
 // leases are released. Prints loaded sessions, open files and resident memory at the start,
 // at the peak and after.
 TEST(Passivation, TenThousandSessionsTouchedOnceAreUnloadedOnceIdle) {
@@ -117,16 +124,29 @@ TEST(Passivation, TenThousandSessionsTouchedOnceAreUnloadedOnceIdle) {
         std::this_thread::sleep_for(100ms);
         end_fds = open_files(w.pid());
     }
-    const auto end_rss = resident_kib(w.pid());
+    // The worker gives freed memory back to the system in the passivation round after the
+    // files closed (a round every 500 ms here). Under AddressSanitizer freed memory stays in
+    // its quarantine: the figure is printed, and checked in the other builds (scripts/bench
+    // runs this test in the release build).
+    const long near_start = start_rss + (peak_rss - start_rss) / 4;
+    auto end_rss = resident_kib(w.pid());
+    for (int i = 0; releases_memory && i < 50 && end_rss > near_start; ++i) {
+        std::this_thread::sleep_for(100ms);
+        end_rss = resident_kib(w.pid());
+    }
     std::cout << "passivation: " << sessions << " sessions touched in " << took
               << " s; open files " << start_fds << " -> " << peak_fds << " -> " << end_fds
               << "; resident KiB " << start_rss << " -> " << peak_rss << " -> " << end_rss
               << "; loaded at the end " << (loaded ? std::to_string(*loaded) : "?")
-              << " (under AddressSanitizer freed memory stays in its quarantine)\n";
+              << (releases_memory ? "\n" : " (AddressSanitizer: freed memory stays in its "
+                                            "quarantine)\n");
     EXPECT_EQ(loaded, 0) << "every idle session is unloaded";
     EXPECT_EQ(done.total, sessions) << "each once: none was loaded again";
     EXPECT_GT(peak_fds, start_fds + 100) << "loaded sessions hold their files open";
     EXPECT_LE(end_fds, start_fds + 2) << "and give them back when passivated";
+    if (releases_memory) {
+        EXPECT_LE(end_rss, near_start) << "resident memory follows the sessions loaded";
+    }
     // The sessions are still there: the next request loads one again.
     auto again = answer_when_up(nc, w.prefix() + ".session.p42.subscribe");
     EXPECT_EQ(again.at("ok"), true) << json::serialize(again);
