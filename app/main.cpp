@@ -201,6 +201,12 @@ int main(int argc, char** argv) {
                    "at most this many sessions loaded: past it the least recently used idle "
                    "ones are unloaded first; 0: no limit")
         ->envname("WUHU_MAX_LOADED_SESSIONS");
+    std::size_t sweep_batch = 64;
+    app.add_option("--sweep-batch", sweep_batch,
+                   "the recovery sweep claims at most this many sessions each round (every "
+                   "half lease TTL)")
+        ->envname("WUHU_SWEEP_BATCH")
+        ->check(CLI::Range(std::size_t{1}, std::size_t{100000}));
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
@@ -235,6 +241,7 @@ int main(int argc, char** argv) {
         options.lease = lease_settings;
         options.passivate_after = std::chrono::milliseconds(passivate_after_ms);
         options.max_loaded_sessions = max_loaded;
+        options.sweep_batch = sweep_batch;
         options.store_threads = store_threads;
         wuhu::app::node node(
             *store, *leases, nats,

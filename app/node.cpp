@@ -209,10 +209,12 @@ asio::awaitable<void> node::sweep(node* self) {
         std::vector<std::pair<storage::catalog_entry, session::lease_epoch>> recovering;
         std::vector<session::session_id> orphans;
         std::map<std::string, storage::catalog_entry> why;
+        std::size_t needing = 0;  // not loaded here
         for (const auto& c : *candidates) {
             if (self->registry_->contains(c.id)) {
                 continue;
             }
+            ++needing;
             if (auto held = self->keeper_.epoch_of(c.id)) {
                 if (recovering.size() < self->options_.sweep_batch) {
                     recovering.emplace_back(c, *held);
@@ -236,6 +238,12 @@ asio::awaitable<void> node::sweep(node* self) {
                     recovering.emplace_back(why.at(l.id.str()), l.epoch);
                 }
             }  // else the lease store is away: the leases' own callers log it
+        }
+        if (!recovering.empty()) {
+            self->log_->info(
+                "sweep: recovering {} sessions (at most {} a round) of {} that need an owner or "
+                "a load",
+                recovering.size(), self->options_.sweep_batch, needing);
         }
         for (const auto& [c, epoch] : recovering) {
             if (self->stopping_) {

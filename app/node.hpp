@@ -29,7 +29,8 @@
 // sequence (the only recovery path). Several workers may sweep at once: the lease decides.
 //
 // Logs: every lease acquired, taken over, lost or released (but passivations: one line per
-// round), with its epoch; every session recovered by the sweep; the store going away and
+// round), with its epoch; each sweep round that recovers sessions, and every session it
+// recovers; the store going away and
 // coming back (once each per outage).
 #pragma once
 

@@ -89,7 +89,9 @@ class lease_store {
     virtual result<acquisition> acquire(const session_id& id, std::string_view owner,
                                         std::chrono::milliseconds ttl) = 0;
     // Extends each of `held` (all of one owner) to now + ttl in one transaction, if it is still
-    // that owner's at that epoch. Returns the ids that are not (lost: the caller must drop them).
+    // that owner's at that epoch and has not expired. Returns the ids that are not (lost: the
+    // caller must drop them). An expired lease is lost even if nobody took it: any worker may
+    // have claimed it since, and its owner has stopped serving it (the stop margin).
     virtual result<std::vector<session_id>> renew(const std::vector<lease>& held,
                                                   std::chrono::milliseconds ttl) = 0;
     // The recovery sweep's acquire: in one transaction, takes up to `limit` of `candidates`

@@ -62,7 +62,8 @@ result<std::vector<session_id>> memory_lease::renew(const std::vector<lease>& he
     std::vector<session_id> lost;
     for (const auto& h : held) {
         auto it = leases_.find(h.id.str());
-        if (it == leases_.end() || it->second.owner != h.owner || it->second.epoch != h.epoch) {
+        if (it == leases_.end() || it->second.owner != h.owner || it->second.epoch != h.epoch ||
+            it->second.expires <= now) {
             lost.push_back(h.id);
             continue;
         }

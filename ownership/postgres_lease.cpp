@@ -88,7 +88,7 @@ void prepare(pqxx::connection& c, const std::string& schema) {
               "UPDATE leases l SET expires = " + now + " + $2 "
               "FROM unnest($3::text[], $4::bigint[]) AS h(id, epoch) "
               "WHERE l.session_id = h.id AND l.epoch = h.epoch AND l.owner = $5 "
-              "RETURNING l.session_id");
+              "AND l.expires > " + now + " RETURNING l.session_id");
     c.prepare("lease_release",
               "DELETE FROM leases WHERE session_id = $1 AND owner = $2 AND epoch = $3");
     c.prepare("lease_owner",

@@ -3,12 +3,26 @@
 #include "storage/sqlite_db.hpp"
 
 #include <algorithm>
+#include <iterator>
 
 namespace wuhu::ownership {
 
 namespace sql = wuhu::storage::sqlite;
 
 namespace {
+
+// The lease tables in the catalog, versioned apart from the session store's tables there
+// (storage::sqlite::migrate_part). `lease_epoch` is the last epoch handed out for any
+// session: epochs only grow, even across a session's deletion. A catalog written before the
+// lease store migrated its own tables already has them (the store's migrations made them).
+const char* const lease_migrations[] = {
+    R"(CREATE TABLE IF NOT EXISTS leases (id TEXT PRIMARY KEY, owner TEXT NOT NULL,
+           epoch INTEGER NOT NULL, expires INTEGER NOT NULL) WITHOUT ROWID;
+       CREATE TABLE IF NOT EXISTS lease_epoch (one INTEGER PRIMARY KEY CHECK (one = 1),
+           last INTEGER NOT NULL);
+       INSERT OR IGNORE INTO lease_epoch VALUES (1, 0);
+       CREATE INDEX IF NOT EXISTS leases_owner ON leases (owner, id);)",
+};
 
 // Runs `f` and maps an SQLite failure to storage::errc::unavailable: the outcome is unknown,
 // and the caller treats the lease as not held.
@@ -37,7 +51,7 @@ sqlite_lease::sqlite_lease(const std::filesystem::path& data_dir, wall_clock now
     std::filesystem::create_directories(data_dir);
     db_ =
         std::make_unique<sql::db>((data_dir / "catalog.sqlite").string(), "FULL", busy_timeout_ms);
-    sql::migrate_catalog(*db_);
+    sql::migrate_part(*db_, "leases", lease_migrations, std::size(lease_migrations));
 }
 
 sqlite_lease::~sqlite_lease() = default;
@@ -127,14 +141,16 @@ result<std::vector<session_id>> sqlite_lease::renew(const std::vector<lease>& he
             return lost;
         }
         sql::transaction tx(*db_);
-        const unix_ms expires{now_().value + ttl.count()};
+        const auto now = now_();
+        const unix_ms expires{now.value + ttl.count()};
         for (const auto& h : held) {
-            db_->prepare(
-                   "UPDATE leases SET expires = ?1 WHERE id = ?2 AND owner = ?3 AND epoch = ?4")
+            db_->prepare("UPDATE leases SET expires = ?1 WHERE id = ?2 AND owner = ?3 AND "
+                         "epoch = ?4 AND expires > ?5")
                 .bind(1, expires.value)
                 .bind(2, h.id.str())
                 .bind(3, h.owner)
                 .bind(4, static_cast<std::int64_t>(h.epoch.value))
+                .bind(5, now.value)
                 .run();
             if (sqlite3_changes(db_->raw()) != 1) {
                 lost.push_back(h.id);

@@ -1,5 +1,6 @@
-// The SQLite store's catalog, `<data-dir>/catalog.sqlite`: its schema (shared with the lease
-// store, ownership/sqlite_lease), and everything the session store keeps there: the index, a
+// The SQLite store's catalog, `<data-dir>/catalog.sqlite`: its schema (the lease store keeps
+// its own tables there, ownership/sqlite_lease.cpp), and everything the session store keeps
+// there: the index, a
 // row per session (session/summary.hpp; a hint for the recovery sweep and the fleet view, the
 // session files are authoritative), and the epoch each removal ran at.
 #include "storage/sqlite_db.hpp"
@@ -11,15 +12,12 @@ namespace wuhu::storage {
 
 namespace {
 
-// `lease_epoch` is the last epoch handed out for any session: epochs only grow, even across a
-// session's deletion.
 const char* const catalog_migrations[] = {
     R"(CREATE TABLE sessions (id TEXT PRIMARY KEY, has_work INTEGER NOT NULL DEFAULT 0)
        WITHOUT ROWID;)",
-    R"(CREATE TABLE leases (id TEXT PRIMARY KEY, owner TEXT NOT NULL, epoch INTEGER NOT NULL,
-                            expires INTEGER NOT NULL) WITHOUT ROWID;
-       CREATE TABLE lease_epoch (one INTEGER PRIMARY KEY CHECK (one = 1), last INTEGER NOT NULL);
-       INSERT INTO lease_epoch VALUES (1, 0);)",
+    // Created the lease tables, which ownership/sqlite_lease.cpp now migrates itself (a
+    // catalog that has them keeps them); kept as a step so that the versions stay.
+    "SELECT 1;",
     R"(ALTER TABLE sessions ADD COLUMN has_timers INTEGER NOT NULL DEFAULT 0;)",
     // The epoch each removal ran at: opens at that epoch or older are refused.
     R"(CREATE TABLE removed (id TEXT PRIMARY KEY, epoch INTEGER NOT NULL) WITHOUT ROWID;)",
@@ -37,8 +35,7 @@ const char* const catalog_migrations[] = {
        UPDATE sessions SET timers = 1, next_timer = 0 WHERE has_timers = 1;
        ALTER TABLE sessions DROP COLUMN has_timers;
        CREATE INDEX sessions_has_work ON sessions (id) WHERE has_work = 1;
-       CREATE INDEX sessions_next_timer ON sessions (next_timer) WHERE next_timer IS NOT NULL;
-       CREATE INDEX leases_owner ON leases (owner, id);)",
+       CREATE INDEX sessions_next_timer ON sessions (next_timer) WHERE next_timer IS NOT NULL;)",
 };
 
 // The index rows' statements. Each is one constant: the statement cache is keyed by the

@@ -177,6 +177,32 @@ void migrate(db& d, const char* const* migrations, std::size_t count) {
     }
 }
 
+void migrate_part(db& d, std::string_view part, const char* const* migrations,
+                  std::size_t count) {
+    d.exec("CREATE TABLE IF NOT EXISTS schema_parts (part TEXT PRIMARY KEY, "
+           "applied INTEGER NOT NULL) WITHOUT ROWID");
+    for (;;) {
+        transaction tx(d);
+        auto& q = d.prepare("SELECT applied FROM schema_parts WHERE part = ?1");
+        q.bind(1, part);
+        const auto applied = q.step() ? static_cast<std::size_t>(q.int64(0)) : std::size_t{0};
+        q.reset();
+        if (applied > count) {
+            throw error(SQLITE_CORRUPT, std::string(part) + " schema is newer than this program");
+        }
+        if (applied == count) {
+            return;  // nothing written: the transaction rolls back
+        }
+        d.exec(migrations[applied]);
+        d.prepare("INSERT INTO schema_parts (part, applied) VALUES (?1, ?2) "
+                  "ON CONFLICT (part) DO UPDATE SET applied = excluded.applied")
+            .bind(1, part)
+            .bind(2, static_cast<std::int64_t>(applied + 1))
+            .run();
+        tx.commit();
+    }
+}
+
 boost::system::error_code storage_error(const error& e) {
     switch (e.code() & 0xFF) {
         case SQLITE_CORRUPT:

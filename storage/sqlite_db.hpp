@@ -103,8 +103,14 @@ class read_transaction {
 // sqlite::error.
 void migrate(db& d, const char* const* migrations, std::size_t count);
 
-// Creates or upgrades the schema of `<data-dir>/catalog.sqlite` (sessions and leases); shared
-// by the SQLite store and the SQLite lease (ownership/sqlite_lease). Throws sqlite::error.
+// As migrate(), for another owner of tables in the same file (the SQLite lease's tables in the
+// catalog, ownership/sqlite_lease.cpp): the number of `part`'s migrations applied is its row
+// of the `schema_parts` table, not user_version.
+void migrate_part(db& d, std::string_view part, const char* const* migrations,
+                  std::size_t count);
+
+// Creates or upgrades the session store's schema of `<data-dir>/catalog.sqlite` (the index,
+// removals; the leases there are ownership's). Throws sqlite::error.
 // (storage/sqlite_catalog.cpp)
 void migrate_catalog(db& d);
 

@@ -18,6 +18,7 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <numeric>
 #include <random>
 #include <set>
 #include <sstream>
@@ -374,6 +375,8 @@ TEST(Fleet, ADurableTimerSurvivesItsOwnerDyingAndFiresOnceWithNobodyAsking) {
     worker_process b("timerb", script, config("B"));
     a.start();
     nats::connection nc(nats_url(), "timer-client");
+    ASSERT_EQ(answer_when_up(nc, a.direct("warmup", "subscribe")).at("ok"), true);
+    const auto asked = std::chrono::steady_clock::now();  // the timer is due 3 s after this
     ASSERT_EQ(answer_when_up(nc, a.direct("t", "enqueue"), enqueue_body("remind")).at("ok"), true);
     ASSERT_TRUE(wait_idle(nc, a.direct("t", "subscribe")));
     a.crash();  // before the timer is due
@@ -382,9 +385,13 @@ TEST(Fleet, ADurableTimerSurvivesItsOwnerDyingAndFiresOnceWithNobodyAsking) {
     std::mutex mu;
     std::condition_variable cv;
     std::vector<std::string> texts;
+    std::optional<std::chrono::steady_clock::time_point> pinged;
     nc.subscribe(a.prefix() + ".events.t.patch", [&](nats::message m) {
         auto v = json::parse(m.data);
         std::lock_guard lock(mu);
+        if (!pinged && m.data.find("got the ping") != std::string::npos) {
+            pinged = std::chrono::steady_clock::now();
+        }
         for (const auto& e : v.at("transcript").as_array()) {
             if (const auto* c = e.as_object().if_contains("content")) {
                 texts.push_back(json::value_to<std::string>(*c));
@@ -401,6 +408,15 @@ TEST(Fleet, ADurableTimerSurvivesItsOwnerDyingAndFiresOnceWithNobodyAsking) {
         EXPECT_TRUE(cv.wait_for(lock, 30s, [&] {
             return std::find(texts.begin(), texts.end(), "got the ping") != texts.end();
         })) << "the callback never arrived";
+        ASSERT_TRUE(pinged.has_value());
+        // On time: the dead owner's lease expires (600 ms) and the sweep (every 300 ms) loads
+        // the session two rounds before the timer is due; 2 s more for the worker's start
+        // under the sanitizers.
+        const auto after = std::chrono::duration_cast<std::chrono::milliseconds>(*pinged - asked);
+        std::cout << "[ timer   ] due 3000 ms after the request, its owner killed; the callback's "
+                  << "answer came after " << after.count() << " ms" << std::endl;
+        EXPECT_GE(after.count(), 3000);
+        EXPECT_LE(after.count(), 3000 + 600 + 2 * 300 + 2000) << "the timer fired late";
     }
     EXPECT_TRUE(b.has_logged("recovered session t"));
     auto now = answer_when_up(nc, b.direct("t", "subscribe"));
@@ -409,6 +425,61 @@ TEST(Fleet, ADurableTimerSurvivesItsOwnerDyingAndFiresOnceWithNobodyAsking) {
         pings += e.at("type") == "system_message" && e.at("content") == "ping";
     }
     EXPECT_EQ(pings, 1) << "exactly once";
+    EXPECT_EQ(b.stop(), 0);
+}
+
+// Issue 13: sessions orphaned by a crash are taken up at a bounded rate, not in one stampede:
+// each sweep round claims at most --sweep-batch of them, and every one completes.
+TEST(Fleet, OrphansOfACrashAreRecoveredAtMostABatchPerSweepRound) {
+    temp_dir shared;
+    const std::string script = R"({"responses":[{"text":"done","delay_ms":1000}]})";
+    constexpr int sessions = 20;
+    constexpr int batch = 4;
+    auto config = [&](const std::string& id) {
+        auto c = fleet_member(sharing(shared.path() / "data"), id, "wuhu_batch", 600);
+        c.args.insert(c.args.end(), {"--sweep-batch", std::to_string(batch)});
+        return c;
+    };
+    worker_process a("batcha", script, config("A"));
+    worker_process b("batchb", script, config("B"));
+    a.start();
+    nats::connection nc(nats_url(), "batch-client");
+    auto sid = [](int i) { return "o" + std::to_string(i); };
+    for (int i = 0; i < sessions; ++i) {
+        ASSERT_EQ(answer_when_up(nc, a.direct(sid(i), "enqueue"), enqueue_body("go")).at("ok"),
+                  true);
+    }
+    a.crash();  // every session mid-turn (the model takes 1 s): work to do, and soon no owner
+    b.start();
+    auto recovered = [&] {
+        int n = 0;
+        for (const auto& line : json_lines(b.log())) {
+            n += line.at("msg").as_string().starts_with("recovered session o");
+        }
+        return n;
+    };
+    for (int i = 0; i < 300 && recovered() < sessions; ++i) {
+        std::this_thread::sleep_for(100ms);
+    }
+    ASSERT_EQ(recovered(), sessions) << "nobody asked: the sweep took every orphan up";
+    std::vector<long> rounds;  // sessions recovered per round
+    for (const auto& line : json_lines(b.log())) {
+        const std::string msg(line.at("msg").as_string());
+        if (msg.starts_with("sweep: recovering ")) {
+            rounds.push_back(std::stol(msg.substr(18)));
+        }
+    }
+    EXPECT_EQ(std::accumulate(rounds.begin(), rounds.end(), 0L), sessions);
+    EXPECT_GE(rounds.size(), std::size_t{sessions / batch});
+    for (const auto n : rounds) {
+        EXPECT_LE(n, batch) << "a round recovered more than --sweep-batch";
+    }
+    for (int i = 0; i < sessions; ++i) {
+        EXPECT_TRUE(wait_idle(nc, b.direct(sid(i), "subscribe"))) << sid(i);
+        auto now = answer_when_up(nc, b.direct(sid(i), "subscribe"));
+        EXPECT_NE(json::serialize(now).find("\"done\""), std::string::npos)
+            << sid(i) << ": the turn completed";
+    }
     EXPECT_EQ(b.stop(), 0);
 }
 
@@ -455,6 +526,7 @@ TEST(Fleet, ASessionWaitingOnATimerIsPassivatedAndTheSweepBringsItBackWhenDue) {
         std::cout << "[ timer   ] due 4000 ms after the request; the callback's answer came after "
                   << after.count() << " ms" << std::endl;
         EXPECT_GE(after.count(), 4000);
+        EXPECT_LE(after.count(), 4000 + 2 * 300 + 2000) << "the timer fired late";
     }
     EXPECT_TRUE(w.has_logged("recovered session t"));
     EXPECT_TRUE(w.has_logged("its timer is due in"));

@@ -45,10 +45,12 @@ long resident_kib(pid_t pid) {
 }
 
 // What the worker's passivation rounds logged ("passivated N idle sessions; M loaded"): the
-// sessions passivated so far, and the count loaded after the last round.
+// sessions passivated so far, the count loaded after the last round, and the most loaded
+// before a round.
 struct passivations {
     long total = 0;
     std::optional<long> loaded;
+    long peak = 0;
 };
 passivations logged_passivations(const worker_process& w) {
     passivations out;
@@ -56,8 +58,10 @@ passivations logged_passivations(const worker_process& w) {
         const std::string msg(line.at("msg").as_string());
         if (auto at = msg.find(" idle sessions; "); msg.starts_with("passivated ") &&
                                                     at != std::string::npos) {
-            out.total += std::stol(msg.substr(11));
+            const long n = std::stol(msg.substr(11));
+            out.total += n;
             out.loaded = std::stol(msg.substr(at + 16));
+            out.peak = std::max(out.peak, n + *out.loaded);
         }
     }
     return out;
@@ -137,7 +141,8 @@ TEST(Passivation, TenThousandSessionsTouchedOnceAreUnloadedOnceIdle) {
     std::cout << "passivation: " << sessions << " sessions touched in " << took
               << " s; open files " << start_fds << " -> " << peak_fds << " -> " << end_fds
               << "; resident KiB " << start_rss << " -> " << peak_rss << " -> " << end_rss
-              << "; loaded at the end " << (loaded ? std::to_string(*loaded) : "?")
+              << "; loaded sessions 0 -> " << done.peak << " -> "
+              << (loaded ? std::to_string(*loaded) : "?")
               << (releases_memory ? "\n" : " (AddressSanitizer: freed memory stays in its "
                                             "quarantine)\n");
     EXPECT_EQ(loaded, 0) << "every idle session is unloaded";

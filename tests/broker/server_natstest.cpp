@@ -603,6 +603,12 @@ TEST_F(worker_fixture, AdminSessionsListsTheFleetWithOwnersStatesAndLanes) {
     auto mine = c.sessions(json::object{{"owner", "w2"}}).value();
     ASSERT_EQ(mine.at("sessions").as_array().size(), 1u);
     EXPECT_EQ(mine.at("sessions").at(0).at("id"), "adm-b");
+    auto working = c.sessions(json::object{{"has_work", true}}).value();
+    ASSERT_EQ(working.at("sessions").as_array().size(), 1u) << json::serialize(working);
+    EXPECT_EQ(working.at("sessions").at(0).at("id"), "adm-b");
+    auto resting = c.sessions(json::object{{"has_work", false}}).value();
+    ASSERT_EQ(resting.at("sessions").as_array().size(), 1u) << json::serialize(resting);
+    EXPECT_EQ(resting.at("sessions").at(0).at("id"), "adm-a");
     auto first = c.sessions(json::object{{"limit", 1}}).value();
     ASSERT_EQ(first.at("sessions").as_array().size(), 1u);
     ASSERT_EQ(first.at("next"), "adm-a");

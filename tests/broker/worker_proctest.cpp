@@ -118,6 +118,7 @@ TEST(WorkerProcess, BadFlagsAndVariablesAreUsageErrors) {
         // A lease that could lapse between two renewals before its owner stops serving it.
         {"--lease-ttl-ms", "1000", "--lease-renew-ms", "900"},
         {"--lease-ttl-ms", "1000", "--lease-stop-margin-ms", "700"},
+        {"--sweep-batch", "0"},
     };
     for (auto args : bad) {
         args.insert(args.end(), {"--store", data});
@@ -130,6 +131,22 @@ TEST(WorkerProcess, BadFlagsAndVariablesAreUsageErrors) {
     pid_t p = spawn(WUHU_WORKER_BIN, {"--store", data}, (dir.path() / "usage.log").string());
     unsetenv("WUHU_WORKER_ID");
     EXPECT_EQ(wait_exit(p, 15s), 2);
+}
+
+// Issue 13: the in-memory lease is for tests; with a persistent store it takes
+// --force-memory-lease (without it, exit 2: above), and then serves.
+TEST(WorkerProcess, TheInMemoryLeaseServesAPersistentStoreWhenForced) {
+    worker_process::config c;
+    c.args = {"--lease", "memory", "--force-memory-lease"};
+    worker_process worker("forced", R"({"responses":[{"text":"ok"}]})", c);
+    worker.start();
+    nats::connection nc(nats_url(), "forced-client");
+    auto r = answer_when_up(nc, worker.prefix() + ".session.s.enqueue",
+                            R"({"lane":"followUp","author":{"id":"u","name":"U","kind":"human"},)"
+                            R"("content":"hi"})");
+    EXPECT_EQ(r.at("ok"), true) << json::serialize(r);
+    EXPECT_TRUE(worker.has_logged("and memory leases")) << "the lease it was given";
+    EXPECT_EQ(worker.stop(), 0);
 }
 
 // wuhuctl's exit codes, which scripts rely on: 0 ok, 1 refused, 2 usage, 3 no reply.

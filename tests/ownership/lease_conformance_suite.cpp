@@ -61,6 +61,19 @@ TEST_P(LeaseConformance, ExpiredLeaseIsTakenOverWithHigherEpochAndOldOwnerLosesR
     EXPECT_EQ(store().owner_of(sid("s1")).value()->owner, "w2");
 }
 
+// Issue 13: renew after expiry fails, even when nobody took the lease in between; a renewal
+// just before the expiry still extends it.
+TEST_P(LeaseConformance, RenewAfterExpiryFailsEvenWhenNobodyTookTheLease) {
+    auto kept = granted(store().acquire(sid("kept"), "w1", 10s));
+    auto late = granted(store().acquire(sid("late"), "w1", 5s));
+    b_->now += 5'000;  // `late` expired exactly now; `kept` has 5 s left
+    EXPECT_EQ(store().renew({kept, late}, 10s).value(), std::vector<session_id>{sid("late")});
+    EXPECT_FALSE(store().owner_of(sid("late")).value().has_value()) << "not extended";
+    EXPECT_EQ(store().owner_of(sid("kept")).value()->expires.value, b_->now + 10'000);
+    auto again = granted(store().acquire(sid("late"), "w1", 10s));
+    EXPECT_GT(again.epoch, late.epoch) << "taken again at a new epoch, as by anyone";
+}
+
 TEST_P(LeaseConformance, RenewExtendsEveryHeldLeaseInOneCall) {
     auto a = granted(store().acquire(sid("a"), "w1", 10s));
     auto b = granted(store().acquire(sid("b"), "w1", 10s));
@@ -147,32 +160,51 @@ TEST_P(LeaseConformance, LivePagesByIdsOwnerAndAfterInByteOrder) {
     EXPECT_EQ(store().owners().value(), (strings{"w1", "w2"}));
 }
 
+// N concurrent contenders for one session: exactly one wins, and each round's winner (after
+// the last one's lease expired) holds a higher epoch than the round before; no epoch is
+// handed out twice.
 TEST_P(LeaseConformance, RacingWorkersNeverBothWin) {
     // Two handles (two processes for SQLite), eight threads each racing for the same sessions.
     auto second = b_->another();
     ownership::lease_store& a = store();
     ownership::lease_store& b = second ? *second : store();
     constexpr int sessions = 20;
-    std::atomic<int> wins[sessions] = {};
-    std::vector<std::thread> threads;
-    for (int t = 0; t < 8; ++t) {
-        threads.emplace_back([&, t] {
-            auto& st = t % 2 == 0 ? a : b;
-            for (int i = 0; i < sessions; ++i) {
-                auto got = st.acquire(sid(("r" + std::to_string(i)).c_str()),
-                                      "w" + std::to_string(t), 60s);
-                ASSERT_TRUE(got.has_value()) << got.error().message();
-                if (std::holds_alternative<lease>(*got)) {
-                    ++wins[i];
+    std::vector<lease_epoch> last(sessions, lease_epoch{0});
+    std::set<std::uint64_t> handed_out;
+    for (int round = 0; round < 3; ++round) {
+        std::atomic<int> wins[sessions] = {};
+        std::mutex mu;
+        std::vector<lease> won;
+        std::vector<std::thread> threads;
+        for (int t = 0; t < 8; ++t) {
+            threads.emplace_back([&, t] {
+                auto& st = t % 2 == 0 ? a : b;
+                for (int i = 0; i < sessions; ++i) {
+                    auto got = st.acquire(sid(("r" + std::to_string(i)).c_str()),
+                                          "w" + std::to_string(t), 60s);
+                    ASSERT_TRUE(got.has_value()) << got.error().message();
+                    if (auto* l = std::get_if<lease>(&*got)) {
+                        ++wins[i];
+                        std::lock_guard lock(mu);
+                        won.push_back(*l);
+                    }
                 }
-            }
-        });
-    }
-    for (auto& th : threads) {
-        th.join();
-    }
-    for (int i = 0; i < sessions; ++i) {
-        EXPECT_EQ(wins[i].load(), 1) << "session r" << i;
+            });
+        }
+        for (auto& th : threads) {
+            th.join();
+        }
+        for (int i = 0; i < sessions; ++i) {
+            EXPECT_EQ(wins[i].load(), 1) << "round " << round << ", session r" << i;
+        }
+        for (const auto& l : won) {
+            const auto i = std::stoi(l.id.str().substr(1));
+            EXPECT_GT(l.epoch, last[i]) << "round " << round << ", session r" << i;
+            last[i] = l.epoch;
+            EXPECT_TRUE(handed_out.insert(l.epoch.value).second)
+                << "epoch " << l.epoch.value << " handed out twice";
+        }
+        b_->now += 60'000;  // every lease of the round expires
     }
 }
 

@@ -2,6 +2,8 @@
 #include "ownership/keeper.hpp"
 #include "ownership/memory_lease.hpp"
 #include "ownership/sqlite_lease.hpp"
+#include "storage/sqlite_db.hpp"
+#include "storage/sqlite_store.hpp"
 #include "tests/ownership/lease_conformance.hpp"
 #include "tests/support/temp_dir.hpp"
 
@@ -53,6 +55,35 @@ TEST(SqliteLease, AReopenedCatalogHandsOutHigherEpochsThanBefore) {
     EXPECT_GT(granted(restarted.acquire(sid("a"), "w1", 10s)).epoch, last);
 }
 
+// Issue 13: the lease tables are ownership's own migrations. A catalog written when the session
+// store's migrations made them (its second step; no `schema_parts`) keeps its leases and its
+// last epoch, and both stores open it.
+TEST(SqliteLease, ACatalogWhoseLeaseTablesTheStoreMadeKeepsItsLeasesAndEpochs) {
+    temp_dir dir;
+    {
+        storage::sqlite::db old((dir.path() / "catalog.sqlite").string(), "FULL", 1000);
+        old.exec(R"(CREATE TABLE sessions (id TEXT PRIMARY KEY, has_work INTEGER NOT NULL DEFAULT 0)
+                        WITHOUT ROWID;
+                    CREATE TABLE leases (id TEXT PRIMARY KEY, owner TEXT NOT NULL,
+                        epoch INTEGER NOT NULL, expires INTEGER NOT NULL) WITHOUT ROWID;
+                    CREATE TABLE lease_epoch (one INTEGER PRIMARY KEY CHECK (one = 1),
+                        last INTEGER NOT NULL);
+                    INSERT INTO lease_epoch VALUES (1, 7);
+                    INSERT INTO leases VALUES ('held', 'w1', 7, 9000000000000);
+                    PRAGMA user_version = 2;)");
+    }
+    ownership::sqlite_lease leases(dir.path());
+    storage::sqlite_store store(storage::sqlite_options{dir.path()});
+    auto held = leases.owner_of(sid("held")).value();
+    ASSERT_TRUE(held.has_value());
+    EXPECT_EQ(held->owner, "w1");
+    EXPECT_EQ(held->epoch, lease_epoch{7});
+    EXPECT_EQ(granted(leases.acquire(sid("new"), "w2", 10s)).epoch, lease_epoch{8});
+    EXPECT_TRUE(store.open(sid("new"), lease_epoch{8}).has_value()) << "the store's part opens too";
+    ownership::sqlite_lease again(dir.path());  // migrated once: opening again changes nothing
+    EXPECT_EQ(granted(again.acquire(sid("third"), "w2", 10s)).epoch, lease_epoch{9});
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, LeaseConformance, ::testing::Values("memory", "sqlite"),
                          [](const auto& info) { return info.param; });
 
@@ -75,9 +106,10 @@ TEST(Keeper, RenewReportsLostLeasesAndForgetsThem) {
     std::atomic<std::int64_t> now{1'000};
     ownership::memory_lease leases([&] { return unix_ms{now.load()}; });
     ownership::keeper w1(leases, "w1", 3s), w2(leases, "w2", 3s);
-    w1.place(sid("kept")).value();
     w1.place(sid("lost")).value();
-    now += 3'000;  // w1 missed its renewals
+    now += 2'000;
+    w1.place(sid("kept")).value();
+    now += 1'000;  // w1 missed the renewal of `lost`; `kept` has 2 s left
     EXPECT_TRUE(std::holds_alternative<ownership::keeper::here>(w2.place(sid("lost")).value()));
     auto lost = w1.renew().value();
     ASSERT_EQ(lost.size(), 1u);
