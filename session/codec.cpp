@@ -122,6 +122,9 @@ json::value to_json(const entry& e) {
                        o["usage"] = json::object{{"input", m.usage.input},
                                                  {"cached_input", m.usage.cached_input},
                                                  {"output", m.usage.output}};
+                       if (m.usage.cache_write > 0) {  // absent before issue 14
+                           o["usage"].as_object()["cache_write"] = m.usage.cache_write;
+                       }
                        o["model"] = m.model;
                    },
                    [&](const tool_started& t) {
@@ -382,8 +385,9 @@ decoded<entry_body> body_at(object_reader& r, std::string_view type) {
         WUHU_TRY(input, ur.u64("input"));
         WUHU_TRY(cached, ur.u64("cached_input"));
         WUHU_TRY(output, ur.u64("output"));
+        WUHU_TRY(cache_write, ur.opt_u64("cache_write"));
         WUHU_CHECK(ur.finish());
-        m.usage = {input, cached, output};
+        m.usage = {input, cached, output, cache_write.value_or(0)};
         WUHU_TRY(model, r.opt_str("model"));
         m.model = std::string(model.value_or(""));
         return entry_body{std::move(m)};

@@ -16,11 +16,15 @@
 
 namespace wuhu::session {
 
+// An inference's tokens. `input` excludes what was read from the provider's prompt cache
+// (`cached_input`) and what was written to it (`cache_write`, Anthropic's cache creation):
+// the context was input + cached_input + cache_write tokens.
 struct token_usage {
     std::uint64_t input = 0;
     std::uint64_t cached_input = 0;
     std::uint64_t output = 0;
-    std::uint64_t total() const { return input + cached_input + output; }
+    std::uint64_t cache_write = 0;
+    std::uint64_t total() const { return input + cached_input + cache_write + output; }
     bool operator==(const token_usage&) const = default;
 };
 

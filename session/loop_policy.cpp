@@ -2,6 +2,8 @@
 
 #include "session/rules.hpp"
 
+#include <algorithm>
+
 namespace wuhu::session {
 
 std::string_view step_name(step_kind k) {
@@ -104,7 +106,11 @@ inference_decision on_inference_error(const inference_error& e, inference_attemp
                 "input_too_large", "the context overflowed even after compaction: " + e.message}};
         case inference_error_kind::transient:
             if (++attempts.transient_failures < p.max_attempts) {
-                return retry_after{backoff(p, attempts.transient_failures, jitter())};
+                auto wait = backoff(p, attempts.transient_failures, jitter());
+                if (e.retry_after) {
+                    wait = std::max(wait, std::min(*e.retry_after, p.max_server_wait));
+                }
+                return retry_after{wait};
             }
             return give_up{diagnostic{"inference_failed",
                                       "gave up after " +

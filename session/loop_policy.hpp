@@ -61,6 +61,8 @@ std::string_view kind_name(inference_error_kind k);
 struct inference_error {
     inference_error_kind kind = inference_error_kind::fatal;
     std::string message;
+    // A transient error's wait the server asked for (HTTP Retry-After), if it did.
+    std::optional<std::chrono::milliseconds> retry_after = std::nullopt;
 };
 
 // Capped exponential backoff with jitter for transient errors.
@@ -68,6 +70,8 @@ struct retry_policy {
     std::chrono::milliseconds base{500};
     std::chrono::milliseconds cap{30'000};
     int max_attempts = 6;  // attempts in all, the first included
+    // A server's Retry-After is honoured (the wait is at least that long) up to this.
+    std::chrono::milliseconds max_server_wait{300'000};
 };
 
 // The wait before retry number `retry` (1 for the first retry): d = min(cap, base * 2^(retry-1)),

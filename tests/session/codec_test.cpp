@@ -82,6 +82,21 @@ TEST(Codec, WireShapesAreStable) {
     EXPECT_EQ(status_from_json(to_json(stamped)).value(), stamped);
 }
 
+// Issue 14: Anthropic reports the tokens written to its prompt cache; an entry without them
+// (every entry stored before) reads back as 0, and a 0 is not written.
+TEST(Codec, UsageCarriesCacheWritesOnlyWhenThereAreSome) {
+    entry e{entry_seq{1}, unix_ms{2}, assistant_message{"hi", {}, token_usage{10, 20, 3, 40}, "m"}};
+    const auto written = json::serialize(to_json(e));
+    EXPECT_NE(written.find(R"("usage":{"input":10,"cached_input":20,"output":3,"cache_write":40})"),
+              std::string::npos)
+        << written;
+    EXPECT_EQ(entry_from_json(reparse(to_json(e))).value(), e);
+    EXPECT_EQ(std::get<assistant_message>(e.body).usage.total(), 73u);
+    std::get<assistant_message>(e.body).usage.cache_write = 0;
+    EXPECT_EQ(json::serialize(to_json(e)).find("cache_write"), std::string::npos);
+    EXPECT_EQ(entry_from_json(reparse(to_json(e))).value(), e);
+}
+
 struct rejection {
     const char* json;
     errc code;

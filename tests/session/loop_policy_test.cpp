@@ -186,6 +186,22 @@ TEST(InferenceError, TransientErrorsBackOffWithJitterThenGiveUp) {
     EXPECT_EQ(draws, p.max_attempts - 1) << "no jitter is drawn for a wait that never comes";
 }
 
+// Issue 14: a 429's Retry-After is honoured: the wait is at least what the server asked (up to
+// max_server_wait), and never shorter than the backoff.
+TEST(InferenceError, ATransientErrorWaitsAtLeastWhatTheServerAskedFor) {
+    retry_policy p;  // base 500 ms; the first retry waits 250-500 ms
+    inference_attempts a;
+    const auto half = [] { return 0.5; };
+    inference_error e{inference_error_kind::transient, "429", milliseconds(7000)};
+    EXPECT_EQ(on_inference_error(e, a, p, half), inference_decision{retry_after{milliseconds(7000)}});
+    e.retry_after = milliseconds(1);
+    EXPECT_EQ(on_inference_error(e, a, p, half), inference_decision{retry_after{milliseconds(750)}})
+        << "the backoff is longer";
+    e.retry_after = std::chrono::hours(2);
+    EXPECT_EQ(on_inference_error(e, a, p, half), inference_decision{retry_after{p.max_server_wait}});
+    EXPECT_EQ(a.transient_failures, 3);
+}
+
 TEST(InferenceError, ContextOverflowCompactsThenRetriesOnceThenReportsInputTooLarge) {
     retry_policy p;
     inference_attempts a;

@@ -1,0 +1,75 @@
+// Anthropic Messages API, streamed: the request body of an inference, and the decoder of the
+// response's server-sent events into stream deltas and the assistant message.
+//
+// Request: `model`, `max_tokens` (required by the API), `system` (the prompt: the context's
+// system messages, which the projection puts at the top only), `messages`, `tools` (name,
+// description, input_schema), `stream: true`. Lane content (user and the system lane's
+// `developer` messages) is `user`; an assistant message is text and `tool_use` blocks; tool
+// results are `tool_result` blocks of a `user` message. Consecutive messages of one role are
+// merged into one (the API requires the roles to alternate), and empty text blocks are left
+// out (the API refuses them).
+//
+// Response events: `message_start` (the model, input usage: input, cache reads, cache
+// writes), `content_block_start` (a text block, or a `tool_use` block with its id and name),
+// `content_block_delta` (`text_delta`, or `input_json_delta` with a piece of a tool call's
+// arguments), `content_block_stop`, `message_delta` (stop reason, output tokens so far),
+// `message_stop` (the end), `ping`, and `error` (classified by provider_errors.hpp). Other
+// block and delta types (thinking) are skipped. Data that is not the JSON of its event is a
+// malformed stream: a transient error.
+//
+// Pure: no IO.
+#pragma once
+
+#include "worker/provider.hpp"
+#include "worker/sse.hpp"
+
+#include <map>
+#include <optional>
+#include <string>
+
+namespace wuhu::worker {
+
+struct anthropic_request_options {
+    std::string model;  // as the endpoint names it
+    std::uint64_t max_tokens = 4096;
+};
+
+std::string anthropic_request_body(const inference_request& req,
+                                   const anthropic_request_options& o);
+
+class anthropic_stream {
+  public:
+    // `redact`: the endpoint's API key, kept out of every error message.
+    anthropic_stream(stream_sink& sink, std::string model, std::string redact = {})
+        : sink_(sink), model_(std::move(model)), redact_(std::move(redact)) {}
+
+    void on_event(const sse_event& e);
+    // `message_stop` was read, or the stream failed: then no more events are read.
+    bool done() const { return done_ || error_.has_value(); }
+    const std::optional<provider_error>& error() const { return error_; }
+    session::assistant_message message() const;
+
+  private:
+    struct block {
+        bool tool = false;
+        std::string id;
+        std::string name;
+        std::string input;  // a tool call's arguments, as JSON text
+    };
+    void fail(provider_error e) {
+        if (!error_) {
+            error_ = std::move(e);
+        }
+    }
+
+    stream_sink& sink_;
+    std::string model_;
+    std::string redact_;
+    std::string text_;
+    std::map<std::int64_t, block> blocks_;  // by the stream's index
+    session::token_usage usage_;
+    bool done_ = false;
+    std::optional<provider_error> error_;
+};
+
+}  // namespace wuhu::worker

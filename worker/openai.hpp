@@ -1,0 +1,74 @@
+// OpenAI Chat Completions, streamed: the request body of an inference, and the decoder of the
+// response's server-sent events into stream deltas and the assistant message. What OpenAI,
+// llama.cpp's server, vLLM and Ollama speak (docs/providers.md).
+//
+// Request: `model`, `messages`, `tools` (functions with the tools' JSON schemas), `stream:
+// true` and `stream_options.include_usage`. The prompt is a `system` message; system-lane
+// content (a `developer` message of the projected context) takes the endpoint's role for it
+// (`developer` by default; `user` or `system` for servers without it); an assistant message
+// carries its `tool_calls`; a tool result is a `tool` message with its call id.
+//
+// Response: each `data:` is a chunk {choices:[{delta:{content, tool_calls:[{index, id,
+// function:{name, arguments}}]}, finish_reason}], usage?}; a tool call arrives in pieces
+// keyed by `index` (the id and name first, then the arguments in fragments), several calls
+// interleaved or not; usage comes in a last chunk with no choices; `data: [DONE]` ends the
+// stream. An `{"error":{...}}` chunk is an error (provider_errors.hpp). A chunk that is not
+// that JSON is a malformed stream: a transient error.
+//
+// Pure: no IO.
+#pragma once
+
+#include "worker/provider.hpp"
+#include "worker/sse.hpp"
+
+#include <map>
+#include <optional>
+#include <string>
+
+namespace wuhu::worker {
+
+struct openai_request_options {
+    std::string model;  // as the endpoint names it
+    session::llm_role system_lane_role = session::llm_role::developer;  // or user, system
+    std::optional<std::uint64_t> max_tokens;  // max_completion_tokens, when set
+};
+
+std::string openai_request_body(const inference_request& req, const openai_request_options& o);
+
+class openai_stream {
+  public:
+    // `redact`: the endpoint's API key, kept out of every error message.
+    openai_stream(stream_sink& sink, std::string model, std::string redact = {})
+        : sink_(sink), model_(std::move(model)), redact_(std::move(redact)) {}
+
+    // One event of the stream. Deltas go to the sink as they come.
+    void on_event(const sse_event& e);
+    // The stream ended (`[DONE]`), or failed: then no more events are read.
+    bool done() const { return done_ || error_.has_value(); }
+    const std::optional<provider_error>& error() const { return error_; }
+    // The assistant message streamed so far (complete once done() without error()).
+    session::assistant_message message() const;
+
+  private:
+    struct call {
+        std::string id;
+        std::string name;
+        std::string arguments;
+    };
+    void fail(provider_error e) {
+        if (!error_) {
+            error_ = std::move(e);
+        }
+    }
+
+    stream_sink& sink_;
+    std::string model_;
+    std::string redact_;
+    std::string text_;
+    std::map<std::int64_t, call> calls_;  // by the stream's index
+    session::token_usage usage_;
+    bool done_ = false;
+    std::optional<provider_error> error_;
+};
+
+}  // namespace wuhu::worker
