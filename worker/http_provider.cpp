@@ -1,0 +1,187 @@
+#include "worker/http_provider.hpp"
+
+#include "worker/anthropic.hpp"
+#include "worker/openai.hpp"
+#include "worker/provider_errors.hpp"
+#include "worker/sse.hpp"
+
+#include <optional>
+
+namespace wuhu::worker {
+
+namespace {
+
+// What an error response's body is read up to (the rest is not needed to sort it).
+constexpr std::size_t max_error_body = 64 * 1024;
+
+constexpr std::string_view summary_instruction =
+    "Summarize the conversation above for your own later use: the goals, the decisions, the "
+    "facts learned and what remains to be done. Reply with the summary only.";
+
+// The decoder of the endpoint's API, behind one face.
+class decoder {
+  public:
+    decoder(api_kind k, stream_sink& sink, std::string model, std::string redact) {
+        if (k == api_kind::openai) {
+            openai_.emplace(sink, std::move(model), std::move(redact));
+        } else {
+            anthropic_.emplace(sink, std::move(model), std::move(redact));
+        }
+    }
+    void on_event(const sse_event& e) {
+        openai_ ? openai_->on_event(e) : anthropic_->on_event(e);
+    }
+    bool done() const { return openai_ ? openai_->done() : anthropic_->done(); }
+    std::optional<provider_error> error() const {
+        return openai_ ? openai_->error() : anthropic_->error();
+    }
+    session::assistant_message message() const {
+        return openai_ ? openai_->message() : anthropic_->message();
+    }
+
+  private:
+    std::optional<openai_stream> openai_;
+    std::optional<anthropic_stream> anthropic_;
+};
+
+// The work of one response: its head, then its body into the SSE parser and the decoder (or,
+// for an error status, into a bounded buffer).
+struct response_state {
+    int status = 0;
+    bool event_stream = false;
+    std::string content_type;
+    std::string retry_after;
+    std::string error_body;
+    sse_parser parser;
+    bool parse_failed = false;
+};
+
+}  // namespace
+
+http_provider::http_provider(asio::any_io_executor ex, endpoint_config config, clock& clk)
+    : config_(std::move(config)), clock_(clk), client_(std::move(ex), config_.base, config_.http) {
+    if (config_.api == api_kind::anthropic && config_.max_tokens == 0) {
+        config_.max_tokens = 4096;
+    }
+}
+
+http::request http_provider::request_for(const inference_request& req) const {
+    http::request r;
+    const std::string model = req.model.empty() ? config_.default_model : req.model;
+    if (config_.api == api_kind::openai) {
+        openai_request_options o;
+        o.model = model;
+        o.system_lane_role = config_.system_lane_role;
+        if (config_.max_tokens > 0) {
+            o.max_tokens = config_.max_tokens;
+        }
+        r.target = "/chat/completions";
+        r.body = openai_request_body(req, o);
+        if (!config_.api_key.empty()) {
+            r.headers.emplace_back("Authorization", "Bearer " + config_.api_key);
+        }
+    } else {
+        anthropic_request_options o;
+        o.model = model;
+        o.max_tokens = config_.max_tokens;
+        r.target = "/messages";
+        r.body = anthropic_request_body(req, o);
+        if (!config_.api_key.empty()) {
+            r.headers.emplace_back("x-api-key", config_.api_key);
+        }
+        r.headers.emplace_back("anthropic-version", "2023-06-01");
+    }
+    r.headers.emplace_back("Content-Type", "application/json");
+    r.headers.emplace_back("Accept", "text/event-stream");
+    for (const auto& h : config_.headers) {
+        r.headers.push_back(h);
+    }
+    return r;
+}
+
+asio::awaitable<inference_outcome> http_provider::infer(inference_request req,
+                                                        stream_sink& sink) {
+    const std::string model = req.model.empty() ? config_.default_model : req.model;
+    auto request = request_for(req);
+    decoder d(config_.api, sink, model, config_.api_key);
+    response_state st;
+    auto on_head = [&st](const http::response_head& h) {
+        st.status = h.status;
+        st.content_type = h.header("content-type");
+        st.event_stream = st.content_type.starts_with("text/event-stream");
+        st.retry_after = h.header("retry-after");
+    };
+    auto on_body = [&st, &d](std::string_view piece) {
+        if (st.status != 200 || !st.event_stream) {
+            st.error_body.append(piece.substr(0, max_error_body - st.error_body.size()));
+            return st.error_body.size() < max_error_body;
+        }
+        if (d.error()) {
+            return false;  // the stream failed: the connection is not worth keeping
+        }
+        if (!d.done() && !st.parser.feed(piece, [&d](const sse_event& e) { d.on_event(e); })) {
+            st.parse_failed = true;
+            return false;
+        }
+        return true;  // to the body's end (after the end marker: the connection is reused)
+    };
+    std::string detail;
+    auto sending = client_.send(std::move(request), on_head, on_body, &detail);
+    const auto ec = co_await std::move(sending);
+    const std::string who(config_.name);
+    if (ec == asio::error::operation_aborted) {
+        co_return provider_error{provider_error_kind::transient, who + ": cancelled"};
+    }
+    if (st.status != 0 && st.status != 200) {
+        co_return classify_http(who, st.status, st.error_body,
+                                parse_retry_after(st.retry_after, clock_.now().value),
+                                config_.api_key);
+    }
+    if (st.status == 200 && !st.event_stream) {
+        co_return provider_error{
+            provider_error_kind::fatal,
+            who + " answered with " + (st.content_type.empty() ? "no content type" : st.content_type) +
+                ", not an event stream (is the base URL right?): " +
+                redacted(st.error_body, config_.api_key, 300)};
+    }
+    if (st.parse_failed) {
+        co_return provider_error{provider_error_kind::transient,
+                                 "malformed stream from " + who + ": " + st.parser.error()};
+    }
+    if (auto e = d.error()) {
+        e->message = who + ": " + e->message;
+        co_return *e;
+    }
+    if (d.done()) {
+        co_return d.message();
+    }
+    if (ec) {
+        co_return provider_error{provider_error_kind::transient,
+                                 who + ": " + ec.message() + (detail.empty() ? "" : " (" + detail + ")")};
+    }
+    co_return provider_error{provider_error_kind::transient,
+                             who + ": the stream ended before its end marker"};
+}
+
+asio::awaitable<summary_outcome> http_provider::summarize(
+    std::vector<session::llm_message> segment, std::uint64_t step) {
+    inference_request req;
+    req.context = std::move(segment);
+    session::llm_message ask;
+    ask.role = session::llm_role::user;
+    ask.content = summary_instruction;
+    req.context.push_back(std::move(ask));
+    req.step = step;
+    struct discard final : stream_sink {
+        void text(std::string_view) override {}
+        void tool_call(const tool_call_delta&) override {}
+    } quiet;
+    auto inferring = infer(std::move(req), quiet);
+    auto out = co_await std::move(inferring);
+    if (auto* e = std::get_if<provider_error>(&out)) {
+        co_return *e;
+    }
+    co_return std::get<session::assistant_message>(out).text;
+}
+
+}  // namespace wuhu::worker
