@@ -18,7 +18,10 @@ struct loop_options {
     milliseconds tool_timeout{60'000};
     milliseconds summary_timeout{120'000};
     session::retry_policy retry;
-    session::role_mapping roles = session::anthropic_roles;
+    // The projection keeps the lanes apart (system-lane content is `developer`); each
+    // provider maps developer to what its API takes (openai: developer, or user/system per
+    // endpoint; anthropic: user).
+    session::role_mapping roles = session::openai_roles;
     std::uint64_t jitter_seed = 0;  // 0: from std::random_device
     // Where store operations run (a bounded pool shared by the sessions), so that one
     // session's commit does not block the others; none: inline on the loop's executor.
