@@ -201,6 +201,11 @@ int main(int argc, char** argv) {
                    "at most this many sessions loaded: past it the least recently used idle "
                    "ones are unloaded first; 0: no limit")
         ->envname("WUHU_MAX_LOADED_SESSIONS");
+    std::string providers_path;
+    app.add_option("--providers", providers_path,
+                   "the model endpoints (docs/providers.md); without it every model is the "
+                   "scripted one")
+        ->envname("WUHU_PROVIDERS");
     std::size_t sweep_batch = 64;
     app.add_option("--sweep-batch", sweep_batch,
                    "the recovery sweep claims at most this many sessions each round (every "
@@ -225,6 +230,28 @@ int main(int argc, char** argv) {
             }
             script = std::move(*parsed);
         }
+        std::vector<wuhu::worker::endpoint_config> endpoints;
+        if (!providers_path.empty()) {
+            auto env = [](std::string_view name) -> std::optional<std::string> {
+                const char* v = std::getenv(std::string(name).c_str());
+                return v != nullptr ? std::optional<std::string>(v) : std::nullopt;
+            };
+            auto file = [](std::string_view path) -> std::optional<std::string> {
+                std::ifstream f{std::string(path)};
+                if (!f) {
+                    return std::nullopt;
+                }
+                std::stringstream ss;
+                ss << f.rdbuf();
+                return ss.str();
+            };
+            auto parsed = wuhu::worker::parse_providers(read_file(providers_path), env, file);
+            if (!parsed) {
+                log->error("bad providers file {}: {}", providers_path, parsed.error());
+                return 2;
+            }
+            endpoints = std::move(*parsed);
+        }
         auto store = open_store(store_url, pool);
         auto leases = open_leases(lease, store_url, force_memory_lease);
         wuhu::nats::connection nats(wuhu::nats::options{
@@ -243,6 +270,7 @@ int main(int argc, char** argv) {
         options.max_loaded_sessions = max_loaded;
         options.sweep_batch = sweep_batch;
         options.store_threads = store_threads;
+        options.endpoints = endpoints;
         wuhu::app::node node(
             *store, *leases, nats,
             [&script](wuhu::worker::clock& clk) {
@@ -262,6 +290,12 @@ int main(int argc, char** argv) {
             prefix, wuhu::nats::redacted_url(nats_url), std::string(store->backend()),
             std::string(leases->backend()), lease_ttl_ms, lease_settings.renew_interval.count(),
             lease_settings.stop_margin.count());
+        for (const auto& e : endpoints) {
+            log->info("model endpoint {}: {} at {}://{}:{}{} (default model {})", e.name,
+                      e.api == wuhu::worker::api_kind::openai ? "openai" : "anthropic",
+                      e.base.tls ? "https" : "http", e.base.host, e.base.port, e.base.path,
+                      e.default_model.empty() ? "none" : e.default_model);
+        }
         node.run();
         log->info("stopped");
         return 0;

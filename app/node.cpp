@@ -42,10 +42,17 @@ node::node(storage::session_store& store, ownership::lease_store& leases, nats::
     loop.store_executor = store_pool_.get_executor();
     server_ = std::make_unique<broker::server>(io_.get_executor(), nats, leases_, tools_,
                                                options_.server, log_);
+    for (const auto& e : options_.endpoints) {
+        auto p = std::make_unique<worker::http_provider>(io_.get_executor(), e, clock_);
+        endpoints_[e.name] = p.get();
+        endpoint_owners_[e.name] = std::move(p);
+    }
     registry_ = std::make_unique<worker::session_registry>(
         io_.get_executor(), store_,
-        [this, providers = std::move(providers)] { return providers(clock_); }, tools_, clock_,
-        loop, served_only(server_->publisher()), &busy_);
+        [this, providers = std::move(providers)]() -> std::unique_ptr<worker::provider> {
+            return std::make_unique<worker::routing_provider>(providers(clock_), endpoints_);
+        },
+        tools_, clock_, loop, served_only(server_->publisher()), &busy_);
     // Lease events come from the thread that caused them (the lease strand, or this
     // executor); the registry is this executor's.
     keeper_.on_event([this](ownership::lease_event e, const ownership::lease& l) {

@@ -38,6 +38,7 @@
 #include "broker/server.hpp"
 #include "storage/watched_store.hpp"
 #include "worker/clock.hpp"
+#include "worker/providers_config.hpp"
 
 #include <spdlog/logger.h>
 #include <boost/asio/cancellation_signal.hpp>
@@ -46,6 +47,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/thread_pool.hpp>
 
+#include <map>
 #include <memory>
 
 namespace wuhu::app {
@@ -73,6 +75,9 @@ struct node_options {
     std::size_t max_loaded_sessions = 10000;
     std::size_t passivate_batch = 1000;
     worker::loop_options loop;  // its store_executor is the node's pool
+    // The model endpoints of the providers file: a session whose model names one infers
+    // there; the others use the node's provider factory (the scripted model).
+    std::vector<worker::endpoint_config> endpoints;
 };
 
 class node {
@@ -119,6 +124,10 @@ class node {
     ownership::keeper keeper_;
     broker::lease_desk leases_;  // lease-store IO on a strand of store_pool_
     std::unique_ptr<broker::server> server_;
+    // The endpoints' providers (their connections): after io_, before the sessions that use
+    // them.
+    std::map<std::string, std::unique_ptr<worker::http_provider>> endpoint_owners_;
+    std::map<std::string, worker::http_provider*> endpoints_;
     std::unique_ptr<worker::session_registry> registry_;
     asio::steady_timer lease_timer_{io_};  // the lease keeper's next turn
     bool overdue_ = false;                  // an event met an overdue lease: a turn is asked

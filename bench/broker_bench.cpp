@@ -81,7 +81,8 @@ class clock_provider final : public wuhu::worker::provider {
         co_return m;
     }
     asio::awaitable<wuhu::worker::summary_outcome> summarize(std::vector<s::llm_message>,
-                                                             std::uint64_t) override {
+                                                             std::uint64_t,
+                                                             std::string) override {
         co_return std::string("summary");
     }
 

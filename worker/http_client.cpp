@@ -170,7 +170,7 @@ client::client(asio::any_io_executor ex, base_url base, client_options o)
             tls_->ctx.load_verify_file(opts_.ca_file, ec);
         }
         if (ec) {
-            throw std::runtime_error("cannot load the CA certificates " +
+            throw std::invalid_argument("cannot load the CA certificates " +
                                      (opts_.ca_file.empty() ? std::string("of the system")
                                                             : opts_.ca_file) +
                                      ": " + ec.message());

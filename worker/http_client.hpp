@@ -88,7 +88,7 @@ class client {
     // Returns false to stop reading (the connection is closed, and the request succeeds).
     using body_handler = std::function<bool(std::string_view)>;
 
-    // Throws std::runtime_error if the CA file cannot be loaded.
+    // Throws std::invalid_argument if the CA certificates cannot be loaded.
     client(asio::any_io_executor ex, base_url base, client_options o = {});
     ~client();
     client(const client&) = delete;

@@ -164,8 +164,9 @@ asio::awaitable<inference_outcome> http_provider::infer(inference_request req,
 }
 
 asio::awaitable<summary_outcome> http_provider::summarize(
-    std::vector<session::llm_message> segment, std::uint64_t step) {
+    std::vector<session::llm_message> segment, std::uint64_t step, std::string model) {
     inference_request req;
+    req.model = std::move(model);
     req.context = std::move(segment);
     session::llm_message ask;
     ask.role = session::llm_role::user;

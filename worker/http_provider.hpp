@@ -41,13 +41,14 @@ struct endpoint_config {
 
 class http_provider final : public provider {
   public:
-    // Throws std::runtime_error if the endpoint's TLS settings cannot be loaded.
+    // Throws std::invalid_argument if the endpoint's CA certificates cannot be loaded.
     http_provider(asio::any_io_executor ex, endpoint_config config, clock& clk);
 
     // `req.model` is the model as the endpoint names it (empty: the endpoint's default).
     asio::awaitable<inference_outcome> infer(inference_request req, stream_sink& sink) override;
     asio::awaitable<summary_outcome> summarize(std::vector<session::llm_message> segment,
-                                               std::uint64_t step) override;
+                                               std::uint64_t step,
+                                               std::string model) override;
 
     const endpoint_config& config() const { return config_; }
     const http::client& client() const { return client_; }

@@ -60,9 +60,9 @@ class provider {
   public:
     virtual ~provider() = default;
     virtual asio::awaitable<inference_outcome> infer(inference_request req, stream_sink& sink) = 0;
-    // Summarizes a segment of the context for compaction.
+    // Summarizes a segment of the context for compaction, with the session's model.
     virtual asio::awaitable<summary_outcome> summarize(std::vector<session::llm_message> segment,
-                                                       std::uint64_t step) = 0;
+                                                       std::uint64_t step, std::string model) = 0;
 };
 
 }  // namespace wuhu::worker

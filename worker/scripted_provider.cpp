@@ -166,7 +166,7 @@ asio::awaitable<inference_outcome> scripted_provider::infer(inference_request re
 }
 
 asio::awaitable<summary_outcome> scripted_provider::summarize(
-    std::vector<session::llm_message> segment, std::uint64_t) {
+    std::vector<session::llm_message> segment, std::uint64_t, std::string) {
     co_await clock_.sleep(milliseconds(0));
     std::size_t i = summaries_++;
     if (i < script_.summaries.size()) {

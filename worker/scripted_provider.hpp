@@ -45,7 +45,8 @@ class scripted_provider final : public provider {
 
     asio::awaitable<inference_outcome> infer(inference_request req, stream_sink& sink) override;
     asio::awaitable<summary_outcome> summarize(std::vector<session::llm_message> segment,
-                                               std::uint64_t step) override;
+                                               std::uint64_t step,
+                                               std::string model) override;
 
     // How many times infer() was called for `step` (retries included).
     int attempts(std::uint64_t step) const;

@@ -35,9 +35,9 @@ asio::awaitable<inferred> guarded_infer(provider& p, inference_request req, stre
 }
 
 asio::awaitable<summarized> guarded_summarize(provider& p, std::vector<s::llm_message> segment,
-                                              std::uint64_t step) {
+                                              std::uint64_t step, std::string model) {
     try {
-        summary_outcome out = co_await p.summarize(std::move(segment), step);
+        summary_outcome out = co_await p.summarize(std::move(segment), step, std::move(model));
         co_return summarized{std::move(out)};
     } catch (const std::exception& e) {
         co_return summarized{provider_error{provider_error_kind::fatal, e.what()}};
@@ -198,7 +198,8 @@ asio::awaitable<bool> turn_runner::compact(s::entry_seq upto) {
         co_return false;
     }
     writer_.set_loop(s::loop_state::compacting);
-    auto r = co_await (guarded_summarize(provider_, plan->segment, writer_.step()) ||
+    auto r = co_await (guarded_summarize(provider_, plan->segment, writer_.step(),
+                                         writer_.state().config.model) ||
                        clock_.sleep(opts_.summary_timeout));
     if (r.index() != 0 || std::holds_alternative<provider_error>(std::get<0>(r).outcome)) {
         co_return false;  // the next response triggers compaction again

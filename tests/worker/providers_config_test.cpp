@@ -1,0 +1,110 @@
+// The providers file (worker/providers_config.hpp): what it accepts, what it refuses (with a
+// message that names the field), and where a session's model goes.
+#include "worker/providers_config.hpp"
+
+#include <gtest/gtest.h>
+
+namespace wuhu::testing {
+
+using worker::parse_providers;
+
+namespace {
+
+std::optional<std::string> env(std::string_view name) {
+    if (name == "OPENAI_API_KEY") {
+        return "sk-from-env";
+    }
+    return std::nullopt;
+}
+
+std::optional<std::string> file(std::string_view path) {
+    if (path == "/secrets/anthropic") {
+        return "sk-ant-from-file\n";
+    }
+    return std::nullopt;
+}
+
+std::string refusal(const std::string& json) {
+    auto r = parse_providers(json, env, file);
+    EXPECT_FALSE(r.has_value()) << json;
+    return r ? "" : r.error();
+}
+
+}  // namespace
+
+TEST(ProvidersConfig, EndpointsTakeTheirKeysFromTheEnvironmentOrAFile) {
+    auto r = parse_providers(R"({"endpoints": {
+        "openai": {"kind": "openai", "base_url": "https://api.openai.com/v1",
+                   "api_key_env": "OPENAI_API_KEY", "default_model": "gpt-4o-mini"},
+        "claude": {"kind": "anthropic", "base_url": "https://api.anthropic.com/v1",
+                   "api_key_file": "/secrets/anthropic", "max_tokens": 8192},
+        "local": {"kind": "openai", "base_url": "http://127.0.0.1:8080/v1", "system_role": "user",
+                  "headers": {"X-Team": "agents"},
+                  "timeouts_ms": {"connect": 500, "first_byte": 9000, "idle": 7000}}}})",
+                             env, file);
+    ASSERT_TRUE(r.has_value()) << r.error();
+    ASSERT_EQ(r->size(), 3u);
+    const auto& openai = (*r)[0];  // in the file's order
+    EXPECT_EQ(openai.name, "openai");
+    EXPECT_EQ(openai.api_key, "sk-from-env");
+    EXPECT_EQ(openai.default_model, "gpt-4o-mini");
+    EXPECT_EQ((*r)[1].api, worker::api_kind::anthropic);
+    EXPECT_EQ((*r)[1].api_key, "sk-ant-from-file") << "the first line of the file";
+    EXPECT_EQ((*r)[1].max_tokens, 8192u);
+    const auto& local = (*r)[2];
+    EXPECT_EQ(local.api_key, "");
+    EXPECT_EQ(local.system_lane_role, session::llm_role::user);
+    EXPECT_EQ(local.base.port, "8080");
+    EXPECT_EQ(local.headers, (worker::http::header_list{{"X-Team", "agents"}}));
+    EXPECT_EQ(local.http.connect_timeout, std::chrono::milliseconds(500));
+    EXPECT_EQ(local.http.idle_timeout, std::chrono::milliseconds(7000));
+}
+
+TEST(ProvidersConfig, BadFilesAreRefusedWithAMessageNamingWhatIsWrong) {
+    const std::pair<const char*, const char*> cases[] = {
+        {"{", "not valid JSON"},
+        {R"({"endpoint": {}})", "\"endpoints\""},
+        {R"({"endpoints": {"a.b": {}}})", "endpoint name \"a.b\""},
+        {R"({"endpoints": {"scripted": {}}})", "not \"scripted\""},
+        {R"({"endpoints": {"x": {"kind": "gemini", "base_url": "http://h"}}})", "\"kind\""},
+        {R"({"endpoints": {"x": {"kind": "openai"}}})", "\"base_url\" is missing"},
+        {R"({"endpoints": {"x": {"kind": "openai", "base_url": "ftp://h"}}})", "\"base_url\" is bad"},
+        {R"({"endpoints": {"x": {"kind": "openai", "base_url": "http://h", "api_key_env": "NOPE"}}})",
+         "NOPE"},
+        {R"({"endpoints": {"x": {"kind": "openai", "base_url": "http://h", "api_key_file": "/nope"}}})",
+         "/nope"},
+        {R"({"endpoints": {"x": {"kind": "openai", "base_url": "http://h", "api_key": "sk-inline"}}})",
+         "unknown field \"api_key\""},
+        {R"({"endpoints": {"x": {"kind": "openai", "base_url": "http://h", "system_role": "bot"}}})",
+         "\"system_role\""},
+        {R"({"endpoints": {"x": {"kind": "openai", "base_url": "http://h", "max_tokens": 0}}})",
+         "\"max_tokens\""},
+        {R"({"endpoints": {"x": {"kind": "openai", "base_url": "http://h", "headers": {"A\r\nB": "v"}}}})",
+         "header"},
+        {R"({"endpoints": {"x": {"kind": "openai", "base_url": "http://h", "timeouts_ms": {"total": 5}}}})",
+         "unknown timeout"},
+    };
+    for (const auto& [json, says] : cases) {
+        const auto why = refusal(json);
+        EXPECT_NE(why.find(says), std::string::npos) << json << " -> " << why;
+    }
+}
+
+TEST(ProvidersConfig, AModelGoesToTheEndpointItNamesOrToTheScriptedModel) {
+    std::map<std::string, worker::http_provider*> endpoints{{"openai", nullptr},
+                                                            {"local", nullptr}};
+    auto r = worker::route_model("openai/gpt-4o", endpoints);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->endpoint, "openai");
+    EXPECT_EQ(r->model, "gpt-4o");
+    r = worker::route_model("local", endpoints);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->endpoint, "local");
+    EXPECT_EQ(r->model, "") << "the endpoint's default model";
+    EXPECT_EQ(worker::route_model("local/org/model:7b", endpoints)->model, "org/model:7b");
+    EXPECT_EQ(worker::route_model("scripted", endpoints)->endpoint, "");
+    EXPECT_FALSE(worker::route_model("gpt-4o", endpoints)) << "names no endpoint";
+    EXPECT_EQ(worker::route_model("gpt-4o", {})->endpoint, "") << "no providers file: scripted";
+}
+
+}  // namespace wuhu::testing
