@@ -1,6 +1,10 @@
 // The providers file (worker/providers_config.hpp): what it accepts, what it refuses (with a
 // message that names the field), and where a session's model goes.
 #include "worker/providers_config.hpp"
+#include "worker/scripted_provider.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
 
 #include <gtest/gtest.h>
 
@@ -105,6 +109,47 @@ TEST(ProvidersConfig, AModelGoesToTheEndpointItNamesOrToTheScriptedModel) {
     EXPECT_EQ(worker::route_model("scripted", endpoints)->endpoint, "");
     EXPECT_FALSE(worker::route_model("gpt-4o", endpoints)) << "names no endpoint";
     EXPECT_EQ(worker::route_model("gpt-4o", {})->endpoint, "") << "no providers file: scripted";
+}
+
+// With a providers file, a model that names no endpoint fails the turn (fatal: a diagnostic
+// that lists the endpoints), and `scripted` still reaches the scripted model.
+TEST(ProvidersConfig, AModelNamingNoEndpointIsAFatalErrorListingTheEndpoints) {
+    boost::asio::io_context io;
+    worker::manual_clock clk(session::unix_ms{0});
+    worker::endpoint_config c;
+    c.name = "local";
+    c.base = *worker::http::parse_base_url("http://127.0.0.1:9");
+    worker::http_provider local(io.get_executor(), c, clk);
+    std::map<std::string, worker::http_provider*> endpoints{{"local", &local}};
+    worker::routing_provider router(
+        std::make_unique<worker::scripted_provider>(
+            worker::parse_script(R"({"responses":[{"text":"scripted here"}]})").value(), clk),
+        endpoints);
+    struct : worker::stream_sink {
+        void text(std::string_view) override {}
+        void tool_call(const worker::tool_call_delta&) override {}
+    } sink;
+    auto ask = [&](std::string model) {
+        worker::inference_request req;
+        req.model = std::move(model);
+        std::optional<worker::inference_outcome> out;
+        boost::asio::co_spawn(io, router.infer(std::move(req), sink),
+                              [&](std::exception_ptr, worker::inference_outcome o) {
+                                  out = std::move(o);
+                              });
+        io.restart();
+        io.run();
+        return std::move(*out);
+    };
+    auto unknown = ask("gpt-4o");
+    ASSERT_TRUE(std::holds_alternative<worker::provider_error>(unknown));
+    const auto& e = std::get<worker::provider_error>(unknown);
+    EXPECT_EQ(e.kind, worker::provider_error_kind::fatal);
+    EXPECT_NE(e.message.find("\"gpt-4o\" names no configured endpoint (local"), std::string::npos)
+        << e.message;
+    auto scripted = ask("scripted");
+    ASSERT_TRUE(std::holds_alternative<session::assistant_message>(scripted));
+    EXPECT_EQ(std::get<session::assistant_message>(scripted).text, "scripted here");
 }
 
 }  // namespace wuhu::testing
