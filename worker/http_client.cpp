@@ -3,6 +3,7 @@
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/ssl.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -40,6 +41,10 @@ class error_category final : public boost::system::error_category {
                 return "connection lost";
             case errc::protocol:
                 return "not a valid HTTP response";
+            case errc::no_such_host:
+                return "no such host";
+            case errc::not_trusted:
+                return "the server's certificate does not verify";
         }
         return "unknown HTTP error";
     }
@@ -189,18 +194,37 @@ std::size_t client::idle() const {
 }
 
 asio::awaitable<error_code> client::connect(std::shared_ptr<connection>& c,
+                                            asio::cancellation_slot slot,
                                             std::function<void()> arm, std::string* detail) {
     error_code ec;
     auto token = asio::bind_cancellation_slot(asio::cancellation_slot(),
                                               asio::redirect_error(asio::use_awaitable, ec));
+    // Resolving counts against the connect timeout, and a cancellation stops it too.
     tcp::resolver resolver(ex_);
+    asio::steady_timer deadline(ex_);
+    bool timed_out = false;
+    deadline.expires_after(opts_.connect_timeout);
+    deadline.async_wait([&resolver, &timed_out](const error_code& e) {
+        if (!e) {  // (after the resolver is gone the wait ends with operation_aborted)
+            timed_out = true;
+            resolver.cancel();
+        }
+    });
+    if (slot.is_connected()) {
+        slot.assign([&resolver](asio::cancellation_type) { resolver.cancel(); });
+    }
     auto resolving = resolver.async_resolve(base_.host, base_.port, token);
     auto endpoints = co_await std::move(resolving);
+    deadline.cancel();
     if (ec) {
         if (detail != nullptr) {
-            *detail = "cannot resolve " + base_.host + ": " + ec.message();
+            *detail = "cannot resolve " + base_.host + ": " +
+                      (timed_out ? std::string("timed out") : ec.message());
         }
-        co_return errc::connect_failed;
+        if (timed_out) {
+            co_return errc::timeout;
+        }
+        co_return ec == asio::error::host_not_found ? errc::no_such_host : errc::connect_failed;
     }
     c = std::make_shared<connection>();
     if (tls_) {
@@ -212,8 +236,12 @@ asio::awaitable<error_code> client::connect(std::shared_ptr<connection>& c,
     arm();
     auto connecting = c->lowest().async_connect(endpoints, token);
     co_await std::move(connecting);
+    error_code not_an_ip;
+    asio::ip::make_address(base_.host, not_an_ip);
     if (!ec && tls_) {
-        if (!SSL_set_tlsext_host_name(c->secure->native_handle(), base_.host.c_str())) {
+        // SNI names a host; an IP address is never sent in it (RFC 6066).
+        if (not_an_ip &&
+            !SSL_set_tlsext_host_name(c->secure->native_handle(), base_.host.c_str())) {
             ec = error_code(static_cast<int>(::ERR_get_error()), asio::error::get_ssl_category());
         } else {
             c->secure->set_verify_callback(ssl::host_name_verification(base_.host));
@@ -226,7 +254,13 @@ asio::awaitable<error_code> client::connect(std::shared_ptr<connection>& c,
         if (detail != nullptr) {
             *detail = "cannot connect to " + base_.host + ":" + base_.port + ": " + ec.message();
         }
-        const auto out = sorted(ec, true);
+        // A certificate that does not verify is the server's (or the configuration's) doing:
+        // trying again does not help.
+        const bool untrusted =
+            ec.category() == asio::error::get_ssl_category() &&
+            ERR_GET_REASON(static_cast<unsigned long>(ec.value())) ==
+                SSL_R_CERTIFICATE_VERIFY_FAILED;
+        const auto out = untrusted ? error_code(errc::not_trusted) : sorted(ec, true);
         c.reset();
         co_return out;
     }
@@ -286,7 +320,7 @@ asio::awaitable<error_code> client::send(request req, head_handler on_head, body
             current = std::move(idle_.back());
             idle_.pop_back();
         } else {
-            auto connecting = connect(current, arm, detail);
+            auto connecting = connect(current, slot, arm, detail);
             auto failed = co_await std::move(connecting);
             if (cancelled()) {
                 co_return asio::error::operation_aborted;
@@ -301,6 +335,7 @@ asio::awaitable<error_code> client::send(request req, head_handler on_head, body
         auto& lowest = current->lowest();
         lowest.expires_after(opts_.idle_timeout);
         arm();
+        bool written = false;
         if (current->secure) {
             auto writing = bhttp::async_write(*current->secure, r, token);
             co_await std::move(writing);
@@ -312,6 +347,7 @@ asio::awaitable<error_code> client::send(request req, head_handler on_head, body
         p.body_limit(boost::none);
         p.header_limit(static_cast<std::uint32_t>(opts_.max_header_bytes));
         if (!ec) {
+            written = true;
             lowest.expires_after(opts_.first_byte_timeout);
             arm();
             if (current->secure) {
@@ -328,8 +364,15 @@ asio::awaitable<error_code> client::send(request req, head_handler on_head, body
         }
         if (ec) {
             current->close();
-            if (reused && ec != beast::error::timeout) {
-                continue;  // a stale connection: once more, on a new one
+            // A pooled connection the server had closed: the write fails, or the read ends at
+            // once with nothing (EOF, a reset). Sent again once, on a new connection; never
+            // when any of a response came (the server took the request).
+            const bool closed_before = ec == bhttp::error::end_of_stream ||
+                                       ec == asio::error::eof ||
+                                       ec == asio::error::connection_reset ||
+                                       ec == asio::error::broken_pipe;
+            if (reused && (!written || (closed_before && !p.got_some()))) {
+                continue;
             }
             if (detail != nullptr) {
                 *detail = base_.host + ":" + base_.port + ": " + ec.message();
@@ -375,7 +418,7 @@ asio::awaitable<error_code> client::send(request req, head_handler on_head, body
                 co_return error_code{};
             }
         }
-        if (p.get().keep_alive() && idle_.size() < opts_.max_idle_connections) {
+        if (p.keep_alive() && idle_.size() < opts_.max_idle_connections) {
             lowest.expires_never();
             idle_.push_back(std::move(current));
         } else {

@@ -16,6 +16,7 @@
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/system/error_code.hpp>
 #include <boost/system/result.hpp>
 
@@ -76,6 +77,8 @@ enum class errc {
     timeout,             // connect, first byte or idle
     connection_lost,     // reset, or closed before the response's end
     protocol,            // not an HTTP/1.1 response, or one past the limits
+    no_such_host,        // the name does not resolve (not a passing DNS failure)
+    not_trusted,         // the server's certificate does not verify (CA, name, dates)
 };
 const boost::system::error_category& category();
 inline boost::system::error_code make_error_code(errc e) {
@@ -109,8 +112,10 @@ class client {
 
   private:
     struct connection;
-    // Opens a connection into `c`; `arm` is called before each wait (send() above).
+    // Opens a connection into `c`; `arm` is called before each wait (send() above), and
+    // `slot` (the coroutine's) cancels the name resolution.
     asio::awaitable<boost::system::error_code> connect(std::shared_ptr<connection>& c,
+                                                       asio::cancellation_slot slot,
                                                        std::function<void()> arm,
                                                        std::string* detail);
 

@@ -101,6 +101,20 @@ http::request http_provider::request_for(const inference_request& req) const {
 
 asio::awaitable<inference_outcome> http_provider::infer(inference_request req,
                                                         stream_sink& sink) {
+    auto attempting = attempt(std::move(req), sink);
+    auto out = co_await std::move(attempting);
+    if (auto* e = std::get_if<provider_error>(&out)) {
+        // The key is already out (classify_*, redacted()); so are the values of the
+        // endpoint's own headers, which may be secrets too (a gateway's token).
+        for (const auto& [name, value] : config_.headers) {
+            e->message = redacted(e->message, value, e->message.size() + 3 * value.size());
+        }
+    }
+    co_return out;
+}
+
+asio::awaitable<inference_outcome> http_provider::attempt(inference_request req,
+                                                          stream_sink& sink) {
     const std::string model = req.model.empty() ? config_.default_model : req.model;
     auto request = request_for(req);
     decoder d(config_.api, sink, model, config_.api_key);
@@ -156,8 +170,12 @@ asio::awaitable<inference_outcome> http_provider::infer(inference_request req,
         co_return d.message();
     }
     if (ec) {
-        co_return provider_error{provider_error_kind::transient,
-                                 who + ": " + ec.message() + (detail.empty() ? "" : " (" + detail + ")")};
+        // A host that does not exist or a certificate that does not verify is configuration:
+        // trying again does not help. The rest (refused, reset, timed out) may pass.
+        const bool fatal = ec == http::errc::no_such_host || ec == http::errc::not_trusted;
+        co_return provider_error{fatal ? provider_error_kind::fatal : provider_error_kind::transient,
+                                 who + ": " + ec.message() +
+                                     (detail.empty() ? "" : " (" + detail + ")")};
     }
     co_return provider_error{provider_error_kind::transient,
                              who + ": the stream ended before its end marker"};
@@ -165,9 +183,27 @@ asio::awaitable<inference_outcome> http_provider::infer(inference_request req,
 
 asio::awaitable<summary_outcome> http_provider::summarize(
     std::vector<session::llm_message> segment, std::uint64_t step, std::string model) {
+    // The segment as plain text: a request with tool calls and results in it but no tools
+    // defined is refused by some APIs (and a summary needs no tools).
     inference_request req;
     req.model = std::move(model);
-    req.context = std::move(segment);
+    for (auto& m : segment) {
+        if (m.role == session::llm_role::tool) {
+            m.role = session::llm_role::user;
+            m.content = "[result of " + m.tool_name + (m.is_error ? ", an error" : "") + "]\n" +
+                        m.content;
+            m.tool_call_id.clear();
+        } else if (m.role == session::llm_role::assistant) {
+            for (const auto& c : m.tool_calls) {
+                m.content += (m.content.empty() ? "" : "\n") + std::string("[called ") + c.name +
+                             " with " + c.arguments + "]";
+            }
+            m.tool_calls.clear();
+        }
+        if (!m.content.empty()) {
+            req.context.push_back(std::move(m));
+        }
+    }
     session::llm_message ask;
     ask.role = session::llm_role::user;
     ask.content = summary_instruction;

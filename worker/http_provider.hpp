@@ -55,6 +55,7 @@ class http_provider final : public provider {
 
   private:
     http::request request_for(const inference_request& req) const;
+    asio::awaitable<inference_outcome> attempt(inference_request req, stream_sink& sink);
 
     endpoint_config config_;
     clock& clock_;

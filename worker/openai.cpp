@@ -177,15 +177,20 @@ void openai_stream::on_event(const sse_event& e) {
         if (calls == nullptr || !calls->is_array()) {
             continue;
         }
-        std::int64_t position = 0;
         for (const auto& piece : calls->as_array()) {
             if (!piece.is_object()) {
                 continue;
             }
             const auto& p = piece.as_object();
-            std::int64_t index = position++;
+            // Keyed by `index`; servers that leave it out send each call whole or continue
+            // the last one: a new id starts a new call, no id continues the last.
+            std::int64_t index = 0;
             if (const auto* i = p.if_contains("index"); i != nullptr && i->is_int64()) {
                 index = i->as_int64();
+            } else if (!calls_.empty()) {
+                const auto id = text_of(p.if_contains("id"));
+                const auto last = std::prev(calls_.end());
+                index = !id.empty() && id != last->second.id ? last->first + 1 : last->first;
             }
             auto& c = calls_[index];
             if (auto id = text_of(p.if_contains("id")); !id.empty()) {

@@ -81,7 +81,8 @@ bool says_context_overflow(std::string_view code_or_type, std::string_view messa
     for (std::string_view marker :
          {"maximum context length", "context length exceeded", "context_length_exceeded",
           "prompt is too long", "exceeds the available context size", "exceed_context_size",
-          "context window", "too many tokens", "input is too long"}) {
+          "context window", "too many tokens", "input is too long", "exceed context limit",
+          "decrease input length"}) {
         if (contains_nocase(message, marker)) {
             return true;
         }
@@ -102,6 +103,15 @@ std::string redacted(std::string_view text, std::string_view secret, std::size_t
             }
             out.append("***");
             at = hit + secret.size();
+        }
+    }
+    // A body cut in the middle of the secret ends with its first part: hidden too.
+    for (std::size_t n = std::min(secret.size() - (secret.empty() ? 0 : 1), out.size()); n >= 4;
+         --n) {
+        if (out.ends_with(secret.substr(0, n))) {
+            out.resize(out.size() - n);
+            out.append("***");
+            break;
         }
     }
     if (out.size() > max) {
@@ -128,6 +138,9 @@ provider_error classify_http(std::string_view provider, int status, std::string_
                           (says_context_overflow(type, message) ||
                            (parsed && says_context_overflow(parsed->type, message))))) {
         return provider_error{kind::context_overflow, text};
+    }
+    if (status == 429 && type == "insufficient_quota") {
+        return provider_error{kind::fatal, text};  // no retry brings the money back
     }
     if (status == 408 || status == 409 || status == 429 || status >= 500) {
         return provider_error{kind::transient, text, retry_after};

@@ -21,6 +21,16 @@ bool valid_name(std::string_view s) {
     });
 }
 
+// `s` without the spaces, tabs and line breaks around it (a secret mounted as a file or
+// variable often ends with a newline).
+std::string trimmed(std::string_view s) {
+    const auto first = s.find_first_not_of(" \t\r\n");
+    if (first == std::string_view::npos) {
+        return {};
+    }
+    return std::string(s.substr(first, s.find_last_not_of(" \t\r\n") - first + 1));
+}
+
 // What is wrong with the file: thrown while one endpoint is read, answered by
 // parse_providers().
 struct bad_config : std::runtime_error {
@@ -75,19 +85,26 @@ endpoint_config endpoint_of(const std::string& name, const json::value& v, const
     }
     if (!key_env.empty()) {
         auto key = env(key_env);
-        if (!key || key->empty()) {
-            throw bad_config(where + "the environment variable " + key_env + " (its API key) is not set");
+        if (!key || trimmed(*key).empty()) {
+            throw bad_config(where + "the environment variable " + key_env +
+                             " (its API key) is not set");
         }
-        c.api_key = *key;
+        c.api_key = trimmed(*key);
     } else if (!key_file.empty()) {
         auto key = read_file(key_file);
         if (!key) {
             throw bad_config(where + "cannot read the API key file " + key_file);
         }
-        c.api_key = key->substr(0, key->find_first_of("\r\n"));
+        c.api_key = trimmed(key->substr(0, key->find_first_of("\r\n")));
         if (c.api_key.empty()) {
             throw bad_config(where + "the API key file " + key_file + " is empty");
         }
+    }
+    // It goes in a header: a control character would break the request (or forge another
+    // header).
+    if (std::any_of(c.api_key.begin(), c.api_key.end(),
+                    [](char ch) { return static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f; })) {
+        throw bad_config(where + "the API key has a control character in it");
     }
     auto model = text("default_model");
     c.default_model = model;

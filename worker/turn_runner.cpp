@@ -37,7 +37,8 @@ asio::awaitable<inferred> guarded_infer(provider& p, inference_request req, stre
 asio::awaitable<summarized> guarded_summarize(provider& p, std::vector<s::llm_message> segment,
                                               std::uint64_t step, std::string model) {
     try {
-        summary_outcome out = co_await p.summarize(std::move(segment), step, std::move(model));
+        auto summarizing = p.summarize(std::move(segment), step, std::move(model));
+        summary_outcome out = co_await std::move(summarizing);
         co_return summarized{std::move(out)};
     } catch (const std::exception& e) {
         co_return summarized{provider_error{provider_error_kind::fatal, e.what()}};
@@ -198,9 +199,9 @@ asio::awaitable<bool> turn_runner::compact(s::entry_seq upto) {
         co_return false;
     }
     writer_.set_loop(s::loop_state::compacting);
-    auto r = co_await (guarded_summarize(provider_, plan->segment, writer_.step(),
-                                         writer_.state().config.model) ||
-                       clock_.sleep(opts_.summary_timeout));
+    std::string model = writer_.state().config.model;
+    auto summarizing = guarded_summarize(provider_, plan->segment, writer_.step(), std::move(model));
+    auto r = co_await (std::move(summarizing) || clock_.sleep(opts_.summary_timeout));
     if (r.index() != 0 || std::holds_alternative<provider_error>(std::get<0>(r).outcome)) {
         co_return false;  // the next response triggers compaction again
     }

@@ -45,6 +45,8 @@ struct http_plan {
     bool cut = false;                // close after the pieces, without the last chunk
     std::optional<std::chrono::milliseconds> hang;  // wait this long before any byte
     bool close = false;                             // Connection: close after this response
+    bool drop_after = false;  // close after the response without saying so (a stale pool)
+    std::optional<std::string> raw;  // instead of all the above: these bytes, then close
 };
 
 class http_server {
@@ -202,6 +204,10 @@ class http_server {
         while (!stopping_ && read_request(fd, pending, req)) {
             ++requests_;
             const auto plan = handler_(req);
+            if (plan.raw) {
+                send_all(fd, *plan.raw);
+                break;
+            }
             if (plan.hang && client_closed_within(fd, *plan.hang)) {
                 note_closed();
                 break;
@@ -238,7 +244,7 @@ class http_server {
                 }
                 break;
             }
-            if (!send_all(fd, "0\r\n\r\n")) {
+            if (!send_all(fd, "0\r\n\r\n") || plan.drop_after) {
                 break;
             }
         }

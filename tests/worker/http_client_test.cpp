@@ -236,4 +236,34 @@ TEST(HttpClient, CancellationClosesTheConnectionWithin50Milliseconds) {
     EXPECT_LT(took, 50ms);
 }
 
+// A pooled connection the server closed meanwhile (without saying so) fails at once with
+// nothing read: the request is sent again on a new connection. But once any of a response
+// came, the server took the request: it is never sent twice (a model's answer is billed).
+TEST(HttpClient, AStalePooledConnectionIsReplacedButARequestTheServerTookIsNeverSentTwice) {
+    int n = 0;
+    http_server server([&](const http_received&) {
+        ++n;
+        http_plan p;
+        p.pieces = {{0ms, "ok"}};
+        if (n == 1) {
+            p.drop_after = true;  // keep-alive said, then closed
+        } else if (n == 3) {
+            p.raw = "HTTP/1.1 200 OK\r\nContent-Ty";  // a response begun, then cut
+        }
+        return p;
+    });
+    asio::io_context io;
+    http::client c(io.get_executor(), url_of(server));
+    ASSERT_FALSE(send(io, c, post("/x")).ec);
+    std::this_thread::sleep_for(50ms);  // the server has closed it by now
+    auto again = send(io, c, post("/x"));
+    ASSERT_FALSE(again.ec) << again.ec.message() << " " << again.detail;
+    EXPECT_EQ(again.body(), "ok");
+    EXPECT_EQ(n, 2) << "the stale connection took nothing; the request went once more";
+    EXPECT_EQ(server.connections(), 2);
+    auto cut = send(io, c, post("/x"));
+    EXPECT_EQ(cut.ec, http::errc::connection_lost) << cut.ec.message();
+    EXPECT_EQ(n, 3) << "a request the server began to answer is not sent again";
+}
+
 }  // namespace wuhu::testing

@@ -52,13 +52,15 @@ struct endpoint {
     worker::system_clock clock;
     std::unique_ptr<worker::http_provider> provider;
 
-    endpoint(api_kind api, http_server::handler h) : server(std::move(h)) {
+    endpoint(api_kind api, http_server::handler h, worker::http::header_list headers = {})
+        : server(std::move(h)) {
         worker::endpoint_config c;
         c.name = api == api_kind::openai ? "oai" : "claude";
         c.api = api;
         c.base = *worker::http::parse_base_url(server.url() + "/v1");
         c.api_key = "sk-test-SECRET";
         c.default_model = api == api_kind::openai ? "gpt-4o" : "claude-sonnet-4-20250514";
+        c.headers = std::move(headers);
         provider = std::make_unique<worker::http_provider>(io.get_executor(), c, clock);
     }
 
@@ -324,6 +326,49 @@ TEST(OpenAiProvider, ACutStreamAndA500AreRetriedAndOnlyTheWholeAnswerIsCommitted
     stop.emit(asio::cancellation_type::terminal);
     e.io.restart();
     e.io.run_for(1s);
+}
+
+// Found in review: a summary's segment went with its tool blocks but no tools defined (some
+// APIs refuse that); it goes as text. And a secret in the endpoint's own headers (a gateway's
+// token) is kept out of error messages like the key.
+TEST(AnthropicProvider, SummariesSendTheSegmentAsTextAndErrorsHideTheEndpointsHeaderValues) {
+    http_received seen;
+    bool fail = false;
+    endpoint e(
+        api_kind::anthropic,
+        [&](const http_received& r) {
+            seen = r;
+            if (fail) {
+                return answer(403, R"({"type":"error","error":{"type":"permission_error","message":"token gw-secret-77 is not allowed"}})");
+            }
+            http_plan p;
+            p.pieces = streamed("anthropic_text.sse");
+            return p;
+        },
+        {{"X-Gateway-Token", "gw-secret-77"}});
+    std::vector<session::llm_message> segment = {
+        msg(llm_role::user, "weather?"),
+        msg(llm_role::assistant, "", {call("c1", "get_weather", R"({"city":"Paris"})")}),
+        tool_result_msg("c1", "get_weather", "sunny"),
+    };
+    std::optional<worker::summary_outcome> out;
+    asio::co_spawn(e.io, e.provider->summarize(segment, 3, ""),
+                   [&](std::exception_ptr, worker::summary_outcome o) { out = std::move(o); });
+    e.io.run();
+    ASSERT_TRUE(out && std::holds_alternative<std::string>(*out));
+    EXPECT_EQ(std::get<std::string>(*out), "Hello, wörld!");
+    EXPECT_EQ(seen.body.find("tool_use"), std::string::npos) << seen.body;
+    EXPECT_EQ(seen.body.find("tool_result"), std::string::npos) << seen.body;
+    EXPECT_NE(seen.body.find("[called get_weather with {\\\"city\\\":\\\"Paris\\\"}]"),
+              std::string::npos)
+        << seen.body;
+    EXPECT_NE(seen.body.find("[result of get_weather]"), std::string::npos) << seen.body;
+    EXPECT_EQ(seen.headers["x-gateway-token"], "gw-secret-77");
+    fail = true;
+    recording_sink sink;
+    auto denied = error_of(e.infer(sink));
+    EXPECT_EQ(denied.kind, provider_error_kind::fatal);
+    EXPECT_EQ(denied.message.find("gw-secret-77"), std::string::npos) << denied.message;
 }
 
 }  // namespace wuhu::testing

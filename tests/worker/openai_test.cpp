@@ -125,4 +125,21 @@ TEST(OpenAi, TheRequestCarriesMessagesToolsAndStreamOptions) {
     EXPECT_FALSE(body.contains("max_completion_tokens"));
 }
 
+// Some OpenAI-compatible servers send each tool call whole, in a chunk of its own, without
+// `index`: each is a call of its own, not the arguments of the first run together.
+TEST(OpenAi, ToolCallsWithoutAnIndexAreKeptApartByTheirIds) {
+    recording_sink sink;
+    openai_stream s(sink, "m");
+    feed_stream(s,
+                "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"id\":\"a\",\"type\":"
+                "\"function\",\"function\":{\"name\":\"echo\",\"arguments\":\"{\\\"text\\\":\\\"1\\\"}\"}}]}}]}\n\n"
+                "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"id\":\"b\",\"type\":"
+                "\"function\",\"function\":{\"name\":\"clock\",\"arguments\":\"{}\"}}]}}]}\n\n"
+                "data: [DONE]\n\n");
+    ASSERT_TRUE(s.done());
+    ASSERT_FALSE(s.error());
+    EXPECT_EQ(s.message().tool_calls,
+              (std::vector{call("a", "echo", R"({"text":"1"})"), call("b", "clock", "{}")}));
+}
+
 }  // namespace wuhu::testing

@@ -100,4 +100,21 @@ TEST(ProviderErrors, LongMessagesAreCutOnACharacterBoundary) {
     EXPECT_EQ(worker::redacted("key=K and K", "K"), "key=*** and ***");
 }
 
+// Found in review: Anthropic's "input plus max_tokens past the window" is an overflow (it was
+// fatal); OpenAI's 429 insufficient_quota is fatal (retrying spent six attempts); a body cut
+// in the middle of the key does not show its first part.
+TEST(ProviderErrors, ReviewedShapesOverflowQuotaAndACutKey) {
+    EXPECT_EQ(classify_http("anthropic", 400,
+                            R"({"type":"error","error":{"type":"invalid_request_error","message":"input length and `max_tokens` exceed context limit: 199759 + 8192 > 200000, decrease input length or `max_tokens` and try again"}})",
+                            std::nullopt, "")
+                  .kind,
+              provider_error_kind::context_overflow);
+    EXPECT_EQ(classify_http("openai", 429,
+                            R"({"error":{"message":"You exceeded your current quota.","type":"insufficient_quota","code":"insufficient_quota"}})",
+                            std::nullopt, "")
+                  .kind,
+              provider_error_kind::fatal);
+    EXPECT_EQ(worker::redacted("the key is sk-live-12", "sk-live-123456"), "the key is ***");
+}
+
 }  // namespace wuhu::testing

@@ -16,7 +16,10 @@ namespace {
 
 std::optional<std::string> env(std::string_view name) {
     if (name == "OPENAI_API_KEY") {
-        return "sk-from-env";
+        return "sk-from-env\n";  // as a mounted secret often ends
+    }
+    if (name == "BROKEN_KEY") {
+        return "sk-a\rX-Other: b";
     }
     return std::nullopt;
 }
@@ -77,6 +80,8 @@ TEST(ProvidersConfig, BadFilesAreRefusedWithAMessageNamingWhatIsWrong) {
          "NOPE"},
         {R"({"endpoints": {"x": {"kind": "openai", "base_url": "http://h", "api_key_file": "/nope"}}})",
          "/nope"},
+        {R"({"endpoints": {"x": {"kind": "openai", "base_url": "http://h", "api_key_env": "BROKEN_KEY"}}})",
+         "control character"},
         {R"({"endpoints": {"x": {"kind": "openai", "base_url": "http://h", "api_key": "sk-inline"}}})",
          "unknown field \"api_key\""},
         {R"({"endpoints": {"x": {"kind": "openai", "base_url": "http://h", "system_role": "bot"}}})",
