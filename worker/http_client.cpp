@@ -236,6 +236,11 @@ asio::awaitable<error_code> client::connect(std::shared_ptr<connection>& c,
     arm();
     auto connecting = c->lowest().async_connect(endpoints, token);
     co_await std::move(connecting);
+    if (!ec) {
+        // A request goes out in one write, but nothing should wait on Nagle either way.
+        error_code ignored;
+        c->lowest().socket().set_option(tcp::no_delay(true), ignored);
+    }
     error_code not_an_ip;
     asio::ip::make_address(base_.host, not_an_ip);
     if (!ec && tls_) {

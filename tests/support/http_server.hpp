@@ -9,6 +9,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -110,6 +111,8 @@ class http_server {
                 return;
             }
             ++connections_;
+            int one = 1;  // each piece goes out when written, as a streaming server sends it
+            ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
             std::lock_guard lock(mu_);
             open_.push_back(fd);
             threads_.emplace_back([this, fd] { serve(fd); });
