@@ -291,10 +291,15 @@ int main(int argc, char** argv) {
             std::string(leases->backend()), lease_ttl_ms, lease_settings.renew_interval.count(),
             lease_settings.stop_margin.count());
         for (const auto& e : endpoints) {
-            log->info("model endpoint {}: {} at {}://{}:{}{} (default model {})", e.name,
+            if (e.api == wuhu::worker::api_kind::replay) {
+                log->info("model endpoint {}: replay of {}", e.name, e.replay_file);
+                continue;
+            }
+            log->info("model endpoint {}: {} at {}://{}:{}{} (default model {}){}", e.name,
                       e.api == wuhu::worker::api_kind::openai ? "openai" : "anthropic",
                       e.base.tls ? "https" : "http", e.base.host, e.base.port, e.base.path,
-                      e.default_model.empty() ? "none" : e.default_model);
+                      e.default_model.empty() ? "none" : e.default_model,
+                      e.record_to.empty() ? "" : ", recorded to " + e.record_to);
         }
         node.run();
         log->info("stopped");

@@ -1,5 +1,7 @@
 #include "app/node.hpp"
 
+#include "worker/replay_provider.hpp"
+
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -43,7 +45,15 @@ node::node(storage::session_store& store, ownership::lease_store& leases, nats::
     server_ = std::make_unique<broker::server>(io_.get_executor(), nats, leases_, tools_,
                                                options_.server, log_);
     for (const auto& e : options_.endpoints) {
-        auto p = std::make_unique<worker::http_provider>(io_.get_executor(), e, clock_);
+        std::unique_ptr<worker::provider> p;
+        if (e.api == worker::api_kind::replay) {
+            p = worker::replay_provider::playing(e.replay_file, clock_);
+        } else {
+            p = std::make_unique<worker::http_provider>(io_.get_executor(), e, clock_);
+        }
+        if (!e.record_to.empty()) {
+            p = worker::replay_provider::recording(std::move(p), e.record_to, clock_);
+        }
         endpoints_[e.name] = p.get();
         endpoint_owners_[e.name] = std::move(p);
     }

@@ -126,8 +126,8 @@ class node {
     std::unique_ptr<broker::server> server_;
     // The endpoints' providers (their connections): after io_, before the sessions that use
     // them.
-    std::map<std::string, std::unique_ptr<worker::http_provider>> endpoint_owners_;
-    std::map<std::string, worker::http_provider*> endpoints_;
+    std::map<std::string, std::unique_ptr<worker::provider>> endpoint_owners_;
+    std::map<std::string, worker::provider*> endpoints_;
     std::unique_ptr<worker::session_registry> registry_;
     asio::steady_timer lease_timer_{io_};  // the lease keeper's next turn
     bool overdue_ = false;                  // an event met an overdue lease: a turn is asked

@@ -80,9 +80,8 @@ class clock_provider final : public wuhu::worker::provider {
         m.text = "done";
         co_return m;
     }
-    asio::awaitable<wuhu::worker::summary_outcome> summarize(std::vector<s::llm_message>,
-                                                             std::uint64_t,
-                                                             std::string) override {
+    asio::awaitable<wuhu::worker::summary_outcome> summarize(
+        wuhu::worker::summary_request) override {
         co_return std::string("summary");
     }
 

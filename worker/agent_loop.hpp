@@ -73,6 +73,7 @@ class agent_loop final : private session_writer {
     const session::session_id& id() const { return log_->id(); }
     session::lease_epoch epoch() const { return log_->epoch(); }
     const session::session_state& state() const override { return state_; }
+    const session::session_id& sid() const override { return id(); }
     session::loop_state current() const { return loop_; }
     // The status register now, stamped newer than every status published before (for a
     // subscribe reply: a watcher drops the older ones it may still receive).

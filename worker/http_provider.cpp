@@ -181,13 +181,14 @@ asio::awaitable<inference_outcome> http_provider::attempt(inference_request req,
                              who + ": the stream ended before its end marker"};
 }
 
-asio::awaitable<summary_outcome> http_provider::summarize(
-    std::vector<session::llm_message> segment, std::uint64_t step, std::string model) {
+asio::awaitable<summary_outcome> http_provider::summarize(summary_request sr) {
     // The segment as plain text: a request with tool calls and results in it but no tools
     // defined is refused by some APIs (and a summary needs no tools).
     inference_request req;
-    req.model = std::move(model);
-    for (auto& m : segment) {
+    req.model = std::move(sr.model);
+    req.session = std::move(sr.session);
+    const auto step = sr.step;
+    for (auto& m : sr.segment) {
         if (m.role == session::llm_role::tool) {
             m.role = session::llm_role::user;
             m.content = "[result of " + m.tool_name + (m.is_error ? ", an error" : "") + "]\n" +

@@ -23,7 +23,7 @@
 
 namespace wuhu::worker {
 
-enum class api_kind { openai, anthropic };
+enum class api_kind { openai, anthropic, replay };
 
 struct endpoint_config {
     std::string name;  // what a session's model names: "<name>/<model>"
@@ -37,6 +37,8 @@ struct endpoint_config {
     std::uint64_t max_tokens = 0;  // 0: not sent (openai), 4096 (anthropic, which requires it)
     http::header_list headers;     // more headers for every request
     http::client_options http;
+    std::string replay_file;  // replay: the recording played back
+    std::string record_to;    // openai, anthropic: record what the endpoint answers here
 };
 
 class http_provider final : public provider {
@@ -46,9 +48,7 @@ class http_provider final : public provider {
 
     // `req.model` is the model as the endpoint names it (empty: the endpoint's default).
     asio::awaitable<inference_outcome> infer(inference_request req, stream_sink& sink) override;
-    asio::awaitable<summary_outcome> summarize(std::vector<session::llm_message> segment,
-                                               std::uint64_t step,
-                                               std::string model) override;
+    asio::awaitable<summary_outcome> summarize(summary_request req) override;
 
     const endpoint_config& config() const { return config_; }
     const http::client& client() const { return client_; }

@@ -33,6 +33,7 @@ struct inference_request {
     // How many assistant messages the transcript holds before this one: identifies the turn
     // (the scripted provider answers by it, so a re-run after a crash gets the same answer).
     std::uint64_t step = 0;
+    std::string session;  // the session's id (the replay provider keys its records by it)
 };
 
 struct tool_call_delta {
@@ -53,6 +54,14 @@ using provider_error_kind = session::inference_error_kind;
 using provider_error = session::inference_error;
 using session::kind_name;
 
+// A compaction's summary: the segment to summarize, with the session's model.
+struct summary_request {
+    std::vector<session::llm_message> segment;
+    std::string model;
+    std::uint64_t step = 0;
+    std::string session;
+};
+
 using inference_outcome = std::variant<session::assistant_message, provider_error>;
 using summary_outcome = std::variant<std::string, provider_error>;
 
@@ -60,9 +69,8 @@ class provider {
   public:
     virtual ~provider() = default;
     virtual asio::awaitable<inference_outcome> infer(inference_request req, stream_sink& sink) = 0;
-    // Summarizes a segment of the context for compaction, with the session's model.
-    virtual asio::awaitable<summary_outcome> summarize(std::vector<session::llm_message> segment,
-                                                       std::uint64_t step, std::string model) = 0;
+    // Summarizes a segment of the context for compaction.
+    virtual asio::awaitable<summary_outcome> summarize(summary_request req) = 0;
 };
 
 }  // namespace wuhu::worker

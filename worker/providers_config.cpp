@@ -45,8 +45,9 @@ endpoint_config endpoint_of(const std::string& name, const json::value& v, const
     }
     const auto& o = v.as_object();
     static const std::set<std::string_view> known = {
-        "kind",          "base_url", "api_key_env", "api_key_file", "default_model",
-        "system_role",   "max_tokens", "headers",   "ca_file",      "timeouts_ms"};
+        "kind",        "base_url",   "api_key_env", "api_key_file", "default_model",
+        "system_role", "max_tokens", "headers",     "ca_file",      "timeouts_ms",
+        "file",        "record"};
     for (const auto& [k, _] : o) {
         if (!known.contains(k)) {
             throw bad_config(where + "unknown field \"" + std::string(k) + "\"");
@@ -69,9 +70,25 @@ endpoint_config endpoint_of(const std::string& name, const json::value& v, const
         c.api = api_kind::openai;
     } else if (kind == "anthropic") {
         c.api = api_kind::anthropic;
+    } else if (kind == "replay") {
+        // A recording played back: no server, no key.
+        c.api = api_kind::replay;
+        c.replay_file = text("file");
+        if (c.replay_file.empty() || !read_file(c.replay_file)) {
+            throw bad_config(where + "\"file\" must name a recording it can read");
+        }
+        for (const auto& [k, _] : o) {
+            if (k != "kind" && k != "file" && k != "default_model") {
+                throw bad_config(where + "a replay endpoint has only \"file\" (and "
+                                 "\"default_model\"), not \"" + std::string(k) + "\"");
+            }
+        }
+        c.default_model = text("default_model");
+        return c;
     } else {
-        throw bad_config(where + "\"kind\" must be \"openai\" or \"anthropic\"");
+        throw bad_config(where + "\"kind\" must be \"openai\", \"anthropic\" or \"replay\"");
     }
+    c.record_to = text("record");
     auto base = text("base_url");
     auto url = http::parse_base_url(base);
     if (!url) {
@@ -196,7 +213,7 @@ boost::system::result<std::vector<endpoint_config>, std::string> parse_providers
 }
 
 std::optional<route> route_model(std::string_view model,
-                                 const std::map<std::string, http_provider*>& endpoints) {
+                                 const std::map<std::string, provider*>& endpoints) {
     if (endpoints.empty() || model == "scripted" || model.empty()) {
         return route{};
     }
@@ -211,7 +228,7 @@ std::optional<route> route_model(std::string_view model,
 namespace {
 
 provider_error no_endpoint(const std::string& model,
-                           const std::map<std::string, http_provider*>& endpoints) {
+                           const std::map<std::string, provider*>& endpoints) {
     std::string names;
     for (const auto& [n, _] : endpoints) {
         names.append(names.empty() ? "" : ", ").append(n);
@@ -238,17 +255,17 @@ asio::awaitable<inference_outcome> routing_provider::infer(inference_request req
     co_return co_await std::move(inferring);
 }
 
-asio::awaitable<summary_outcome> routing_provider::summarize(
-    std::vector<session::llm_message> segment, std::uint64_t step, std::string model) {
-    auto r = route_model(model, endpoints_);
+asio::awaitable<summary_outcome> routing_provider::summarize(summary_request req) {
+    auto r = route_model(req.model, endpoints_);
     if (!r) {
-        co_return no_endpoint(model, endpoints_);
+        co_return no_endpoint(req.model, endpoints_);
     }
     if (r->endpoint.empty()) {
-        auto summarizing = scripted_->summarize(std::move(segment), step, std::move(model));
+        auto summarizing = scripted_->summarize(std::move(req));
         co_return co_await std::move(summarizing);
     }
-    auto summarizing = endpoints_.at(r->endpoint)->summarize(std::move(segment), step, r->model);
+    req.model = r->model;
+    auto summarizing = endpoints_.at(r->endpoint)->summarize(std::move(req));
     co_return co_await std::move(summarizing);
 }
 

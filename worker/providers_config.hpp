@@ -45,23 +45,21 @@ struct route {
 };
 // nullopt when the model names no endpoint of `endpoints` (and is not `scripted`).
 std::optional<route> route_model(std::string_view model,
-                                 const std::map<std::string, http_provider*>& endpoints);
+                                 const std::map<std::string, provider*>& endpoints);
 
 // A session's provider: the endpoint its model names, or the scripted one.
 class routing_provider final : public provider {
   public:
     // `endpoints` empty: every model is the scripted one (no providers file).
     routing_provider(std::unique_ptr<provider> scripted,
-                     const std::map<std::string, http_provider*>& endpoints)
+                     const std::map<std::string, provider*>& endpoints)
         : scripted_(std::move(scripted)), endpoints_(endpoints) {}
 
     asio::awaitable<inference_outcome> infer(inference_request req, stream_sink& sink) override;
-    asio::awaitable<summary_outcome> summarize(std::vector<session::llm_message> segment,
-                                               std::uint64_t step,
-                                               std::string model) override;
+    asio::awaitable<summary_outcome> summarize(summary_request req) override;
   private:
     std::unique_ptr<provider> scripted_;
-    const std::map<std::string, http_provider*>& endpoints_;
+    const std::map<std::string, provider*>& endpoints_;
 };
 
 }  // namespace wuhu::worker

@@ -165,8 +165,8 @@ asio::awaitable<inference_outcome> scripted_provider::infer(inference_request re
     co_return m;
 }
 
-asio::awaitable<summary_outcome> scripted_provider::summarize(
-    std::vector<session::llm_message> segment, std::uint64_t, std::string) {
+asio::awaitable<summary_outcome> scripted_provider::summarize(summary_request req) {
+    const auto& segment = req.segment;
     co_await clock_.sleep(milliseconds(0));
     std::size_t i = summaries_++;
     if (i < script_.summaries.size()) {

@@ -44,9 +44,7 @@ class scripted_provider final : public provider {
     scripted_provider(script s, clock& clk) : script_(std::move(s)), clock_(clk) {}
 
     asio::awaitable<inference_outcome> infer(inference_request req, stream_sink& sink) override;
-    asio::awaitable<summary_outcome> summarize(std::vector<session::llm_message> segment,
-                                               std::uint64_t step,
-                                               std::string model) override;
+    asio::awaitable<summary_outcome> summarize(summary_request req) override;
 
     // How many times infer() was called for `step` (retries included).
     int attempts(std::uint64_t step) const;

@@ -34,10 +34,9 @@ asio::awaitable<inferred> guarded_infer(provider& p, inference_request req, stre
     }
 }
 
-asio::awaitable<summarized> guarded_summarize(provider& p, std::vector<s::llm_message> segment,
-                                              std::uint64_t step, std::string model) {
+asio::awaitable<summarized> guarded_summarize(provider& p, summary_request req) {
     try {
-        auto summarizing = p.summarize(std::move(segment), step, std::move(model));
+        auto summarizing = p.summarize(std::move(req));
         summary_outcome out = co_await std::move(summarizing);
         co_return summarized{std::move(out)};
     } catch (const std::exception& e) {
@@ -148,7 +147,7 @@ asio::awaitable<turn_runner::attempt> turn_runner::infer_once() {
     }
     const std::uint64_t step = writer_.step();
     inference_request req{std::move(context_), tools_.specs(st.config.tools), st.config.model,
-                          step};
+                          step, writer_.sid().str()};
     context_.clear();
     abort_.arm();
     inflight_ = inflight_message{step, {}, {}, 0};
@@ -199,8 +198,9 @@ asio::awaitable<bool> turn_runner::compact(s::entry_seq upto) {
         co_return false;
     }
     writer_.set_loop(s::loop_state::compacting);
-    std::string model = writer_.state().config.model;
-    auto summarizing = guarded_summarize(provider_, plan->segment, writer_.step(), std::move(model));
+    summary_request req{plan->segment, writer_.state().config.model, writer_.step(),
+                        writer_.sid().str()};
+    auto summarizing = guarded_summarize(provider_, std::move(req));
     auto r = co_await (std::move(summarizing) || clock_.sleep(opts_.summary_timeout));
     if (r.index() != 0 || std::holds_alternative<provider_error>(std::get<0>(r).outcome)) {
         co_return false;  // the next response triggers compaction again

@@ -17,6 +17,7 @@ class session_writer {
   public:
     // The session now (changed only by record(), and by commands between the runner's awaits).
     virtual const session::session_state& state() const = 0;
+    virtual const session::session_id& sid() const = 0;
     // Assistant messages in the transcript: the step of the next streamed message.
     virtual std::uint64_t step() const = 0;
     // Persists `t` first, then applies and emits it. False when the session has failed and

@@ -352,7 +352,10 @@ TEST(AnthropicProvider, SummariesSendTheSegmentAsTextAndErrorsHideTheEndpointsHe
         tool_result_msg("c1", "get_weather", "sunny"),
     };
     std::optional<worker::summary_outcome> out;
-    asio::co_spawn(e.io, e.provider->summarize(segment, 3, ""),
+    worker::summary_request sreq;
+    sreq.segment = segment;
+    sreq.step = 3;
+    asio::co_spawn(e.io, e.provider->summarize(std::move(sreq)),
                    [&](std::exception_ptr, worker::summary_outcome o) { out = std::move(o); });
     e.io.run();
     ASSERT_TRUE(out && std::holds_alternative<std::string>(*out));

@@ -28,6 +28,9 @@ std::optional<std::string> file(std::string_view path) {
     if (path == "/secrets/anthropic") {
         return "sk-ant-from-file\n";
     }
+    if (path == "/recordings/demo.jsonl") {
+        return "";
+    }
     return std::nullopt;
 }
 
@@ -67,6 +70,25 @@ TEST(ProvidersConfig, EndpointsTakeTheirKeysFromTheEnvironmentOrAFile) {
     EXPECT_EQ(local.http.idle_timeout, std::chrono::milliseconds(7000));
 }
 
+TEST(ProvidersConfig, AReplayEndpointPlaysARecordingAndAnyEndpointMayRecord) {
+    auto r = parse_providers(R"({"endpoints": {
+        "demo": {"kind": "replay", "file": "/recordings/demo.jsonl"},
+        "live": {"kind": "openai", "base_url": "http://127.0.0.1:8080/v1",
+                 "record": "/recordings/new.jsonl"}}})",
+                             env, file);
+    ASSERT_TRUE(r.has_value()) << r.error();
+    EXPECT_EQ((*r)[0].api, worker::api_kind::replay);
+    EXPECT_EQ((*r)[0].replay_file, "/recordings/demo.jsonl");
+    EXPECT_EQ((*r)[1].record_to, "/recordings/new.jsonl");
+    EXPECT_NE(refusal(R"({"endpoints": {"x": {"kind": "replay", "file": "/nope.jsonl"}}})")
+                  .find("\"file\""),
+              std::string::npos);
+    EXPECT_NE(refusal(R"({"endpoints": {"x": {"kind": "replay", "file": "/recordings/demo.jsonl",
+                                              "base_url": "http://h"}}})")
+                  .find("only \"file\""),
+              std::string::npos);
+}
+
 TEST(ProvidersConfig, BadFilesAreRefusedWithAMessageNamingWhatIsWrong) {
     const std::pair<const char*, const char*> cases[] = {
         {"{", "not valid JSON"},
@@ -100,7 +122,7 @@ TEST(ProvidersConfig, BadFilesAreRefusedWithAMessageNamingWhatIsWrong) {
 }
 
 TEST(ProvidersConfig, AModelGoesToTheEndpointItNamesOrToTheScriptedModel) {
-    std::map<std::string, worker::http_provider*> endpoints{{"openai", nullptr},
+    std::map<std::string, worker::provider*> endpoints{{"openai", nullptr},
                                                             {"local", nullptr}};
     auto r = worker::route_model("openai/gpt-4o", endpoints);
     ASSERT_TRUE(r);
@@ -125,7 +147,7 @@ TEST(ProvidersConfig, AModelNamingNoEndpointIsAFatalErrorListingTheEndpoints) {
     c.name = "local";
     c.base = *worker::http::parse_base_url("http://127.0.0.1:9");
     worker::http_provider local(io.get_executor(), c, clk);
-    std::map<std::string, worker::http_provider*> endpoints{{"local", &local}};
+    std::map<std::string, worker::provider*> endpoints{{"local", &local}};
     worker::routing_provider router(
         std::make_unique<worker::scripted_provider>(
             worker::parse_script(R"({"responses":[{"text":"scripted here"}]})").value(), clk),
