@@ -122,7 +122,7 @@ TEST(ProviderProcess, ABadProvidersFileStopsTheWorkerWithExitCode2AndAMessage) {
     const auto data = "sqlite://" + (dir.path() / "data").string();
     const std::pair<const char*, const char*> cases[] = {
         {R"({"endpoints": {"x": {"kind": "gemini", "base_url": "http://h"}}})",
-         "must be \\\"openai\\\" or"},  // as the JSON log line escapes it
+         "must be \\\"openai\\\","},  // as the JSON log line escapes it
         {R"({"endpoints": {"x": {"kind": "openai", "base_url": "http://h",
                                 "api_key_env": "WUHU_TEST_NO_SUCH_KEY"}}})",
          "WUHU_TEST_NO_SUCH_KEY"},
