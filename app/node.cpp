@@ -100,7 +100,8 @@ node::node(storage::session_store& store, ownership::lease_store& leases, nats::
     };
     asio::co_spawn(io_, keep_leases(this),
                    asio::bind_cancellation_slot(stop_renewal_.slot(), owned(renewing_)));
-    asio::co_spawn(io_, sweep(this), asio::bind_cancellation_slot(stop_sweep_.slot(), owned(busy_)));
+    asio::co_spawn(io_, sweep(this),
+                   asio::bind_cancellation_slot(stop_sweep_.slot(), owned(busy_)));
     if (options_.passivate_after.count() > 0 || options_.max_loaded_sessions > 0) {
         asio::co_spawn(io_, passivate(this),
                        asio::bind_cancellation_slot(stop_passivation_.slot(), owned(busy_)));
@@ -247,8 +248,8 @@ asio::awaitable<void> node::sweep(node* self) {
             return !why.at(id.str()).summary.has_work;
         });
         if (recovering.size() < self->options_.sweep_batch && !orphans.empty()) {
-            auto claiming =
-                self->leases_.claim(std::move(orphans), self->options_.sweep_batch - recovering.size());
+            const std::size_t room = self->options_.sweep_batch - recovering.size();
+            auto claiming = self->leases_.claim(std::move(orphans), room);
             auto claimed = co_await std::move(claiming);
             if (claimed) {
                 for (const auto& l : *claimed) {

@@ -31,7 +31,8 @@ std::string answer_of(int deltas) {
              "[{\"index\":0,\"delta\":{\"content\":\"word \"},\"finish_reason\":null}]}\n\n";
     }
     s += "data: {\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":10,"
-         "\"completion_tokens\":" + std::to_string(deltas) + "}}\n\ndata: [DONE]\n\n";
+         "\"completion_tokens\":" +
+         std::to_string(deltas) + "}}\n\ndata: [DONE]\n\n";
     return s;
 }
 
@@ -62,9 +63,10 @@ double raw_exchange_us(int port, const std::string& body, int n) {
         std::fprintf(stderr, "provider_bench: cannot connect to the local server\n");
         std::exit(1);
     }
-    const std::string request = "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                                "Content-Type: application/json\r\nContent-Length: " +
-                                std::to_string(body.size()) + "\r\n\r\n" + body;
+    const std::string request =
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        "Content-Type: application/json\r\nContent-Length: " +
+        std::to_string(body.size()) + "\r\n\r\n" + body;
     std::vector<double> us;
     std::string got;
     char buf[16384];
@@ -155,10 +157,10 @@ int main() {
     constexpr int many = 500;
     constexpr int rounds = 300;
     int deltas = 1;
-    wuhu::testing::http_server server([&](const wuhu::testing::http_received&) {
-        return plan_of(deltas);
-    });
-    const std::string body = R"({"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true})";
+    wuhu::testing::http_server server(
+        [&](const wuhu::testing::http_received&) { return plan_of(deltas); });
+    const std::string body =
+        R"({"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true})";
     deltas = 1;
     const double raw_one = raw_exchange_us(server.port(), body, rounds);
     const double ours_one = provider_exchange_us(server.url(), rounds, 1);
@@ -173,12 +175,14 @@ int main() {
                 ours_many);
     std::printf("  added per inference %8.1f us   goal < 1000 us   ratio %.3f\n", per_inference,
                 per_inference / 1000.0);
-    std::printf("  added per delta     %8.2f us   goal <   50 us   ratio %.3f   (the parsing "
-                "overlaps the server's sending)\n",
-                per_delta, per_delta / 50.0);
+    std::printf(
+        "  added per delta     %8.2f us   goal <   50 us   ratio %.3f   (the parsing "
+        "overlaps the server's sending)\n",
+        per_delta, per_delta / 50.0);
     const double decode = decode_us_per_delta(many, 50);
-    std::printf("  parsing alone       %8.2f us a delta (SSE, JSON, decoder; in memory)   ratio "
-                "to the goal %.3f\n",
-                decode, decode / 50.0);
+    std::printf(
+        "  parsing alone       %8.2f us a delta (SSE, JSON, decoder; in memory)   ratio "
+        "to the goal %.3f\n",
+        decode, decode / 50.0);
     return 0;
 }

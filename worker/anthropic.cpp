@@ -73,10 +73,11 @@ std::string anthropic_request_body(const inference_request& req,
                     push("assistant", text_block(m.content));
                 }
                 for (const auto& c : m.tool_calls) {
-                    push("assistant", json::object{{"type", "tool_use"},
-                                                   {"id", c.id.str()},
-                                                   {"name", c.name},
-                                                   {"input", json_or(c.arguments, json::object{})}});
+                    push("assistant",
+                         json::object{{"type", "tool_use"},
+                                      {"id", c.id.str()},
+                                      {"name", c.name},
+                                      {"input", json_or(c.arguments, json::object{})}});
                 }
                 break;
             case llm_role::tool: {
@@ -101,10 +102,10 @@ std::string anthropic_request_body(const inference_request& req,
     if (!req.tools.empty()) {
         json::array tools;
         for (const auto& t : req.tools) {
-            tools.push_back(json::object{{"name", t.name},
-                                         {"description", t.description},
-                                         {"input_schema",
-                                          json_or(t.schema, json::object{{"type", "object"}})}});
+            tools.push_back(json::object{
+                {"name", t.name},
+                {"description", t.description},
+                {"input_schema", json_or(t.schema, json::object{{"type", "object"}})}});
         }
         body["tools"] = std::move(tools);
     }
@@ -118,10 +119,10 @@ void anthropic_stream::on_event(const sse_event& e) {
     boost::system::error_code ec;
     auto v = json::parse(e.data, ec);
     if (ec || !v.is_object()) {
-        fail(provider_error{provider_error_kind::transient,
-                            "malformed stream from anthropic: a `" + e.event +
-                                "` event's data is not a JSON object: " +
-                                redacted(e.data, redact_, 200)});
+        fail(provider_error{
+            provider_error_kind::transient,
+            "malformed stream from anthropic: a `" + e.event +
+                "` event's data is not a JSON object: " + redacted(e.data, redact_, 200)});
         return;
     }
     const auto& d = v.as_object();
@@ -181,7 +182,8 @@ void anthropic_stream::on_event(const sse_event& e) {
         if (const auto* u = object_at(d, "usage")) {
             usage_.output = count_of(*u, "output_tokens").value_or(usage_.output);
             usage_.input = count_of(*u, "input_tokens").value_or(usage_.input);
-            usage_.cached_input = count_of(*u, "cache_read_input_tokens").value_or(usage_.cached_input);
+            usage_.cached_input =
+                count_of(*u, "cache_read_input_tokens").value_or(usage_.cached_input);
             usage_.cache_write =
                 count_of(*u, "cache_creation_input_tokens").value_or(usage_.cache_write);
         }

@@ -1,16 +1,16 @@
 #include "worker/http_client.hpp"
 
+#include <openssl/err.h>
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/redirect_error.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/ssl.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
-#include <openssl/err.h>
 
 #include <algorithm>
 #include <cctype>
@@ -92,7 +92,8 @@ boost::system::result<base_url, std::string> parse_base_url(std::string_view url
     const auto slash = url.find('/');
     std::string_view authority = url.substr(0, slash);
     std::string_view path = slash == std::string_view::npos ? "" : url.substr(slash);
-    if (authority.find('@') != std::string_view::npos || path.find_first_of("?#") != std::string_view::npos ||
+    if (authority.find('@') != std::string_view::npos ||
+        path.find_first_of("?#") != std::string_view::npos ||
         url.find_first_of(" \t\r\n") != std::string_view::npos) {
         return std::string("the URL must have no user info, query, fragment or spaces");
     }
@@ -175,10 +176,10 @@ client::client(asio::any_io_executor ex, base_url base, client_options o)
             tls_->ctx.load_verify_file(opts_.ca_file, ec);
         }
         if (ec) {
-            throw std::invalid_argument("cannot load the CA certificates " +
-                                     (opts_.ca_file.empty() ? std::string("of the system")
-                                                            : opts_.ca_file) +
-                                     ": " + ec.message());
+            throw std::invalid_argument(
+                "cannot load the CA certificates " +
+                (opts_.ca_file.empty() ? std::string("of the system") : opts_.ca_file) + ": " +
+                ec.message());
         }
     }
 }
@@ -194,8 +195,8 @@ std::size_t client::idle() const {
 }
 
 asio::awaitable<error_code> client::connect(std::shared_ptr<connection>& c,
-                                            asio::cancellation_slot slot,
-                                            std::function<void()> arm, std::string* detail) {
+                                            asio::cancellation_slot slot, std::function<void()> arm,
+                                            std::string* detail) {
     error_code ec;
     auto token = asio::bind_cancellation_slot(asio::cancellation_slot(),
                                               asio::redirect_error(asio::use_awaitable, ec));
@@ -261,10 +262,9 @@ asio::awaitable<error_code> client::connect(std::shared_ptr<connection>& c,
         }
         // A certificate that does not verify is the server's (or the configuration's) doing:
         // trying again does not help.
-        const bool untrusted =
-            ec.category() == asio::error::get_ssl_category() &&
-            ERR_GET_REASON(static_cast<unsigned long>(ec.value())) ==
-                SSL_R_CERTIFICATE_VERIFY_FAILED;
+        const bool untrusted = ec.category() == asio::error::get_ssl_category() &&
+                               ERR_GET_REASON(static_cast<unsigned long>(ec.value())) ==
+                                   SSL_R_CERTIFICATE_VERIFY_FAILED;
         const auto out = untrusted ? error_code(errc::not_trusted) : sorted(ec, true);
         c.reset();
         co_return out;
@@ -306,9 +306,9 @@ asio::awaitable<error_code> client::send(request req, head_handler on_head, body
     r.target(base_.path + req.target);
     r.version(11);
     const bool default_port = base_.port == (base_.tls ? "443" : "80");
-    r.set(bhttp::field::host, (base_.host.find(':') != std::string::npos ? "[" + base_.host + "]"
-                                                                         : base_.host) +
-                                  (default_port ? "" : ":" + base_.port));
+    r.set(bhttp::field::host,
+          (base_.host.find(':') != std::string::npos ? "[" + base_.host + "]" : base_.host) +
+              (default_port ? "" : ":" + base_.port));
     r.set(bhttp::field::user_agent, "wuhu");
     for (const auto& [k, v] : req.headers) {
         r.set(k, v);
@@ -356,7 +356,8 @@ asio::awaitable<error_code> client::send(request req, head_handler on_head, body
             lowest.expires_after(opts_.first_byte_timeout);
             arm();
             if (current->secure) {
-                auto reading = bhttp::async_read_header(*current->secure, current->buffer, p, token);
+                auto reading =
+                    bhttp::async_read_header(*current->secure, current->buffer, p, token);
                 co_await std::move(reading);
             } else {
                 auto reading = bhttp::async_read_header(*current->plain, current->buffer, p, token);
@@ -372,10 +373,9 @@ asio::awaitable<error_code> client::send(request req, head_handler on_head, body
             // A pooled connection the server had closed: the write fails, or the read ends at
             // once with nothing (EOF, a reset). Sent again once, on a new connection; never
             // when any of a response came (the server took the request).
-            const bool closed_before = ec == bhttp::error::end_of_stream ||
-                                       ec == asio::error::eof ||
-                                       ec == asio::error::connection_reset ||
-                                       ec == asio::error::broken_pipe;
+            const bool closed_before =
+                ec == bhttp::error::end_of_stream || ec == asio::error::eof ||
+                ec == asio::error::connection_reset || ec == asio::error::broken_pipe;
             if (reused && (!written || (closed_before && !p.got_some()))) {
                 continue;
             }

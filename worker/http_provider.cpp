@@ -28,9 +28,7 @@ class decoder {
             anthropic_.emplace(sink, std::move(model), std::move(redact));
         }
     }
-    void on_event(const sse_event& e) {
-        openai_ ? openai_->on_event(e) : anthropic_->on_event(e);
-    }
+    void on_event(const sse_event& e) { openai_ ? openai_->on_event(e) : anthropic_->on_event(e); }
     bool done() const { return openai_ ? openai_->done() : anthropic_->done(); }
     std::optional<provider_error> error() const {
         return openai_ ? openai_->error() : anthropic_->error();
@@ -99,8 +97,7 @@ http::request http_provider::request_for(const inference_request& req) const {
     return r;
 }
 
-asio::awaitable<inference_outcome> http_provider::infer(inference_request req,
-                                                        stream_sink& sink) {
+asio::awaitable<inference_outcome> http_provider::infer(inference_request req, stream_sink& sink) {
     auto attempting = attempt(std::move(req), sink);
     auto out = co_await std::move(attempting);
     if (auto* e = std::get_if<provider_error>(&out)) {
@@ -154,7 +151,8 @@ asio::awaitable<inference_outcome> http_provider::attempt(inference_request req,
     if (st.status == 200 && !st.event_stream) {
         co_return provider_error{
             provider_error_kind::fatal,
-            who + " answered with " + (st.content_type.empty() ? "no content type" : st.content_type) +
+            who + " answered with " +
+                (st.content_type.empty() ? "no content type" : st.content_type) +
                 ", not an event stream (is the base URL right?): " +
                 redacted(st.error_body, config_.api_key, 300)};
     }
@@ -173,9 +171,9 @@ asio::awaitable<inference_outcome> http_provider::attempt(inference_request req,
         // A host that does not exist or a certificate that does not verify is configuration:
         // trying again does not help. The rest (refused, reset, timed out) may pass.
         const bool fatal = ec == http::errc::no_such_host || ec == http::errc::not_trusted;
-        co_return provider_error{fatal ? provider_error_kind::fatal : provider_error_kind::transient,
-                                 who + ": " + ec.message() +
-                                     (detail.empty() ? "" : " (" + detail + ")")};
+        co_return provider_error{
+            fatal ? provider_error_kind::fatal : provider_error_kind::transient,
+            who + ": " + ec.message() + (detail.empty() ? "" : " (" + detail + ")")};
     }
     co_return provider_error{provider_error_kind::transient,
                              who + ": the stream ended before its end marker"};
@@ -191,8 +189,8 @@ asio::awaitable<summary_outcome> http_provider::summarize(summary_request sr) {
     for (auto& m : sr.segment) {
         if (m.role == session::llm_role::tool) {
             m.role = session::llm_role::user;
-            m.content = "[result of " + m.tool_name + (m.is_error ? ", an error" : "") + "]\n" +
-                        m.content;
+            m.content =
+                "[result of " + m.tool_name + (m.is_error ? ", an error" : "") + "]\n" + m.content;
             m.tool_call_id.clear();
         } else if (m.role == session::llm_role::assistant) {
             for (const auto& c : m.tool_calls) {

@@ -144,7 +144,8 @@ void openai_stream::on_event(const sse_event& e) {
     if (const auto* u = chunk.if_contains("usage"); u != nullptr && u->is_object()) {
         const auto& uo = u->as_object();
         std::uint64_t cached = 0;
-        if (const auto* d = uo.if_contains("prompt_tokens_details"); d != nullptr && d->is_object()) {
+        if (const auto* d = uo.if_contains("prompt_tokens_details");
+            d != nullptr && d->is_object()) {
             cached = count_of(d->as_object(), "cached_tokens");
         }
         const auto prompt = count_of(uo, "prompt_tokens");
@@ -161,7 +162,8 @@ void openai_stream::on_event(const sse_event& e) {
             continue;
         }
         const auto& co = choice.as_object();
-        if (const auto* i = co.if_contains("index"); i != nullptr && i->is_int64() && i->as_int64() != 0) {
+        if (const auto* i = co.if_contains("index");
+            i != nullptr && i->is_int64() && i->as_int64() != 0) {
             continue;  // one answer is asked for; another would be a server's own idea
         }
         const auto* delta = co.if_contains("delta");
@@ -220,8 +222,8 @@ session::assistant_message openai_stream::message() const {
         if (!id) {  // missing or unusable: one of our own, unique in this message
             id = session::tool_call_id::parse("call_" + std::to_string(index));
         }
-        m.tool_calls.push_back(session::tool_call{
-            *id, c.name, c.arguments.empty() ? std::string("{}") : c.arguments});
+        m.tool_calls.push_back(
+            session::tool_call{*id, c.name, c.arguments.empty() ? std::string("{}") : c.arguments});
     }
     return m;
 }

@@ -28,7 +28,7 @@
 namespace wuhu::worker {
 
 struct openai_request_options {
-    std::string model;  // as the endpoint names it
+    std::string model;                                                  // as the endpoint names it
     session::llm_role system_lane_role = session::llm_role::developer;  // or user, system
     std::optional<std::uint64_t> max_tokens;  // max_completion_tokens, when set
 };

@@ -150,9 +150,9 @@ provider_error classify_http(std::string_view provider, int status, std::string_
 
 provider_error classify_stream_error(std::string_view provider, std::string_view type,
                                      std::string_view message, std::string_view redact) {
-    const std::string text =
-        std::string(provider) + " stream error" + (type.empty() ? "" : " " + std::string(type)) +
-        ": " + redacted(message, redact, 1000);
+    const std::string text = std::string(provider) + " stream error" +
+                             (type.empty() ? "" : " " + std::string(type)) + ": " +
+                             redacted(message, redact, 1000);
     using kind = provider_error_kind;
     if (says_context_overflow(type, message)) {
         return provider_error{kind::context_overflow, text};

@@ -38,16 +38,15 @@ struct bad_config : std::runtime_error {
 };
 
 endpoint_config endpoint_of(const std::string& name, const json::value& v, const lookup& env,
-                   const lookup& read_file) {
+                            const lookup& read_file) {
     const std::string where = "endpoint \"" + name + "\": ";
     if (!v.is_object()) {
         throw bad_config(where + "must be an object");
     }
     const auto& o = v.as_object();
     static const std::set<std::string_view> known = {
-        "kind",        "base_url",   "api_key_env", "api_key_file", "default_model",
-        "system_role", "max_tokens", "headers",     "ca_file",      "timeouts_ms",
-        "file",        "record"};
+        "kind",       "base_url", "api_key_env", "api_key_file", "default_model", "system_role",
+        "max_tokens", "headers",  "ca_file",     "timeouts_ms",  "file",          "record"};
     for (const auto& [k, _] : o) {
         if (!known.contains(k)) {
             throw bad_config(where + "unknown field \"" + std::string(k) + "\"");
@@ -79,8 +78,10 @@ endpoint_config endpoint_of(const std::string& name, const json::value& v, const
         }
         for (const auto& [k, _] : o) {
             if (k != "kind" && k != "file" && k != "default_model") {
-                throw bad_config(where + "a replay endpoint has only \"file\" (and "
-                                 "\"default_model\"), not \"" + std::string(k) + "\"");
+                throw bad_config(where +
+                                 "a replay endpoint has only \"file\" (and "
+                                 "\"default_model\"), not \"" +
+                                 std::string(k) + "\"");
             }
         }
         c.default_model = text("default_model");
@@ -92,7 +93,8 @@ endpoint_config endpoint_of(const std::string& name, const json::value& v, const
     auto base = text("base_url");
     auto url = http::parse_base_url(base);
     if (!url) {
-        throw bad_config(where + "\"base_url\" " + (base.empty() ? "is missing" : "is bad: " + url.error()));
+        throw bad_config(where + "\"base_url\" " +
+                         (base.empty() ? "is missing" : "is bad: " + url.error()));
     }
     c.base = *url;
     auto key_env = text("api_key_env");
@@ -150,7 +152,8 @@ endpoint_config endpoint_of(const std::string& name, const json::value& v, const
             if (!hv.is_string() || name_view.empty() ||
                 name_view.find_first_of(": \r\n") != std::string_view::npos ||
                 std::string_view(hv.as_string()).find_first_of("\r\n") != std::string_view::npos) {
-                throw bad_config(where + "header \"" + std::string(k) + "\" must be a name and a string");
+                throw bad_config(where + "header \"" + std::string(k) +
+                                 "\" must be a name and a string");
             }
             c.headers.emplace_back(std::string(k), std::string(hv.as_string()));
         }
@@ -177,7 +180,7 @@ endpoint_config endpoint_of(const std::string& name, const json::value& v, const
                 c.http.idle_timeout = ms;
             } else {
                 throw bad_config(where + "unknown timeout \"" + std::string(k) +
-                       "\" (connect, first_byte, idle)");
+                                 "\" (connect, first_byte, idle)");
             }
         }
     }
@@ -222,7 +225,8 @@ std::optional<route> route_model(std::string_view model,
     if (!endpoints.contains(endpoint)) {
         return std::nullopt;
     }
-    return route{endpoint, slash == std::string_view::npos ? "" : std::string(model.substr(slash + 1))};
+    return route{endpoint,
+                 slash == std::string_view::npos ? "" : std::string(model.substr(slash + 1))};
 }
 
 namespace {
@@ -233,9 +237,9 @@ provider_error no_endpoint(const std::string& model,
     for (const auto& [n, _] : endpoints) {
         names.append(names.empty() ? "" : ", ").append(n);
     }
-    return provider_error{provider_error_kind::fatal,
-                          "the model \"" + model + "\" names no configured endpoint (" + names +
-                              "; or \"scripted\")"};
+    return provider_error{provider_error_kind::fatal, "the model \"" + model +
+                                                          "\" names no configured endpoint (" +
+                                                          names + "; or \"scripted\")"};
 }
 
 }  // namespace

@@ -57,6 +57,7 @@ class routing_provider final : public provider {
 
     asio::awaitable<inference_outcome> infer(inference_request req, stream_sink& sink) override;
     asio::awaitable<summary_outcome> summarize(summary_request req) override;
+
   private:
     std::unique_ptr<provider> scripted_;
     const std::map<std::string, provider*>& endpoints_;

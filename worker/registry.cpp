@@ -190,10 +190,11 @@ asio::awaitable<boost::system::result<session_registry::handle>> session_registr
             // Unless a request still holds it, the entry goes now: its log closes its file
             // (SQLite checkpoints and syncs it), which is store IO, so not on this executor.
             if (opts_.store_executor && !stopped_) {
-                asio::post(*opts_.store_executor, [freed = freed_, keep = std::move(keep)]() mutable {
+                auto free = [freed = freed_, keep = std::move(keep)]() mutable {
                     keep.reset();
                     freed->fetch_add(1, std::memory_order_relaxed);
-                });
+                };
+                asio::post(*opts_.store_executor, std::move(free));
             }
         });
     };

@@ -62,7 +62,8 @@ std::optional<provider_error> error_of(const json::value& v) {
         return std::nullopt;
     }
     e.message = v.at("message").as_string();
-    if (const auto* r = v.as_object().if_contains("retry_after_ms"); r != nullptr && r->is_int64()) {
+    if (const auto* r = v.as_object().if_contains("retry_after_ms");
+        r != nullptr && r->is_int64()) {
         e.retry_after = std::chrono::milliseconds(r->as_int64());
     }
     return e;
@@ -109,7 +110,8 @@ replay_provider::record record_of(const json::object& line, std::size_t n) {
             }
             replay_provider::event e;
             e.after_ms = ev.at("after_ms").as_int64();
-            if (const auto* t = ev.as_object().if_contains("text"); t != nullptr && t->is_string()) {
+            if (const auto* t = ev.as_object().if_contains("text");
+                t != nullptr && t->is_string()) {
                 e.text = t->as_string();
             } else if (const auto* c = ev.as_object().if_contains("tool_call");
                        c != nullptr && c->is_object() && c->as_object().contains("id") &&
@@ -269,8 +271,8 @@ asio::awaitable<summary_outcome> replay_provider::summarize(summary_request req)
     auto it = records_.find(key{req.session, "summary", req.step});
     if (it == records_.end() || it->second.empty()) {
         co_return provider_error{provider_error_kind::fatal,
-                                 "the recording has no (more) summary for session " +
-                                     req.session + " at step " + std::to_string(req.step)};
+                                 "the recording has no (more) summary for session " + req.session +
+                                     " at step " + std::to_string(req.step)};
     }
     record r = std::move(it->second.front());
     it->second.pop_front();

@@ -41,8 +41,7 @@ class replay_provider final : public provider {
                                                       clock& clk);
     // Plays `file` back. Throws std::invalid_argument if it cannot be read or a line is not a
     // record (naming the line).
-    static std::unique_ptr<replay_provider> playing(const std::filesystem::path& file,
-                                                    clock& clk);
+    static std::unique_ptr<replay_provider> playing(const std::filesystem::path& file, clock& clk);
 
     asio::awaitable<inference_outcome> infer(inference_request req, stream_sink& sink) override;
     asio::awaitable<summary_outcome> summarize(summary_request req) override;
@@ -63,8 +62,8 @@ class replay_provider final : public provider {
     using key = std::tuple<std::string, std::string, std::uint64_t>;  // session, kind, step
 
     clock& clock_;
-    std::unique_ptr<provider> inner_;  // recording: what is recorded
-    std::ofstream out_;                // recording: the file
+    std::unique_ptr<provider> inner_;            // recording: what is recorded
+    std::ofstream out_;                          // recording: the file
     std::map<key, std::deque<record>> records_;  // playing back: what is left, in order
 };
 

@@ -8,8 +8,8 @@
 #include "worker/anthropic.hpp"
 #include "worker/openai.hpp"
 
-#include <boost/json.hpp>
 #include <gtest/gtest.h>
+#include <boost/json.hpp>
 
 #include <filesystem>
 #include <fstream>
@@ -54,7 +54,8 @@ void same(const std::string& name, const session::assistant_message& ours,
 }  // namespace
 
 TEST(SdkStreams, TheOfficialSdksParseTheSavedStreamsAsWuhuDoes) {
-    const std::filesystem::path external = std::filesystem::path(WUHU_TEST_DATA) / ".." / "external";
+    const std::filesystem::path external =
+        std::filesystem::path(WUHU_TEST_DATA) / ".." / "external";
     ASSERT_TRUE(std::filesystem::exists(external / "node_modules" / "openai") &&
                 std::filesystem::exists(external / "node_modules" / "@anthropic-ai" / "sdk"))
         << "the npm packages openai and @anthropic-ai/sdk are not installed in tests/external: "

@@ -46,7 +46,7 @@ struct http_plan {
     bool cut = false;                // close after the pieces, without the last chunk
     std::optional<std::chrono::milliseconds> hang;  // wait this long before any byte
     bool close = false;                             // Connection: close after this response
-    bool drop_after = false;  // close after the response without saying so (a stale pool)
+    bool drop_after = false;         // close after the response without saying so (a stale pool)
     std::optional<std::string> raw;  // instead of all the above: these bytes, then close
 };
 
