@@ -7,6 +7,9 @@
 namespace wuhu::worker {
 
 namespace json = boost::json;
+using event_json::count_of;
+using event_json::object_at;
+using event_json::text_of;
 using session::llm_role;
 
 namespace {
@@ -17,26 +20,6 @@ json::value json_or(std::string_view text, json::value fallback) {
     boost::system::error_code ec;
     auto v = json::parse(text, ec);
     return ec || !v.is_object() ? fallback : v;
-}
-
-std::string_view text_of(const json::value* v) {
-    return v != nullptr && v->is_string() ? std::string_view(v->as_string()) : std::string_view{};
-}
-
-std::optional<std::uint64_t> count_of(const json::object& o, std::string_view key) {
-    const auto* v = o.if_contains(key);
-    if (v != nullptr && v->is_uint64()) {
-        return v->as_uint64();
-    }
-    if (v != nullptr && v->is_int64() && v->as_int64() >= 0) {
-        return static_cast<std::uint64_t>(v->as_int64());
-    }
-    return std::nullopt;
-}
-
-const json::object* object_at(const json::object& o, std::string_view key) {
-    const auto* v = o.if_contains(key);
-    return v != nullptr && v->is_object() ? &v->as_object() : nullptr;
 }
 
 }  // namespace
@@ -151,12 +134,11 @@ void anthropic_stream::on_event(const sse_event& e) {
         if (b == nullptr) {
             return;
         }
-        auto& blk = blocks_[index()];
         if (text_of(b->if_contains("type")) == "tool_use") {
-            blk.tool = true;
-            blk.id = text_of(b->if_contains("id"));
-            blk.name = text_of(b->if_contains("name"));
-            sink_.tool_call(tool_call_delta{blk.id, blk.name, ""});
+            auto& call = calls_[index()];
+            call.id = text_of(b->if_contains("id"));
+            call.name = text_of(b->if_contains("name"));
+            sink_.tool_call(tool_call_delta{call.id, call.name, ""});
         } else if (auto t = text_of(b->if_contains("text")); !t.empty()) {
             text_.append(t);
             sink_.text(t);
@@ -172,12 +154,13 @@ void anthropic_stream::on_event(const sse_event& e) {
                 text_.append(t);
                 sink_.text(t);
             }
-        } else if (kind == "input_json_delta") {
-            auto& blk = blocks_[index()];
+        } else if (auto call = calls_.find(index());
+                   kind == "input_json_delta" && call != calls_.end()) {
             const auto piece = text_of(delta->if_contains("partial_json"));
-            blk.input.append(piece);
-            sink_.tool_call(tool_call_delta{blk.id, blk.name, std::string(piece)});
-        }  // thinking and signature deltas: not part of the message
+            call->second.arguments.append(piece);
+            sink_.tool_call(
+                tool_call_delta{call->second.id, call->second.name, std::string(piece)});
+        }  // thinking and signature deltas (and a stray piece): not part of the message
     } else if (type == "message_delta") {
         if (const auto* u = object_at(d, "usage")) {
             usage_.output = count_of(*u, "output_tokens").value_or(usage_.output);
@@ -198,25 +181,6 @@ void anthropic_stream::on_event(const sse_event& e) {
         }
         fail(classify_stream_error(provider_name, etype, message, redact_));
     }  // ping, content_block_stop, and event types added later: nothing to do
-}
-
-session::assistant_message anthropic_stream::message() const {
-    session::assistant_message m;
-    m.text = text_;
-    m.usage = usage_;
-    m.model = model_;
-    for (const auto& [index, b] : blocks_) {
-        if (!b.tool) {
-            continue;
-        }
-        auto id = session::tool_call_id::parse(b.id);
-        if (!id) {
-            id = session::tool_call_id::parse("toolu_" + std::to_string(index));
-        }
-        m.tool_calls.push_back(
-            session::tool_call{*id, b.name, b.input.empty() ? std::string("{}") : b.input});
-    }
-    return m;
 }
 
 }  // namespace wuhu::worker

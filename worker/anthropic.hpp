@@ -22,8 +22,8 @@
 
 #include "worker/provider.hpp"
 #include "worker/sse.hpp"
+#include "worker/stream_decoder.hpp"
 
-#include <map>
 #include <optional>
 #include <string>
 
@@ -37,39 +37,14 @@ struct anthropic_request_options {
 std::string anthropic_request_body(const inference_request& req,
                                    const anthropic_request_options& o);
 
-class anthropic_stream {
+class anthropic_stream final : public stream_decoder {
   public:
     // `redact`: the endpoint's API key, kept out of every error message.
     anthropic_stream(stream_sink& sink, std::string model, std::string redact = {})
-        : sink_(sink), model_(std::move(model)), redact_(std::move(redact)) {}
+        : stream_decoder(sink, std::move(model), std::move(redact), "toolu_") {}
 
+    // One event of the stream. Deltas go to the sink as they come; `message_stop` ends it.
     void on_event(const sse_event& e);
-    // `message_stop` was read, or the stream failed: then no more events are read.
-    bool done() const { return done_ || error_.has_value(); }
-    const std::optional<provider_error>& error() const { return error_; }
-    session::assistant_message message() const;
-
-  private:
-    struct block {
-        bool tool = false;
-        std::string id;
-        std::string name;
-        std::string input;  // a tool call's arguments, as JSON text
-    };
-    void fail(provider_error e) {
-        if (!error_) {
-            error_ = std::move(e);
-        }
-    }
-
-    stream_sink& sink_;
-    std::string model_;
-    std::string redact_;
-    std::string text_;
-    std::map<std::int64_t, block> blocks_;  // by the stream's index
-    session::token_usage usage_;
-    bool done_ = false;
-    std::optional<provider_error> error_;
 };
 
 }  // namespace wuhu::worker

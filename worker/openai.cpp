@@ -7,6 +7,8 @@
 namespace wuhu::worker {
 
 namespace json = boost::json;
+using event_json::count_of;
+using event_json::text_of;
 using session::llm_role;
 
 namespace {
@@ -21,24 +23,6 @@ json::value schema_of(const tool_spec& t) {
         return json::object{{"type", "object"}};
     }
     return v;
-}
-
-std::string_view text_of(const json::value* v) {
-    return v != nullptr && v->is_string() ? std::string_view(v->as_string()) : std::string_view{};
-}
-
-std::uint64_t count_of(const json::object& o, std::string_view key) {
-    const auto* v = o.if_contains(key);
-    if (v == nullptr) {
-        return 0;
-    }
-    if (v->is_uint64()) {
-        return v->as_uint64();
-    }
-    if (v->is_int64() && v->as_int64() > 0) {
-        return static_cast<std::uint64_t>(v->as_int64());
-    }
-    return 0;
 }
 
 }  // namespace
@@ -146,12 +130,12 @@ void openai_stream::on_event(const sse_event& e) {
         std::uint64_t cached = 0;
         if (const auto* d = uo.if_contains("prompt_tokens_details");
             d != nullptr && d->is_object()) {
-            cached = count_of(d->as_object(), "cached_tokens");
+            cached = count_of(d->as_object(), "cached_tokens").value_or(0);
         }
-        const auto prompt = count_of(uo, "prompt_tokens");
+        const auto prompt = count_of(uo, "prompt_tokens").value_or(0);
         usage_.cached_input = std::min(cached, prompt);
         usage_.input = prompt - usage_.cached_input;
-        usage_.output = count_of(uo, "completion_tokens");
+        usage_.output = count_of(uo, "completion_tokens").value_or(0);
     }
     const auto* choices = chunk.if_contains("choices");
     if (choices == nullptr || !choices->is_array()) {
@@ -210,22 +194,6 @@ void openai_stream::on_event(const sse_event& e) {
             sink_.tool_call(tool_call_delta{c.id, c.name, std::string(fragment)});
         }
     }
-}
-
-session::assistant_message openai_stream::message() const {
-    session::assistant_message m;
-    m.text = text_;
-    m.usage = usage_;
-    m.model = model_;
-    for (const auto& [index, c] : calls_) {
-        auto id = session::tool_call_id::parse(c.id);
-        if (!id) {  // missing or unusable: one of our own, unique in this message
-            id = session::tool_call_id::parse("call_" + std::to_string(index));
-        }
-        m.tool_calls.push_back(
-            session::tool_call{*id, c.name, c.arguments.empty() ? std::string("{}") : c.arguments});
-    }
-    return m;
 }
 
 }  // namespace wuhu::worker

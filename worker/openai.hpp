@@ -20,8 +20,8 @@
 
 #include "worker/provider.hpp"
 #include "worker/sse.hpp"
+#include "worker/stream_decoder.hpp"
 
-#include <map>
 #include <optional>
 #include <string>
 
@@ -35,40 +35,14 @@ struct openai_request_options {
 
 std::string openai_request_body(const inference_request& req, const openai_request_options& o);
 
-class openai_stream {
+class openai_stream final : public stream_decoder {
   public:
     // `redact`: the endpoint's API key, kept out of every error message.
     openai_stream(stream_sink& sink, std::string model, std::string redact = {})
-        : sink_(sink), model_(std::move(model)), redact_(std::move(redact)) {}
+        : stream_decoder(sink, std::move(model), std::move(redact), "call_") {}
 
-    // One event of the stream. Deltas go to the sink as they come.
+    // One event of the stream. Deltas go to the sink as they come; `[DONE]` ends it.
     void on_event(const sse_event& e);
-    // The stream ended (`[DONE]`), or failed: then no more events are read.
-    bool done() const { return done_ || error_.has_value(); }
-    const std::optional<provider_error>& error() const { return error_; }
-    // The assistant message streamed so far (complete once done() without error()).
-    session::assistant_message message() const;
-
-  private:
-    struct call {
-        std::string id;
-        std::string name;
-        std::string arguments;
-    };
-    void fail(provider_error e) {
-        if (!error_) {
-            error_ = std::move(e);
-        }
-    }
-
-    stream_sink& sink_;
-    std::string model_;
-    std::string redact_;
-    std::string text_;
-    std::map<std::int64_t, call> calls_;  // by the stream's index
-    session::token_usage usage_;
-    bool done_ = false;
-    std::optional<provider_error> error_;
 };
 
 }  // namespace wuhu::worker
