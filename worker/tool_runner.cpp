@@ -1,8 +1,10 @@
 #include "worker/tool_runner.hpp"
 
 #include "session/loop_policy.hpp"
+#include "worker/json_schema.hpp"
 
 #include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/json/parse.hpp>
 
 namespace wuhu::worker {
 
@@ -11,9 +13,30 @@ namespace s = wuhu::session;
 
 namespace {
 
+// Arguments that are not JSON, or that the tool's schema refuses, never reach the tool: the
+// model gets the reason as the tool's error result (and may try again).
+std::optional<std::string> invalid_arguments(const tool& t, const std::string& args) {
+    boost::system::error_code ec;
+    const auto value = boost::json::parse(args, ec);
+    if (ec) {
+        return "invalid arguments: not JSON (" + ec.message() + ")";
+    }
+    const auto schema = boost::json::parse(t.spec().schema, ec);
+    if (ec) {
+        return std::nullopt;  // a tool without a usable schema takes what it is given
+    }
+    if (auto why = schema_violation(value, schema)) {
+        return "invalid arguments: " + *why;
+    }
+    return std::nullopt;
+}
+
 // A throwing tool becomes an error result (a named coroutine with by-value parameters inside
 // the co_await expression: see the g++ 12 note in docs/decisions.md).
 asio::awaitable<tool_output> guarded_execute(tool& t, std::string args, tool_call_context ctx) {
+    if (auto why = invalid_arguments(t, args)) {
+        co_return tool_output{std::move(*why), true};
+    }
     try {
         tool_output out = co_await t.execute(std::move(args), ctx);
         co_return out;
