@@ -42,6 +42,9 @@ node::node(storage::session_store& store, ownership::lease_store& leases, nats::
     worker::add_builtin_tools(tools_);
     auto loop = options_.loop;
     loop.store_executor = store_pool_.get_executor();
+    for (const auto& e : options_.endpoints) {
+        options_.server.model_endpoints.push_back(e.name);
+    }
     server_ = std::make_unique<broker::server>(io_.get_executor(), nats, leases_, tools_,
                                                options_.server, log_);
     for (const auto& e : options_.endpoints) {

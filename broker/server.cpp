@@ -502,7 +502,7 @@ asio::awaitable<std::vector<std::string>> server::handle(worker::session_registr
         co_return replies{error_reply(decoded.error())};
     }
     const protocol::request req = std::move(*decoded);
-    if (auto refused = unknown_tool(req.body)) {
+    if (auto refused = refused_settings(req.body)) {
         co_return replies{std::move(*refused)};
     }
     const s::session_id& sid = req.to.sid;
@@ -629,9 +629,26 @@ asio::awaitable<std::vector<std::string>> server::handle(worker::session_registr
     co_return replies{error_reply(ownership::errc::owner_changed)};
 }
 
-std::optional<std::string> server::unknown_tool(const protocol::request_body& body) const {
+std::optional<std::string> server::refused_settings(const protocol::request_body& body) const {
     const auto* update = std::get_if<s::settings_update>(&body);
-    if (update == nullptr || !update->tools) {
+    if (update == nullptr) {
+        return std::nullopt;
+    }
+    const auto& endpoints = options_.model_endpoints;
+    if (update->model && !endpoints.empty() && *update->model != "scripted") {
+        const std::string endpoint = update->model->substr(0, update->model->find('/'));
+        if (std::find(endpoints.begin(), endpoints.end(), endpoint) == endpoints.end()) {
+            std::string names;
+            for (const auto& n : endpoints) {
+                names.append(names.empty() ? "" : ", ").append(n);
+            }
+            return protocol::error_reply(s::code_name(s::errc::invalid_settings),
+                                         "the model " + *update->model +
+                                             " names no configured endpoint (" + names +
+                                             "; or scripted) (field: model)");
+        }
+    }
+    if (!update->tools) {
         return std::nullopt;
     }
     for (std::size_t i = 0; i < update->tools->size(); ++i) {

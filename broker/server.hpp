@@ -45,6 +45,10 @@ struct server_options {
     std::size_t max_reply_bytes = 0;
     // How long the fleet view waits for the owners' pages (asked all at once).
     std::chrono::milliseconds admin_timeout{500};
+    // The model endpoints of the providers file: a configure whose model names none of them
+    // (and is not "scripted") is refused. Empty: no providers file, any model (the scripted
+    // one answers).
+    std::vector<std::string> model_endpoints;
 };
 
 // The payload a loop event publishes on `<prefix>.events.<sid>.delta` (protocol/events.hpp),
@@ -96,8 +100,9 @@ class server {
 
   private:
     session::queue_item_id new_item_id();
-    // The refusal of a configure that names a tool this worker does not have.
-    std::optional<std::string> unknown_tool(const protocol::request_body& body) const;
+    // The refusal of a configure that names a tool this worker does not have, or a model
+    // that names none of its endpoints.
+    std::optional<std::string> refused_settings(const protocol::request_body& body) const;
     // The subscribe reply (its chunks) from the loop's state now.
     std::vector<std::string> subscribe(worker::agent_loop& loop,
                                        const protocol::subscribe_request& req);

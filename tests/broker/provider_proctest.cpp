@@ -70,6 +70,13 @@ void run_a_session(const std::string& kind, const std::string& tools_stream,
     unsetenv("WUHU_TEST_MODEL_KEY");
     nats::connection nc(nats_url(), "model-client");
     const std::string s = w.prefix() + ".session.real.";
+    // A model that names no endpoint is refused at configure, and changes nothing.
+    auto unknown = answer_when_up(nc, s + "configure", R"({"model":"gpt-4o"})");
+    EXPECT_EQ(unknown.at("ok"), false) << json::serialize(unknown);
+    EXPECT_EQ(unknown.at("error").at("code"), "invalid_settings");
+    EXPECT_NE(json::serialize(unknown).find("names no configured endpoint (local"),
+              std::string::npos)
+        << json::serialize(unknown);
     auto configured = answer_when_up(nc, s + "configure", R"({"model":"local/m-1"})");
     ASSERT_EQ(configured.at("ok"), true) << json::serialize(configured);
     auto queued = answer_when_up(
