@@ -167,7 +167,9 @@ TEST(Passivation, PastTheLimitTheLeastRecentlyUsedIdleSessionsGoFirst) {
     w.start();
     nats::connection nc(nats_url(), "lru-client");
     ASSERT_EQ(answer_when_up(nc, w.prefix() + ".session.warmup.subscribe").at("ok"), true);
-    ASSERT_EQ(touch(nc, w, "old", 10, 10), 10);
+    // One at a time: each old session was used after the one before (a burst would leave
+    // their order to the store threads, and old0 could be the one that stays).
+    ASSERT_EQ(touch(nc, w, "old", 10, 1), 10);
     std::this_thread::sleep_for(50ms);
     ASSERT_EQ(touch(nc, w, "new", 4, 4), 4);
     std::optional<long> loaded;
