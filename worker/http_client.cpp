@@ -50,13 +50,6 @@ class error_category final : public boost::system::error_category {
     }
 };
 
-bool iequals(std::string_view a, std::string_view b) {
-    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-               return std::tolower(static_cast<unsigned char>(x)) ==
-                      std::tolower(static_cast<unsigned char>(y));
-           });
-}
-
 // The error a transport failure is reported as.
 error_code sorted(const error_code& ec, bool connecting) {
     if (ec == beast::error::timeout) {
@@ -140,7 +133,7 @@ boost::system::result<base_url, std::string> parse_base_url(std::string_view url
 
 std::string_view response_head::header(std::string_view name) const {
     for (const auto& [k, v] : headers) {
-        if (iequals(k, name)) {
+        if (beast::iequals(k, name)) {
             return v;
         }
     }

@@ -15,12 +15,6 @@ namespace json = boost::json;
 
 namespace {
 
-bool valid_name(std::string_view s) {
-    return !s.empty() && s.size() <= 64 && std::all_of(s.begin(), s.end(), [](char c) {
-        return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
-    });
-}
-
 // `s` without the spaces, tabs and line breaks around it (a secret mounted as a file or
 // variable often ends with a newline).
 std::string trimmed(std::string_view s) {
@@ -203,7 +197,8 @@ boost::system::result<std::vector<endpoint_config>, std::string> parse_providers
     std::vector<endpoint_config> out;
     for (const auto& [name, e] : v.as_object().at("endpoints").as_object()) {
         const std::string n(name);
-        if (!valid_name(n) || n == "scripted") {
+        // The rule of session ids: a name that is safe in a log line and a model setting.
+        if (!session::session_id::parse(n) || n == "scripted") {
             return "endpoint name \"" + n + "\": 1-64 of [A-Za-z0-9_-], and not \"scripted\"";
         }
         try {

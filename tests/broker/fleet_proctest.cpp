@@ -79,23 +79,6 @@ std::string code_of(const json::value& v) {
     return json::value_to<std::string>(v.at("error").at("code"));
 }
 
-// Waits (bounded: 30 s) until the session's loop is idle with nothing to do, asking `subject`
-// (a subscribe subject).
-bool wait_idle(nats::connection& nc, const std::string& subject) {
-    for (int i = 0; i < 300; ++i) {
-        auto r = nc.request(subject, "{}", 1s);
-        if (r) {
-            auto v = json::parse(*r);
-            if (ok(v) && v.at("status").at("state") == "idle" &&
-                v.at("status").at("has_work") == false) {
-                return true;
-            }
-        }
-        std::this_thread::sleep_for(100ms);
-    }
-    return false;
-}
-
 // The model answers every turn the same, a little slowly, so that turns overlap requests.
 constexpr const char* slow_script = R"({"responses":[{"text":"noted","delay_ms":5}]})";
 

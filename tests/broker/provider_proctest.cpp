@@ -19,20 +19,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-bool wait_idle(nats::connection& nc, const std::string& subject) {
-    for (int i = 0; i < 300; ++i) {
-        if (auto r = nc.request(subject, "{}", 1s)) {
-            auto v = json::parse(*r);
-            if (v.at("ok") == true && v.at("status").at("state") == "idle" &&
-                v.at("status").at("has_work") == false) {
-                return true;
-            }
-        }
-        std::this_thread::sleep_for(100ms);
-    }
-    return false;
-}
-
 // The requests the server received, and its answers: the tools stream first, then the text.
 struct model_server {
     std::mutex mu;

@@ -309,4 +309,20 @@ inline boost::json::value answer_when_up(nats::connection& nc, const std::string
     return boost::json::object{};
 }
 
+// Waits (bounded: 30 s) until the session's loop is idle with nothing to do, asking `subject`
+// (a subscribe subject).
+inline bool wait_idle(nats::connection& nc, const std::string& subject) {
+    for (int i = 0; i < 300; ++i) {
+        if (auto r = nc.request(subject, "{}", std::chrono::seconds(1))) {
+            auto v = boost::json::parse(*r);
+            if (v.at("ok") == true && v.at("status").at("state") == "idle" &&
+                v.at("status").at("has_work") == false) {
+                return true;
+            }
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return false;
+}
+
 }  // namespace wuhu::testing
