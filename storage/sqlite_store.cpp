@@ -6,9 +6,14 @@
 #include "storage/rows.hpp"
 #include "storage/sqlite_db.hpp"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <stdexcept>
 #include <thread>
 
@@ -86,11 +91,46 @@ bool names(const std::filesystem::path& path, dev_t dev, ino_t ino) {
     return ::stat(path.c_str(), &st) == 0 && st.st_dev == dev && st.st_ino == ino;
 }
 
+// Opening a session file and unlinking one take turns, across the processes of a host.
+// SQLite opens a database and, a moment later, its WAL and shared-memory files by name: were
+// the three unlinked in between (and the session created again), one connection would pair
+// the old database with the new session's shared memory, and the two would corrupt each other
+// (or die of SIGBUS when one truncates the memory the other has mapped). So an open holds a
+// shared lock until its connection has all three files open, and an unlink an exclusive one.
+// flock on a descriptor of its own: closing it never drops SQLite's fcntl locks, and two
+// threads of one process contend like two processes.
+class files_lock {
+  public:
+    files_lock(const std::filesystem::path& file, bool exclusive)
+        : fd_(::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644)) {
+        if (fd_ < 0) {
+            throw sqlite::error(SQLITE_CANTOPEN, "open " + file.string() + ": " +
+                                                     std::strerror(errno));
+        }
+        while (::flock(fd_, exclusive ? LOCK_EX : LOCK_SH) != 0) {
+            if (errno != EINTR) {
+                const int e = errno;
+                ::close(fd_);
+                throw sqlite::error(SQLITE_IOERR, "flock " + file.string() + ": " +
+                                                      std::strerror(e));
+            }
+        }
+    }
+    files_lock(const files_lock&) = delete;
+    files_lock& operator=(const files_lock&) = delete;
+    ~files_lock() { ::close(fd_); }
+
+  private:
+    int fd_;
+};
+
 // Unlinks the session's three files if `path` still names the file (dev, ino). Other
 // processes may hold connections to it: they keep their descriptors (and SQLite never deletes
 // a WAL or shared-memory file by name on close, PERSIST_WAL), and new connections get new
 // files. Another owner's new file at the same path is never touched.
-void unlink_if_same(const std::filesystem::path& path, dev_t dev, ino_t ino) {
+void unlink_if_same(const std::filesystem::path& lock_file, const std::filesystem::path& path,
+                    dev_t dev, ino_t ino) {
+    files_lock exclusive(lock_file, true);
     if (!names(path, dev, ino)) {
         return;
     }
@@ -298,6 +338,10 @@ std::filesystem::path sqlite_store::path_of(const session_id& id) const {
     return options_.data_dir / "sessions" / (id.str() + ".sqlite");
 }
 
+std::filesystem::path sqlite_store::lock_file() const {
+    return options_.data_dir / "sessions.lock";
+}
+
 std::size_t sqlite_store::open_files() const {
     std::lock_guard lock(mu_);
     return open_.size();
@@ -320,10 +364,11 @@ std::shared_ptr<sqlite_store::handle> sqlite_store::acquire(const session_id& id
     auto path = path_of(id);
     std::shared_ptr<handle> h;
     for (int attempt = 0; !h; ++attempt) {
-        if (mode == open_mode::existing && !std::filesystem::exists(path)) {
-            return nullptr;
-        }
         try {
+            files_lock shared(lock_file(), false);
+            if (mode == open_mode::existing && !std::filesystem::exists(path)) {
+                return nullptr;
+            }
             h = open_file(path, mode);
         } catch (const sqlite::error& e) {
             // Another process removed the file while this one opened it (it may have created
@@ -421,7 +466,7 @@ result<std::unique_ptr<session_log>> sqlite_store::do_open(const session_id& id,
                 tx.commit();
                 forget(id, h);
                 if (std::chrono::steady_clock::now() >= give_up) {
-                    unlink_if_same(path_of(id), h->dev, h->ino);
+                    unlink_if_same(lock_file(), path_of(id), h->dev, h->ino);
                 }
                 h->db.reset();
                 lock.unlock();
@@ -437,7 +482,7 @@ result<std::unique_ptr<session_log>> sqlite_store::do_open(const session_id& id,
                     tx.commit();
                     forget(id, h);
                     h->db.reset();
-                    unlink_if_same(path_of(id), h->dev, h->ino);
+                    unlink_if_same(lock_file(), path_of(id), h->dev, h->ino);
                 }
                 return errc::lease_lost;  // removed at this epoch or later
             }
@@ -489,7 +534,7 @@ result<void> sqlite_store::remove(const session_id& id, lease_epoch epoch) {
                                   nullptr);
         forget(id, h);
         h->db.reset();
-        unlink_if_same(path_of(id), h->dev, h->ino);
+        unlink_if_same(lock_file(), path_of(id), h->dev, h->ino);
         return {};
     } catch (const sqlite::error& e) {
         return sqlite::storage_error(e);

@@ -58,6 +58,8 @@ class sqlite_store final : public session_store {
                                                  open_mode mode) override;
 
   private:
+    // Opening a session file and unlinking one take turns on this file (sqlite_store.cpp).
+    std::filesystem::path lock_file() const;
     friend class sqlite_log;
     struct handle;
 

@@ -3,6 +3,11 @@
 // kills it with SIGKILL at a random moment.
 //
 //   store_crash_child <store-url> <session-id> <epoch> <item-prefix>
+//
+// With `churn`, it creates, writes and removes one session `rounds` times instead (at epochs
+// 2, 4, 6, ...), while the parent opens it; it exits 1 at the first operation that fails.
+//
+//   store_crash_child churn <store-url> <session-id> <rounds>
 #include "session/reducer.hpp"
 #include "tests/storage/store_for.hpp"
 
@@ -11,7 +16,46 @@
 
 using namespace wuhu;
 
+namespace {
+
+int churn(const std::string& url, const std::string& session, int rounds) {
+    auto store = testing::store_for(url);
+    auto sid = session::session_id::parse(session).value();
+    for (std::uint64_t e = 2; e < 2 + 2 * static_cast<std::uint64_t>(rounds); e += 2) {
+        auto log = store->open(sid, session::lease_epoch{e});
+        if (!log) {
+            std::cerr << "open at " << e << ": " << log.error().message() << "\n";
+            return 1;
+        }
+        auto state = (*log)->load();
+        if (!state) {
+            std::cerr << "load at " << e << ": " << state.error().message() << "\n";
+            return 1;
+        }
+        auto id = session::queue_item_id::parse("x").value();
+        auto out = (*log)->enqueue(
+            *state,
+            session::enqueue_input{session::lane::steer, id,
+                                   session::user_input{session::unknown_author{}, "y"}},
+            session::unix_ms{1});
+        if (!out) {
+            std::cerr << "enqueue at " << e << ": " << out.error().message() << "\n";
+            return 1;
+        }
+        if (auto removed = store->remove(sid, session::lease_epoch{e}); !removed) {
+            std::cerr << "remove at " << e << ": " << removed.error().message() << "\n";
+            return 1;
+        }
+    }
+    return 0;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+    if (argc == 5 && std::string(argv[1]) == "churn") {
+        return churn(argv[2], argv[3], std::stoi(argv[4]));
+    }
     if (argc != 5) {
         std::cerr << "usage: store_crash_child <store-url> <session-id> <epoch> <prefix>\n";
         return 2;

@@ -200,13 +200,21 @@ TEST(SqliteStore, OpeningWhileAnotherProcessRemovesNeverFailsTheStore) {
             }
         }
     });
-    for (std::uint64_t e = 2; e < 300; e += 2) {
-        auto log = remover.open(sid, lease_epoch{e});
-        ASSERT_TRUE(log) << log.error().message();
-        session_state st = (*log)->load().value();
-        ASSERT_TRUE((*log)->enqueue(st, user_in(lane::steer, "x", "y"), unix_ms{1}));
-        ASSERT_TRUE(remover.remove(sid, lease_epoch{e}));
-    }
+    // The churn runs in a function of its own, so that a failed assertion still stops and joins
+    // the reader (a joinable thread's destructor would end the process without a word).
+    auto churn = [&] {
+        for (std::uint64_t e = 2; e < 300; e += 2) {
+            auto log = remover.open(sid, lease_epoch{e});
+            ASSERT_TRUE(log) << "epoch " << e << ": " << log.error().message();
+            auto st = (*log)->load();
+            ASSERT_TRUE(st) << "epoch " << e << ": " << st.error().message();
+            auto queued = (*log)->enqueue(*st, user_in(lane::steer, "x", "y"), unix_ms{1});
+            ASSERT_TRUE(queued) << "epoch " << e << ": " << queued.error().message();
+            auto removed = remover.remove(sid, lease_epoch{e});
+            ASSERT_TRUE(removed) << "epoch " << e << ": " << removed.error().message();
+        }
+    };
+    churn();
     done = true;
     reader.join();
     for (const auto& [code, n] : refusals) {
