@@ -206,6 +206,10 @@ int main(int argc, char** argv) {
                    "the model endpoints (docs/providers.md); without it every model is the "
                    "scripted one")
         ->envname("WUHU_PROVIDERS");
+    std::string tools_path;
+    app.add_option("--tools", tools_path,
+                   "tools served over NATS (docs/tools.md), besides the built-in ones")
+        ->envname("WUHU_TOOLS");
     std::size_t sweep_batch = 64;
     app.add_option("--sweep-batch", sweep_batch,
                    "the recovery sweep claims at most this many sessions each round (every "
@@ -252,6 +256,15 @@ int main(int argc, char** argv) {
             }
             endpoints = std::move(*parsed);
         }
+        std::vector<wuhu::broker::tool_service> tool_services;
+        if (!tools_path.empty()) {
+            auto parsed = wuhu::broker::parse_tools(read_file(tools_path));
+            if (!parsed) {
+                log->error("bad tools file {}: {}", tools_path, parsed.error());
+                return 2;
+            }
+            tool_services = std::move(*parsed);
+        }
         auto store = open_store(store_url, pool);
         auto leases = open_leases(lease, store_url, force_memory_lease);
         wuhu::nats::connection nats(wuhu::nats::options{
@@ -271,6 +284,7 @@ int main(int argc, char** argv) {
         options.sweep_batch = sweep_batch;
         options.store_threads = store_threads;
         options.endpoints = endpoints;
+        options.tool_services = tool_services;
         wuhu::app::node node(
             *store, *leases, nats,
             [&script](wuhu::worker::clock& clk) {
@@ -300,6 +314,10 @@ int main(int argc, char** argv) {
                       e.base.tls ? "https" : "http", e.base.host, e.base.port, e.base.path,
                       e.default_model.empty() ? "none" : e.default_model,
                       e.record_to.empty() ? "" : ", recorded to " + e.record_to);
+        }
+        for (const auto& t : tool_services) {
+            log->info("tool {}: served on {}{}", t.spec.name, wuhu::broker::subject_of(t, prefix),
+                      t.idempotent ? " (idempotent)" : "");
         }
         node.run();
         log->info("stopped");

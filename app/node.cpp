@@ -40,6 +40,7 @@ node::node(storage::session_store& store, ownership::lease_store& leases, nats::
       keeper_(leases, options_.worker_id, options_.lease),
       leases_(keeper_, asio::make_strand(store_pool_.get_executor())) {
     worker::add_builtin_tools(tools_);
+    broker::add_tool_services(tools_, nats, options_.tool_services, options_.server.prefix);
     auto loop = options_.loop;
     loop.store_executor = store_pool_.get_executor();
     for (const auto& e : options_.endpoints) {

@@ -36,6 +36,7 @@
 
 #include "broker/lease_desk.hpp"
 #include "broker/server.hpp"
+#include "broker/tool_services.hpp"
 #include "storage/watched_store.hpp"
 #include "worker/clock.hpp"
 #include "worker/providers_config.hpp"
@@ -78,6 +79,8 @@ struct node_options {
     // The model endpoints of the providers file: a session whose model names one infers
     // there; the others use the node's provider factory (the scripted model).
     std::vector<worker::endpoint_config> endpoints;
+    // The tools file's tools, served over NATS (broker/tool_services.hpp).
+    std::vector<broker::tool_service> tool_services;
 };
 
 class node {
@@ -85,7 +88,7 @@ class node {
     // A new provider for each session the node loads.
     using provider_factory = std::function<std::unique_ptr<worker::provider>(worker::clock&)>;
 
-    // Throws std::invalid_argument for a bad worker id.
+    // Throws std::invalid_argument for a bad worker id, or a tool service named as a built-in.
     node(storage::session_store& store, ownership::lease_store& leases, nats::connection& nats,
          provider_factory providers, node_options options, std::shared_ptr<spdlog::logger> log);
     ~node();

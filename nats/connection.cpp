@@ -3,7 +3,9 @@
 #include <nats/nats.h>
 
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <stdexcept>
 
@@ -44,6 +46,17 @@ message read_message(natsMsg* msg) {
         m.subject.push_back('\0');  // more bytes follow: at least this one
     }
     m.data.assign(data, static_cast<std::size_t>(natsMsg_GetDataLength(msg)));
+    const char** keys = nullptr;
+    int count = 0;
+    if (natsMsgHeader_Keys(msg, &keys, &count) == NATS_OK) {
+        for (int i = 0; i < count; ++i) {
+            const char* value = nullptr;
+            if (natsMsgHeader_Get(msg, keys[i], &value) == NATS_OK) {
+                m.headers.emplace_back(keys[i], value != nullptr ? value : "");
+            }
+        }
+        std::free(static_cast<void*>(keys));
+    }
     return m;
 }
 
@@ -83,6 +96,41 @@ struct connection::events {
         std::lock_guard lock(self->mu);
         self->closed = true;
         self->cv.notify_all();
+    }
+};
+
+struct connection::pending {
+    std::mutex mu;
+    natsSubscription* sub = nullptr;
+    std::string prefix;  // "_INBOX.<unique>.": a request's reply subject is prefix + token
+    std::uint64_t next = 1;
+    std::map<std::uint64_t, std::function<void(reply)>> waiting;
+
+    static void on_reply(natsConnection*, natsSubscription*, natsMsg* msg, void* closure) {
+        auto* self = static_cast<pending*>(closure);
+        const std::string_view subject = natsMsg_GetSubject(msg);
+        std::function<void(reply)> done;
+        if (subject.size() > self->prefix.size()) {
+            const std::uint64_t token =
+                std::strtoull(std::string(subject.substr(self->prefix.size())).c_str(), nullptr,
+                              10);
+            std::lock_guard lock(self->mu);
+            if (auto it = self->waiting.find(token); it != self->waiting.end()) {
+                done = std::move(it->second);
+                self->waiting.erase(it);
+            }
+        }
+        reply r;
+        if (natsMsg_IsNoResponders(msg)) {
+            r.how = reply::kind::no_responders;
+        } else {
+            r.data.assign(natsMsg_GetData(msg),
+                          static_cast<std::size_t>(natsMsg_GetDataLength(msg)));
+        }
+        natsMsg_Destroy(msg);
+        if (done) {
+            done(std::move(r));
+        }
     }
 };
 
@@ -134,6 +182,10 @@ connection::connection(options o) {
 }
 
 connection::~connection() {
+    if (pending_ && pending_->sub != nullptr) {
+        natsSubscription_Unsubscribe(pending_->sub);
+        natsSubscription_Destroy(pending_->sub);
+    }
     for (auto* sub : subs_) {
         if (sub != nullptr) {
             natsSubscription_Unsubscribe(sub);
@@ -313,6 +365,93 @@ std::vector<std::optional<std::string>> connection::request_all(
         natsSubscription_Destroy(sub);
     }
     return out;
+}
+
+namespace {
+
+bool header_name_ok(std::string_view n) {
+    if (n.empty()) {
+        return false;
+    }
+    for (char c : n) {
+        if (c <= ' ' || c > '~' || c == ':') {
+            return false;
+        }
+    }
+    return true;
+}
+
+bool header_value_ok(std::string_view v) {
+    return v.find_first_of(std::string_view("\r\n\0", 3)) == std::string_view::npos;
+}
+
+}  // namespace
+
+std::uint64_t connection::request_async(const std::string& subject, const header_list& headers,
+                                        std::string_view data, std::function<void(reply)> done) {
+    for (const auto& [name, value] : headers) {
+        if (!header_name_ok(name) || !header_value_ok(value)) {
+            return 0;
+        }
+    }
+    if (subject.find('\0') != std::string::npos) {
+        return 0;
+    }
+    std::uint64_t token = 0;
+    std::string reply_to;
+    {
+        std::lock_guard lock(pending_mu_);
+        if (!pending_) {
+            auto p = std::make_unique<pending>();
+            natsInbox* inbox = nullptr;
+            if (natsInbox_Create(&inbox) != NATS_OK) {
+                return 0;
+            }
+            p->prefix = std::string(inbox) + ".";
+            natsInbox_Destroy(inbox);
+            if (natsConnection_Subscribe(&p->sub, nc_, (p->prefix + "*").c_str(),
+                                         pending::on_reply, p.get()) != NATS_OK) {
+                return 0;
+            }
+            pending_ = std::move(p);
+        }
+        std::lock_guard waiting(pending_->mu);
+        token = pending_->next++;
+        pending_->waiting.emplace(token, std::move(done));
+        reply_to = pending_->prefix + std::to_string(token);
+    }
+    natsMsg* msg = nullptr;
+    natsStatus s = natsMsg_Create(&msg, subject.c_str(), reply_to.c_str(), data.data(),
+                                  static_cast<int>(data.size()));
+    for (std::size_t i = 0; s == NATS_OK && i < headers.size(); ++i) {
+        s = natsMsgHeader_Set(msg, headers[i].first.c_str(), headers[i].second.c_str());
+    }
+    if (s == NATS_OK) {
+        s = natsConnection_PublishMsg(nc_, msg);
+    }
+    natsMsg_Destroy(msg);
+    if (s != NATS_OK) {
+        cancel_request(token);
+        return 0;
+    }
+    return token;
+}
+
+void connection::cancel_request(std::uint64_t token) {
+    std::lock_guard lock(pending_mu_);
+    if (pending_) {
+        std::lock_guard waiting(pending_->mu);
+        pending_->waiting.erase(token);
+    }
+}
+
+std::size_t connection::requests_waiting() {
+    std::lock_guard lock(pending_mu_);
+    if (!pending_) {
+        return 0;
+    }
+    std::lock_guard waiting(pending_->mu);
+    return pending_->waiting.size();
 }
 
 void connection::flush() {

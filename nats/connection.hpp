@@ -10,9 +10,11 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 struct __natsConnection;
@@ -20,12 +22,27 @@ struct __natsSubscription;
 
 namespace wuhu::nats {
 
+// NATS headers of a request: names are printable ASCII without ':', values have no CR, LF or
+// NUL.
+using header_list = std::vector<std::pair<std::string, std::string>>;
+
 struct message {
     std::string subject;  // every byte received (a NUL included)
     std::string reply;
     std::string data;
     // The reply subject had bytes a C string hides (a NUL): it cannot be answered safely.
     bool bad_reply = false;
+    header_list headers;  // in the order received (the first value of each name)
+};
+
+// The answer to request_async().
+struct reply {
+    enum class kind {
+        answered,       // `data` is the reply
+        no_responders,  // nobody subscribes to the subject (the server says so at once)
+    };
+    kind how = kind::answered;
+    std::string data;
 };
 
 struct options {
@@ -85,6 +102,17 @@ class connection {
     std::vector<std::optional<std::string>> request_all(const std::vector<std::string>& subjects,
                                                         const std::vector<std::string>& bodies,
                                                         std::chrono::milliseconds timeout);
+    // A request with headers that does not block: `done` runs once, on a libnats thread (it
+    // must not block), with the reply or with no_responders; nothing runs on a timeout (the
+    // caller keeps its own clock, and withdraws the request). All these requests share one
+    // inbox subscription. Returns a token for cancel_request(), or 0 when the request was not
+    // sent (bad headers, or the connection is closed); `done` then never runs.
+    std::uint64_t request_async(const std::string& subject, const header_list& headers,
+                                std::string_view data, std::function<void(reply)> done);
+    // Withdraws a request: once this returns its `done` does not start (it may be running).
+    void cancel_request(std::uint64_t token);
+    // How many request_async() requests await their replies.
+    std::size_t requests_waiting();
     void flush();
     std::int64_t max_payload() const;
 
@@ -93,6 +121,10 @@ class connection {
     // for libnats's closed callback, which comes last, on a thread of its own).
     struct events;
     std::unique_ptr<events> events_;
+    // The requests of request_async() awaiting their replies, and their inbox subscription.
+    struct pending;
+    std::mutex pending_mu_;  // guards creating pending_
+    std::unique_ptr<pending> pending_;
     __natsConnection* nc_ = nullptr;
     std::vector<__natsSubscription*> subs_;
     std::vector<std::unique_ptr<handler>> handlers_;

@@ -90,9 +90,11 @@ asio::awaitable<void> tool_runner::run() {
             }
         }
         abort_.arm();
-        tool_call_context ctx{tc.call.id, *this};
+        const milliseconds limit = t->timeout().value_or(timeout_);
+        tool_call_context ctx{writer_.sid(), tc.call.id,
+                              s::unix_ms{clock_.now().value + limit.count()}, *this};
         auto r = co_await (guarded_execute(*t, tc.call.arguments, ctx) || abort_.wait() ||
-                           clock_.sleep(timeout_));
+                           clock_.sleep(limit));
         abort_.disarm();
         if (r.index() == 1) {
             // Abort: this call and the ones after it get error results, then the interruption.
@@ -114,7 +116,7 @@ asio::awaitable<void> tool_runner::run() {
         tool_output out =
             r.index() == 0
                 ? std::get<0>(std::move(r))
-                : tool_output{"timed out after " + std::to_string(timeout_.count()) + " ms", true};
+                : tool_output{"timed out after " + std::to_string(limit.count()) + " ms", true};
         auto task = writer_.record(
             s::tool_result{tc.call.id, tc.call.name, std::move(out.text), out.is_error});
         if (!co_await std::move(task)) {

@@ -11,9 +11,9 @@ namespace wuhu::worker {
 
 namespace json = boost::json;
 
-void tool_registry::add(std::shared_ptr<tool> t) {
+bool tool_registry::add(std::shared_ptr<tool> t) {
     std::string name = t->spec().name;
-    tools_[name] = std::move(t);
+    return tools_.emplace(std::move(name), std::move(t)).second;
 }
 
 tool* tool_registry::find(const std::string& name, const std::vector<std::string>& enabled) const {

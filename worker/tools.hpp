@@ -12,6 +12,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace wuhu::worker {
@@ -32,7 +33,10 @@ class tool_services {
 };
 
 struct tool_call_context {
+    session::session_id session;
     session::tool_call_id call;
+    // When the runner stops waiting (wall-clock time): the call then gets a timeout result.
+    session::unix_ms deadline;
     tool_services& services;
 };
 
@@ -41,12 +45,15 @@ class tool {
     virtual ~tool() = default;
     virtual const tool_spec& spec() const = 0;
     virtual bool idempotent() const = 0;
+    // How long a call may run; none: the loop's `tool_timeout`.
+    virtual std::optional<milliseconds> timeout() const { return std::nullopt; }
     virtual asio::awaitable<tool_output> execute(std::string arguments, tool_call_context ctx) = 0;
 };
 
 class tool_registry {
   public:
-    void add(std::shared_ptr<tool> t);
+    // False (and nothing changes) when a tool of that name is registered already.
+    bool add(std::shared_ptr<tool> t);
     // The tool, if registered and enabled by `enabled` (empty: every registered tool).
     tool* find(const std::string& name, const std::vector<std::string>& enabled) const;
     std::vector<tool_spec> specs(const std::vector<std::string>& enabled) const;

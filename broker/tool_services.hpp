@@ -1,0 +1,86 @@
+// Tools served over NATS (`--tools`, `WUHU_TOOLS`; docs/tools.md): a tools file declares
+// external tools, and each call of one is a NATS request to the tool's service.
+//
+//   {"tools": {
+//      "get_weather": {"description": "The weather in a city now",
+//                      "schema": {"type": "object", "required": ["city"],
+//                                 "properties": {"city": {"type": "string"}}},
+//                      "idempotent": true, "timeout_ms": 10000},
+//      "start_build": {"description": "Starts a build; its outcome arrives later",
+//                      "schema": {"type": "object"}, "subject": "ci.builds.start"}}}
+//
+// A tool's name is 1-64 of [A-Za-z0-9_-] (what the providers accept), and not a built-in's.
+// The request goes to `subject` (default `<prefix>.tools.<name>`), its body the arguments (a
+// JSON object that passed the schema), with the headers
+//
+//   Wuhu-Session    the session id
+//   Wuhu-Tool       the tool's name
+//   Wuhu-Tool-Call  the call's id: the same for every attempt, the service's idempotency key
+//   Wuhu-Deadline   when the worker stops waiting for this attempt (Unix milliseconds)
+//   Wuhu-Attempt    1, 2, ...
+//
+// and the service answers {"output": "...", "is_error": false} ("is_error" is optional). When
+// nobody serves the subject (no responders), or nobody answers in time, a call gets an error
+// result at once; an idempotent one is tried again (after 100 ms, doubling to 1 s, when
+// nobody serves it; at once after an attempt timed out) until `timeout_ms` is spent, each
+// attempt waiting at most `attempt_timeout_ms` (default a third of `timeout_ms`). An abort,
+// or the session going away, withdraws the request: a late answer is dropped.
+//
+// An asynchronous tool is an ordinary one whose service answers at once ("started task 7")
+// and later sends the outcome to `<prefix>.session.<sid>.system`.
+#pragma once
+
+#include "nats/connection.hpp"
+#include "worker/tools.hpp"
+
+#include <boost/system/result.hpp>
+
+#include <chrono>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace wuhu::broker {
+
+namespace asio = boost::asio;
+
+struct tool_service {
+    worker::tool_spec spec;  // name, description, JSON schema
+    std::string subject;     // empty: <prefix>.tools.<name>
+    bool idempotent = false;
+    std::chrono::milliseconds timeout{30000};
+    std::chrono::milliseconds attempt_timeout{0};  // idempotent tools; 0: a third of timeout
+};
+
+// The tools of a tools file, or a message naming what is wrong (exit 2 at start).
+boost::system::result<std::vector<tool_service>, std::string> parse_tools(
+    std::string_view json_text);
+
+// Where a tool's calls go: its `subject`, or <prefix>.tools.<name>.
+std::string subject_of(const tool_service& service, const std::string& prefix);
+
+// A tool whose calls are requests to its service.
+class nats_tool final : public worker::tool {
+  public:
+    // `prefix`: the worker's subject prefix (the default subject is <prefix>.tools.<name>).
+    nats_tool(nats::connection& nc, tool_service service, const std::string& prefix);
+
+    const worker::tool_spec& spec() const override { return service_.spec; }
+    bool idempotent() const override { return service_.idempotent; }
+    std::optional<std::chrono::milliseconds> timeout() const override { return service_.timeout; }
+    const std::string& subject() const { return service_.subject; }
+
+    asio::awaitable<worker::tool_output> execute(std::string arguments,
+                                                 worker::tool_call_context ctx) override;
+
+  private:
+    nats::connection& nc_;
+    tool_service service_;
+};
+
+// Registers a nats_tool for each service. Throws std::invalid_argument when a name is taken
+// (a built-in's).
+void add_tool_services(worker::tool_registry& r, nats::connection& nc,
+                       const std::vector<tool_service>& services, const std::string& prefix);
+
+}  // namespace wuhu::broker

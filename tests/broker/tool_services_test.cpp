@@ -1,0 +1,82 @@
+// The tools file (broker/tool_services.hpp): what it accepts, and a message naming the field
+// for what it does not.
+#include "broker/tool_services.hpp"
+
+#include <gtest/gtest.h>
+
+namespace wuhu::testing {
+
+using std::chrono::milliseconds;
+
+TEST(ToolsFile, ReadsEveryFieldAndFillsTheDefaults) {
+    auto tools = broker::parse_tools(R"({"tools": {
+        "get_weather": {"description": "The weather now",
+                        "schema": {"type": "object", "required": ["city"],
+                                   "properties": {"city": {"type": "string"}}},
+                        "idempotent": true, "timeout_ms": 9000},
+        "start_build": {"description": "Starts a build", "schema": {"type": "object"},
+                        "subject": "ci.builds.start", "timeout_ms": 500},
+        "plain": {"description": "Defaults", "schema": {}}}})");
+    ASSERT_TRUE(tools) << tools.error();
+    ASSERT_EQ(tools->size(), 3u);
+    const auto& w = (*tools)[0];
+    EXPECT_EQ(w.spec.name, "get_weather");
+    EXPECT_EQ(w.spec.description, "The weather now");
+    EXPECT_NE(w.spec.schema.find("\"required\":[\"city\"]"), std::string::npos) << w.spec.schema;
+    EXPECT_TRUE(w.idempotent);
+    EXPECT_EQ(w.timeout, milliseconds(9000));
+    EXPECT_EQ(w.attempt_timeout, milliseconds(3000)) << "a third of the timeout";
+    EXPECT_EQ(w.subject, "") << "the worker's prefix fills it in";
+    const auto& b = (*tools)[1];
+    EXPECT_EQ(b.subject, "ci.builds.start");
+    EXPECT_FALSE(b.idempotent);
+    EXPECT_EQ(b.timeout, milliseconds(500));
+    const auto& p = (*tools)[2];
+    EXPECT_EQ(p.timeout, milliseconds(30000));
+    EXPECT_FALSE(p.idempotent);
+}
+
+TEST(ToolsFile, TheDefaultSubjectIsThePrefixsToolsSubject) {
+    auto tools = broker::parse_tools(
+        R"({"tools": {"lookup": {"description": "d", "schema": {}},
+                      "other": {"description": "d", "schema": {}, "subject": "x.y"}}})");
+    ASSERT_TRUE(tools) << tools.error();
+    EXPECT_EQ(broker::subject_of((*tools)[0], "acme.wuhu"), "acme.wuhu.tools.lookup");
+    EXPECT_EQ(broker::subject_of((*tools)[1], "acme.wuhu"), "x.y");
+}
+
+TEST(ToolsFile, BadFilesAreRefusedWithTheFieldNamed) {
+    const std::pair<const char*, const char*> cases[] = {
+        {"not json", "not JSON"},
+        {R"({"tool": {}})", "must be {\"tools\""},
+        {R"({"tools": [], "x": 1})", "must be {\"tools\""},
+        {R"({"tools": {"a b": {"description": "d", "schema": {}}}})",
+         "tool \"a b\": a name is 1-64 of [A-Za-z0-9_-]"},
+        {R"({"tools": {"t": {"description": "d", "schema": {}, "retries": 3}}})",
+         "tool \"t\": unknown field \"retries\""},
+        {R"({"tools": {"t": {"schema": {}}}})", "tool \"t\": \"description\" must be"},
+        {R"({"tools": {"t": {"description": "", "schema": {}}}})", "\"description\" must be"},
+        {R"({"tools": {"t": {"description": "d"}}})", "\"schema\" must be a JSON Schema object"},
+        {R"({"tools": {"t": {"description": "d", "schema": "object"}}})",
+         "\"schema\" must be a JSON Schema object"},
+        {R"({"tools": {"t": {"description": "d", "schema": {}, "subject": "a..b"}}})",
+         "\"subject\" must be tokens"},
+        {R"({"tools": {"t": {"description": "d", "schema": {}, "subject": "a.>"}}})",
+         "\"subject\" must be tokens"},
+        {R"({"tools": {"t": {"description": "d", "schema": {}, "idempotent": "yes"}}})",
+         "\"idempotent\" must be true or false"},
+        {R"({"tools": {"t": {"description": "d", "schema": {}, "timeout_ms": 0}}})",
+         "\"timeout_ms\" must be 1-86400000 ms"},
+        {R"({"tools": {"t": {"description": "d", "schema": {}, "timeout_ms": 1.5}}})",
+         "\"timeout_ms\" must be 1-86400000 ms"},
+        {R"({"tools": {"t": {"description": "d", "schema": {}, "attempt_timeout_ms": 10}}})",
+         "\"attempt_timeout_ms\" is for idempotent tools"},
+    };
+    for (const auto& [file, says] : cases) {
+        auto r = broker::parse_tools(file);
+        ASSERT_FALSE(r) << file;
+        EXPECT_NE(r.error().find(says), std::string::npos) << file << " -> " << r.error();
+    }
+}
+
+}  // namespace wuhu::testing
