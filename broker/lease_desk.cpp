@@ -9,6 +9,31 @@ namespace wuhu::broker {
 using ownership::result;
 using worker::run_on;
 
+void lease_desk::run_urgent() {
+    for (;;) {
+        std::function<void()> job;
+        {
+            std::lock_guard lock(urgent_mu_);
+            if (urgent_.empty()) {
+                return;
+            }
+            job = std::move(urgent_.front());
+            urgent_.pop_front();
+        }
+        job();
+    }
+}
+
+template <class R>
+asio::awaitable<R> lease_desk::in_turn(std::function<R()> op) {
+    auto task = run_on<R>(lease_ex_, [this, op = std::move(op)] {
+        run_urgent();
+        return op();
+    });
+    R out = co_await std::move(task);
+    co_return out;
+}
+
 std::optional<lease_desk::placement> lease_desk::at_once(const session::session_id& id) const {
     if (waiting_.contains(id.str())) {
         return std::nullopt;
@@ -21,7 +46,7 @@ asio::awaitable<result<lease_desk::placement>> lease_desk::place(session::sessio
         co_return *now;
     }
     waiting in_line(this, id.str());
-    auto task = run_on<result<placement>>(lease_ex_, [this, id] { return keeper_.place(id); });
+    auto task = in_turn<result<placement>>([this, id] { return keeper_.place(id); });
     auto out = co_await std::move(task);
     co_return out;
 }
@@ -32,25 +57,33 @@ asio::awaitable<result<std::optional<lease_desk::placement>>> lease_desk::locate
         co_return std::optional<placement>(*now);
     }
     waiting in_line(this, id.str());
-    auto task = run_on<result<std::optional<placement>>>(lease_ex_,
-                                                         [this, id] { return keeper_.locate(id); });
+    auto task =
+        in_turn<result<std::optional<placement>>>([this, id] { return keeper_.locate(id); });
     auto out = co_await std::move(task);
     co_return out;
 }
 
 asio::awaitable<result<std::vector<session::session_id>>> lease_desk::renew() {
-    auto task = run_on<result<std::vector<session::session_id>>>(
-        lease_ex_, [this] { return keeper_.renew(); });
-    auto out = co_await std::move(task);
-    co_return out;
+    // The renewal goes ahead of the operations already waiting on the strand: the next one to
+    // start runs it first (a burst of acquisitions must not hold it up until the leases run
+    // out). Its own turn runs it if none did, and returns once it has run.
+    using renewed = result<std::vector<session::session_id>>;
+    auto out = std::make_shared<std::optional<renewed>>();
+    {
+        std::lock_guard lock(urgent_mu_);
+        urgent_.push_back([this, out] { *out = keeper_.renew(); });
+    }
+    auto task = in_turn<bool>([] { return true; });
+    co_await std::move(task);
+    co_return std::move(**out);
 }
 
 asio::awaitable<result<std::vector<ownership::lease>>> lease_desk::claim(
     std::vector<session::session_id> candidates, std::size_t limit) {
     // Not those waiting on the strand already: a request is placing them.
     std::erase_if(candidates, [this](const auto& id) { return waiting_.contains(id.str()); });
-    auto task = run_on<result<std::vector<ownership::lease>>>(
-        lease_ex_, [this, candidates = std::move(candidates), limit] {
+    auto task = in_turn<result<std::vector<ownership::lease>>>(
+        [this, candidates = std::move(candidates), limit] {
             return keeper_.claim(candidates, limit);
         });
     auto out = co_await std::move(task);
@@ -60,15 +93,17 @@ asio::awaitable<result<std::vector<ownership::lease>>> lease_desk::claim(
 asio::awaitable<result<void>> lease_desk::remove(session::session_id id,
                                                  session::lease_epoch epoch) {
     waiting in_line(this, id.str());
-    auto task =
-        run_on<result<void>>(lease_ex_, [this, id, epoch] { return keeper_.remove(id, epoch); });
+    auto task = in_turn<result<void>>([this, id, epoch] { return keeper_.remove(id, epoch); });
     auto out = co_await std::move(task);
     co_return out;
 }
 
 void lease_desk::give_back(ownership::lease l) {
     // A failed release only delays the next owner (by the TTL).
-    asio::post(lease_ex_, [this, l = std::move(l)] { (void)keeper_.store().release(l); });
+    asio::post(lease_ex_, [this, l = std::move(l)] {
+        run_urgent();
+        (void)keeper_.store().release(l);
+    });
 }
 
 void lease_desk::release(const session::session_id& id,
@@ -91,7 +126,7 @@ void lease_desk::lost(const session::session_id& id, session::lease_epoch epoch)
 asio::awaitable<std::size_t> lease_desk::release_all() {
     auto all = keeper_.forget_all();
     const std::size_t n = all.size();
-    auto task = run_on<bool>(lease_ex_, [this, all = std::move(all)] {
+    auto task = in_turn<bool>([this, all = std::move(all)] {
         for (const auto& l : all) {
             (void)keeper_.store().release(l);
         }

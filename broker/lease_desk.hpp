@@ -8,6 +8,11 @@
 // fire and forget: the keeper forgets the lease at once, and the store hears of it in order
 // with whatever comes next on the strand (an acquisition after a release gets a newer epoch).
 //
+// A renewal goes ahead of what waits on the strand: the next operation to start runs it first.
+// Behind a burst of acquisitions (hundreds of new sessions at once, on a slow disk) it would
+// otherwise wait until the leases it renews had run out, and the worker would give up
+// sessions nobody else wanted.
+//
 // Requests for one session are placed in the order they came: while one waits on the strand,
 // the next ones wait behind it there too (answered from memory, they would overtake it: a
 // delete would run before the enqueues sent ahead of it).
@@ -21,7 +26,10 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 
+#include <deque>
+#include <functional>
 #include <map>
+#include <mutex>
 #include <string>
 
 namespace wuhu::broker {
@@ -56,6 +64,10 @@ class lease_desk {
     const ownership::keeper& keeper() const { return keeper_; }
 
   private:
+    // `op` on the strand, after the renewal waiting there, if any.
+    template <class R>
+    asio::awaitable<R> in_turn(std::function<R()> op);
+    void run_urgent();  // on the strand
     void give_back(ownership::lease l);
     // Counts an operation of the session waiting on the strand while it lives.
     struct waiting {
@@ -78,6 +90,8 @@ class lease_desk {
     ownership::keeper& keeper_;
     asio::any_io_executor lease_ex_;
     std::map<std::string, int> waiting_;  // by session id
+    std::mutex urgent_mu_;
+    std::deque<std::function<void()>> urgent_;  // renewals, run by the next turn on the strand
 };
 
 }  // namespace wuhu::broker

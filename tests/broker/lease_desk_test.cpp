@@ -1,0 +1,119 @@
+// The lease desk (broker/lease_desk.hpp): lease-store calls run on one strand; a renewal goes
+// ahead of the acquisitions already waiting there.
+#include "broker/lease_desk.hpp"
+#include "ownership/memory_lease.hpp"
+
+#include <gtest/gtest.h>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/thread_pool.hpp>
+
+#include <algorithm>
+#include <mutex>
+#include <thread>
+
+namespace wuhu::testing {
+
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+
+namespace {
+
+// A memory lease store whose acquisitions take 10 ms (a slow disk), and that records the
+// order of its calls.
+class slow_leases final : public ownership::lease_store {
+  public:
+    ownership::result<ownership::acquisition> acquire(const session::session_id& id,
+                                                      std::string_view owner,
+                                                      std::chrono::milliseconds ttl) override {
+        std::this_thread::sleep_for(10ms);
+        note("acquire " + id.str());
+        return inner_.acquire(id, owner, ttl);
+    }
+    ownership::result<std::vector<session::session_id>> renew(
+        const std::vector<ownership::lease>& held, std::chrono::milliseconds ttl) override {
+        note("renew");
+        return inner_.renew(held, ttl);
+    }
+    ownership::result<std::vector<ownership::lease>> claim(
+        const std::vector<session::session_id>& candidates, std::string_view owner,
+        std::chrono::milliseconds ttl, std::size_t limit) override {
+        return inner_.claim(candidates, owner, ttl, limit);
+    }
+    ownership::result<void> release(const ownership::lease& held) override {
+        return inner_.release(held);
+    }
+    ownership::result<std::optional<ownership::lease>> owner_of(
+        const session::session_id& id) override {
+        return inner_.owner_of(id);
+    }
+    ownership::result<std::vector<ownership::lease>> live(
+        const ownership::lease_query& q) override {
+        return inner_.live(q);
+    }
+    ownership::result<std::vector<std::string>> owners() override { return inner_.owners(); }
+    ownership::result<void> remove(const session::session_id& id,
+                                   session::lease_epoch epoch) override {
+        return inner_.remove(id, epoch);
+    }
+    std::string_view backend() const override { return "slow"; }
+
+    std::vector<std::string> calls() {
+        std::lock_guard lock(mu_);
+        return calls_;
+    }
+
+  private:
+    void note(std::string what) {
+        std::lock_guard lock(mu_);
+        calls_.push_back(std::move(what));
+    }
+    ownership::memory_lease inner_;
+    std::mutex mu_;
+    std::vector<std::string> calls_;
+};
+
+asio::awaitable<void> place(broker::lease_desk& desk, std::string id) {
+    auto placed = co_await desk.place(session::session_id::parse(id).value());
+    EXPECT_TRUE(placed) << id;
+}
+
+asio::awaitable<void> renew(broker::lease_desk& desk, bool& renewed) {
+    auto lost = co_await desk.renew();
+    EXPECT_TRUE(lost);
+    EXPECT_TRUE(lost && lost->empty()) << "nothing was lost";
+    renewed = true;
+}
+
+}  // namespace
+
+TEST(LeaseDesk, ARenewalGoesAheadOfTheAcquisitionsWaitingOnTheStrand) {
+    slow_leases store;
+    ownership::keeper keeper(store, "w1", 60s);
+    asio::thread_pool pool(1);
+    asio::io_context io;
+    broker::lease_desk desk(keeper, asio::make_strand(pool.get_executor()));
+    asio::co_spawn(io, place(desk, "held"), asio::detached);
+    io.run();
+    io.restart();
+    // A burst of new sessions, then the renewal of the one held.
+    constexpr int burst = 40;
+    for (int i = 0; i < burst; ++i) {
+        asio::co_spawn(io, place(desk, "s" + std::to_string(i)), asio::detached);
+    }
+    bool renewed = false;
+    asio::co_spawn(io, renew(desk, renewed), asio::detached);
+    io.run();
+    pool.join();
+    EXPECT_TRUE(renewed);
+    const auto calls = store.calls();
+    ASSERT_EQ(calls.size(), burst + 2u);
+    const auto at = std::find(calls.begin(), calls.end(), "renew") - calls.begin();
+    // Behind the one or two acquisitions already running when it came, not behind all 40.
+    EXPECT_LE(at, 3) << "the renewal ran after " << at - 1 << " of the " << burst
+                     << " acquisitions queued before it";
+}
+
+}  // namespace wuhu::testing
