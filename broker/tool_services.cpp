@@ -12,6 +12,7 @@
 #include <boost/json.hpp>
 
 #include <algorithm>
+#include <deque>
 #include <set>
 #include <stdexcept>
 
@@ -54,6 +55,12 @@ tool_service service_of(const std::string& name, const json::value& v) {
     if (schema == nullptr || !schema->is_object()) {
         throw bad_config(where + "\"schema\" must be a JSON Schema object of the arguments");
     }
+    // The arguments are a JSON object (what the providers send, and what the service reads).
+    const auto* type = schema->as_object().if_contains("type");
+    if (type == nullptr || !type->is_string() || type->as_string() != "object") {
+        throw bad_config(where + "\"schema\" must have \"type\": \"object\" (the arguments "
+                                 "are a JSON object)");
+    }
     s.spec.schema = json::serialize(*schema);
     if (const auto* subject = o.if_contains("subject")) {
         if (!subject->is_string() || !protocol::valid_prefix(subject->as_string())) {
@@ -87,36 +94,68 @@ tool_service service_of(const std::string& name, const json::value& v) {
     return s;
 }
 
-// One request to a tool service, awaited on the calling coroutine's executor. A cancellation
-// (the attempt's timeout, an abort) withdraws it and throws operation_aborted.
-asio::awaitable<nats::reply> ask(nats::connection& nc, std::string subject,
-                                 nats::header_list headers, std::string body) {
-    struct waiting {
-        explicit waiting(const asio::any_io_executor& ex) : wake(ex) {}
-        asio::steady_timer wake;
-        std::optional<nats::reply> answer;
-    };
-    auto w = std::make_shared<waiting>(co_await asio::this_coro::executor);
-    w->wake.expires_at(asio::steady_timer::time_point::max());
-    const auto token = nc.request_async(subject, headers, body, [w](nats::reply r) {
-        // A libnats thread: hand the answer to the executor.
-        asio::post(w->wake.get_executor(), [w, r = std::move(r)]() mutable {
-            if (!w->answer) {
-                w->answer = std::move(r);
-                w->wake.cancel();
-            }
+// The answers to one call's requests (every attempt's: an earlier attempt's late answer is as
+// good as the last one's), handed to the call's executor as they come.
+struct answers {
+    explicit answers(const asio::any_io_executor& ex) : wake(ex) {}
+    asio::steady_timer wake;  // cancelled when an answer comes
+    std::deque<nats::reply> queue;
+};
+
+// The call's requests, withdrawn when the call ends however it ends (an answer, a timeout, an
+// abort, the session unloaded): no answer reaches a call that is gone.
+class call_requests {
+  public:
+    call_requests(nats::connection& nc, std::shared_ptr<answers> a)
+        : nc_(nc), answers_(std::move(a)) {}
+    call_requests(const call_requests&) = delete;
+    call_requests& operator=(const call_requests&) = delete;
+    ~call_requests() {
+        for (auto token : tokens_) {
+            nc_.cancel_request(token);
+        }
+    }
+
+    // False when the request could not be sent.
+    bool send(const std::string& subject, const nats::header_list& headers,
+              const std::string& body) {
+        const auto token = nc_.request_async(subject, headers, body, [a = answers_](nats::reply r) {
+            // A libnats thread: hand the answer to the call's executor.
+            asio::post(a->wake.get_executor(), [a, r = std::move(r)]() mutable {
+                a->queue.push_back(std::move(r));
+                a->wake.cancel();
+            });
         });
-    });
-    if (token == 0) {
-        throw std::runtime_error("the request could not be sent to " + subject);
+        if (token != 0) {
+            tokens_.push_back(token);
+        }
+        return token != 0;
     }
-    boost::system::error_code ec;
-    co_await w->wake.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-    if (w->answer) {
-        co_return std::move(*w->answer);
+
+  private:
+    nats::connection& nc_;
+    std::shared_ptr<answers> answers_;
+    std::vector<std::uint64_t> tokens_;
+};
+
+// The next answer, or nullopt when none came by `until`. Cancellable (an abort).
+asio::awaitable<std::optional<nats::reply>> next_answer(std::shared_ptr<answers> a,
+                                                        std::chrono::steady_clock::time_point until) {
+    if (a->queue.empty()) {
+        a->wake.expires_at(until);
+        boost::system::error_code ec;
+        co_await a->wake.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+        if ((co_await asio::this_coro::cancellation_state).cancelled() !=
+            asio::cancellation_type::none) {
+            throw boost::system::system_error(asio::error::operation_aborted);
+        }
     }
-    nc.cancel_request(token);
-    throw boost::system::system_error(asio::error::operation_aborted);
+    if (a->queue.empty()) {
+        co_return std::nullopt;
+    }
+    nats::reply r = std::move(a->queue.front());
+    a->queue.pop_front();
+    co_return r;
 }
 
 // The service's answer as the tool's output.
@@ -172,53 +211,71 @@ nats_tool::nats_tool(nats::connection& nc, tool_service service, const std::stri
 
 asio::awaitable<worker::tool_output> nats_tool::execute(std::string arguments,
                                                        worker::tool_call_context ctx) {
+    using steady = std::chrono::steady_clock;
     auto& clk = ctx.services.time();
     const std::string& name = service_.spec.name;
+    // The runner's deadline, on the steady clock from here on (a step of the wall clock does
+    // not change the attempts); the headers carry it as wall-clock time.
+    const auto deadline = steady::now() + milliseconds(ctx.deadline.value - clk.now().value);
+    auto left = [&] {
+        return std::chrono::duration_cast<milliseconds>(deadline - steady::now());
+    };
+    auto failed = [&](const std::string& why) {
+        return worker::tool_output{"the service of tool " + name + " on " + service_.subject +
+                                       ": " + why,
+                                   true};
+    };
+    auto a = std::make_shared<answers>(co_await asio::this_coro::executor);
+    call_requests requests(nc_, a);
     milliseconds backoff{100};
-    for (int attempt = 1;; ++attempt) {
-        const milliseconds left{ctx.deadline.value - clk.now().value};
-        if (left.count() <= 0) {
-            co_return worker::tool_output{
-                "timed out: the service of tool " + name + " did not answer on " +
-                    service_.subject + " within " + std::to_string(service_.timeout.count()) +
-                    " ms (" + std::to_string(attempt - 1) + " attempts)",
-                true};
-        }
-        const milliseconds wait = service_.idempotent ? std::min(left, service_.attempt_timeout)
-                                                      : left;
-        nats::header_list headers{
+    std::string last_failure = "no answer";
+    int attempt = 0;
+    while (left().count() > 0) {
+        ++attempt;
+        const milliseconds wait =
+            service_.idempotent ? std::min(left(), service_.attempt_timeout) : left();
+        const nats::header_list headers{
             {"Wuhu-Session", ctx.session.str()},
             {"Wuhu-Tool", name},
             {"Wuhu-Tool-Call", ctx.call.str()},
             {"Wuhu-Deadline", std::to_string(clk.now().value + wait.count())},
             {"Wuhu-Attempt", std::to_string(attempt)},
         };
-        auto r = co_await (ask(nc_, service_.subject, std::move(headers), arguments) ||
-                           clk.sleep(wait));
-        if (r.index() == 0) {
-            auto& reply = std::get<0>(r);
-            if (reply.how == nats::reply::kind::answered) {
-                co_return output_of(name, reply.data);
-            }
+        bool retry_later = false;
+        if (!requests.send(service_.subject, headers, arguments)) {
             if (!service_.idempotent) {
-                co_return worker::tool_output{"no service of tool " + name + " is listening on " +
-                                                  service_.subject + " (no responders)",
-                                              true};
+                co_return failed("the call could not be sent (the NATS connection is closed)");
             }
-            // Nobody serves it now (a service restarting): try again a little later.
-            const milliseconds still{ctx.deadline.value - clk.now().value};
-            co_await clk.sleep(std::max(milliseconds(0), std::min(backoff, still)));
-            backoff = std::min(backoff * 2, milliseconds(1000));
-            continue;
+            last_failure = "could not send";
+            retry_later = true;
+        } else {
+            // This attempt's answer, or an earlier one's; "no responders" ends it at once.
+            auto answer = co_await next_answer(a, steady::now() + wait);
+            if (answer && answer->how == nats::reply::kind::answered) {
+                co_return output_of(name, answer->data);
+            }
+            if (answer) {
+                if (!service_.idempotent) {
+                    co_return failed("no service is listening (no responders)");
+                }
+                last_failure = "no service was listening (no responders)";
+                retry_later = true;
+            } else if (!service_.idempotent) {
+                co_return failed("no answer within " + std::to_string(service_.timeout.count()) +
+                                 " ms");
+            } else {
+                last_failure = "no answer";
+            }
         }
-        if (!service_.idempotent) {
-            co_return worker::tool_output{"timed out: the service of tool " + name +
-                                              " did not answer on " + service_.subject +
-                                              " within " + std::to_string(wait.count()) +
-                                              " ms",
-                                          true};
+        if (retry_later) {
+            // Nobody serves it now (a service restarting): try again a little later.
+            const milliseconds pause = std::max(milliseconds(0), std::min(backoff, left()));
+            co_await clk.sleep(pause);
+            backoff = std::min(backoff * 2, milliseconds(1000));
         }
     }
+    co_return failed("timed out after " + std::to_string(service_.timeout.count()) + " ms (" +
+                     std::to_string(attempt) + " attempts; the last: " + last_failure + ")");
 }
 
 void add_tool_services(worker::tool_registry& r, nats::connection& nc,

@@ -23,11 +23,16 @@
 // nobody serves the subject (no responders), or nobody answers in time, a call gets an error
 // result at once; an idempotent one is tried again (after 100 ms, doubling to 1 s, when
 // nobody serves it; at once after an attempt timed out) until `timeout_ms` is spent, each
-// attempt waiting at most `attempt_timeout_ms` (default a third of `timeout_ms`). An abort,
-// or the session going away, withdraws the request: a late answer is dropped.
+// attempt waiting at most `attempt_timeout_ms` (default a third of `timeout_ms`), and an
+// earlier attempt's late answer counts. When the call ends (an answer, the timeout, an abort,
+// the session going away) its requests are withdrawn: a later answer is dropped.
 //
 // An asynchronous tool is an ordinary one whose service answers at once ("started task 7")
 // and later sends the outcome to `<prefix>.session.<sid>.system`.
+//
+// Threads: execute() runs on the session's executor and never blocks it (the answers come on
+// a libnats thread and are posted to that executor). The NATS connection must outlive the
+// tool registry and every call in flight.
 #pragma once
 
 #include "nats/connection.hpp"

@@ -106,20 +106,16 @@ struct connection::pending {
     std::uint64_t next = 1;
     std::map<std::uint64_t, std::function<void(reply)>> waiting;
 
+    // `done` runs under the lock: once cancel_request() returns, it is not running and will
+    // not run (it must not block: it hands the reply on).
     static void on_reply(natsConnection*, natsSubscription*, natsMsg* msg, void* closure) {
         auto* self = static_cast<pending*>(closure);
         const std::string_view subject = natsMsg_GetSubject(msg);
-        std::function<void(reply)> done;
-        if (subject.size() > self->prefix.size()) {
-            const std::uint64_t token =
-                std::strtoull(std::string(subject.substr(self->prefix.size())).c_str(), nullptr,
-                              10);
-            std::lock_guard lock(self->mu);
-            if (auto it = self->waiting.find(token); it != self->waiting.end()) {
-                done = std::move(it->second);
-                self->waiting.erase(it);
-            }
-        }
+        const std::uint64_t token =
+            subject.size() > self->prefix.size()
+                ? std::strtoull(std::string(subject.substr(self->prefix.size())).c_str(),
+                                nullptr, 10)
+                : 0;
         reply r;
         if (natsMsg_IsNoResponders(msg)) {
             r.how = reply::kind::no_responders;
@@ -128,7 +124,10 @@ struct connection::pending {
                           static_cast<std::size_t>(natsMsg_GetDataLength(msg)));
         }
         natsMsg_Destroy(msg);
-        if (done) {
+        std::lock_guard lock(self->mu);
+        if (auto it = self->waiting.find(token); it != self->waiting.end()) {
+            auto done = std::move(it->second);
+            self->waiting.erase(it);
             done(std::move(r));
         }
     }

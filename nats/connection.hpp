@@ -109,9 +109,9 @@ class connection {
     // sent (bad headers, or the connection is closed); `done` then never runs.
     std::uint64_t request_async(const std::string& subject, const header_list& headers,
                                 std::string_view data, std::function<void(reply)> done);
-    // Withdraws a request: once this returns its `done` does not start (it may be running).
+    // Withdraws a request: once this returns, its `done` is not running and never will.
     void cancel_request(std::uint64_t token);
-    // How many request_async() requests await their replies.
+    // How many request_async() requests await their replies (for tests and diagnostics).
     std::size_t requests_waiting();
     void flush();
     std::int64_t max_payload() const;

@@ -39,9 +39,11 @@ std::string anthropic_request_body(const inference_request& req,
 
 class anthropic_stream final : public stream_decoder {
   public:
-    // `redact`: the endpoint's API key, kept out of every error message.
-    anthropic_stream(stream_sink& sink, std::string model, std::string redact = {})
-        : stream_decoder(sink, std::move(model), std::move(redact), "toolu_") {}
+    // `redact`: the endpoint's API key, kept out of every error message. A call the stream
+    // gives no usable id is named `<id_prefix><index>`.
+    anthropic_stream(stream_sink& sink, std::string model, std::string redact = {},
+                     std::string id_prefix = "toolu_")
+        : stream_decoder(sink, std::move(model), std::move(redact), std::move(id_prefix)) {}
 
     // One event of the stream. Deltas go to the sink as they come; `message_stop` ends it.
     void on_event(const sse_event& e);

@@ -21,11 +21,15 @@ constexpr std::string_view summary_instruction =
 // The decoder of the endpoint's API, behind one face.
 class decoder {
   public:
-    decoder(api_kind k, stream_sink& sink, std::string model, std::string redact) {
+    // A call without an id of the server's is named by the step and its index: unique in the
+    // session (a tool service's idempotency key).
+    decoder(api_kind k, stream_sink& sink, std::string model, std::string redact,
+            std::uint64_t step) {
+        const std::string id_prefix = "_" + std::to_string(step) + "_";
         if (k == api_kind::openai) {
-            openai_.emplace(sink, std::move(model), std::move(redact));
+            openai_.emplace(sink, std::move(model), std::move(redact), "call" + id_prefix);
         } else {
-            anthropic_.emplace(sink, std::move(model), std::move(redact));
+            anthropic_.emplace(sink, std::move(model), std::move(redact), "toolu" + id_prefix);
         }
     }
     void on_event(const sse_event& e) { openai_ ? openai_->on_event(e) : anthropic_->on_event(e); }
@@ -114,7 +118,7 @@ asio::awaitable<inference_outcome> http_provider::attempt(inference_request req,
                                                           stream_sink& sink) {
     const std::string model = req.model.empty() ? config_.default_model : req.model;
     auto request = request_for(req);
-    decoder d(config_.api, sink, model, config_.api_key);
+    decoder d(config_.api, sink, model, config_.api_key, req.step);
     response_state st;
     auto on_head = [&st](const http::response_head& h) {
         st.status = h.status;

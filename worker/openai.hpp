@@ -37,9 +37,11 @@ std::string openai_request_body(const inference_request& req, const openai_reque
 
 class openai_stream final : public stream_decoder {
   public:
-    // `redact`: the endpoint's API key, kept out of every error message.
-    openai_stream(stream_sink& sink, std::string model, std::string redact = {})
-        : stream_decoder(sink, std::move(model), std::move(redact), "call_") {}
+    // `redact`: the endpoint's API key, kept out of every error message. A call the stream
+    // gives no usable id (llama.cpp's server, Ollama) is named `<id_prefix><index>`.
+    openai_stream(stream_sink& sink, std::string model, std::string redact = {},
+                  std::string id_prefix = "call_")
+        : stream_decoder(sink, std::move(model), std::move(redact), std::move(id_prefix)) {}
 
     // One event of the stream. Deltas go to the sink as they come; `[DONE]` ends it.
     void on_event(const sse_event& e);

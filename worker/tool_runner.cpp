@@ -13,6 +13,8 @@ namespace s = wuhu::session;
 
 namespace {
 
+constexpr milliseconds tool_grace{1000};
+
 // Arguments that are not JSON, or that the tool's schema refuses, never reach the tool: the
 // model gets the reason as the tool's error result (and may try again).
 std::optional<std::string> invalid_arguments(const tool& t, const std::string& args) {
@@ -90,11 +92,15 @@ asio::awaitable<void> tool_runner::run() {
             }
         }
         abort_.arm();
-        const milliseconds limit = t->timeout().value_or(timeout_);
+        // A tool with a timeout of its own ends its call by the deadline itself, saying why
+        // (which attempts failed, and how): the runner's timer, a second later, is the backstop.
+        const auto own = t->timeout();
+        const milliseconds limit = own.value_or(timeout_);
+        const milliseconds backstop = own ? limit + tool_grace : limit;
         tool_call_context ctx{writer_.sid(), tc.call.id,
                               s::unix_ms{clock_.now().value + limit.count()}, *this};
         auto r = co_await (guarded_execute(*t, tc.call.arguments, ctx) || abort_.wait() ||
-                           clock_.sleep(limit));
+                           clock_.sleep(backstop));
         abort_.disarm();
         if (r.index() == 1) {
             // Abort: this call and the ones after it get error results, then the interruption.

@@ -63,11 +63,9 @@ class tool_service_process {
         EXPECT_TRUE(std::filesystem::exists(external / "node_modules" / "nats"))
             << "the npm package nats is not installed in tests/external: scripts/test "
                "installs it (npm install)";
-        setenv("WUHU_PREFIX", prefix.c_str(), 1);
-        pid_ = spawn("node", {(external / "tool_service.mjs").string()},
+        pid_ = spawn("node", {(external / "tool_service.mjs").string(), prefix},
                      spawn_options{(dir_.path() / "service.log").string(), std::nullopt,
                                    (dir_.path() / "service.out").string()});
-        unsetenv("WUHU_PREFIX");
         for (int i = 0; i < 300 && !said("\"ready\""); ++i) {
             std::this_thread::sleep_for(100ms);
         }
@@ -336,7 +334,7 @@ TEST(ProviderProcess, ABadToolsFileStopsTheWorkerWithExitCode2AndAMessage) {
     const auto data = "sqlite://" + (dir.path() / "data").string();
     const std::pair<const char*, const char*> cases[] = {
         {R"({"tools": {"t": {"description": "d"}}})", "\\\"schema\\\" must be"},
-        {R"({"tools": {"echo": {"description": "d", "schema": {}}}})",
+        {R"({"tools": {"echo": {"description": "d", "schema": {"type": "object"}}}})",
          "\\\"echo\\\" is a built-in tool's name"},
         {"[1, 2", "not JSON"},
     };

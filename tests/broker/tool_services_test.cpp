@@ -16,7 +16,7 @@ TEST(ToolsFile, ReadsEveryFieldAndFillsTheDefaults) {
                         "idempotent": true, "timeout_ms": 9000},
         "start_build": {"description": "Starts a build", "schema": {"type": "object"},
                         "subject": "ci.builds.start", "timeout_ms": 500},
-        "plain": {"description": "Defaults", "schema": {}}}})");
+        "plain": {"description": "Defaults", "schema": {"type": "object"}}}})");
     ASSERT_TRUE(tools) << tools.error();
     ASSERT_EQ(tools->size(), 3u);
     const auto& w = (*tools)[0];
@@ -38,8 +38,8 @@ TEST(ToolsFile, ReadsEveryFieldAndFillsTheDefaults) {
 
 TEST(ToolsFile, TheDefaultSubjectIsThePrefixsToolsSubject) {
     auto tools = broker::parse_tools(
-        R"({"tools": {"lookup": {"description": "d", "schema": {}},
-                      "other": {"description": "d", "schema": {}, "subject": "x.y"}}})");
+        R"({"tools": {"lookup": {"description": "d", "schema": {"type": "object"}},
+                      "other": {"description": "d", "schema": {"type": "object"}, "subject": "x.y"}}})");
     ASSERT_TRUE(tools) << tools.error();
     EXPECT_EQ(broker::subject_of((*tools)[0], "acme.wuhu"), "acme.wuhu.tools.lookup");
     EXPECT_EQ(broker::subject_of((*tools)[1], "acme.wuhu"), "x.y");
@@ -50,26 +50,30 @@ TEST(ToolsFile, BadFilesAreRefusedWithTheFieldNamed) {
         {"not json", "not JSON"},
         {R"({"tool": {}})", "must be {\"tools\""},
         {R"({"tools": [], "x": 1})", "must be {\"tools\""},
-        {R"({"tools": {"a b": {"description": "d", "schema": {}}}})",
+        {R"({"tools": {"a b": {"description": "d", "schema": {"type": "object"}}}})",
          "tool \"a b\": a name is 1-64 of [A-Za-z0-9_-]"},
-        {R"({"tools": {"t": {"description": "d", "schema": {}, "retries": 3}}})",
+        {R"({"tools": {"t": {"description": "d", "schema": {"type": "object"}, "retries": 3}}})",
          "tool \"t\": unknown field \"retries\""},
-        {R"({"tools": {"t": {"schema": {}}}})", "tool \"t\": \"description\" must be"},
-        {R"({"tools": {"t": {"description": "", "schema": {}}}})", "\"description\" must be"},
+        {R"({"tools": {"t": {"schema": {"type": "object"}}}})", "tool \"t\": \"description\" must be"},
+        {R"({"tools": {"t": {"description": "", "schema": {"type": "object"}}}})", "\"description\" must be"},
         {R"({"tools": {"t": {"description": "d"}}})", "\"schema\" must be a JSON Schema object"},
         {R"({"tools": {"t": {"description": "d", "schema": "object"}}})",
          "\"schema\" must be a JSON Schema object"},
-        {R"({"tools": {"t": {"description": "d", "schema": {}, "subject": "a..b"}}})",
+        {R"({"tools": {"t": {"description": "d", "schema": {}}}})",
+         "\"schema\" must have \"type\": \"object\""},
+        {R"({"tools": {"t": {"description": "d", "schema": {"type": "array"}}}})",
+         "\"schema\" must have \"type\": \"object\""},
+        {R"({"tools": {"t": {"description": "d", "schema": {"type": "object"}, "subject": "a..b"}}})",
          "\"subject\" must be tokens"},
-        {R"({"tools": {"t": {"description": "d", "schema": {}, "subject": "a.>"}}})",
+        {R"({"tools": {"t": {"description": "d", "schema": {"type": "object"}, "subject": "a.>"}}})",
          "\"subject\" must be tokens"},
-        {R"({"tools": {"t": {"description": "d", "schema": {}, "idempotent": "yes"}}})",
+        {R"({"tools": {"t": {"description": "d", "schema": {"type": "object"}, "idempotent": "yes"}}})",
          "\"idempotent\" must be true or false"},
-        {R"({"tools": {"t": {"description": "d", "schema": {}, "timeout_ms": 0}}})",
+        {R"({"tools": {"t": {"description": "d", "schema": {"type": "object"}, "timeout_ms": 0}}})",
          "\"timeout_ms\" must be 1-86400000 ms"},
-        {R"({"tools": {"t": {"description": "d", "schema": {}, "timeout_ms": 1.5}}})",
+        {R"({"tools": {"t": {"description": "d", "schema": {"type": "object"}, "timeout_ms": 1.5}}})",
          "\"timeout_ms\" must be 1-86400000 ms"},
-        {R"({"tools": {"t": {"description": "d", "schema": {}, "attempt_timeout_ms": 10}}})",
+        {R"({"tools": {"t": {"description": "d", "schema": {"type": "object"}, "attempt_timeout_ms": 10}}})",
          "\"attempt_timeout_ms\" is for idempotent tools"},
     };
     for (const auto& [file, says] : cases) {

@@ -5,14 +5,14 @@
 //   start_build  an asynchronous tool: answers "started build-7" at once, then sends the
 //                build's outcome to the session's system lane (<prefix>.session.<sid>.system)
 //
-//   WUHU_TEST_NATS_URL=nats://127.0.0.1:4222 WUHU_PREFIX=wuhu node tool_service.mjs
+//   WUHU_TEST_NATS_URL=nats://127.0.0.1:4222 node tool_service.mjs <subject prefix>
 //
 // It prints "ready" once it serves, then one JSON line per call it received (the tool, the
 // headers, the arguments) and per callback it sent (its reply), for the test to check.
 import { connect, StringCodec } from "nats";
 
 const url = process.env.WUHU_TEST_NATS_URL;
-const prefix = process.env.WUHU_PREFIX || "wuhu";
+const prefix = process.argv[2] || "wuhu";
 if (!url) {
   console.error("WUHU_TEST_NATS_URL is not set");
   process.exit(2);

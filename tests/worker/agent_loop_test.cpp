@@ -347,6 +347,66 @@ TEST(Timeouts, AToolTimeoutBecomesAnErrorResult) {
                                                   "error:timed out after 1000 ms", "assistant:ok"));
 }
 
+namespace {
+
+// A tool with a timeout of its own (300 ms): it records what it was told, and either ends the
+// call itself at its deadline or ignores the deadline.
+class deadline_tool final : public worker::tool {
+  public:
+    deadline_tool(bool ends_itself, std::optional<worker::tool_call_context>& seen)
+        : ends_itself_(ends_itself), seen_(seen) {}
+    const worker::tool_spec& spec() const override { return spec_; }
+    bool idempotent() const override { return false; }
+    std::optional<milliseconds> timeout() const override { return milliseconds(300); }
+    asio::awaitable<worker::tool_output> execute(std::string,
+                                                 worker::tool_call_context ctx) override {
+        seen_.emplace(ctx);
+        if (ends_itself_) {
+            co_await ctx.services.time().sleep_until(ctx.deadline);
+            co_return worker::tool_output{"gave up at the deadline, with reasons", true};
+        }
+        co_await ctx.services.time().sleep(milliseconds(600000));
+        co_return worker::tool_output{"never", false};
+    }
+
+  private:
+    bool ends_itself_;
+    std::optional<worker::tool_call_context>& seen_;
+    worker::tool_spec spec_{"patient", "Waits.", R"({"type":"object"})"};
+};
+
+}  // namespace
+
+// A tool's own timeout replaces the loop's: the tool hears its deadline, and when it ends the
+// call by then, its own result (which says why) is the one recorded.
+TEST(Timeouts, AToolsOwnTimeoutReplacesTheLoopsAndTheToolHearsItsDeadline) {
+    for (bool ends_itself : {true, false}) {
+        SCOPED_TRACE(ends_itself ? "ends itself" : "ignores its deadline");
+        auto opts = loop_harness::default_options();
+        opts.tool_timeout = milliseconds(60000);
+        loop_harness h(R"({"responses":[
+            {"tool_calls":[{"name":"patient","arguments":{}}]},{"text":"ok"}]})",
+                       nullptr, 1, opts);
+        std::optional<worker::tool_call_context> seen;
+        h.tools().add(std::make_shared<deadline_tool>(ends_itself, seen));
+        h.start();
+        h.follow_up("f1", "hi");
+        h.settle();
+        EXPECT_THAT(h.transcript_texts(),
+                    ElementsAre("party:hi", "assistant:+patient", "started:patient",
+                                ends_itself ? "error:gave up at the deadline, with reasons"
+                                            : "error:timed out after 300 ms",
+                                "assistant:ok"));
+        ASSERT_TRUE(seen);
+        EXPECT_EQ(seen->session.str(), "s1");
+        const auto& calls = std::get<session::assistant_message>(h.state().transcript[1].body);
+        EXPECT_EQ(seen->call, calls.tool_calls.at(0).id);
+        // The deadline is 300 ms after the call started (the manual clock moves only when
+        // nothing else can run, so the call started at the time of the tool_started entry).
+        EXPECT_EQ(seen->deadline.value, h.state().transcript[2].at.value + 300);
+    }
+}
+
 TEST(Tools, UnknownOrDisabledToolsGetAnErrorResult) {
     loop_harness h(R"({"responses":[
         {"tool_calls":[{"name":"teleport"},{"name":"clock"}]},{"text":"ok"}]})");

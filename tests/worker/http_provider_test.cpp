@@ -126,6 +126,30 @@ TEST(OpenAiProvider, StreamsTextAndToolCallsFromTheLocalServer) {
     EXPECT_EQ(e.server.connections(), 1) << "the connection was reused";
 }
 
+// llama.cpp's server and Ollama may stream calls without ids: each gets one of Wuhu's, named
+// by the step and its index, so that no two calls of a session share an id (a tool service
+// takes it as its idempotency key).
+TEST(OpenAiProvider, CallsWithoutIdsAreNamedByTheStepAndTheirIndex) {
+    std::string stream = saved_stream("openai_tools.sse");
+    for (const char* id : {R"("id":"call_Kp1Xw2",)", R"("id":"call_Zq8Rt5",)"}) {
+        stream.replace(stream.find(id), std::string(id).size(), "");
+    }
+    endpoint e(api_kind::openai, [&](const http_received&) {
+        http_plan p;
+        p.pieces = {{0ms, stream}};
+        return p;
+    });
+    for (std::uint64_t step : {3u, 4u}) {
+        recording_sink sink;
+        worker::inference_request req;
+        req.step = step;
+        const auto m = message_of(e.infer(sink, req));
+        ASSERT_EQ(m.tool_calls.size(), 2u);
+        EXPECT_EQ(m.tool_calls[0].id.str(), "call_" + std::to_string(step) + "_0");
+        EXPECT_EQ(m.tool_calls[1].id.str(), "call_" + std::to_string(step) + "_1");
+    }
+}
+
 TEST(AnthropicProvider, StreamsTextAndToolUseFromTheLocalServer) {
     http_received seen;
     std::string stream = "anthropic_text.sse";
