@@ -206,6 +206,13 @@ int main(int argc, char** argv) {
                    "the model endpoints (docs/providers.md); without it every model is the "
                    "scripted one")
         ->envname("WUHU_PROVIDERS");
+    std::string metrics_addr = "127.0.0.1:9464";
+    auto* metrics_flag =
+        app.add_option("--metrics-addr", metrics_addr,
+                       "where /metrics, /healthz and /readyz are served (host:port; port 0: a "
+                       "free one; \"off\": nowhere). When the default port is taken (another "
+                       "worker of this host), a free one")
+            ->envname("WUHU_METRICS_ADDR");
     std::string tools_path;
     app.add_option("--tools", tools_path,
                    "tools served over NATS (docs/tools.md), besides the built-in ones")
@@ -285,6 +292,10 @@ int main(int argc, char** argv) {
         options.store_threads = store_threads;
         options.endpoints = endpoints;
         options.tool_services = tool_services;
+        options.metrics_addr = metrics_addr == "off" ? std::string() : metrics_addr;
+        options.metrics_addr_is_default = metrics_flag->count() == 0 &&
+                                          std::getenv("WUHU_METRICS_ADDR") == nullptr;
+        options.nats_connected = [&nats] { return nats.connected(); };
         wuhu::app::node node(
             *store, *leases, nats,
             [&script](wuhu::worker::clock& clk) {
@@ -314,6 +325,9 @@ int main(int argc, char** argv) {
                       e.base.tls ? "https" : "http", e.base.host, e.base.port, e.base.path,
                       e.default_model.empty() ? "none" : e.default_model,
                       e.record_to.empty() ? "" : ", recorded to " + e.record_to);
+        }
+        if (const auto at = node.metrics_address(); !at.empty()) {
+            log->info("metrics on http://{}/metrics (and /healthz, /readyz)", at);
         }
         for (const auto& t : tool_services) {
             log->info("tool {}: served on {}{}", t.spec.name, wuhu::broker::subject_of(t, prefix),

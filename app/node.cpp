@@ -15,6 +15,7 @@
 #include <malloc.h>
 
 #include <algorithm>
+#include <future>
 #include <map>
 #include <random>
 
@@ -24,6 +25,7 @@ node::node(storage::session_store& store, ownership::lease_store& leases, nats::
            provider_factory providers, node_options options, std::shared_ptr<spdlog::logger> log)
     : options_(std::move(options)),
       log_(std::move(log)),
+      metrics_(store.backend()),
       work_(io_.get_executor()),
       store_pool_(options_.store_threads),
       store_(store,
@@ -36,6 +38,9 @@ node::node(storage::session_store& store, ownership::lease_store& leases, nats::
                          "'unavailable' until it is back",
                          why.message());
                  }
+             },
+             [this](std::chrono::steady_clock::duration took) {
+                 metrics_.commit(std::chrono::duration<double>(took).count());
              }),
       keeper_(leases, options_.worker_id, options_.lease),
       leases_(keeper_, asio::make_strand(store_pool_.get_executor())) {
@@ -46,6 +51,11 @@ node::node(storage::session_store& store, ownership::lease_store& leases, nats::
     for (const auto& e : options_.endpoints) {
         options_.server.model_endpoints.push_back(e.name);
     }
+    options_.server.on_answered = [this](std::string_view verb, std::string_view result,
+                                         std::chrono::steady_clock::duration took) {
+        metrics_.command(verb, result, std::chrono::duration<double>(took).count());
+    };
+    options_.server.on_fenced = [this] { metrics_.lease_event("fenced"); };
     server_ = std::make_unique<broker::server>(io_.get_executor(), nats, leases_, tools_,
                                                options_.server, log_);
     for (const auto& e : options_.endpoints) {
@@ -66,19 +76,22 @@ node::node(storage::session_store& store, ownership::lease_store& leases, nats::
         [this, providers = std::move(providers)]() -> std::unique_ptr<worker::provider> {
             return std::make_unique<worker::routing_provider>(providers(clock_), endpoints_);
         },
-        tools_, clock_, loop, served_only(server_->publisher()), &busy_);
+        tools_, clock_, loop, measured(served_only(server_->publisher())), &busy_);
     // Lease events come from the thread that caused them (the lease strand, or this
     // executor); the registry is this executor's.
     keeper_.on_event([this](ownership::lease_event e, const ownership::lease& l) {
         switch (e) {
             case ownership::lease_event::acquired:
+                metrics_.lease_event("acquired");
                 log_->info("lease of session {} acquired (epoch {})", l.id.str(), l.epoch.value);
                 break;
             case ownership::lease_event::taken_over:
+                metrics_.lease_event("acquired");
                 log_->warn("lease of session {} taken over from {}, whose lease expired (epoch {})",
                            l.id.str(), l.taken_from, l.epoch.value);
                 break;
             case ownership::lease_event::lost:
+                metrics_.lease_event("lost");
                 log_->warn("lease of session {} lost (epoch {}): unloading it", l.id.str(),
                            l.epoch.value);
                 asio::post(io_, [this, id = l.id, epoch = l.epoch] {
@@ -86,6 +99,7 @@ node::node(storage::session_store& store, ownership::lease_store& leases, nats::
                 });
                 break;
             case ownership::lease_event::released:
+                metrics_.lease_event("released");
                 if (!passivating_) {
                     log_->info("lease of session {} released (epoch {})", l.id.str(),
                                l.epoch.value);
@@ -93,6 +107,26 @@ node::node(storage::session_store& store, ownership::lease_store& leases, nats::
                 break;
         }
     });
+    // Before the server starts: an address that cannot be had stops the worker before it
+    // takes any request.
+    if (!options_.metrics_addr.empty()) {
+        const metrics::endpoint_handlers handlers{
+            [this] { return scrape(); },
+            [this](std::chrono::milliseconds within) { return turning(within); },
+            [this] { return unready(); }};
+        try {
+            http_ = std::make_unique<metrics::http_endpoint>(options_.metrics_addr, handlers);
+        } catch (const std::runtime_error& e) {
+            if (!options_.metrics_addr_is_default) {
+                throw;
+            }
+            // Several workers on one host: the first has the default port, the others a free
+            // one each (in a container each has the default).
+            const auto host = options_.metrics_addr.substr(0, options_.metrics_addr.rfind(':'));
+            http_ = std::make_unique<metrics::http_endpoint>(host + ":0", handlers);
+            log_->warn("{}; metrics on {} instead", e.what(), http_->address());
+        }
+    }
     server_->start(*registry_, busy_);
     if (options_.sweep_interval.count() == 0) {
         options_.sweep_interval = options_.lease.ttl / 2;
@@ -110,6 +144,7 @@ node::node(storage::session_store& store, ownership::lease_store& leases, nats::
         asio::co_spawn(io_, passivate(this),
                        asio::bind_cancellation_slot(stop_passivation_.slot(), owned(busy_)));
     }
+    asio::co_spawn(io_, watch(this), asio::bind_cancellation_slot(stop_watch_.slot(), owned(busy_)));
 }
 
 node::~node() {
@@ -126,6 +161,7 @@ void node::run() {
 }
 
 void node::stop() {
+    stop_asked_ = true;
     asio::post(io_, [this] {
         if (stopping_) {
             return;
@@ -136,6 +172,7 @@ void node::stop() {
         server_->stop_taking();  // new requests go to the other workers
         stop_sweep_.emit(asio::cancellation_type::terminal);
         stop_passivation_.emit(asio::cancellation_type::terminal);
+        stop_watch_.emit(asio::cancellation_type::terminal);
         registry_->stop();  // every session loop is cancelled
         asio::co_spawn(io_, drain(this), asio::detached);
     });
@@ -159,8 +196,159 @@ worker::session_registry::event_forwarder node::served_only(
             }
             return;
         }
+        metrics_.published(std::holds_alternative<worker::committed_event>(e) ? "patch"
+                           : std::holds_alternative<worker::state_event>(e) ? "status"
+                                                                             : "delta");
         publish(sid, e);
     };
+}
+
+worker::session_registry::event_forwarder node::measured(
+    worker::session_registry::event_forwarder publish) {
+    using steady = std::chrono::steady_clock;
+    auto seconds_since = [](steady::time_point t) {
+        return std::chrono::duration<double>(steady::now() - t).count();
+    };
+    return [this, seconds_since, publish = std::move(publish)](const session::session_id& sid,
+                                                               const worker::loop_event& e) {
+        if (const auto* s = std::get_if<worker::state_event>(&e)) {
+            metrics_.transition(s->from, s->to);
+            if (s->to == session::loop_state::idle) {
+                in_state_since_.erase(sid.str());
+                stuck_logged_.erase(sid.str());
+            } else {
+                in_state_since_[sid.str()] = {s->to, steady::now()};
+                stuck_logged_.erase(sid.str());
+            }
+        } else if (std::holds_alternative<worker::stream_began_event>(e)) {
+            inferring_since_[sid.str()] = steady::now();
+        } else if (std::holds_alternative<worker::stream_ended_event>(e)) {
+            if (auto it = inferring_since_.find(sid.str()); it != inferring_since_.end()) {
+                metrics_.inference(seconds_since(it->second));
+                inferring_since_.erase(it);
+            }
+        } else if (const auto* c = std::get_if<worker::committed_event>(&e)) {
+            for (const auto& a : c->actions) {
+                const auto* appended = std::get_if<session::entry_appended>(&a);
+                if (appended == nullptr) {
+                    continue;
+                }
+                const auto& body = appended->e.body;
+                if (const auto* m = std::get_if<session::assistant_message>(&body)) {
+                    metrics_.tokens("input", m->usage.input);
+                    metrics_.tokens("cached_input", m->usage.cached_input);
+                    metrics_.tokens("cache_write", m->usage.cache_write);
+                    metrics_.tokens("output", m->usage.output);
+                } else if (const auto* t = std::get_if<session::tool_started>(&body)) {
+                    tool_since_[sid.str() + "/" + t->call.str()] = steady::now();
+                } else if (const auto* r = std::get_if<session::tool_result>(&body)) {
+                    const auto key = sid.str() + "/" + r->call.str();
+                    if (auto it = tool_since_.find(key); it != tool_since_.end()) {
+                        metrics_.tool(r->tool, seconds_since(it->second));
+                        tool_since_.erase(it);
+                    }
+                } else if (std::holds_alternative<session::compaction>(body)) {
+                    metrics_.compaction();
+                }
+            }
+        }
+        publish(sid, e);
+    };
+}
+
+metrics::snapshot node::take_snapshot() {
+    metrics::snapshot s;
+    s.sessions_loaded = registry_->size();
+    registry_->each([&](const worker::agent_loop& loop) {
+        ++s.per_state[static_cast<std::size_t>(loop.current())];
+        const auto& st = loop.state();
+        s.lane_depth[0] += st.in(session::lane::system).pending.size();
+        s.lane_depth[1] += st.in(session::lane::steer).pending.size();
+        s.lane_depth[2] += st.in(session::lane::follow_up).pending.size();
+        return true;
+    });
+    s.leases_held = keeper_.held();
+    s.stuck = stuck(false);
+    return s;
+}
+
+std::size_t node::stuck(bool log_new) {
+    const auto now = std::chrono::steady_clock::now();
+    const auto& o = options_.loop;
+    std::size_t n = 0;
+    for (auto it = in_state_since_.begin(); it != in_state_since_.end();) {
+        const auto& [id, at] = *it;
+        if (!registry_->contains(session::session_id::parse(id).value())) {
+            stuck_logged_.erase(id);
+            it = in_state_since_.erase(it);  // unloaded meanwhile
+            continue;
+        }
+        const auto [state, since] = at;
+        const auto limit = state == session::loop_state::executing_tools ? o.tool_timeout
+                           : state == session::loop_state::compacting    ? o.summary_timeout
+                                                                         : o.inference_timeout;
+        if (now - since > limit) {
+            ++n;
+            if (log_new && stuck_logged_.insert(id).second) {
+                log_->warn(
+                    "session {} has been {} for {} s, longer than its timeout ({} s): abort "
+                    "frees it",
+                    id, session::loop_state_name(state),
+                    std::chrono::duration_cast<std::chrono::seconds>(now - since).count(),
+                    std::chrono::duration_cast<std::chrono::seconds>(limit).count());
+            }
+        }
+        ++it;
+    }
+    return n;
+}
+
+asio::awaitable<void> node::watch(node* self) {
+    asio::steady_timer timer(co_await asio::this_coro::executor);
+    for (;;) {
+        timer.expires_after(std::chrono::seconds(1));
+        co_await timer.async_wait(asio::use_awaitable);
+        if (self->stopping_) {
+            co_return;
+        }
+        self->stuck(true);
+    }
+}
+
+// On the endpoint's thread: the gauges come from the executor (at most a second old: a
+// worker whose executor is stuck still answers, with the last figures).
+std::string node::scrape() {
+    auto taken = std::make_shared<std::promise<metrics::snapshot>>();
+    auto future = taken->get_future();
+    asio::post(io_, [this, taken] { taken->set_value(take_snapshot()); });
+    if (future.wait_for(std::chrono::seconds(1)) == std::future_status::ready) {
+        metrics_.update(future.get());
+    }
+    const auto failures = server_->publish_failures();
+    for (; publish_failures_seen_ < failures; ++publish_failures_seen_) {
+        metrics_.publish_failed();
+    }
+    return metrics_.text();
+}
+
+bool node::turning(std::chrono::milliseconds within) {
+    auto turned = std::make_shared<std::promise<void>>();
+    auto future = turned->get_future();
+    asio::post(io_, [turned] { turned->set_value(); });
+    return future.wait_for(within) == std::future_status::ready;
+}
+
+std::optional<std::string> node::unready() {
+    if (stop_asked_) {
+        return "stopping";
+    }
+    if (options_.nats_connected && !options_.nats_connected()) {
+        return "not connected to NATS";
+    }
+    if (!store_.available()) {
+        return "the session store does not answer";
+    }
+    return std::nullopt;
 }
 
 // Renews this worker's leases every renew interval, and gives up those past their deadline
@@ -196,6 +384,9 @@ asio::awaitable<void> node::keep_leases(node* self) {
                 renewed.error().message());
         } else if (renewed && failing) {
             self->log_->info("lease renewal works again");
+        }
+        if (renewed) {
+            self->metrics_.lease_event("renewed", self->keeper_.held());
         }
         failing = !renewed;
     }
@@ -281,6 +472,7 @@ asio::awaitable<void> node::sweep(node* self) {
                 self->leases_.release(c.id, epoch);  // another worker may do better
                 continue;
             }
+            self->metrics_.recovery();
             if (c.summary.has_work) {
                 self->log_->info("recovered session {} (epoch {}): it has work to do", c.id.str(),
                                  epoch.value);

@@ -37,6 +37,8 @@
 #include "broker/lease_desk.hpp"
 #include "broker/server.hpp"
 #include "broker/tool_services.hpp"
+#include "metrics/http_endpoint.hpp"
+#include "metrics/metrics.hpp"
 #include "storage/watched_store.hpp"
 #include "worker/clock.hpp"
 #include "worker/providers_config.hpp"
@@ -48,7 +50,9 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/thread_pool.hpp>
 
+#include <atomic>
 #include <map>
+#include <set>
 #include <memory>
 
 namespace wuhu::app {
@@ -81,6 +85,13 @@ struct node_options {
     std::vector<worker::endpoint_config> endpoints;
     // The tools file's tools, served over NATS (broker/tool_services.hpp).
     std::vector<broker::tool_service> tool_services;
+    // Where /metrics, /healthz and /readyz are served ("host:port"; port 0: a free one);
+    // empty: nowhere. Throws std::runtime_error when it cannot listen there, unless
+    // `metrics_addr_is_default`: then a free port of that host is used (and logged).
+    std::string metrics_addr;
+    bool metrics_addr_is_default = false;
+    // Whether the NATS connection is up (/readyz); none: always.
+    std::function<bool()> nats_connected;
 };
 
 class node {
@@ -104,17 +115,41 @@ class node {
     // REQUIRES: on the executor.
     const worker::session_registry& registry() const { return *registry_; }
     const broker::server& requests() const { return *server_; }
+    // Where /metrics is served ("127.0.0.1:9464"), or empty.
+    std::string metrics_address() const { return http_ ? http_->address() : std::string(); }
 
   private:
     worker::session_registry::event_forwarder served_only(
         worker::session_registry::event_forwarder publish);
+    // Records what a loop event tells the metrics, then forwards it.
+    worker::session_registry::event_forwarder measured(
+        worker::session_registry::event_forwarder publish);
+    // The gauges, from the loaded sessions (on the executor); and /metrics, /healthz, /readyz
+    // (on the endpoint's thread).
+    metrics::snapshot take_snapshot();
+    std::string scrape();
+    bool turning(std::chrono::milliseconds within);
+    std::optional<std::string> unready();
     static asio::awaitable<void> keep_leases(node* self);
     static asio::awaitable<void> sweep(node* self);
     static asio::awaitable<void> passivate(node* self);
+    // Every second: logs each session that has just been stuck in one loop state for longer
+    // than that state's timeout (the gauge counts them at each scrape).
+    static asio::awaitable<void> watch(node* self);
+    std::size_t stuck(bool log_new);
     static asio::awaitable<void> drain(node* self);
 
     node_options options_;
     std::shared_ptr<spdlog::logger> log_;
+    metrics::worker_metrics metrics_;
+    // Started when each inference began, and each tool call (by session, call id): executor.
+    std::map<std::string, std::chrono::steady_clock::time_point> inferring_since_;
+    std::map<std::string, std::chrono::steady_clock::time_point> tool_since_;
+    // The loop state of each session out of idle, since when; and those logged as stuck.
+    std::map<std::string, std::pair<session::loop_state, std::chrono::steady_clock::time_point>>
+        in_state_since_;
+    std::set<std::string> stuck_logged_;
+    std::size_t publish_failures_seen_ = 0;  // the server's count at the last scrape
     // Before io_: work destroyed with it gives its passes back to live gates.
     worker::work_gate busy_;      // requests, loops, drains, sweep, passivation
     worker::work_gate renewing_;  // the lease keeper
@@ -137,8 +172,12 @@ class node {
     asio::cancellation_signal stop_renewal_;
     asio::cancellation_signal stop_sweep_;
     asio::cancellation_signal stop_passivation_;
+    asio::cancellation_signal stop_watch_;
     bool stopping_ = false;     // executor only
     bool passivating_ = false;  // lease releases are passivations (logged in one line)
+    std::atomic<bool> stop_asked_{false};  // /readyz: not ready once the stop began
+    // Last: destroyed first, while everything it reads is still there.
+    std::unique_ptr<metrics::http_endpoint> http_;
 };
 
 }  // namespace wuhu::app

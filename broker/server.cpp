@@ -75,8 +75,35 @@ protocol::command_result result_of(const worker::command_reply& r) {
     return protocol::command_result{r.id, r.canceled, r.config};
 }
 
+// The verb of a request's subject, from the bounded set (a metric label).
+std::string_view verb_of(std::string_view subject) {
+    const auto v = protocol::verb_named(subject.substr(subject.rfind('.') + 1));
+    return v ? protocol::verb_name(*v) : std::string_view("invalid");
+}
+
+// "ok", or the error code of a reply (a metric label: the codes are a bounded set).
+std::string_view outcome_of(std::string_view reply) {
+    if (reply.starts_with(R"({"ok":true)")) {
+        return "ok";
+    }
+    constexpr std::string_view key = R"("code":")";
+    const auto at = reply.find(key);
+    if (at == std::string_view::npos) {
+        return "error";
+    }
+    const auto code = reply.substr(at + key.size(), 40);
+    const auto end = code.find('"');
+    if (end == std::string_view::npos ||
+        code.substr(0, end).find_first_not_of("abcdefghijklmnopqrstuvwxyz_") !=
+            std::string_view::npos) {
+        return "error";
+    }
+    return code.substr(0, end);
+}
+
 // One request, answered on the executor (a named coroutine taking its arguments by value).
 asio::awaitable<void> serve(server* srv, worker::session_registry* reg, nats::message m) {
+    const auto began = std::chrono::steady_clock::now();
     if (m.bad_reply) {
         // A reply subject with bytes a C string hides: answering it would reach another inbox.
         srv->count_failure("reply (the reply subject has a NUL byte)", m.subject, 0);
@@ -96,6 +123,10 @@ asio::awaitable<void> serve(server* srv, worker::session_registry* reg, nats::me
         for (const auto& r : replies) {
             srv->publish(reply_to, r, "reply", subject);
         }
+    }
+    if (!replies.empty()) {  // empty: forwarded to the owner, which answers (and counts) it
+        srv->answered(verb_of(subject), outcome_of(replies.front()),
+                      std::chrono::steady_clock::now() - began);
     }
 }
 
@@ -514,6 +545,9 @@ asio::awaitable<std::vector<std::string>> server::handle(worker::session_registr
     // this worker closed itself (`closed`: deleted, unloaded, replaced) needs only the routing:
     // the lease is already as it should be.
     auto fenced = [&](s::lease_epoch epoch) {
+        if (options_.on_fenced) {
+            options_.on_fenced();
+        }
         leases_.lost(sid, epoch);  // if still the lease at that epoch
         registry.unload(sid, epoch);
     };

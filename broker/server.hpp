@@ -30,6 +30,8 @@
 #include <boost/asio/thread_pool.hpp>
 
 #include <atomic>
+#include <chrono>
+#include <functional>
 #include <random>
 
 namespace wuhu::broker {
@@ -49,6 +51,14 @@ struct server_options {
     // (and is not "scripted") is refused. Empty: no providers file, any model (the scripted
     // one answers).
     std::vector<std::string> model_endpoints;
+    // Told of each request answered here, on the executor: its verb (one of protocol's verbs,
+    // or "invalid"), its result ("ok", or the error code) and how long it took.
+    std::function<void(std::string_view verb, std::string_view result,
+                       std::chrono::steady_clock::duration took)>
+        on_answered;
+    // Told when the store refused this worker's epoch for a request (a newer owner, or a
+    // deletion): the lease is dropped and the request routed again.
+    std::function<void()> on_fenced;
 };
 
 // The payload a loop event publishes on `<prefix>.events.<sid>.delta` (protocol/events.hpp),
@@ -97,6 +107,13 @@ class server {
     void publish(const std::string& subject, std::string_view data, std::string_view what,
                  std::string_view context);
     void count_failure(std::string_view what, std::string_view context, std::size_t bytes);
+    // A request was answered (tells server_options::on_answered).
+    void answered(std::string_view verb, std::string_view result,
+                  std::chrono::steady_clock::duration took) const {
+        if (options_.on_answered) {
+            options_.on_answered(verb, result, took);
+        }
+    }
 
   private:
     session::queue_item_id new_item_id();

@@ -457,6 +457,10 @@ void connection::flush() {
     natsConnection_FlushTimeout(nc_, 5000);
 }
 
+bool connection::connected() const {
+    return natsConnection_Status(nc_) == NATS_CONN_STATUS_CONNECTED;
+}
+
 std::int64_t connection::max_payload() const {
     return natsConnection_GetMaxPayload(nc_);
 }

@@ -115,6 +115,8 @@ class connection {
     std::size_t requests_waiting();
     void flush();
     std::int64_t max_payload() const;
+    // Whether the connection is up now (not reconnecting, not closed).
+    bool connected() const;
 
   private:
     // The connection callbacks' closure: it outlives the last callback (the destructor waits

@@ -26,7 +26,12 @@ class watched_log final : public session_log {
         return noted(store_, [&] { return inner_->since(from); });
     }
     result<void> do_commit(const session_state& before, const action_list& actions) override {
-        return noted(store_, [&] { return forward_commit(*inner_, before, actions); });
+        const auto began = std::chrono::steady_clock::now();
+        auto out = noted(store_, [&] { return forward_commit(*inner_, before, actions); });
+        if (out) {
+            store_.committed(std::chrono::steady_clock::now() - began);
+        }
+        return out;
     }
 
   private:

@@ -10,6 +10,7 @@
 
 #include "storage/store.hpp"
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <mutex>
@@ -21,8 +22,11 @@ class watched_store final : public forwarding_store {
     // available: false when the store went away (`why`), true when it is back.
     using listener = std::function<void(bool available, const boost::system::error_code& why)>;
 
-    watched_store(session_store& target, listener l)
-        : forwarding_store(target), listener_(std::move(l)) {}
+    // Told how long each successful commit took (on the committing thread).
+    using commit_observer = std::function<void(std::chrono::steady_clock::duration)>;
+
+    watched_store(session_store& target, listener l, commit_observer c = {})
+        : forwarding_store(target), listener_(std::move(l)), commit_observer_(std::move(c)) {}
 
     result<void> remove(const session_id& id, lease_epoch epoch) override;
     result<bool> exists(const session_id& id) override;
@@ -33,6 +37,12 @@ class watched_store final : public forwarding_store {
     // Notes the outcome of an operation that began after `changes_before` changes.
     void note(const boost::system::error_code& ec, std::uint64_t changes_before);
     bool available() const;
+    // A commit succeeded in `took` (tells the commit observer).
+    void committed(std::chrono::steady_clock::duration took) const {
+        if (commit_observer_) {
+            commit_observer_(took);
+        }
+    }
 
   protected:
     result<std::unique_ptr<session_log>> do_open(const session_id& id, lease_epoch epoch,
@@ -40,6 +50,7 @@ class watched_store final : public forwarding_store {
 
   private:
     listener listener_;
+    commit_observer commit_observer_;
     mutable std::mutex mu_;
     bool down_ = false;
     std::uint64_t changes_ = 0;

@@ -2,6 +2,7 @@
 // ahead of the acquisitions already waiting there.
 #include "broker/lease_desk.hpp"
 #include "ownership/memory_lease.hpp"
+#include "tests/support/forwarding_lease.hpp"
 
 #include <gtest/gtest.h>
 #include <boost/asio/co_spawn.hpp>
@@ -21,44 +22,23 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// A memory lease store whose acquisitions take 10 ms (a slow disk), and that records the
+// A lease store whose acquisitions take 10 ms (a slow disk), and that records the
 // order of its calls.
-class slow_leases final : public ownership::lease_store {
+class slow_leases final : public forwarding_lease {
   public:
+    explicit slow_leases(ownership::lease_store& inner) : forwarding_lease(inner) {}
     ownership::result<ownership::acquisition> acquire(const session::session_id& id,
                                                       std::string_view owner,
                                                       std::chrono::milliseconds ttl) override {
         std::this_thread::sleep_for(10ms);
         note("acquire " + id.str());
-        return inner_.acquire(id, owner, ttl);
+        return forwarding_lease::acquire(id, owner, ttl);
     }
     ownership::result<std::vector<session::session_id>> renew(
         const std::vector<ownership::lease>& held, std::chrono::milliseconds ttl) override {
         note("renew");
-        return inner_.renew(held, ttl);
+        return forwarding_lease::renew(held, ttl);
     }
-    ownership::result<std::vector<ownership::lease>> claim(
-        const std::vector<session::session_id>& candidates, std::string_view owner,
-        std::chrono::milliseconds ttl, std::size_t limit) override {
-        return inner_.claim(candidates, owner, ttl, limit);
-    }
-    ownership::result<void> release(const ownership::lease& held) override {
-        return inner_.release(held);
-    }
-    ownership::result<std::optional<ownership::lease>> owner_of(
-        const session::session_id& id) override {
-        return inner_.owner_of(id);
-    }
-    ownership::result<std::vector<ownership::lease>> live(
-        const ownership::lease_query& q) override {
-        return inner_.live(q);
-    }
-    ownership::result<std::vector<std::string>> owners() override { return inner_.owners(); }
-    ownership::result<void> remove(const session::session_id& id,
-                                   session::lease_epoch epoch) override {
-        return inner_.remove(id, epoch);
-    }
-    std::string_view backend() const override { return "slow"; }
 
     std::vector<std::string> calls() {
         std::lock_guard lock(mu_);
@@ -70,7 +50,6 @@ class slow_leases final : public ownership::lease_store {
         std::lock_guard lock(mu_);
         calls_.push_back(std::move(what));
     }
-    ownership::memory_lease inner_;
     std::mutex mu_;
     std::vector<std::string> calls_;
 };
@@ -90,7 +69,8 @@ asio::awaitable<void> renew(broker::lease_desk& desk, bool& renewed) {
 }  // namespace
 
 TEST(LeaseDesk, ARenewalGoesAheadOfTheAcquisitionsWaitingOnTheStrand) {
-    slow_leases store;
+    ownership::memory_lease inner;
+    slow_leases store(inner);
     ownership::keeper keeper(store, "w1", 60s);
     asio::thread_pool pool(1);
     asio::io_context io;

@@ -9,6 +9,7 @@
 #include "ownership/sqlite_lease.hpp"
 #include "storage/faulty_store.hpp"
 #include "storage/sqlite_store.hpp"
+#include "tests/support/forwarding_lease.hpp"
 #include "worker/log.hpp"
 #include "worker/scripted_provider.hpp"
 
@@ -22,9 +23,9 @@
 namespace wuhu::testing {
 
 // A lease store whose acquisitions wait while hold() is on (a slow catalog, a far database).
-class holding_lease final : public ownership::lease_store {
+class holding_lease final : public forwarding_lease {
   public:
-    explicit holding_lease(ownership::lease_store& inner) : inner_(inner) {}
+    explicit holding_lease(ownership::lease_store& inner) : forwarding_lease(inner) {}
     void hold() {
         std::lock_guard lock(mu_);
         holding_ = true;
@@ -49,37 +50,10 @@ class holding_lease final : public ownership::lease_store {
             cv_.wait(lock, [this] { return !holding_; });
             --waiting_;
         }
-        return inner_.acquire(id, owner, ttl);
+        return forwarding_lease::acquire(id, owner, ttl);
     }
-    ownership::result<std::vector<session::session_id>> renew(
-        const std::vector<ownership::lease>& held, std::chrono::milliseconds ttl) override {
-        return inner_.renew(held, ttl);
-    }
-    ownership::result<std::vector<ownership::lease>> claim(
-        const std::vector<session::session_id>& candidates, std::string_view owner,
-        std::chrono::milliseconds ttl, std::size_t limit) override {
-        return inner_.claim(candidates, owner, ttl, limit);
-    }
-    ownership::result<void> release(const ownership::lease& held) override {
-        return inner_.release(held);
-    }
-    ownership::result<std::optional<ownership::lease>> owner_of(
-        const session::session_id& id) override {
-        return inner_.owner_of(id);
-    }
-    ownership::result<std::vector<ownership::lease>> live(
-        const ownership::lease_query& q) override {
-        return inner_.live(q);
-    }
-    ownership::result<std::vector<std::string>> owners() override { return inner_.owners(); }
-    ownership::result<void> remove(const session::session_id& id,
-                                   session::lease_epoch epoch) override {
-        return inner_.remove(id, epoch);
-    }
-    std::string_view backend() const override { return inner_.backend(); }
 
   private:
-    ownership::lease_store& inner_;
     mutable std::mutex mu_;
     std::condition_variable cv_;
     bool holding_ = false;

@@ -251,7 +251,8 @@ class worker_process {
             "--store",     config_.store.empty() ? "sqlite://" + data().string() : config_.store,
             "--script",    script(),
             "--prefix",    prefix_,
-            "--worker-id", config_.worker_id};
+            "--worker-id", config_.worker_id,
+            "--metrics-addr", "127.0.0.1:0"};
         args.insert(args.end(), config_.args.begin(), config_.args.end());
         pid_ = spawn(worker_bin(), args, spawn_options{log(), config_.max_file_bytes, {}});
     }

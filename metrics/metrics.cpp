@@ -1,0 +1,217 @@
+#include "metrics/metrics.hpp"
+
+#include <prometheus/text_serializer.h>
+
+namespace wuhu::metrics {
+
+namespace {
+
+using prometheus::BuildCounter;
+using prometheus::BuildGauge;
+using prometheus::BuildHistogram;
+
+constexpr session::loop_state states[] = {
+    session::loop_state::idle, session::loop_state::preparing, session::loop_state::inferring,
+    session::loop_state::executing_tools, session::loop_state::compacting};
+constexpr const char* lanes[] = {"system", "steer", "followUp"};
+
+// 100 µs to 10 min, about three buckets a decade.
+prometheus::Histogram::BucketBoundaries seconds_buckets() {
+    return {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+            0.25,   0.5,     1,      2.5,   5,      10,    30,   60,    120,  300, 600};
+}
+
+std::size_t index_of(session::loop_state s) {
+    return static_cast<std::size_t>(s);
+}
+
+}  // namespace
+
+worker_metrics::worker_metrics(std::string_view store_backend)
+    : registry_(std::make_shared<prometheus::Registry>()) {
+    auto& r = *registry_;
+    sessions_loaded_ = &BuildGauge()
+                            .Name("wuhu_sessions_loaded")
+                            .Help("Sessions loaded on this worker")
+                            .Register(r)
+                            .Add({});
+    auto& per_state = BuildGauge()
+                          .Name("wuhu_loop_sessions")
+                          .Help("Loaded sessions per loop state")
+                          .Register(r);
+    auto& transitions = BuildCounter()
+                            .Name("wuhu_loop_transitions_total")
+                            .Help("Loop state changes")
+                            .Register(r);
+    for (auto from : states) {
+        const std::string from_name(session::loop_state_name(from));
+        loop_sessions_[index_of(from)] = &per_state.Add({{"state", from_name}});
+        for (auto to : states) {
+            if (from != to) {
+                transitions_[index_of(from)][index_of(to)] = &transitions.Add(
+                    {{"from", from_name}, {"to", std::string(session::loop_state_name(to))}});
+            }
+        }
+    }
+    auto& depth = BuildGauge()
+                      .Name("wuhu_lane_depth")
+                      .Help("Pending items in the input lanes of the loaded sessions")
+                      .Register(r);
+    for (std::size_t i = 0; i < std::size(lanes); ++i) {
+        lane_depth_[i] = &depth.Add({{"lane", lanes[i]}});
+    }
+    commands_ = &BuildCounter()
+                     .Name("wuhu_commands_total")
+                     .Help("Commands answered, by verb and result")
+                     .Register(r);
+    command_seconds_ = &BuildHistogram()
+                            .Name("wuhu_command_duration_seconds")
+                            .Help("Time from a command's receipt to its reply")
+                            .Register(r);
+    inference_seconds_ = &BuildHistogram()
+                              .Name("wuhu_inference_duration_seconds")
+                              .Help("Inference attempts, from request to the end of the stream")
+                              .Register(r)
+                              .Add({}, seconds_buckets());
+    auto& tokens = BuildCounter()
+                       .Name("wuhu_inference_tokens_total")
+                       .Help("Tokens of committed inferences, by kind")
+                       .Register(r);
+    for (const char* kind : {"input", "cached_input", "cache_write", "output"}) {
+        tokens_[kind] = &tokens.Add({{"kind", kind}});
+    }
+    tool_seconds_ = &BuildHistogram()
+                         .Name("wuhu_tool_duration_seconds")
+                         .Help("Tool calls, by tool")
+                         .Register(r);
+    commit_seconds_ = &BuildHistogram()
+                           .Name("wuhu_store_commit_duration_seconds")
+                           .Help("Store commits, by backend")
+                           .Register(r)
+                           .Add({{"backend", std::string(store_backend)}}, seconds_buckets());
+    leases_held_ =
+        &BuildGauge().Name("wuhu_leases_held").Help("Leases this worker holds").Register(r).Add({});
+    auto& lease_events = BuildCounter()
+                             .Name("wuhu_lease_events_total")
+                             .Help("Lease events of this worker, by event")
+                             .Register(r);
+    for (const char* e : {"acquired", "renewed", "lost", "released", "fenced"}) {
+        lease_events_[e] = &lease_events.Add({{"event", e}});
+    }
+    compactions_ =
+        &BuildCounter().Name("wuhu_compactions_total").Help("Compactions").Register(r).Add({});
+    recoveries_ = &BuildCounter()
+                       .Name("wuhu_recoveries_total")
+                       .Help("Sessions recovered by the sweep")
+                       .Register(r)
+                       .Add({});
+    auto& published = BuildCounter()
+                          .Name("wuhu_events_published_total")
+                          .Help("Events published on NATS, by kind")
+                          .Register(r);
+    for (const char* kind : {"patch", "status", "delta"}) {
+        published_[kind] = &published.Add({{"kind", kind}});
+    }
+    publish_failures_ = &BuildCounter()
+                             .Name("wuhu_publish_failures_total")
+                             .Help("Replies and events that could not be published")
+                             .Register(r)
+                             .Add({});
+    stuck_ = &BuildGauge()
+                  .Name("wuhu_loop_stuck_sessions")
+                  .Help("Sessions in one loop state for longer than its timeout")
+                  .Register(r)
+                  .Add({});
+}
+
+void worker_metrics::transition(session::loop_state from, session::loop_state to) {
+    if (auto* c = transitions_[index_of(from)][index_of(to)]) {
+        c->Increment();
+    }
+}
+
+void worker_metrics::command(std::string_view verb, std::string_view result, double seconds) {
+    auto v = commands_by_verb_.find(verb);
+    if (v == commands_by_verb_.end()) {
+        v = commands_by_verb_.emplace(std::string(verb), decltype(v->second){}).first;
+        command_seconds_by_verb_[std::string(verb)] =
+            &command_seconds_->Add({{"verb", std::string(verb)}}, seconds_buckets());
+    }
+    auto c = v->second.find(result);
+    if (c == v->second.end()) {
+        c = v->second
+                .emplace(std::string(result),
+                         &commands_->Add({{"verb", std::string(verb)},
+                                          {"result", std::string(result)}}))
+                .first;
+    }
+    c->second->Increment();
+    command_seconds_by_verb_.find(verb)->second->Observe(seconds);
+}
+
+void worker_metrics::inference(double seconds) {
+    inference_seconds_->Observe(seconds);
+}
+
+void worker_metrics::tokens(std::string_view kind, std::uint64_t n) {
+    if (auto it = tokens_.find(kind); it != tokens_.end() && n > 0) {
+        it->second->Increment(static_cast<double>(n));
+    }
+}
+
+void worker_metrics::tool(std::string_view name, double seconds) {
+    auto it = tool_seconds_by_name_.find(name);
+    if (it == tool_seconds_by_name_.end()) {
+        it = tool_seconds_by_name_
+                 .emplace(std::string(name),
+                          &tool_seconds_->Add({{"tool", std::string(name)}}, seconds_buckets()))
+                 .first;
+    }
+    it->second->Observe(seconds);
+}
+
+void worker_metrics::commit(double seconds) {
+    commit_seconds_->Observe(seconds);
+}
+
+void worker_metrics::lease_event(std::string_view event, std::uint64_t n) {
+    if (auto it = lease_events_.find(event); it != lease_events_.end() && n > 0) {
+        it->second->Increment(static_cast<double>(n));
+    }
+}
+
+void worker_metrics::compaction() {
+    compactions_->Increment();
+}
+
+void worker_metrics::recovery() {
+    recoveries_->Increment();
+}
+
+void worker_metrics::published(std::string_view kind) {
+    if (auto it = published_.find(kind); it != published_.end()) {
+        it->second->Increment();
+    }
+}
+
+void worker_metrics::publish_failed() {
+    publish_failures_->Increment();
+}
+
+void worker_metrics::update(const snapshot& s) {
+    sessions_loaded_->Set(static_cast<double>(s.sessions_loaded));
+    for (std::size_t i = 0; i < loop_sessions_.size(); ++i) {
+        loop_sessions_[i]->Set(static_cast<double>(s.per_state[i]));
+    }
+    for (std::size_t i = 0; i < lane_depth_.size(); ++i) {
+        lane_depth_[i]->Set(static_cast<double>(s.lane_depth[i]));
+    }
+    leases_held_->Set(static_cast<double>(s.leases_held));
+    stuck_->Set(static_cast<double>(s.stuck));
+}
+
+std::string worker_metrics::text() const {
+    return prometheus::TextSerializer().Serialize(registry_->Collect());
+}
+
+}  // namespace wuhu::metrics

@@ -1,0 +1,101 @@
+// A worker's Prometheus metrics (DESIGN.md "Metrics"; docs/operations.md lists them).
+//
+// Counters and histograms are recorded where the events already are (the node's loop-event
+// forwarder, the request server's replies, the lease keeper's events); the gauges (sessions
+// per loop state, lane depths, leases held, stuck sessions) are a snapshot the node takes on
+// its executor when Prometheus scrapes, so they never drift and cost nothing between scrapes.
+//
+// Names follow Prometheus conventions: base units, `_total` counters, `_seconds` histograms
+// with buckets from 100 µs to 10 min. No label takes a session id: verbs, results, states,
+// lanes, kinds and tool names are bounded sets.
+//
+// Threads: command(), tool(), transition(), tokens(), inference() and published() are called
+// on the node's executor (their series of unbounded-looking sets, verbs and tool names, are
+// made there on first use, without a lock); commit() and lease_event() from any thread (their
+// series are all made at construction); text() from any thread.
+#pragma once
+
+#include "session/settings.hpp"
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <array>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace wuhu::metrics {
+
+// What the node reports at each scrape.
+struct snapshot {
+    std::size_t sessions_loaded = 0;
+    std::array<std::size_t, 5> per_state{};  // by session::loop_state
+    std::array<std::size_t, 3> lane_depth{};  // system, steer, followUp: pending items
+    std::size_t leases_held = 0;
+    std::size_t stuck = 0;  // sessions in one loop state longer than its timeout
+};
+
+class worker_metrics {
+  public:
+    // `store_backend`: the commit histogram's label ("sqlite", "postgres", "memory").
+    explicit worker_metrics(std::string_view store_backend);
+    worker_metrics(const worker_metrics&) = delete;
+    worker_metrics& operator=(const worker_metrics&) = delete;
+
+    void transition(session::loop_state from, session::loop_state to);
+    // A command answered: its verb (enqueue, cancel, ...), its result ("ok" or the error
+    // code) and how long it took from receipt to reply.
+    void command(std::string_view verb, std::string_view result, double seconds);
+    void inference(double seconds);
+    // Tokens of one inference by kind: input, cached_input, cache_write, output (others are
+    // not counted).
+    void tokens(std::string_view kind, std::uint64_t n);
+    void tool(std::string_view name, double seconds);
+    void commit(double seconds);
+    // acquired, renewed, lost, released, fenced (others are not counted).
+    void lease_event(std::string_view event, std::uint64_t n = 1);
+    void compaction();
+    void recovery();
+    // An event published on NATS (patch, status, delta: others are not counted), or one that
+    // could not be.
+    void published(std::string_view kind);
+    void publish_failed();
+
+    void update(const snapshot& s);
+    // The text exposition format (what /metrics serves).
+    std::string text() const;
+    prometheus::Registry& registry() { return *registry_; }
+
+  private:
+    std::shared_ptr<prometheus::Registry> registry_;
+    // Series of bounded sets, made at construction: recording only finds them.
+    prometheus::Gauge* sessions_loaded_;
+    std::array<prometheus::Gauge*, 5> loop_sessions_{};
+    std::array<std::array<prometheus::Counter*, 5>, 5> transitions_{};
+    std::array<prometheus::Gauge*, 3> lane_depth_{};
+    prometheus::Histogram* inference_seconds_;
+    std::map<std::string, prometheus::Counter*, std::less<>> tokens_;
+    prometheus::Histogram* commit_seconds_;
+    prometheus::Gauge* leases_held_;
+    std::map<std::string, prometheus::Counter*, std::less<>> lease_events_;
+    prometheus::Counter* compactions_;
+    prometheus::Counter* recoveries_;
+    std::map<std::string, prometheus::Counter*, std::less<>> published_;
+    prometheus::Counter* publish_failures_;
+    prometheus::Gauge* stuck_;
+    // Series made on first use, on the node's executor only (no lock: see command()).
+    prometheus::Family<prometheus::Counter>* commands_;
+    prometheus::Family<prometheus::Histogram>* command_seconds_;
+    prometheus::Family<prometheus::Histogram>* tool_seconds_;
+    std::map<std::string, std::map<std::string, prometheus::Counter*, std::less<>>, std::less<>>
+        commands_by_verb_;
+    std::map<std::string, prometheus::Histogram*, std::less<>> command_seconds_by_verb_;
+    std::map<std::string, prometheus::Histogram*, std::less<>> tool_seconds_by_name_;
+};
+
+}  // namespace wuhu::metrics
