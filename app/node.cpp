@@ -1,5 +1,6 @@
 #include "app/node.hpp"
 
+#include "protocol/subjects.hpp"
 #include "worker/replay_provider.hpp"
 
 #include <boost/asio/bind_cancellation_slot.hpp>
@@ -56,6 +57,14 @@ node::node(storage::session_store& store, ownership::lease_store& leases, nats::
         metrics_.command(verb, result, std::chrono::duration<double>(took).count());
     };
     options_.server.on_fenced = [this] { metrics_.lease_event("fenced"); };
+    for (auto v : {protocol::verb::enqueue, protocol::verb::cancel, protocol::verb::system,
+                   protocol::verb::subscribe, protocol::verb::configure, protocol::verb::abort,
+                   protocol::verb::pause, protocol::verb::resume, protocol::verb::remove}) {
+        metrics_.declare_verb(protocol::verb_name(v));
+    }
+    for (const auto& t : tools_.specs({})) {
+        metrics_.declare_tool(t.name);
+    }
     server_ = std::make_unique<broker::server>(io_.get_executor(), nats, leases_, tools_,
                                                options_.server, log_);
     for (const auto& e : options_.endpoints) {
@@ -450,7 +459,10 @@ asio::awaitable<void> node::sweep(node* self) {
                 for (const auto& l : *claimed) {
                     recovering.emplace_back(why.at(l.id.str()), l.epoch);
                 }
+                self->metrics_.without_owner(claimed->size());
             }  // else the lease store is away: the leases' own callers log it
+        } else if (orphans.empty()) {
+            self->metrics_.without_owner(0);
         }
         if (!recovering.empty()) {
             self->log_->info(

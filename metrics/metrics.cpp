@@ -105,6 +105,11 @@ worker_metrics::worker_metrics(std::string_view store_backend)
                        .Help("Sessions recovered by the sweep")
                        .Register(r)
                        .Add({});
+    without_owner_ = &BuildGauge()
+                          .Name("wuhu_sessions_without_owner")
+                          .Help("Sessions with work and no live owner that the last sweep claimed")
+                          .Register(r)
+                          .Add({});
     auto& published = BuildCounter()
                           .Name("wuhu_events_published_total")
                           .Help("Events published on NATS, by kind")
@@ -130,6 +135,14 @@ void worker_metrics::transition(session::loop_state from, session::loop_state to
     }
 }
 
+void worker_metrics::declare_verb(std::string_view verb) {
+    command(verb, "ok", -1);
+}
+
+void worker_metrics::declare_tool(std::string_view name) {
+    tool(name, -1);
+}
+
 void worker_metrics::command(std::string_view verb, std::string_view result, double seconds) {
     auto v = commands_by_verb_.find(verb);
     if (v == commands_by_verb_.end()) {
@@ -145,8 +158,10 @@ void worker_metrics::command(std::string_view verb, std::string_view result, dou
                                           {"result", std::string(result)}}))
                 .first;
     }
-    c->second->Increment();
-    command_seconds_by_verb_.find(verb)->second->Observe(seconds);
+    if (seconds >= 0) {  // else only declared
+        c->second->Increment();
+        command_seconds_by_verb_.find(verb)->second->Observe(seconds);
+    }
 }
 
 void worker_metrics::inference(double seconds) {
@@ -167,7 +182,9 @@ void worker_metrics::tool(std::string_view name, double seconds) {
                           &tool_seconds_->Add({{"tool", std::string(name)}}, seconds_buckets()))
                  .first;
     }
-    it->second->Observe(seconds);
+    if (seconds >= 0) {  // else only declared
+        it->second->Observe(seconds);
+    }
 }
 
 void worker_metrics::commit(double seconds) {
@@ -186,6 +203,10 @@ void worker_metrics::compaction() {
 
 void worker_metrics::recovery() {
     recoveries_->Increment();
+}
+
+void worker_metrics::without_owner(std::size_t n) {
+    without_owner_->Set(static_cast<double>(n));
 }
 
 void worker_metrics::published(std::string_view kind) {

@@ -61,10 +61,18 @@ class worker_metrics {
     void lease_event(std::string_view event, std::uint64_t n = 1);
     void compaction();
     void recovery();
+    // Sessions with work (or a timer due) and no live owner that the last sweep round found
+    // and claimed: above zero round after round, sessions are not finding a home.
+    void without_owner(std::size_t n);
     // An event published on NATS (patch, status, delta: others are not counted), or one that
     // could not be.
     void published(std::string_view kind);
     void publish_failed();
+
+    // Makes the series of a verb (its "ok" result) and of a tool before any is recorded, so
+    // that dashboards and rates see zeros rather than nothing. Before serving, on the executor.
+    void declare_verb(std::string_view verb);
+    void declare_tool(std::string_view name);
 
     void update(const snapshot& s);
     // The text exposition format (what /metrics serves).
@@ -85,6 +93,7 @@ class worker_metrics {
     std::map<std::string, prometheus::Counter*, std::less<>> lease_events_;
     prometheus::Counter* compactions_;
     prometheus::Counter* recoveries_;
+    prometheus::Gauge* without_owner_;
     std::map<std::string, prometheus::Counter*, std::less<>> published_;
     prometheus::Counter* publish_failures_;
     prometheus::Gauge* stuck_;

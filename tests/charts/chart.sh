@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# The Helm chart (charts/wuhu/), rendered as Helm renders it: Go's text/template with the sprig
+# functions (Debian's golang-go and golang-github-masterminds-sprig-dev; charts/tests/render),
+# for the default values and for the postgres and sqlite modes. Each rendering must parse, pass
+# yamllint, name only the ports, paths and WUHU_* settings the worker really has, and its values
+# must pass values.schema.json. The dashboard may name only metrics a live worker exports.
+#
+#   tests/charts/chart.sh <path to wuhu-worker>     (WUHU_TEST_NATS_URL: a nats-server)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+worker=$1
+: "${WUHU_TEST_NATS_URL:?run with scripts/test, which starts a nats-server}"
+for tool in go yamllint python3; do
+    command -v "$tool" >/dev/null || { echo "$tool is missing: scripts/setup installs it" >&2; exit 1; }
+done
+python3 -c 'import yaml, jsonschema' || { echo "python3-yaml and python3-jsonschema are missing: scripts/setup installs them" >&2; exit 1; }
+work=$(mktemp -d /tmp/wuhu-chart.XXXXXX)
+pid=
+cleanup() {
+    [ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+echo "chart: building the renderer"
+GO111MODULE=off GOPATH=/usr/share/gocode GOCACHE="$work/gocache" GOFLAGS= \
+    go build -o "$work/render" "$root/charts/tests/render/main.go"
+
+# The worker's settings (CLI11 prints each flag's variable as "(Env:WUHU_...)").
+"$worker" --help | grep -o 'Env:WUHU_[A-Z_]*' | sed 's/Env://' | sort -u > "$work/env"
+
+# A live scrape: the metric names the worker exports.
+"$worker" --nats "$WUHU_TEST_NATS_URL" --store "sqlite://$work/data" --prefix "chart$$" \
+    --worker-id chart-worker --metrics-addr 127.0.0.1:0 2>"$work/worker.log" &
+pid=$!
+address=
+for _ in $(seq 1 100); do
+    address=$(grep -o 'metrics on http://[0-9.:]*' "$work/worker.log" | sed 's|metrics on http://||' | head -1 || true)
+    [ -n "$address" ] && break
+    sleep 0.1
+done
+[ -n "$address" ] || { echo "the worker logged no metrics address:" >&2; cat "$work/worker.log" >&2; exit 1; }
+python3 - "$address" > "$work/scrape.txt" <<'EOF'
+import sys, urllib.request
+print(urllib.request.urlopen(f"http://{sys.argv[1]}/metrics", timeout=5).read().decode())
+EOF
+
+render_case() {  # name, then overrides as JSON
+    local name=$1 overrides=$2
+    python3 - "$root/charts/wuhu" "$overrides" > "$work/$name.values.json" <<'EOF'
+import json, sys, yaml, jsonschema
+chart, overrides = sys.argv[1], json.loads(sys.argv[2])
+values = yaml.safe_load(open(f"{chart}/values.yaml"))
+def merge(a, b):
+    for k, v in b.items():
+        if isinstance(v, dict) and isinstance(a.get(k), dict):
+            merge(a[k], v)
+        else:
+            a[k] = v
+merge(values, overrides)
+jsonschema.validate(values, json.load(open(f"{chart}/values.schema.json")))
+meta = yaml.safe_load(open(f"{chart}/Chart.yaml"))
+print(json.dumps({"values": values, "chart": {"Name": meta["name"], "Version": meta["version"],
+                                              "AppVersion": meta["appVersion"]}}))
+EOF
+    "$work/render" "$root/charts/wuhu" "$work/$name.values.json" "test" > "$work/$name.yaml"
+    yamllint -d '{extends: default, rules: {line-length: disable, document-start: disable, comments: disable, comments-indentation: disable}}' "$work/$name.yaml"
+    python3 - "$work/$name.yaml" "$work/env" "$work/scrape.txt" "$root/charts/wuhu/files/wuhu-dashboard.json" "$name" <<'EOF'
+import json, re, sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+known_env = set(open(sys.argv[2]).read().split())
+scrape = open(sys.argv[3]).read()
+case = sys.argv[5]
+failures = []
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+kinds = {}
+for d in docs:
+    check({"apiVersion", "kind", "metadata"} <= d.keys(), f"a document without apiVersion/kind/metadata: {d}")
+    kinds.setdefault(d["kind"], []).append(d)
+config = next(c for c in kinds["ConfigMap"] if not c["metadata"]["name"].endswith(("-files", "-dashboard")))
+metrics_port = int(config["data"]["WUHU_METRICS_ADDR"].rsplit(":", 1)[1])
+for k in config["data"]:
+    check(k in known_env, f"the ConfigMap sets {k}, which wuhu-worker does not read")
+workers = kinds.get("Deployment", []) + kinds.get("StatefulSet", [])
+check(len(workers) == 1, f"one Deployment or StatefulSet, not {len(workers)}")
+for w in workers:
+    pod = w["spec"]["template"]["spec"]
+    check(pod["securityContext"]["runAsNonRoot"] is True, "the pod runs as non-root")
+    check(pod["terminationGracePeriodSeconds"] >= 15, "the grace period covers the drain")
+    (c,) = pod["containers"]
+    check(c["securityContext"]["readOnlyRootFilesystem"] is True, "a read-only root filesystem")
+    check(c["securityContext"]["allowPrivilegeEscalation"] is False, "no privilege escalation")
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    check(ports == {"metrics": metrics_port}, f"the container port is the metrics port: {ports}")
+    check(c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}, "liveness on /healthz")
+    check(c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}, "readiness on /readyz")
+    for e in c.get("env", []):
+        check(e["name"] in known_env or not e["name"].startswith("WUHU_"), f"env {e['name']} is not a worker setting")
+    check("resources" in c and "requests" in c["resources"], "resource requests")
+    if w["kind"] == "StatefulSet":
+        check(w["spec"]["replicas"] == 1, "sqlite mode runs one worker")
+        check(config["data"]["WUHU_STORE"] == "sqlite:///data", "sqlite mode stores in the volume")
+        check(any(m["mountPath"] == "/data" for m in c["volumeMounts"]), "the volume is mounted at /data")
+    else:
+        check(w["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0, "rolling updates drop nobody")
+        check(any(e["name"] == "WUHU_STORE" and "secretKeyRef" in e["valueFrom"] for e in c["env"]),
+              "postgres mode takes the store URL from a Secret")
+for s in kinds.get("Service", []):
+    check(s["spec"]["ports"][0]["targetPort"] == "metrics", "the Service targets the metrics port")
+for m in kinds.get("ServiceMonitor", []):
+    check(m["spec"]["endpoints"][0]["path"] == "/metrics" and m["spec"]["endpoints"][0]["port"] == "metrics",
+          "the ServiceMonitor scrapes /metrics")
+for r in kinds.get("PrometheusRule", []):
+    check(len(r["spec"]["groups"][0]["rules"]) == 7, "the PrometheusRule carries the 7 alerts")
+exported = set(re.findall(r"^(wuhu_[a-z_]+)", scrape, re.M))
+check(len(exported) > 10, f"the live scrape exports the metrics ({len(exported)})")
+for d in kinds.get("ConfigMap", []):
+    if d["metadata"]["name"].endswith("-dashboard"):
+        dash = json.loads(d["data"]["wuhu.json"])
+        check(d["metadata"]["labels"].get("grafana_dashboard") == "1", "the sidecar's label")
+        named = set(re.findall(r"wuhu_[a-z_]+", json.dumps(dash)))
+        check(named and named <= exported, f"the dashboard names metrics the worker does not export: {sorted(named - exported)}")
+expected = {"default": {"Deployment", "PodDisruptionBudget"}, "sqlite": {"StatefulSet"},
+            "postgres": {"Deployment", "HorizontalPodAutoscaler", "ServiceMonitor", "PrometheusRule", "PodDisruptionBudget"}}[case]
+check(expected <= kinds.keys(), f"{case}: expected {sorted(expected)}, rendered {sorted(kinds)}")
+if failures:
+    print("\n".join(f"FAIL ({case}): {f}" for f in failures), file=sys.stderr)
+    sys.exit(1)
+print(f"chart ({case}): {len(docs)} manifests: {', '.join(sorted(kinds))}")
+EOF
+}
+
+render_case default '{"postgres": {"existingSecret": "wuhu-postgres"}}'
+render_case sqlite '{"mode": "sqlite", "podDisruptionBudget": {"enabled": false}}'
+render_case postgres '{"postgres": {"existingSecret": "wuhu-postgres"}, "replicas": 4,
+  "nats": {"existingSecret": "wuhu-nats"},
+  "autoscaling": {"enabled": true},
+  "metrics": {"serviceMonitor": {"enabled": true, "labels": {"release": "prom"}},
+              "prometheusRule": {"enabled": true}},
+  "providers": {"endpoints": {"openai": {"kind": "openai", "base_url": "https://api.openai.com/v1",
+                                         "api_key_env": "OPENAI_API_KEY"}}},
+  "providerSecrets": [{"name": "OPENAI_API_KEY", "secretName": "wuhu-openai", "key": "api-key"}],
+  "tools": {"tools": {"get_weather": {"description": "The weather", "schema": {"type": "object"}}}}}'
+
+# postgres mode without the store's Secret is refused, with the reason.
+if "$work/render" "$root/charts/wuhu" "$work/default.values.json" test >/dev/null 2>&1; then :; fi
+python3 - "$work/default.values.json" > "$work/nosecret.values.json" <<'EOF'
+import json, sys
+v = json.load(open(sys.argv[1])); v["values"]["postgres"]["existingSecret"] = ""; print(json.dumps(v))
+EOF
+if "$work/render" "$root/charts/wuhu" "$work/nosecret.values.json" test > /dev/null 2> "$work/nosecret.err"; then
+    echo "FAIL: postgres mode rendered without postgres.existingSecret" >&2
+    exit 1
+fi
+grep -q "postgres.existingSecret is required" "$work/nosecret.err" || { cat "$work/nosecret.err" >&2; exit 1; }
+echo "chart: every case rendered and checked"
