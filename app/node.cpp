@@ -220,21 +220,26 @@ worker::session_registry::event_forwarder node::measured(
     };
     return [this, seconds_since, publish = std::move(publish)](const session::session_id& sid,
                                                                const worker::loop_event& e) {
+        auto timed = [&]() -> timing& {
+            auto it = timings_.find(sid.str());
+            if (it == timings_.end()) {
+                it = timings_.emplace(sid.str(), timing{}).first;
+            }
+            return it->second;
+        };
         if (const auto* s = std::get_if<worker::state_event>(&e)) {
             metrics_.transition(s->from, s->to);
-            if (s->to == session::loop_state::idle) {
-                in_state_since_.erase(sid.str());
-                stuck_logged_.erase(sid.str());
-            } else {
-                in_state_since_[sid.str()] = {s->to, steady::now()};
-                stuck_logged_.erase(sid.str());
-            }
+            auto& t = timed();
+            t.state = s->to;
+            t.since = steady::now();
+            t.stuck_logged = false;
         } else if (std::holds_alternative<worker::stream_began_event>(e)) {
-            inferring_since_[sid.str()] = steady::now();
+            timed().inferring = steady::now();
         } else if (std::holds_alternative<worker::stream_ended_event>(e)) {
-            if (auto it = inferring_since_.find(sid.str()); it != inferring_since_.end()) {
-                metrics_.inference(seconds_since(it->second));
-                inferring_since_.erase(it);
+            auto& t = timed();
+            if (t.inferring != steady::time_point{}) {
+                metrics_.inference(seconds_since(t.inferring));
+                t.inferring = {};
             }
         } else if (const auto* c = std::get_if<worker::committed_event>(&e)) {
             for (const auto& a : c->actions) {
@@ -248,13 +253,15 @@ worker::session_registry::event_forwarder node::measured(
                     metrics_.tokens("cached_input", m->usage.cached_input);
                     metrics_.tokens("cache_write", m->usage.cache_write);
                     metrics_.tokens("output", m->usage.output);
-                } else if (const auto* t = std::get_if<session::tool_started>(&body)) {
-                    tool_since_[sid.str() + "/" + t->call.str()] = steady::now();
+                } else if (std::holds_alternative<session::tool_started>(body)) {
+                    timed().tool = steady::now();  // a session runs one call at a time
                 } else if (const auto* r = std::get_if<session::tool_result>(&body)) {
-                    const auto key = sid.str() + "/" + r->call.str();
-                    if (auto it = tool_since_.find(key); it != tool_since_.end()) {
-                        metrics_.tool(r->tool, seconds_since(it->second));
-                        tool_since_.erase(it);
+                    // An unknown tool's result, or an interrupted call's, was not started here:
+                    // no duration.
+                    auto& t = timed();
+                    if (t.tool != steady::time_point{}) {
+                        metrics_.tool(r->tool, seconds_since(t.tool));
+                        t.tool = {};
                     }
                 } else if (std::holds_alternative<session::compaction>(body)) {
                     metrics_.compaction();
@@ -284,31 +291,33 @@ metrics::snapshot node::take_snapshot() {
 std::size_t node::stuck(bool log_new) {
     const auto now = std::chrono::steady_clock::now();
     const auto& o = options_.loop;
+    const std::uint64_t round = ++watch_round_;
     std::size_t n = 0;
-    for (auto it = in_state_since_.begin(); it != in_state_since_.end();) {
-        const auto& [id, at] = *it;
-        if (!registry_->contains(session::session_id::parse(id).value())) {
-            stuck_logged_.erase(id);
-            it = in_state_since_.erase(it);  // unloaded meanwhile
-            continue;
+    registry_->each([&](const worker::agent_loop& loop) {
+        auto it = timings_.find(loop.id().str());
+        if (it == timings_.end()) {
+            return true;  // idle since it was loaded
         }
-        const auto [state, since] = at;
-        const auto limit = state == session::loop_state::executing_tools ? o.tool_timeout
-                           : state == session::loop_state::compacting    ? o.summary_timeout
-                                                                         : o.inference_timeout;
-        if (now - since > limit) {
+        auto& t = it->second;
+        t.seen = round;
+        const auto limit = t.state == session::loop_state::executing_tools ? o.tool_timeout
+                           : t.state == session::loop_state::compacting    ? o.summary_timeout
+                                                                           : o.inference_timeout;
+        if (t.state != session::loop_state::idle && now - t.since > limit) {
             ++n;
-            if (log_new && stuck_logged_.insert(id).second) {
+            if (log_new && !t.stuck_logged) {
+                t.stuck_logged = true;
                 log_->warn(
                     "session {} has been {} for {} s, longer than its timeout ({} s): abort "
                     "frees it",
-                    id, session::loop_state_name(state),
-                    std::chrono::duration_cast<std::chrono::seconds>(now - since).count(),
+                    it->first, session::loop_state_name(t.state),
+                    std::chrono::duration_cast<std::chrono::seconds>(now - t.since).count(),
                     std::chrono::duration_cast<std::chrono::seconds>(limit).count());
             }
         }
-        ++it;
-    }
+        return true;
+    });
+    std::erase_if(timings_, [round](const auto& kv) { return kv.second.seen != round; });
     return n;
 }
 

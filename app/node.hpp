@@ -52,7 +52,6 @@
 
 #include <atomic>
 #include <map>
-#include <set>
 #include <memory>
 
 namespace wuhu::app {
@@ -142,13 +141,17 @@ class node {
     node_options options_;
     std::shared_ptr<spdlog::logger> log_;
     metrics::worker_metrics metrics_;
-    // Started when each inference began, and each tool call (by session, call id): executor.
-    std::map<std::string, std::chrono::steady_clock::time_point> inferring_since_;
-    std::map<std::string, std::chrono::steady_clock::time_point> tool_since_;
-    // The loop state of each session out of idle, since when; and those logged as stuck.
-    std::map<std::string, std::pair<session::loop_state, std::chrono::steady_clock::time_point>>
-        in_state_since_;
-    std::set<std::string> stuck_logged_;
+    // What the metrics time, per session (executor only): its loop state and since when, when
+    // its inference and its tool call began. Updated in place (a session's record is made
+    // once, not once a turn); the records of sessions no longer loaded go at the next watch.
+    struct timing {
+        session::loop_state state = session::loop_state::idle;
+        std::chrono::steady_clock::time_point since, inferring, tool;
+        bool stuck_logged = false;
+        std::uint64_t seen = 0;  // the watch round that last found the session loaded
+    };
+    std::map<std::string, timing, std::less<>> timings_;
+    std::uint64_t watch_round_ = 0;
     std::size_t publish_failures_seen_ = 0;  // the server's count at the last scrape
     // Before io_: work destroyed with it gives its passes back to live gates.
     worker::work_gate busy_;      // requests, loops, drains, sweep, passivation

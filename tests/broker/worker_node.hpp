@@ -68,6 +68,9 @@ struct node_options {
     std::string script;
     std::size_t max_reply_bytes = 0;
     std::chrono::milliseconds drain_timeout{10000};
+    std::optional<worker::loop_options> loop{};  // none: the node's defaults
+    std::string metrics_addr{};                   // none: no metrics port
+    std::shared_ptr<spdlog::logger> log{};        // none: JSON lines on stderr
 };
 
 class worker_node {
@@ -80,7 +83,7 @@ class worker_node {
           holding_leases_(leases_),
           nats_(options_.nats_url, options_.worker_id),
           node_(stalling_store_, holding_leases_, nats_, provider_factory(), broker_options(),
-                worker::json_logger(options_.worker_id)) {
+                options_.log ? options_.log : worker::json_logger(options_.worker_id)) {
         thread_ = std::thread([this] { node_.run(); });
     }
     worker_node(const worker_node&) = delete;
@@ -127,6 +130,10 @@ class worker_node {
         o.server.max_reply_bytes = options_.max_reply_bytes;
         o.drain_timeout = options_.drain_timeout;
         o.store_threads = 2;
+        if (options_.loop) {
+            o.loop = *options_.loop;
+        }
+        o.metrics_addr = options_.metrics_addr;
         return o;
     }
 

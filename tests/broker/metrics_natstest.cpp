@@ -1,0 +1,92 @@
+// The metrics' watchdog (app/node.cpp): a session in one loop state longer than that state's
+// timeout is counted in wuhu_loop_stuck_sessions and logged once; it is no longer counted once
+// it moves on. A worker in-process against a real nats-server (scripts/test starts it).
+#include "tests/broker/worker_node.hpp"
+#include "tests/support/env.hpp"
+#include "tests/support/temp_dir.hpp"
+
+#include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <sstream>
+
+namespace wuhu::testing {
+
+using namespace std::chrono_literals;
+
+namespace {
+
+// The value of wuhu_loop_stuck_sessions in a scrape of `address` (-1: no answer).
+double stuck_sessions(const std::string& address) {
+    const int port = std::stoi(address.substr(address.rfind(':') + 1));
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    timeval tv{5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<std::uint16_t>(port));
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+        close(fd);
+        return -1;
+    }
+    const std::string req = "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    (void)::send(fd, req.data(), req.size(), MSG_NOSIGNAL);
+    std::string all;
+    char buf[8192];
+    for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) {
+        all.append(buf, static_cast<std::size_t>(n));
+    }
+    close(fd);
+    const std::string key = "\nwuhu_loop_stuck_sessions ";
+    const auto at = all.find(key);
+    return at == std::string::npos ? -1 : std::stod(all.substr(at + key.size()));
+}
+
+}  // namespace
+
+TEST(MetricsWatchdog, ASessionPastItsStatesTimeoutIsCountedAndLoggedOnce) {
+    temp_dir dir;
+    auto said = std::make_shared<std::ostringstream>();
+    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(*said);
+    auto log = std::make_shared<spdlog::logger>("watchdog", sink);
+    node_options o{nats_url(), "wd" + std::to_string(getpid()), dir.path(), "w1",
+                   // Every attempt outlasts the inference timeout: the loop retries, inferring
+                   // all along, until it gives up.
+                   R"({"responses":[{"text":"late","delay_ms":5000}]})"};
+    worker::loop_options loop;
+    loop.inference_timeout = 300ms;
+    loop.retry.max_attempts = 4;
+    o.loop = loop;
+    o.metrics_addr = "127.0.0.1:0";
+    o.log = log;
+    worker_node w(std::move(o));
+    const auto at = w.node().metrics_address();
+    nats::connection nc(nats_url(), "watchdog-client");
+    auto r = nc.request("wd" + std::to_string(getpid()) + ".session.slow.enqueue",
+                        R"({"lane":"followUp","content":"go"})", 10s);
+    ASSERT_TRUE(r && r->find("\"ok\":true") != std::string::npos) << (r ? *r : "no reply");
+    bool counted = false;
+    for (int i = 0; i < 100 && !counted; ++i) {
+        counted = stuck_sessions(at) == 1;
+        std::this_thread::sleep_for(50ms);
+    }
+    EXPECT_TRUE(counted) << "the stuck session is counted";
+    bool released = false;
+    for (int i = 0; i < 300 && !released; ++i) {
+        released = stuck_sessions(at) == 0;
+        std::this_thread::sleep_for(50ms);
+    }
+    EXPECT_TRUE(released) << "once it gave up (idle), it is not counted any more";
+    log->flush();
+    const std::string text = said->str();
+    const std::string line = "session slow has been inferring for";
+    ASSERT_NE(text.find(line), std::string::npos) << text;
+    EXPECT_EQ(text.find(line, text.find(line) + 1), std::string::npos) << "logged once: " << text;
+}
+
+}  // namespace wuhu::testing
