@@ -153,7 +153,8 @@ node::node(storage::session_store& store, ownership::lease_store& leases, nats::
         asio::co_spawn(io_, passivate(this),
                        asio::bind_cancellation_slot(stop_passivation_.slot(), owned(busy_)));
     }
-    asio::co_spawn(io_, watch(this), asio::bind_cancellation_slot(stop_watch_.slot(), owned(busy_)));
+    asio::co_spawn(io_, watch(this),
+                   asio::bind_cancellation_slot(stop_watch_.slot(), owned(busy_)));
 }
 
 node::~node() {

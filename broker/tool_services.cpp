@@ -139,8 +139,8 @@ class call_requests {
 };
 
 // The next answer, or nullopt when none came by `until`. Cancellable (an abort).
-asio::awaitable<std::optional<nats::reply>> next_answer(std::shared_ptr<answers> a,
-                                                        std::chrono::steady_clock::time_point until) {
+asio::awaitable<std::optional<nats::reply>> next_answer(
+    std::shared_ptr<answers> a, std::chrono::steady_clock::time_point until) {
     if (a->queue.empty()) {
         a->wake.expires_at(until);
         boost::system::error_code ec;

@@ -254,9 +254,9 @@ TEST(ProviderProcess, AnAsynchronousNatsToolsOutcomeArrivesOnTheSystemLaneAndRea
     auto chosen = answer_when_up(nc, s + "configure",
                                  R"({"model":"local/m-1","tools":["start_build"]})");
     ASSERT_EQ(chosen.at("ok"), true) << json::serialize(chosen);
-    auto queued = answer_when_up(
-        nc, s + "enqueue",
-        R"({"lane":"followUp","author":{"id":"u","name":"Ann","kind":"human"},"content":"build it"})");
+    auto queued = answer_when_up(nc, s + "enqueue",
+                                 R"({"lane":"followUp","author":{"id":"u","name":"Ann",)"
+                                 R"("kind":"human"},"content":"build it"})");
     ASSERT_EQ(queued.at("ok"), true) << json::serialize(queued);
     // The callback is durable once the service has its reply; then the session settles.
     for (int i = 0; i < 200 && !service.said("\"callback\""); ++i) {
@@ -292,8 +292,8 @@ TEST(ProviderProcess, AnAsynchronousNatsToolsOutcomeArrivesOnTheSystemLaneAndRea
     EXPECT_EQ(offered.at(0).at("function").at("name"), "start_build");
     bool reached = false;
     for (std::size_t i = 1; i < model.seen.size(); ++i) {
-        reached = reached ||
-                  model.seen[i].body.find("build-7 finished: all 42 tests passed") != std::string::npos;
+        const auto& body = model.seen[i].body;
+        reached = reached || body.find("build-7 finished: all 42 tests passed") != std::string::npos;
     }
     EXPECT_TRUE(reached) << "the outcome reached an inference";
     EXPECT_TRUE(w.has_logged("tool start_build: served on " + w.prefix() +
