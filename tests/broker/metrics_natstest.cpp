@@ -1,16 +1,13 @@
-// The metrics' watchdog (app/node.cpp): a session in one loop state longer than that state's
+// The metrics' watchdog (app/node_metrics.cpp): a session in one loop state longer than that state's
 // timeout is counted in wuhu_loop_stuck_sessions and logged once; it is no longer counted once
 // it moves on. A worker in-process against a real nats-server (scripts/test starts it).
 #include "tests/broker/worker_node.hpp"
 #include "tests/support/env.hpp"
+#include "tests/support/http_get.hpp"
 #include "tests/support/temp_dir.hpp"
 
 #include <gtest/gtest.h>
 #include <spdlog/sinks/ostream_sink.h>
-
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 
 #include <sstream>
 
@@ -22,29 +19,7 @@ namespace {
 
 // The value of wuhu_loop_stuck_sessions in a scrape of `address` (-1: no answer).
 double stuck_sessions(const std::string& address) {
-    const int port = std::stoi(address.substr(address.rfind(':') + 1));
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    timeval tv{5, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons(static_cast<std::uint16_t>(port));
-    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-        close(fd);
-        return -1;
-    }
-    const std::string req = "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
-    (void)::send(fd, req.data(), req.size(), MSG_NOSIGNAL);
-    std::string all;
-    char buf[8192];
-    for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) {
-        all.append(buf, static_cast<std::size_t>(n));
-    }
-    close(fd);
-    const std::string key = "\nwuhu_loop_stuck_sessions ";
-    const auto at = all.find(key);
-    return at == std::string::npos ? -1 : std::stod(all.substr(at + key.size()));
+    return metric_value(http_get(address, "/metrics").body, "wuhu_loop_stuck_sessions");
 }
 
 }  // namespace

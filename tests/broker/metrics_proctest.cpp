@@ -3,15 +3,11 @@
 // gauges follow the session (inferring, executing_tools, idle; the brief preparing and
 // compacting show in the transitions); /readyz turns unready when nats-server stops and ready
 // again when it is back.
+#include "tests/support/http_get.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/temp_dir.hpp"
 
 #include <gtest/gtest.h>
-
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <fstream>
 #include <regex>
@@ -23,54 +19,6 @@ namespace json = boost::json;
 using namespace std::chrono_literals;
 
 namespace {
-
-struct http_answer {
-    int status = 0;
-    std::string body;
-};
-
-// A blocking GET of `path` at "127.0.0.1:port" (HTTP/1.1, Connection: close).
-http_answer get(const std::string& address, const std::string& path) {
-    const int port = std::stoi(address.substr(address.rfind(':') + 1));
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    timeval tv{5, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons(static_cast<std::uint16_t>(port));
-    http_answer out;
-    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-        close(fd);
-        return out;
-    }
-    const std::string req =
-        "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
-    (void)::send(fd, req.data(), req.size(), MSG_NOSIGNAL);
-    std::string all;
-    char buf[8192];
-    for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) {
-        all.append(buf, static_cast<std::size_t>(n));
-    }
-    close(fd);
-    if (all.starts_with("HTTP/1.1 ")) {
-        out.status = std::stoi(all.substr(9, 3));
-        const auto body = all.find("\r\n\r\n");
-        out.body = body == std::string::npos ? "" : all.substr(body + 4);
-    }
-    return out;
-}
-
-// The value of the series `name{labels}` in a scrape (-1: absent).
-double value_of(const std::string& scrape, const std::string& series) {
-    std::istringstream in(scrape);
-    for (std::string line; std::getline(in, line);) {
-        if (line.starts_with(series + " ")) {
-            return std::stod(line.substr(series.size() + 1));
-        }
-    }
-    return -1;
-}
 
 // Where the worker serves its metrics, from its log line.
 std::string metrics_address(const worker_process& w) {
@@ -118,16 +66,16 @@ TEST(Metrics, AScrapeDuringASessionPassesPromtoolAndTheStateGaugesFollowTheSessi
                                              "compacting"};
     std::string scrape;
     for (int i = 0; i < 400; ++i) {
-        auto m = get(at, "/metrics");
+        auto m = http_get(at, "/metrics");
         ASSERT_EQ(m.status, 200);
         scrape = m.body;
         for (const auto& st : states) {
-            if (value_of(scrape, "wuhu_loop_sessions{state=\"" + st + "\"}") == 1) {
+            if (metric_value(scrape, "wuhu_loop_sessions{state=\"" + st + "\"}") == 1) {
                 seen.insert(st);
             }
         }
         if (seen.contains("executing_tools") &&
-            value_of(scrape, "wuhu_loop_sessions{state=\"idle\"}") == 1) {
+            metric_value(scrape, "wuhu_loop_sessions{state=\"idle\"}") == 1) {
             break;  // idle again after the tool
         }
         std::this_thread::sleep_for(25ms);
@@ -136,51 +84,51 @@ TEST(Metrics, AScrapeDuringASessionPassesPromtoolAndTheStateGaugesFollowTheSessi
     EXPECT_TRUE(seen.contains("executing_tools"));
     EXPECT_TRUE(seen.contains("idle"));
     ASSERT_TRUE(wait_idle(nc, s + "subscribe"));
-    scrape = get(at, "/metrics").body;
-    EXPECT_EQ(value_of(scrape, "wuhu_sessions_loaded"), 1);
-    EXPECT_EQ(value_of(scrape, R"(wuhu_loop_sessions{state="idle"})"), 1);
+    scrape = http_get(at, "/metrics").body;
+    EXPECT_EQ(metric_value(scrape, "wuhu_sessions_loaded"), 1);
+    EXPECT_EQ(metric_value(scrape, R"(wuhu_loop_sessions{state="idle"})"), 1);
     for (const auto& st : {"preparing", "inferring", "executing_tools", "compacting"}) {
-        EXPECT_EQ(value_of(scrape, "wuhu_loop_sessions{state=\"" + std::string(st) + "\"}"), 0)
+        EXPECT_EQ(metric_value(scrape, "wuhu_loop_sessions{state=\"" + std::string(st) + "\"}"), 0)
             << st;
     }
     // The brief states show in the transitions.
-    EXPECT_GE(value_of(scrape, R"(wuhu_loop_transitions_total{from="idle",to="preparing"})"), 1);
+    EXPECT_GE(metric_value(scrape, R"(wuhu_loop_transitions_total{from="idle",to="preparing"})"),
+              1);
     double to_compacting = 0;
     for (const auto& from : states) {
-        to_compacting = std::max(
-            to_compacting, value_of(scrape, "wuhu_loop_transitions_total{from=\"" + from +
-                                                "\",to=\"compacting\"}"));
+        to_compacting =
+            std::max(to_compacting, metric_value(scrape, "wuhu_loop_transitions_total{from=\"" +
+                                                             from + "\",to=\"compacting\"}"));
     }
     EXPECT_GE(to_compacting, 1) << scrape;
-    EXPECT_GE(value_of(scrape, "wuhu_compactions_total"), 1);
-    EXPECT_GE(value_of(scrape, R"(wuhu_commands_total{result="ok",verb="enqueue"})"), 1)
+    EXPECT_GE(metric_value(scrape, "wuhu_compactions_total"), 1);
+    EXPECT_GE(metric_value(scrape, R"(wuhu_commands_total{result="ok",verb="enqueue"})"), 1)
         << scrape;
-    EXPECT_GE(value_of(scrape, R"(wuhu_commands_total{result="ok",verb="configure"})"), 1);
-    EXPECT_GE(value_of(scrape, R"(wuhu_inference_tokens_total{kind="input"})"), 950);
-    EXPECT_GE(value_of(scrape, R"(wuhu_tool_duration_seconds_count{tool="sleep"})"), 1);
-    EXPECT_GE(value_of(scrape, R"(wuhu_inference_duration_seconds_count)"), 2);
-    EXPECT_GE(value_of(scrape, R"(wuhu_store_commit_duration_seconds_count{backend="sqlite"})"),
+    EXPECT_GE(metric_value(scrape, R"(wuhu_commands_total{result="ok",verb="configure"})"), 1);
+    EXPECT_GE(metric_value(scrape, R"(wuhu_inference_tokens_total{kind="input"})"), 950);
+    EXPECT_GE(metric_value(scrape, R"(wuhu_tool_duration_seconds_count{tool="sleep"})"), 1);
+    EXPECT_GE(metric_value(scrape, R"(wuhu_inference_duration_seconds_count)"), 2);
+    EXPECT_GE(metric_value(scrape, R"(wuhu_store_commit_duration_seconds_count{backend="sqlite"})"),
               5);
-    EXPECT_GE(value_of(scrape, R"(wuhu_lease_events_total{event="acquired"})"), 1);
-    EXPECT_EQ(value_of(scrape, "wuhu_leases_held"), 1);
-    EXPECT_GE(value_of(scrape, R"(wuhu_events_published_total{kind="patch"})"), 1);
-    EXPECT_EQ(value_of(scrape, "wuhu_loop_stuck_sessions"), 0);
+    EXPECT_GE(metric_value(scrape, R"(wuhu_lease_events_total{event="acquired"})"), 1);
+    EXPECT_EQ(metric_value(scrape, "wuhu_leases_held"), 1);
+    EXPECT_GE(metric_value(scrape, R"(wuhu_events_published_total{kind="patch"})"), 1);
+    EXPECT_EQ(metric_value(scrape, "wuhu_loop_stuck_sessions"), 0);
     EXPECT_EQ(scrape.find("m1"), std::string::npos) << "no session id is a label";
     // promtool (Debian's prometheus package) accepts the exposition.
     temp_dir dir;
     const auto file = dir.path() / "scrape.txt";
     std::ofstream(file) << scrape;
-    const int rc =
-        std::system(("promtool check metrics < " + file.string() + " > " +
-                     (dir.path() / "promtool.out").string() + " 2>&1")
-                        .c_str());
+    const int rc = std::system(("promtool check metrics < " + file.string() + " > " +
+                                (dir.path() / "promtool.out").string() + " 2>&1")
+                                   .c_str());
     std::ifstream said(dir.path() / "promtool.out");
     EXPECT_EQ(rc, 0) << std::string((std::istreambuf_iterator<char>(said)),
                                     std::istreambuf_iterator<char>());
-    EXPECT_EQ(get(at, "/healthz").status, 200);
-    auto ready = get(at, "/readyz");
+    EXPECT_EQ(http_get(at, "/healthz").status, 200);
+    auto ready = http_get(at, "/readyz");
     EXPECT_EQ(ready.status, 200) << ready.body;
-    EXPECT_EQ(get(at, "/nothing").status, 404);
+    EXPECT_EQ(http_get(at, "/nothing").status, 404);
     EXPECT_EQ(w.stop(), 0);
 }
 
@@ -192,7 +140,7 @@ TEST(Metrics, ReadyzIsUnreadyWhileNatsIsDownAndReadyWhenItIsBack) {
     const auto at = metrics_address(w);
     auto ready_is = [&](int status) {
         for (int i = 0; i < 100; ++i) {
-            if (get(at, "/readyz").status == status) {
+            if (http_get(at, "/readyz").status == status) {
                 return true;
             }
             std::this_thread::sleep_for(100ms);
@@ -202,8 +150,8 @@ TEST(Metrics, ReadyzIsUnreadyWhileNatsIsDownAndReadyWhenItIsBack) {
     EXPECT_TRUE(ready_is(200));
     server.stop();
     EXPECT_TRUE(ready_is(503));
-    EXPECT_NE(get(at, "/readyz").body.find("not connected to NATS"), std::string::npos);
-    EXPECT_EQ(get(at, "/healthz").status, 200) << "alive all the same";
+    EXPECT_NE(http_get(at, "/readyz").body.find("not connected to NATS"), std::string::npos);
+    EXPECT_EQ(http_get(at, "/healthz").status, 200) << "alive all the same";
     ASSERT_TRUE(server.start());
     EXPECT_TRUE(ready_is(200));
     EXPECT_EQ(w.stop(), 0);
