@@ -10,6 +10,7 @@
 #include "ownership/postgres_lease.hpp"
 #include "ownership/sqlite_lease.hpp"
 #include "protocol/subjects.hpp"
+#include "storage/memory_store.hpp"
 #include "storage/postgres_store.hpp"
 #include "storage/sqlite_store.hpp"
 #include "worker/log.hpp"
@@ -43,9 +44,15 @@ std::string sqlite_dir(const std::string& url) {
 
 bool postgres_url(const std::string& url);
 
-std::unique_ptr<wuhu::storage::session_store> open_store(const std::string& url, std::size_t pool) {
+std::unique_ptr<wuhu::storage::session_store> open_store(const std::string& url, std::size_t pool,
+                                                         const std::string& synchronous) {
     if (auto dir = sqlite_dir(url); !dir.empty()) {
-        return std::make_unique<wuhu::storage::sqlite_store>(wuhu::storage::sqlite_options{dir});
+        wuhu::storage::sqlite_options o{dir};
+        o.synchronous = synchronous == "normal" ? "NORMAL" : "FULL";
+        return std::make_unique<wuhu::storage::sqlite_store>(o);
+    }
+    if (url == "memory") {
+        return std::make_unique<wuhu::storage::memory_store>();
     }
     if (postgres_url(url)) {
         wuhu::storage::postgres_options o;
@@ -53,14 +60,15 @@ std::unique_ptr<wuhu::storage::session_store> open_store(const std::string& url,
         o.pool_size = pool;
         return std::make_unique<wuhu::storage::postgres_store>(o);
     }
-    throw std::invalid_argument("--store must be sqlite:///<dir> or postgresql://...");
+    throw std::invalid_argument("--store must be sqlite:///<dir>, postgresql://... or memory");
 }
 
 bool postgres_url(const std::string& url) {
     return url.rfind("postgresql://", 0) == 0 || url.rfind("postgres://", 0) == 0;
 }
 
-// `auto` (`sqlite` with a SQLite store, `postgres` with a PostgreSQL store), `sqlite` (the
+// `auto` (`sqlite` with a SQLite store, `postgres` with a PostgreSQL store, `memory` with the
+// memory store), `sqlite` (the
 // catalog of the SQLite store's data directory), `sqlite://<dir>`, `postgres` (the PostgreSQL
 // store's database), or `memory` (tests only: nothing is shared, and a restarted worker hands
 // out epochs its sessions refuse; refused with a persistent store unless `force_memory`).
@@ -68,11 +76,13 @@ std::unique_ptr<wuhu::ownership::lease_store> open_leases(const std::string& lea
                                                           const std::string& store_url,
                                                           bool force_memory) {
     if (lease == "auto") {
-        return open_leases(postgres_url(store_url) ? "postgres" : "sqlite", store_url,
-                           force_memory);
+        return open_leases(postgres_url(store_url) ? "postgres"
+                           : store_url == "memory" ? "memory"
+                                                   : "sqlite",
+                           store_url, force_memory || store_url == "memory");
     }
     if (lease == "memory") {
-        if (!force_memory) {
+        if (!force_memory && store_url != "memory") {
             throw std::invalid_argument(
                 "--lease memory is for tests: with a persistent store a restarted worker's "
                 "epochs start again at 1 and its sessions refuse it, and no other worker can "
@@ -146,8 +156,17 @@ int main(int argc, char** argv) {
                    "NATS URL or comma-separated URLs; credentials go in the URL "
                    "(nats://user:password@host:4222, nats://token@host:4222)")
         ->envname("WUHU_NATS_URL");
-    app.add_option("--store", store_url, "sqlite:///<data-dir> or postgresql://...")
+    app.add_option("--store", store_url,
+                   "sqlite:///<data-dir>, postgresql://..., or memory (development and "
+                   "benchmarks: nothing survives the process)")
         ->envname("WUHU_STORE");
+    std::string synchronous = "full";
+    app.add_option("--sqlite-synchronous", synchronous,
+                   "full: an acknowledged command survives a power loss; normal: it survives "
+                   "a crash of the worker, but a power loss may take the last commits "
+                   "(docs/storage.md)")
+        ->envname("WUHU_SQLITE_SYNCHRONOUS")
+        ->check(CLI::IsMember({"full", "normal"}, CLI::ignore_case));
     app.add_option("--script", script_path,
                    "scripted provider script, see docs/scripted-provider.md")
         ->envname("WUHU_SCRIPT");
@@ -272,7 +291,7 @@ int main(int argc, char** argv) {
             }
             tool_services = std::move(*parsed);
         }
-        auto store = open_store(store_url, pool);
+        auto store = open_store(store_url, pool, synchronous);
         auto leases = open_leases(lease, store_url, force_memory_lease);
         wuhu::nats::connection nats(wuhu::nats::options{
             nats_url, worker_id, [log](std::string_view event, std::string_view url) {

@@ -39,9 +39,11 @@ node::node(storage::session_store& store, ownership::lease_store& leases, nats::
                          why.message());
                  }
              },
-             [this](std::chrono::steady_clock::duration took) {
-                 metrics_.commit(std::chrono::duration<double>(took).count());
-             }),
+             options_.metrics_addr.empty()
+                 ? storage::watched_store::commit_observer()
+                 : [this](std::chrono::steady_clock::duration took) {
+                       metrics_.commit(std::chrono::duration<double>(took).count());
+                   }),
       keeper_(leases, options_.worker_id, options_.lease),
       leases_(keeper_, asio::make_strand(store_pool_.get_executor())) {
     worker::add_builtin_tools(tools_);
@@ -51,11 +53,13 @@ node::node(storage::session_store& store, ownership::lease_store& leases, nats::
     for (const auto& e : options_.endpoints) {
         options_.server.model_endpoints.push_back(e.name);
     }
-    options_.server.on_answered = [this](std::string_view verb, std::string_view result,
-                                         std::chrono::steady_clock::duration took) {
-        metrics_.command(verb, result, std::chrono::duration<double>(took).count());
-    };
-    options_.server.on_fenced = [this] { metrics_.lease_event("fenced"); };
+    if (measuring()) {
+        options_.server.on_answered = [this](std::string_view verb, std::string_view result,
+                                             std::chrono::steady_clock::duration took) {
+            metrics_.command(verb, result, std::chrono::duration<double>(took).count());
+        };
+        options_.server.on_fenced = [this] { metrics_.lease_event("fenced"); };
+    }
     for (auto v : {protocol::verb::enqueue, protocol::verb::cancel, protocol::verb::system,
                    protocol::verb::subscribe, protocol::verb::configure, protocol::verb::abort,
                    protocol::verb::pause, protocol::verb::resume, protocol::verb::remove}) {
@@ -84,7 +88,10 @@ node::node(storage::session_store& store, ownership::lease_store& leases, nats::
         [this, providers = std::move(providers)]() -> std::unique_ptr<worker::provider> {
             return std::make_unique<worker::routing_provider>(providers(clock_), endpoints_);
         },
-        tools_, clock_, loop, measured(served_only(server_->publisher())), &busy_);
+        tools_, clock_, loop,
+        measuring() ? measured(served_only(server_->publisher()))
+                  : served_only(server_->publisher()),
+        &busy_);
     // Lease events come from the thread that caused them (the lease strand, or this
     // executor); the registry is this executor's.
     keeper_.on_event([this](ownership::lease_event e, const ownership::lease& l) {
@@ -205,9 +212,11 @@ worker::session_registry::event_forwarder node::served_only(
             }
             return;
         }
-        metrics_.published(std::holds_alternative<worker::committed_event>(e) ? "patch"
-                           : std::holds_alternative<worker::state_event>(e) ? "status"
-                                                                             : "delta");
+        if (measuring()) {
+            metrics_.published(std::holds_alternative<worker::committed_event>(e) ? "patch"
+                               : std::holds_alternative<worker::state_event>(e) ? "status"
+                                                                                 : "delta");
+        }
         publish(sid, e);
     };
 }

@@ -85,7 +85,7 @@ struct node_options {
     // The tools file's tools, served over NATS (broker/tool_services.hpp).
     std::vector<broker::tool_service> tool_services;
     // Where /metrics, /healthz and /readyz are served ("host:port"; port 0: a free one);
-    // empty: nowhere. Throws std::runtime_error when it cannot listen there, unless
+    // empty: nowhere, and no metric is recorded. Throws std::runtime_error when it cannot listen there, unless
     // `metrics_addr_is_default`: then a free port of that host is used (and logged).
     std::string metrics_addr;
     bool metrics_addr_is_default = false;
@@ -118,6 +118,8 @@ class node {
     std::string metrics_address() const { return http_ ? http_->address() : std::string(); }
 
   private:
+    // Metrics nobody can scrape are not recorded.
+    bool measuring() const { return !options_.metrics_addr.empty(); }
     worker::session_registry::event_forwarder served_only(
         worker::session_registry::event_forwarder publish);
     // Records what a loop event tells the metrics, then forwards it.

@@ -119,6 +119,7 @@ TEST(WorkerProcess, BadFlagsAndVariablesAreUsageErrors) {
         {"--lease-ttl-ms", "1000", "--lease-renew-ms", "900"},
         {"--lease-ttl-ms", "1000", "--lease-stop-margin-ms", "700"},
         {"--sweep-batch", "0"},
+        {"--sqlite-synchronous", "off"}, {"--sqlite-synchronous", "extra"},
     };
     for (auto args : bad) {
         args.insert(args.end(), {"--store", data});
@@ -147,6 +148,30 @@ TEST(WorkerProcess, TheInMemoryLeaseServesAPersistentStoreWhenForced) {
     EXPECT_EQ(r.at("ok"), true) << json::serialize(r);
     EXPECT_TRUE(worker.has_logged("and memory leases")) << "the lease it was given";
     EXPECT_EQ(worker.stop(), 0);
+}
+
+// Issue 16: `--store memory` (development and benchmarks) serves with the memory lease and
+// no other flag; `--sqlite-synchronous normal` (any case) serves and says so nowhere else.
+TEST(WorkerProcess, TheMemoryStoreAndSqliteSynchronousNormalServe) {
+    for (const auto& [store, args] :
+         std::vector<std::pair<std::string, std::vector<std::string>>>{
+             {"memory", {}}, {"", {"--sqlite-synchronous", "NORMAL"}}}) {
+        worker_process::config c;
+        c.store = store;
+        c.args = args;
+        worker_process worker("stores", R"({"responses":[{"text":"ok"}]})", c);
+        worker.start();
+        nats::connection nc(nats_url(), "stores-client");
+        auto r = answer_when_up(nc, worker.prefix() + ".session.s.enqueue",
+                                R"({"lane":"followUp","content":"hi"})");
+        EXPECT_EQ(r.at("ok"), true) << store << ": " << json::serialize(r);
+        if (store == "memory") {
+            EXPECT_TRUE(worker.has_logged("with store memory and memory leases"));
+        } else {
+            EXPECT_TRUE(std::filesystem::exists(worker.data() / "sessions" / "s.sqlite"));
+        }
+        EXPECT_EQ(worker.stop(), 0);
+    }
 }
 
 // wuhuctl's exit codes, which scripts rely on: 0 ok, 1 refused, 2 usage, 3 no reply.

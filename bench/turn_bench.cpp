@@ -1,0 +1,831 @@
+// Turn throughput (issue 16): S sessions x T turns, C in flight, driven over NATS against a
+// wuhu-worker process on the scripted model, which answers at once. A turn is a user message
+// -> model -> K tool calls (`echo`) -> model -> answer; it ends when the session is idle again
+// with the answer committed.
+//
+// Per store it prints: turns/s, turn latency p50/p99, CPU ms per turn per process (worker,
+// this client, nats-server, PostgreSQL), durable commits per turn (the worker's
+// wuhu_store_commit_duration_seconds count) and fsyncs per turn (counted by
+// libfsync_count.so preloaded into the worker; PostgreSQL's own from pg_stat_wal), disk bytes
+// per turn, new sessions per second with their fsyncs per creation, and the ratio of turns/s
+// to the budget measured in the same run: the raw commit rate of the same file pattern (C
+// threads, each committing one row at a time to a file of its own; C PostgreSQL connections)
+// divided by the commits per turn. Each figure beside its goal and the baseline of issue 16.
+//
+// --metrics-cost: the metrics' cost (issue 15): the same workload with the worker's metrics
+// on and off (--metrics-addr off records nothing), alternating, on the memory store (where the
+// worker's CPU is all there is to see).
+//
+// Needs a nats-server (WUHU_BENCH_NATS_URL or WUHU_TEST_NATS_URL) and, for `postgres`, a
+// PostgreSQL server (WUHU_BENCH_PG_DSN or WUHU_TEST_PG_DSN); scripts/bench starts both, and
+// names their PIDs (WUHU_BENCH_NATS_PID, WUHU_BENCH_PG_PID) for the CPU figures.
+//
+//   turn_bench [--stores sqlite-full,sqlite-normal,postgres,memory] [-S 100] [-T 10] [-K 2]
+//              [-C 10] [--metrics-cost]
+#include "nats/connection.hpp"
+#include "storage/sqlite_db.hpp"
+#include "tests/support/http_get.hpp"
+
+#include <CLI/CLI.hpp>
+#include <boost/json.hpp>
+#include <pqxx/pqxx>
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <random>
+#include <sstream>
+#include <thread>
+
+namespace {
+
+namespace json = boost::json;
+namespace fs = std::filesystem;
+using clock_type = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+struct workload {
+    int sessions = 100;  // S
+    int turns = 10;      // T
+    int tools = 2;       // K
+    int in_flight = 10;  // C
+};
+
+// A store the worker runs on, and issue 16's figures for it.
+struct store_kind {
+    std::string name;
+    double baseline_tps;  // today's turns/s (issue 16)
+    double goal_tps;      // what issue 16 asks
+};
+
+const std::map<std::string, store_kind>& kinds() {
+    static const std::map<std::string, store_kind> k{
+        {"sqlite-full", {"sqlite-full", 437, 2.5 * 437}},
+        {"sqlite-normal", {"sqlite-normal", 753, 2 * 753}},
+        {"postgres", {"postgres", 449, 2 * 449}},
+        {"memory", {"memory", 1811, 2 * 1811}},
+    };
+    return k;
+}
+
+std::string env_or(const char* a, const char* b) {
+    for (const char* name : {a, b}) {
+        const char* v = std::getenv(name);
+        if (v != nullptr && *v != '\0') {
+            return v;
+        }
+    }
+    return {};
+}
+
+double seconds_since(clock_type::time_point t) {
+    return std::chrono::duration<double>(clock_type::now() - t).count();
+}
+
+// --- what a process spent -------------------------------------------------------------------
+
+// User + system CPU of a process, in ms (0 when it is gone), in clock ticks (10 ms).
+double cpu_ticks_ms(pid_t pid) {
+    std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+    std::string line;
+    if (!std::getline(f, line)) {
+        return 0;
+    }
+    std::istringstream in(line.substr(line.rfind(')') + 2));  // from field 3 on
+    std::vector<std::string> fields{std::istream_iterator<std::string>(in), {}};
+    if (fields.size() < 13) {
+        return 0;
+    }
+    const double ticks = std::stod(fields[11]) + std::stod(fields[12]);  // utime, stime
+    return ticks * 1000.0 / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+// The CPU time of a process's threads, in ms, to the nanosecond (/proc/<pid>/task/*/schedstat);
+// what /proc/<pid>/stat says when that is not there.
+double cpu_ms(pid_t pid) {
+    if (pid <= 0) {
+        return 0;
+    }
+    double ns = 0;
+    std::error_code ec;
+    for (const auto& task : fs::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
+        std::ifstream f(task.path() / "schedstat");
+        double run = 0;
+        if (f >> run) {
+            ns += run;
+        }
+    }
+    return ns > 0 ? ns / 1e6 : cpu_ticks_ms(pid);
+}
+
+pid_t parent_of(pid_t pid) {
+    std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+    std::string line;
+    if (!std::getline(f, line)) {
+        return 0;
+    }
+    std::istringstream in(line.substr(line.rfind(')') + 2));
+    std::string state;
+    pid_t ppid = 0;
+    in >> state >> ppid;
+    return ppid;
+}
+
+// A process and its children (PostgreSQL's postmaster and its backends).
+double tree_cpu_ms(pid_t root) {
+    if (root <= 0) {
+        return 0;
+    }
+    double sum = cpu_ticks_ms(root);
+    for (const auto& e : fs::directory_iterator("/proc")) {
+        const auto name = e.path().filename().string();
+        if (!name.empty() && std::all_of(name.begin(), name.end(), ::isdigit)) {
+            const pid_t pid = std::stoi(name);
+            if (parent_of(pid) == root) {
+                sum += cpu_ticks_ms(pid);
+            }
+        }
+    }
+    return sum;
+}
+
+// Bytes a process had written to the storage layer (/proc/<pid>/io write_bytes).
+double written_bytes(pid_t pid) {
+    std::ifstream f("/proc/" + std::to_string(pid) + "/io");
+    for (std::string line; std::getline(f, line);) {
+        if (line.starts_with("write_bytes: ")) {
+            return std::stod(line.substr(13));
+        }
+    }
+    return 0;
+}
+
+// The fsync counter libfsync_count.so keeps for the worker (a shared page).
+class fsync_counter {
+  public:
+    explicit fsync_counter(const fs::path& file) : file_(file) {
+        const int fd = ::open(file.c_str(), O_RDWR | O_CREAT, 0600);
+        if (fd < 0 || ::ftruncate(fd, 4096) != 0) {
+            throw std::runtime_error("cannot make the fsync counter " + file.string());
+        }
+        page_ = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        ::close(fd);
+        if (page_ == MAP_FAILED) {
+            throw std::runtime_error("cannot map the fsync counter");
+        }
+    }
+    ~fsync_counter() { ::munmap(page_, 4096); }
+    std::uint64_t value() const {
+        return static_cast<std::atomic<std::uint64_t>*>(page_)->load();
+    }
+    const fs::path& file() const { return file_; }
+
+  private:
+    fs::path file_;
+    void* page_;
+};
+
+// --- PostgreSQL -----------------------------------------------------------------------------
+
+std::string pg_dsn() { return env_or("WUHU_BENCH_PG_DSN", "WUHU_TEST_PG_DSN"); }
+
+std::map<std::string, std::string> dsn_fields(const std::string& dsn) {
+    std::map<std::string, std::string> kv;
+    std::istringstream in(dsn);
+    for (std::string pair; in >> pair;) {
+        if (auto eq = pair.find('='); eq != std::string::npos) {
+            kv[pair.substr(0, eq)] = pair.substr(eq + 1);
+        }
+    }
+    return kv;
+}
+
+constexpr const char* bench_db = "wuhu_turn_bench";
+
+// A database of the benchmark's own, new for each run.
+std::string fresh_pg_database() {
+    pqxx::connection admin(pg_dsn());
+    pqxx::nontransaction n(admin);
+    n.exec(std::string("DROP DATABASE IF EXISTS ") + bench_db + " WITH (FORCE)");
+    n.exec(std::string("CREATE DATABASE ") + bench_db);
+    auto kv = dsn_fields(pg_dsn());
+    return "postgresql://" + kv["user"] + "@" + kv["host"] + ":" + kv["port"] + "/" + bench_db;
+}
+
+struct wal_stats {
+    double syncs = 0, bytes = 0;
+};
+
+wal_stats pg_wal() {
+    pqxx::connection c(pg_dsn());
+    pqxx::nontransaction n(c);
+    auto r = n.exec1("SELECT wal_sync, wal_bytes FROM pg_stat_wal");
+    return {r[0].as<double>(), r[1].as<double>()};
+}
+
+// --- the raw commit rate of the same pattern -------------------------------------------------
+
+// Commits per second of `threads` threads, each committing one small row at a time for
+// `seconds` to a SQLite file of its own in WAL mode at `synchronous`.
+double raw_sqlite_rate(const fs::path& dir, int threads, const std::string& synchronous,
+                       double seconds) {
+    std::atomic<std::uint64_t> commits{0};
+    std::vector<std::thread> workers;
+    const auto until = clock_type::now() + std::chrono::duration<double>(seconds);
+    const auto start = clock_type::now();
+    for (int t = 0; t < threads; ++t) {
+        workers.emplace_back([&, t] {
+            wuhu::storage::sqlite::db db((dir / ("raw-" + std::to_string(t) + ".sqlite")).string(),
+                                         synchronous, 5000);
+            db.exec("CREATE TABLE IF NOT EXISTS t (seq INTEGER PRIMARY KEY, body TEXT)");
+            while (clock_type::now() < until) {
+                wuhu::storage::sqlite::transaction tx(db);
+                db.prepare("INSERT INTO t (body) VALUES (?1)")
+                    .bind(1, std::string_view(R"({"type":"tool_result","output":"x"})"))
+                    .run();
+                tx.commit();
+                ++commits;
+            }
+        });
+    }
+    for (auto& w : workers) {
+        w.join();
+    }
+    return static_cast<double>(commits) / seconds_since(start);
+}
+
+double raw_pg_rate(int threads, double seconds) {
+    {
+        pqxx::connection c(pg_dsn());
+        pqxx::nontransaction n(c);
+        n.exec("DROP TABLE IF EXISTS wuhu_bench_raw");
+        n.exec("CREATE TABLE wuhu_bench_raw (seq BIGSERIAL PRIMARY KEY, body TEXT)");
+    }
+    std::atomic<std::uint64_t> commits{0};
+    std::vector<std::thread> workers;
+    const auto until = clock_type::now() + std::chrono::duration<double>(seconds);
+    const auto start = clock_type::now();
+    for (int t = 0; t < threads; ++t) {
+        workers.emplace_back([&] {
+            pqxx::connection c(pg_dsn());
+            while (clock_type::now() < until) {
+                pqxx::work w(c);
+                w.exec("INSERT INTO wuhu_bench_raw (body) VALUES ('x')");
+                w.commit();
+                ++commits;
+            }
+        });
+    }
+    for (auto& w : workers) {
+        w.join();
+    }
+    const double rate = static_cast<double>(commits) / seconds_since(start);
+    pqxx::connection c(pg_dsn());
+    pqxx::nontransaction(c).exec("DROP TABLE wuhu_bench_raw");
+    return rate;
+}
+
+// --- the worker -----------------------------------------------------------------------------
+
+int free_port() {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof addr;
+    int port = 0;
+    if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+        getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+        port = ntohs(addr.sin_port);
+    }
+    close(fd);
+    return port;
+}
+
+// The script: step 2t calls `echo` K times, step 2t+1 answers.
+std::string script(const workload& w) {
+    json::array responses;
+    for (int t = 0; t < w.turns; ++t) {
+        json::array calls;
+        for (int k = 0; k < w.tools; ++k) {
+            calls.push_back(json::object{{"name", "echo"}, {"arguments", {{"text", "x"}}}});
+        }
+        responses.push_back(json::object{{"text", "calling"}, {"tool_calls", calls}});
+        responses.push_back(json::object{{"text", "turn-complete"}});
+    }
+    return json::serialize(json::object{{"responses", responses}});
+}
+
+class worker_process {
+  public:
+    worker_process(const fs::path& dir, const std::string& nats_url, const std::string& store,
+                   const std::string& synchronous, bool metrics, const std::string& prefix,
+                   const fsync_counter& fsyncs) {
+        {
+            std::ofstream(dir / "script.json") << script_text_;
+        }
+        if (metrics) {
+            metrics_addr_ = "127.0.0.1:" + std::to_string(free_port());
+        }
+        std::vector<std::string> args{
+            WUHU_WORKER_BIN, "--nats", nats_url, "--store", store, "--sqlite-synchronous",
+            synchronous, "--script", (dir / "script.json").string(), "--prefix", prefix,
+            "--worker-id", "bench-" + prefix, "--passivate-after", "0", "--metrics-addr",
+            metrics ? metrics_addr_ : "off"};
+        const auto log = (dir / "worker.log").string();
+        pid_ = fork();
+        if (pid_ == 0) {
+            const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+            dup2(fd, STDERR_FILENO);
+            setenv("LD_PRELOAD", WUHU_FSYNC_COUNT_LIB, 1);
+            setenv("WUHU_FSYNC_COUNTER", fsyncs.file().c_str(), 1);
+            // In a sanitizer build the preloaded library comes before the ASan runtime.
+            const char* asan = std::getenv("ASAN_OPTIONS");
+            setenv("ASAN_OPTIONS",
+                   (std::string(asan != nullptr ? asan : "") + ":verify_asan_link_order=0")
+                       .c_str(),
+                   1);
+            std::vector<char*> argv;
+            for (auto& a : args) {
+                argv.push_back(a.data());
+            }
+            argv.push_back(nullptr);
+            execv(argv[0], argv.data());
+            _exit(127);
+        }
+    }
+    ~worker_process() { stop(); }
+    static void set_script(std::string s) { script_text_ = std::move(s); }
+
+    // SIGTERM, then waits for the orderly stop; true when it exited 0.
+    bool stop() {
+        if (pid_ <= 0) {
+            return true;
+        }
+        kill(pid_, SIGTERM);
+        int status = 0;
+        waitpid(pid_, &status, 0);
+        pid_ = 0;
+        return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    }
+    pid_t pid() const { return pid_; }
+    // The worker's store commits so far (-1: no metrics).
+    double commits() const {
+        if (metrics_addr_.empty()) {
+            return -1;
+        }
+        const auto scrape = wuhu::testing::http_get(metrics_addr_, "/metrics").body;
+        for (const char* backend : {"sqlite", "postgres", "memory"}) {
+            const double v = wuhu::testing::metric_value(
+                scrape,
+                std::string("wuhu_store_commit_duration_seconds_count{backend=\"") + backend +
+                    "\"}");
+            if (v >= 0) {
+                return v;
+            }
+        }
+        return -1;
+    }
+
+  private:
+    static inline std::string script_text_;
+    pid_t pid_ = 0;
+    std::string metrics_addr_;
+};
+
+// --- the client -----------------------------------------------------------------------------
+
+// What one session's events say about its current turn.
+struct turn_slot {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool answered = false;  // the answer was committed
+    bool done = false;      // and the session is idle with nothing left to do
+};
+
+struct run_result {
+    bool ok = false;
+    double turns_per_s = 0, p50_ms = 0, p99_ms = 0;
+    double worker_cpu = 0, client_cpu = 0, nats_cpu = 0, pg_cpu = 0;  // ms per turn
+    double commits = -1, fsyncs = 0, stored_bytes = 0, wal_bytes = 0, written_bytes = 0;
+    double creations_per_s = 0, fsyncs_per_creation = 0, commits_per_creation = -1;
+};
+
+struct counters {
+    double worker_cpu, client_cpu, nats_cpu, pg_cpu, commits, fsyncs, written;
+};
+
+// Bytes stored in a directory's files (apparent sizes).
+double stored_bytes(const fs::path& dir) {
+    double sum = 0;
+    std::error_code ec;
+    for (const auto& e : fs::recursive_directory_iterator(dir, ec)) {
+        if (e.is_regular_file(ec)) {
+            sum += static_cast<double>(e.file_size(ec));
+        }
+    }
+    return sum;
+}
+
+double pg_database_bytes() {
+    pqxx::connection c(pg_dsn());
+    pqxx::nontransaction n(c);
+    return n.exec1(std::string("SELECT pg_database_size('") + bench_db + "')")[0].as<double>();
+}
+
+run_result run(const store_kind& kind, const workload& w, bool metrics, int round) {
+    run_result out;
+    const std::string nats_url = env_or("WUHU_BENCH_NATS_URL", "WUHU_TEST_NATS_URL");
+    std::random_device rd;
+    const fs::path dir = fs::temp_directory_path() / ("wuhu-turn-bench-" + std::to_string(rd()));
+    fs::create_directories(dir);
+    const bool pg = kind.name == "postgres";
+    const bool memory = kind.name == "memory";
+    std::string store = "memory";
+    if (kind.name.starts_with("sqlite")) {
+        store = "sqlite://" + (dir / "data").string();
+    } else if (pg) {
+        store = fresh_pg_database();
+    }
+    const std::string prefix = "tb" + std::to_string(::getpid()) + "r" + std::to_string(round);
+    fsync_counter fsyncs(dir / "fsyncs");
+    worker_process::set_script(script(w));
+    const pid_t nats_pid = std::atoi(env_or("WUHU_BENCH_NATS_PID", "").c_str());
+    const pid_t pg_pid = pg ? std::atoi(env_or("WUHU_BENCH_PG_PID", "").c_str()) : 0;
+
+    // The sessions' slots outlive the connections (a handler may run until they are gone).
+    std::vector<std::string> sids;
+    std::map<std::string, std::unique_ptr<turn_slot>, std::less<>> slots;
+    for (int i = 0; i < w.sessions; ++i) {
+        sids.push_back("s" + std::to_string(i));
+        slots.emplace(sids.back(), std::make_unique<turn_slot>());
+    }
+    wuhu::nats::connection requests(nats_url, "turn-bench");
+    wuhu::nats::connection events(nats_url, "turn-bench-events");
+    const std::string session_subject = prefix + ".session.";
+    const std::string events_prefix = prefix + ".events.";
+    const auto subscription = events.subscribe(events_prefix + "*.patch", [&](wuhu::nats::message m) {
+        const auto sid = std::string_view(m.subject).substr(
+            events_prefix.size(), m.subject.size() - events_prefix.size() - 6);
+        const auto it = slots.find(sid);
+        if (it == slots.end()) {
+            return;
+        }
+        auto& slot = *it->second;
+        const bool answer = m.data.find(R"("text":"turn-complete")") != std::string::npos;
+        const bool idle = m.data.find(R"("state":"idle")") != std::string::npos &&
+                          m.data.find(R"("has_work":false)") != std::string::npos;
+        if (!answer && !idle) {
+            return;
+        }
+        std::lock_guard lock(slot.mu);
+        slot.answered = slot.answered || answer;
+        if (idle && slot.answered) {
+            slot.done = true;
+            slot.cv.notify_all();
+        }
+    });
+    events.flush();
+
+    std::optional<worker_process> worker;
+    // Starts the worker and waits until it answers.
+    auto start_worker = [&]() -> bool {
+        worker.emplace(dir, nats_url, store, kind.name == "sqlite-normal" ? "normal" : "full",
+                       metrics, prefix, fsyncs);
+        const auto ready_by = clock_type::now() + 20s;
+        while (!requests.request(session_subject + "warmup.subscribe", "{}", 500ms)) {
+            if (clock_type::now() > ready_by) {
+                std::fprintf(stderr, "turn_bench: the worker did not come up; see %s\n",
+                             (dir / "worker.log").c_str());
+                return false;
+            }
+        }
+        return true;
+    };
+    auto stop_worker = [&] {
+        if (!worker->stop()) {
+            std::fprintf(stderr, "turn_bench: the worker did not stop cleanly; see %s\n",
+                         (dir / "worker.log").c_str());
+            return false;
+        }
+        return true;
+    };
+    auto snapshot = [&] {
+        return counters{cpu_ms(worker->pid()),    cpu_ms(::getpid()),
+                        cpu_ms(nats_pid),         tree_cpu_ms(pg_pid),
+                        worker->commits(),        static_cast<double>(fsyncs.value()),
+                        written_bytes(worker->pid())};
+    };
+    // PostgreSQL's WAL syncs and bytes. Its backends report them when they exit, or within
+    // 10 s of going idle: `settled` waits for that.
+    auto wal = [&](bool settled) {
+        if (!pg) {
+            return wal_stats{};
+        }
+        std::this_thread::sleep_for(settled ? 11s : 1s);
+        return pg_wal();
+    };
+    auto stored = [&] { return pg ? pg_database_bytes() : stored_bytes(dir / "data"); };
+    // C threads, each with its share of the sessions.
+    auto in_parallel = [&](const std::function<bool(const std::string& sid)>& each) {
+        std::atomic<bool> ok{true};
+        std::vector<std::thread> threads;
+        for (int c = 0; c < w.in_flight; ++c) {
+            threads.emplace_back([&, c] {
+                for (std::size_t i = static_cast<std::size_t>(c); i < sids.size() && ok;
+                     i += static_cast<std::size_t>(w.in_flight)) {
+                    ok = ok && each(sids[i]);
+                }
+            });
+        }
+        for (auto& t : threads) {
+            t.join();
+        }
+        return ok.load();
+    };
+    auto ask = [&](const std::string& sid, const char* verb) {
+        auto r = requests.request(session_subject + sid + "." + verb, "{}", 30s);
+        if (!r || r->find(R"("ok":true)") == std::string::npos) {
+            std::fprintf(stderr, "turn_bench: %s of %s failed: %s\n", verb, sid.c_str(),
+                         r ? r->c_str() : "no reply");
+            return false;
+        }
+        return true;
+    };
+
+    // 1. Session creation: a configure request creates each session.
+    if (!start_worker()) {
+        return out;
+    }
+    auto wal_before = wal(true);
+    auto before = snapshot();
+    auto start = clock_type::now();
+    if (!in_parallel([&](const std::string& sid) { return ask(sid, "configure"); })) {
+        return out;
+    }
+    out.creations_per_s = w.sessions / seconds_since(start);
+    auto after = snapshot();
+    const double n_sessions = w.sessions;
+    if (after.commits >= 0) {
+        out.commits_per_creation = (after.commits - before.commits) / n_sessions;
+    }
+    // A persistent store starts the turns with the sessions stored (a worker that stops
+    // checkpoints its files) and loaded again (a subscribe loads each one), so that what the
+    // turns store is what they add.
+    double stored_before = 0;
+    if (!memory) {
+        if (!stop_worker()) {
+            return out;
+        }
+        stored_before = stored();
+    }
+    auto wal_after = wal(false);
+    out.fsyncs_per_creation =
+        (after.fsyncs - before.fsyncs + (wal_after.syncs - wal_before.syncs)) / n_sessions;
+    if (!memory &&
+        (!start_worker() ||
+         !in_parallel([&](const std::string& sid) { return ask(sid, "subscribe"); }))) {
+        return out;
+    }
+
+    // 2. Turns: each thread takes its sessions turn by turn (turn t of every one of them,
+    // then turn t + 1).
+    std::vector<std::vector<double>> latencies(static_cast<std::size_t>(w.in_flight));
+    wal_before = wal(true);
+    before = snapshot();
+    start = clock_type::now();
+    std::atomic<bool> ok{true};
+    {
+        std::vector<std::thread> threads;
+        for (int c = 0; c < w.in_flight; ++c) {
+            threads.emplace_back([&, c] {
+                for (int t = 0; t < w.turns && ok; ++t) {
+                    for (std::size_t i = static_cast<std::size_t>(c); i < sids.size() && ok;
+                         i += static_cast<std::size_t>(w.in_flight)) {
+                        auto& slot = *slots.find(sids[i])->second;
+                        {
+                            std::lock_guard lock(slot.mu);
+                            slot.answered = slot.done = false;
+                        }
+                        const auto t0 = clock_type::now();
+                        auto r = requests.request(
+                            session_subject + sids[i] + ".enqueue",
+                            R"({"lane":"followUp","id":"u)" + std::to_string(t) +
+                                R"(","content":"turn )" + std::to_string(t) + R"("})",
+                            30s);
+                        if (!r || r->find(R"("ok":true)") == std::string::npos) {
+                            std::fprintf(stderr, "turn_bench: enqueue to %s failed: %s\n",
+                                         sids[i].c_str(), r ? r->c_str() : "no reply");
+                            ok = false;
+                            break;
+                        }
+                        std::unique_lock lock(slot.mu);
+                        if (!slot.cv.wait_for(lock, 60s, [&] { return slot.done; })) {
+                            std::fprintf(stderr, "turn_bench: turn %d of %s did not end\n", t,
+                                         sids[i].c_str());
+                            ok = false;
+                            break;
+                        }
+                        latencies[static_cast<std::size_t>(c)].push_back(
+                            std::chrono::duration<double, std::milli>(clock_type::now() - t0)
+                                .count());
+                    }
+                }
+            });
+        }
+        for (auto& t : threads) {
+            t.join();
+        }
+    }
+    const double elapsed = seconds_since(start);
+    after = snapshot();
+    if (!ok) {
+        return out;
+    }
+    const double turns = static_cast<double>(w.sessions) * w.turns;
+    std::vector<double> all;
+    for (auto& l : latencies) {
+        all.insert(all.end(), l.begin(), l.end());
+    }
+    std::sort(all.begin(), all.end());
+    out.turns_per_s = turns / elapsed;
+    out.p50_ms = all[all.size() / 2];
+    out.p99_ms = all[static_cast<std::size_t>(0.99 * static_cast<double>(all.size() - 1))];
+    out.worker_cpu = (after.worker_cpu - before.worker_cpu) / turns;
+    out.client_cpu = (after.client_cpu - before.client_cpu) / turns;
+    out.nats_cpu = (after.nats_cpu - before.nats_cpu) / turns;
+    out.pg_cpu = (after.pg_cpu - before.pg_cpu) / turns;
+    if (after.commits >= 0) {
+        out.commits = (after.commits - before.commits) / turns;
+    }
+    out.written_bytes = (after.written - before.written) / turns;
+    events.unsubscribe(subscription);
+    if (!stop_worker()) {
+        return out;
+    }
+    // What the turns left stored (SQLite files checkpointed by the worker's stop).
+    out.stored_bytes = (stored() - stored_before) / turns;
+    wal_after = wal(false);
+    out.fsyncs = (after.fsyncs - before.fsyncs + (wal_after.syncs - wal_before.syncs)) / turns;
+    out.wal_bytes = (wal_after.bytes - wal_before.bytes) / turns;
+    out.ok = true;
+    fs::remove_all(dir);
+    return out;
+}
+
+// The budget: the raw commit rate of the same pattern, divided by the commits per turn.
+double raw_rate(const store_kind& kind, const workload& w) {
+    if (kind.name == "postgres") {
+        return raw_pg_rate(w.in_flight, 2.0);
+    }
+    if (kind.name == "memory") {
+        return 0;
+    }
+    std::random_device rd;
+    const fs::path dir = fs::temp_directory_path() / ("wuhu-turn-bench-raw-" + std::to_string(rd()));
+    fs::create_directories(dir);
+    const double rate =
+        raw_sqlite_rate(dir, w.in_flight, kind.name == "sqlite-full" ? "FULL" : "NORMAL", 2.0);
+    fs::remove_all(dir);
+    return rate;
+}
+
+void print(const store_kind& kind, const workload& w, const run_result& r, double raw) {
+    std::printf("\n%s (S=%d T=%d K=%d C=%d)\n", kind.name.c_str(), w.sessions, w.turns, w.tools,
+                w.in_flight);
+    std::printf("  turns/s               %8.0f   goal >= %.0f, baseline %.0f (%.2fx)\n",
+                r.turns_per_s, kind.goal_tps, kind.baseline_tps, r.turns_per_s / kind.baseline_tps);
+    // A durable commit is a session-log commit (the worker's metric) or, on SQLite FULL, any
+    // fsync (the catalog's commits are not in the metric): whichever counts more.
+    const double durable = std::max(r.commits, kind.name == "sqlite-full" ? r.fsyncs : 0.0);
+    if (raw > 0 && durable > 0) {
+        const double budget = raw / durable;
+        std::printf("  budget                %8.0f   turns/s = raw commits/s %.0f / durable commits "
+                    "per turn; ratio %.2f (goal >= 0.8)\n",
+                    budget, raw, r.turns_per_s / budget);
+    }
+    std::printf("  turn latency          p50 %.1f ms, p99 %.1f ms\n", r.p50_ms, r.p99_ms);
+    std::printf("  CPU ms per turn       worker %.2f, client %.2f, nats-server %.2f", r.worker_cpu,
+                r.client_cpu, r.nats_cpu);
+    if (kind.name == "postgres") {
+        std::printf(", PostgreSQL %.2f", r.pg_cpu);
+    }
+    std::printf("\n");
+    std::printf("  log commits per turn  %8.2f   goal <= 4 (the worker's session-log commits)\n",
+                r.commits);
+    std::printf("  fsyncs per turn       %8.2f   baseline 11%s\n", r.fsyncs,
+                kind.name == "postgres" ? " (PostgreSQL's WAL syncs)" : "");
+    std::printf("  stored KiB per turn   %8.2f   goal <= 1.7", r.stored_bytes / 1024);
+    if (kind.name == "postgres") {
+        std::printf(", and %.2f KiB of WAL", r.wal_bytes / 1024);
+    }
+    std::printf("\n");
+    std::printf("  new sessions/s        %8.0f   goal >= %s; %.2f fsyncs and %.2f commits each\n",
+                r.creations_per_s,
+                kind.name == "postgres" ? "2000" : kind.name == "sqlite-full" ? "1000" : "-",
+                r.fsyncs_per_creation, r.commits_per_creation);
+    std::printf("  written KiB per turn  %8.2f   by the worker (/proc/<pid>/io write_bytes)\n",
+                r.written_bytes / 1024);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    CLI::App app{"turn_bench: turns per second through a wuhu-worker over NATS"};
+    workload w;
+    std::string stores = "sqlite-full,sqlite-normal,postgres,memory";
+    bool metrics_cost = false;
+    int rounds = 5;
+    app.add_option("--stores", stores, "comma-separated: sqlite-full, sqlite-normal, postgres, memory");
+    app.add_option("-S,--sessions", w.sessions)->check(CLI::Range(1, 100000));
+    app.add_option("-T,--turns", w.turns)->check(CLI::Range(1, 1000));
+    app.add_option("-K,--tool-calls", w.tools)->check(CLI::Range(0, 64));
+    app.add_option("-C,--in-flight", w.in_flight)->check(CLI::Range(1, 1000));
+    app.add_flag("--metrics-cost", metrics_cost,
+                 "the memory store with metrics on and off, alternating (issue 15)");
+    app.add_option("--rounds", rounds, "--metrics-cost: runs of each")->check(CLI::Range(1, 20));
+    CLI11_PARSE(app, argc, argv);
+    if (env_or("WUHU_BENCH_NATS_URL", "WUHU_TEST_NATS_URL").empty()) {
+        std::fprintf(stderr, "turn_bench: set WUHU_BENCH_NATS_URL (scripts/bench does)\n");
+        return 2;
+    }
+    w.in_flight = std::min(w.in_flight, w.sessions);
+
+    if (metrics_cost) {
+        // Long runs: the difference is small beside the noise of a 2-core machine.
+        if (app.count("-T") == 0) {
+            w.turns = 40;
+        }
+        const auto& kind = kinds().at("memory");
+        std::vector<double> on_tps, off_tps, on_cpu, off_cpu;
+        for (int i = 0; i < rounds; ++i) {
+            for (bool metrics : {true, false}) {
+                const auto r = run(kind, w, metrics, 2 * i + (metrics ? 0 : 1));
+                if (!r.ok) {
+                    return 1;
+                }
+                (metrics ? on_tps : off_tps).push_back(r.turns_per_s);
+                (metrics ? on_cpu : off_cpu).push_back(r.worker_cpu);
+                std::printf("  metrics %-3s  %6.0f turns/s, worker %.3f CPU ms per turn\n",
+                            metrics ? "on" : "off", r.turns_per_s, r.worker_cpu);
+            }
+        }
+        auto median = [](std::vector<double> v) {
+            std::sort(v.begin(), v.end());
+            return v[v.size() / 2];
+        };
+        const double tps_on = median(on_tps), tps_off = median(off_tps);
+        const double cpu_on = median(on_cpu), cpu_off = median(off_cpu);
+        std::printf(
+            "metrics cost, memory store, S=%d T=%d K=%d C=%d, median of %d runs each "
+            "(goal: under 2%%):\n"
+            "  turns/s              on %.0f, off %.0f: the metrics cost %+.1f%%\n"
+            "  worker CPU per turn  on %.3f ms, off %.3f ms: the metrics cost %+.1f%%\n"
+            "  (a negative cost is the noise of the machine)\n",
+            w.sessions, w.turns, w.tools, w.in_flight, rounds, tps_on, tps_off,
+            100.0 * (tps_off - tps_on) / tps_off, cpu_on, cpu_off,
+            100.0 * (cpu_on - cpu_off) / cpu_off);
+        return 0;
+    }
+
+    std::istringstream list(stores);
+    int round = 0;
+    for (std::string name; std::getline(list, name, ',');) {
+        const auto it = kinds().find(name);
+        if (it == kinds().end()) {
+            std::fprintf(stderr, "turn_bench: unknown store %s\n", name.c_str());
+            return 2;
+        }
+        if (name == "postgres" && pg_dsn().empty()) {
+            std::fprintf(stderr, "turn_bench: postgres needs WUHU_BENCH_PG_DSN (scripts/bench sets it)\n");
+            return 2;
+        }
+        const double raw = raw_rate(it->second, w);
+        const auto r = run(it->second, w, true, round++);
+        if (!r.ok) {
+            return 1;
+        }
+        print(it->second, w, r, raw);
+        if (name == "sqlite-full" && r.fsyncs <= 0) {
+            std::fprintf(stderr, "turn_bench: no fsync was counted: was %s preloaded?\n",
+                         WUHU_FSYNC_COUNT_LIB);
+            return 1;
+        }
+        if (r.commits <= 0) {
+            std::fprintf(stderr, "turn_bench: no commit was counted (the worker's metrics)\n");
+            return 1;
+        }
+    }
+    return 0;
+}
