@@ -5,6 +5,8 @@
 #include "session/text.hpp"
 
 #include <algorithm>
+#include <map>
+#include <optional>
 #include <set>
 
 namespace wuhu::session {
@@ -12,6 +14,38 @@ namespace {
 
 action_list append(const session_state& s, entry_body body, unix_ms at) {
     return {entry_appended{entry{entry_seq{s.transcript.size() + 1}, at, std::move(body)}}};
+}
+
+// Whether an entry decides needs_inference, walking back: nullopt to look further back.
+std::optional<bool> awaits_response(const entry_body& b) {
+    if (std::holds_alternative<tool_started>(b) || std::holds_alternative<compaction>(b)) {
+        return std::nullopt;
+    }
+    if (const auto* i = std::get_if<interruption>(&b)) {
+        if (i->kind == interruption_kind::owner_lost) {
+            return std::nullopt;
+        }
+        return false;
+    }
+    return std::holds_alternative<party_message>(b) || std::holds_alternative<system_message>(b) ||
+           std::holds_alternative<tool_result>(b);
+}
+
+// The drain of checkpoint `c`, its entries numbered from `next_entry`.
+action_list drain_from(const session_state& s, checkpoint c, unix_ms at, std::uint64_t next_entry) {
+    action_list out;
+    std::array<std::uint64_t, 3> next_journal{};
+    for (lane l : all_lanes) {
+        next_journal[index_of(l)] = s.in(l).journal.size() + 1;
+    }
+    for (const queue_item& q : select_checkpoint(s, c)) {
+        entry_seq id{next_entry++};
+        out.push_back(entry_appended{entry{id, at, materialize(q)}});
+        journal_entry j{journal_seq{next_journal[index_of(q.in)]++}, at,
+                        materialized_fact{q.id, id}};
+        out.push_back(journal_recorded{q.in, std::move(j)});
+    }
+    return out;
 }
 
 }  // namespace
@@ -101,20 +135,7 @@ entry_body materialize(const queue_item& q) {
 }
 
 action_list plan_drain(const session_state& s, checkpoint c, unix_ms at) {
-    action_list out;
-    std::uint64_t next_entry = s.transcript.size() + 1;
-    std::array<std::uint64_t, 3> next_journal{};
-    for (lane l : all_lanes) {
-        next_journal[index_of(l)] = s.in(l).journal.size() + 1;
-    }
-    for (const queue_item& q : select_checkpoint(s, c)) {
-        entry_seq id{next_entry++};
-        out.push_back(entry_appended{entry{id, at, materialize(q)}});
-        journal_entry j{journal_seq{next_journal[index_of(q.in)]++}, at,
-                        materialized_fact{q.id, id}};
-        out.push_back(journal_recorded{q.in, std::move(j)});
-    }
-    return out;
+    return drain_from(s, c, at, s.transcript.size() + 1);
 }
 
 result<action_list> plan_append_assistant(const session_state& s, assistant_message m, unix_ms at) {
@@ -234,20 +255,118 @@ action_list plan_fire_timer(const session_state& s, const queue_item_id& id, uni
 
 bool needs_inference(const session_state& s) {
     for (auto it = s.transcript.rbegin(); it != s.transcript.rend(); ++it) {
-        const entry_body& b = it->body;
-        if (std::holds_alternative<tool_started>(b) || std::holds_alternative<compaction>(b)) {
-            continue;
+        if (const auto decided = awaits_response(it->body)) {
+            return *decided;
         }
-        if (const auto* i = std::get_if<interruption>(&b)) {
-            if (i->kind == interruption_kind::owner_lost) {
-                continue;
-            }
-            return false;
-        }
-        return std::holds_alternative<party_message>(b) ||
-               std::holds_alternative<system_message>(b) || std::holds_alternative<tool_result>(b);
     }
     return false;
+}
+
+result<enqueue_outcome> plan_enqueue_and_drain(const session_state& s, enqueue_input in,
+                                               unix_ms at) {
+    const lane into = in.in;
+    auto out = plan_enqueue(s, std::move(in), at);
+    if (!out || out->duplicate || s.paused || s.has_pending() ||
+        (current_checkpoint(s) == checkpoint::steer && into == lane::follow_up)) {
+        return out;
+    }
+    // The enqueued item, the only one pending, is what the checkpoint takes.
+    const auto enqueued = std::get<journal_recorded>(out->actions.front()).j;
+    const queue_item& item = std::get<enqueued_fact>(enqueued.fact).item;
+    const entry_seq id{s.transcript.size() + 1};
+    out->actions.push_back(entry_appended{entry{id, at, materialize(item)}});
+    out->actions.push_back(journal_recorded{
+        into, journal_entry{journal_seq{enqueued.seq.value + 1}, at, materialized_fact{item.id, id}}});
+    return out;
+}
+
+result<action_list> plan_response(const session_state& s, assistant_message m,
+                                  const std::vector<tool_call_id>& starting, bool settle,
+                                  unix_ms at) {
+    auto out = plan_append_assistant(s, std::move(m), at);
+    if (!out) {
+        return out;
+    }
+    // A copy: the list grows below.
+    const assistant_message msg =
+        std::get<assistant_message>(std::get<entry_appended>(out->front()).e.body);
+    std::uint64_t next = s.transcript.size() + 2;
+    std::set<std::string> started;
+    for (const auto& id : starting) {
+        auto call = std::find_if(msg.tool_calls.begin(), msg.tool_calls.end(),
+                                 [&](const tool_call& c) { return c.id == id; });
+        if (call == msg.tool_calls.end()) {
+            return errc::unknown_tool_call;
+        }
+        if (!started.insert(id.str()).second) {
+            return errc::invalid_entry;
+        }
+        out->push_back(entry_appended{entry{entry_seq{next++}, at, tool_started{id, call->name}}});
+    }
+    if (settle && msg.tool_calls.empty() && s.has_work && !s.has_pending() && !s.paused &&
+        !should_compact(msg.usage, s.config)) {
+        out->push_back(has_work_set{false});
+    }
+    return out;
+}
+
+result<action_list> plan_tool_steps(const session_state& s, std::vector<entry_body> steps,
+                                    bool drain, unix_ms at) {
+    action_list out;
+    std::uint64_t next = s.transcript.size() + 1;
+    std::map<std::string, tool_status, std::less<>> now;  // statuses the steps changed
+    auto status_of = [&](const tool_call_state& t) {
+        auto it = now.find(t.call.id.str());
+        return it != now.end() ? it->second : t.status;
+    };
+    std::optional<bool> awaiting;  // needs_inference after the steps, once an entry decides it
+    for (auto& body : steps) {
+        if (auto* started = std::get_if<tool_started>(&body)) {
+            const tool_call_state* t = s.find_tool_call(started->call.str());
+            if (t == nullptr) {
+                return errc::unknown_tool_call;
+            }
+            const auto st = status_of(*t);
+            if (st == tool_status::finished) {
+                return errc::tool_call_finished;
+            }
+            if (st == tool_status::started) {
+                continue;
+            }
+            started->tool = t->call.name;
+            now[t->call.id.str()] = tool_status::started;
+        } else if (auto* r = std::get_if<tool_result>(&body)) {
+            const tool_call_state* t = s.find_tool_call(r->call.str());
+            if (t == nullptr) {
+                return errc::unknown_tool_call;
+            }
+            const auto st = status_of(*t);
+            if (st == tool_status::finished) {
+                return errc::tool_call_finished;
+            }
+            if (st == tool_status::not_started && !r->is_error) {
+                return errc::tool_call_not_started;
+            }
+            r->tool = t->call.name;
+            r->output = sanitized(r->output);
+            now[t->call.id.str()] = tool_status::finished;
+        } else if (!std::holds_alternative<interruption>(body) &&
+                   !std::holds_alternative<diagnostic>(body)) {
+            return errc::invalid_entry;
+        }
+        if (const auto decided = awaits_response(body)) {
+            awaiting = decided;
+        }
+        out.push_back(entry_appended{entry{entry_seq{next++}, at, std::move(body)}});
+    }
+    if (drain && !s.paused) {
+        const bool input_awaits = awaiting ? *awaiting : needs_inference(s);
+        auto drained =
+            drain_from(s, input_awaits ? checkpoint::steer : checkpoint::follow_up, at, next);
+        out.insert(out.end(), std::make_move_iterator(drained.begin()),
+                   std::make_move_iterator(drained.end()));
+    }
+    return out;
 }
 
 bool has_unfinished_tool_calls(const session_state& s) {

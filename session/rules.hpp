@@ -98,6 +98,37 @@ action_list plan_fire_timer(const session_state& s, const queue_item_id& id, uni
 // The earliest pending timer, or nullptr.
 const timer* next_timer(const session_state& s);
 
+// ---- fused operations
+//
+// Adjacent durable steps of a turn in one operation (one transaction, one fsync), each step
+// planned exactly as it would be on the state the steps before it leave: applying the fused
+// actions equals applying the steps' actions one after the other. The loop fuses only steps
+// that follow each other anyway (docs/agent-loop.md, "Fused commits"); a crash can then fall
+// before the fused operation or after it, never between its steps.
+
+// An enqueue whose checkpoint is the loop's next step (the session is idle: the loop is
+// waiting, and nothing is pending): the item is materialized in the same operation when the
+// checkpoint that applies now (current_checkpoint) drains its lane. Otherwise, for a duplicate,
+// or in a paused session, what plan_enqueue plans.
+result<enqueue_outcome> plan_enqueue_and_drain(const session_state& s, enqueue_input in,
+                                               unix_ms at);
+
+// A response and the tool_started markers of `starting` (ids of its calls, each once, in the
+// order given): toolWillExecute for the calls before the first of them runs. With `settle`, a
+// response without tool calls also clears has_work when nothing is pending, the session is not
+// paused and the response does not call for a compaction (the mark_idle that would follow).
+result<action_list> plan_response(const session_state& s, assistant_message m,
+                                  const std::vector<tool_call_id>& starting, bool settle,
+                                  unix_ms at);
+
+// Entries of a response's tool calls in order: tool_started (checked as
+// plan_tool_will_execute), tool_result (as plan_tool_did_execute), interruption and diagnostic
+// markers, each on the state the ones before it leave; other entries are invalid_entry. Then,
+// with `drain` and the session not paused, the drain of the checkpoint that applies after them
+// (the steer checkpoint after a response's last result).
+result<action_list> plan_tool_steps(const session_state& s, std::vector<entry_body> steps,
+                                    bool drain, unix_ms at);
+
 // ---- where the loop stands (pure reads of the transcript)
 
 // True when the newest input has no response yet: walking back over tool_started, compaction

@@ -36,6 +36,8 @@ const char* const catalog_migrations[] = {
        ALTER TABLE sessions DROP COLUMN has_timers;
        CREATE INDEX sessions_has_work ON sessions (id) WHERE has_work = 1;
        CREATE INDEX sessions_next_timer ON sessions (next_timer) WHERE next_timer IS NOT NULL;)",
+    // The store's own facts: the boot id of the machine that last opened the catalog.
+    R"(CREATE TABLE store_state (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;)",
 };
 
 // The index rows' statements. Each is one constant: the statement cache is keyed by the
@@ -170,8 +172,16 @@ void sqlite_store::note_opened(const session_id& id, lease_epoch epoch, bool aft
 
 void sqlite_store::note_removed(const session_id& id, lease_epoch epoch) {
     // Opens at this epoch or older are refused from now on, in every process of the host: a
-    // request that waited behind this removal cannot bring the session back.
+    // request that waited behind this removal cannot bring the session back. Not a hint: it
+    // waits for its fsync.
     std::lock_guard lock(catalog_mu_);
+    catalog_->exec("PRAGMA synchronous=FULL");
+    struct normal_again {
+        sqlite::db& db;
+        ~normal_again() { sqlite3_exec(db.raw(), "PRAGMA synchronous=NORMAL", nullptr, nullptr,
+                                       nullptr); }
+    } restore{*catalog_};
+    sqlite::transaction tx(*catalog_);
     catalog_
         ->prepare(
             "INSERT INTO removed (id, epoch) VALUES (?1, ?2) "
@@ -180,6 +190,7 @@ void sqlite_store::note_removed(const session_id& id, lease_epoch epoch) {
         .bind(2, static_cast<std::int64_t>(epoch.value))
         .run();
     catalog_->prepare("DELETE FROM sessions WHERE id = ?1").bind(1, id.str()).run();
+    tx.commit();
     unwritten_.erase(id.str());
 }
 

@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <stdexcept>
 #include <thread>
 
@@ -324,9 +325,93 @@ sqlite_store::sqlite_store(sqlite_options options) : options_(std::move(options)
         throw std::invalid_argument("sqlite synchronous must be FULL, NORMAL or EXTRA");
     }
     std::filesystem::create_directories(options_.data_dir / "sessions");
+    // The index rows are hints: no commit of theirs waits for an fsync (see the header).
     catalog_ = std::make_unique<sqlite::db>((options_.data_dir / "catalog.sqlite").string(),
-                                            options_.synchronous, options_.busy_timeout_ms);
+                                            "NORMAL", options_.busy_timeout_ms);
     sqlite::migrate_catalog(*catalog_);
+    check_after_reboot();
+}
+
+void sqlite_store::check_after_reboot() {
+    std::string boot = "unknown";
+    if (std::ifstream f(options_.boot_id_file); f) {
+        std::getline(f, boot);
+    }
+    std::string seen;
+    {
+        std::lock_guard lock(catalog_mu_);
+        auto& q = catalog_->prepare("SELECT value FROM store_state WHERE key = 'boot_id'");
+        seen = q.step() ? std::string(q.text(0)) : std::string();
+        q.reset();
+    }
+    if (seen == boot && boot != "unknown") {
+        return;
+    }
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(options_.data_dir / "sessions", ec)) {
+        const auto& path = e.path();
+        if (path.extension() != ".sqlite") {
+            continue;
+        }
+        auto id = session_id::parse(path.stem().string());
+        if (!id) {
+            continue;
+        }
+        try {
+            auto h = acquire(*id, open_mode::existing);
+            if (!h) {
+                continue;
+            }
+            std::string epoch, has_work;
+            std::int64_t timers = 0;
+            {
+                std::lock_guard file(h->mu);
+                if (!h->db) {
+                    continue;
+                }
+                sqlite::read_transaction read(*h->db);
+                epoch = meta(*h->db, "epoch");
+                has_work = meta(*h->db, "has_work");
+                auto& q = h->db->prepare("SELECT count(*) FROM timers");
+                timers = q.step() ? q.int64(0) : 0;
+                q.reset();
+            }
+            close_unused(*id);
+            ++checked_at_start_;
+            if (epoch == tombstone_epoch) {
+                continue;
+            }
+            // Only ever raised: a row that says too much costs the sweep a load, which
+            // rewrites it; one that says too little would hide a session with work.
+            std::lock_guard lock(catalog_mu_);
+            catalog_
+                ->prepare(
+                    "INSERT INTO sessions (id, epoch, has_work, timers, next_timer) "
+                    "VALUES (?1, ?2, ?3, ?4, CASE WHEN ?4 > 0 THEN 0 END) "
+                    "ON CONFLICT (id) DO UPDATE SET has_work = max(has_work, excluded.has_work), "
+                    "timers = max(timers, excluded.timers), next_timer = CASE WHEN "
+                    "excluded.timers > 0 AND next_timer IS NULL THEN 0 ELSE next_timer END "
+                    "WHERE excluded.has_work > has_work OR (excluded.timers > 0 AND "
+                    "next_timer IS NULL)")
+                .bind(1, id->str())
+                .bind(2, static_cast<std::int64_t>(std::stoull(epoch.empty() ? "0" : epoch)))
+                .bind(3, has_work == "1" ? 1 : 0)
+                .bind(4, timers)
+                .run();
+            raised_at_start_ += static_cast<std::size_t>(sqlite3_changes(catalog_->raw()));
+        } catch (const sqlite::error&) {
+            // A file that cannot be read now is checked when it is loaded.
+        }
+    }
+    std::lock_guard lock(catalog_mu_);
+    catalog_->exec("PRAGMA synchronous=FULL");
+    catalog_
+        ->prepare(
+            "INSERT INTO store_state (key, value) VALUES ('boot_id', ?1) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value")
+        .bind(1, boot)
+        .run();
+    catalog_->exec("PRAGMA synchronous=NORMAL");
 }
 
 sqlite_store::~sqlite_store() {

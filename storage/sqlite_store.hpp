@@ -11,6 +11,14 @@
 // loaded), and at most `max_open_files` session files stay open (3 file descriptors each, with
 // -wal and -shm): past that the least recently used idle one is closed first.
 //
+// The catalog's index rows are hints, written without waiting for an fsync (synchronous=NORMAL:
+// a crash of the process loses none, a power loss or a crash of the machine may lose the last
+// ones); the removal floors are written with FULL. So when the store opens a data directory
+// after the machine restarted (its boot id is not the one the catalog last saw), it checks
+// the rows against the session files first: a session whose file says it has work, or holds
+// timers, gets a row that says so (the recovery sweep then finds it, and its load rewrites the
+// row exactly).
+//
 // Thread-safe: operations on different sessions run in parallel; one session's operations are
 // serialized by its handle.
 #pragma once
@@ -36,6 +44,9 @@ struct sqlite_options {
                                        // power loss, not on a process crash)
     int busy_timeout_ms = 5000;
     std::size_t max_open_files = 256;
+    // Where the machine's boot id is read (tests point it elsewhere): the catalog is checked
+    // against the session files when it changed (see sqlite_store).
+    std::filesystem::path boot_id_file = "/proc/sys/kernel/random/boot_id";
 };
 
 class sqlite_store final : public session_store {
@@ -52,6 +63,10 @@ class sqlite_store final : public session_store {
     result<std::vector<catalog_entry>> sessions(const catalog_query& q) override;
     std::filesystem::path path_of(const session_id& id) const;
     std::size_t open_files() const;
+    // Session files checked, and index rows raised, when the store opened (both 0 unless the
+    // machine restarted since the catalog was last used).
+    std::size_t files_checked_at_start() const { return checked_at_start_; }
+    std::size_t rows_raised_at_start() const { return raised_at_start_; }
 
   protected:
     result<std::unique_ptr<session_log>> do_open(const session_id& id, lease_epoch epoch,
@@ -90,11 +105,15 @@ class sqlite_store final : public session_store {
     void write_unwritten(const session_id& id);
     void note_opened(const session_id& id, lease_epoch epoch, bool after_removal);
     void note_removed(const session_id& id, lease_epoch epoch);
+    // After a restart of the machine: raises the index rows the session files contradict.
+    void check_after_reboot();
 
     sqlite_options options_;
     std::unique_ptr<sqlite::db> catalog_;
     std::mutex catalog_mu_;
     std::map<std::string, std::pair<lease_epoch, session::session_summary>> unwritten_;
+    std::size_t checked_at_start_ = 0;
+    std::size_t raised_at_start_ = 0;
     mutable std::mutex mu_;
     std::list<std::string> lru_;  // most recent first
     std::map<std::string, std::pair<std::shared_ptr<handle>, std::list<std::string>::iterator>>

@@ -54,6 +54,31 @@ result<s::cancel_outcome> session_log::cancel(const session_state& before, s::la
     return out;
 }
 
+result<s::enqueue_outcome> session_log::enqueue_and_drain(const session_state& before,
+                                                          s::enqueue_input in, unix_ms at) {
+    auto out = s::plan_enqueue_and_drain(before, std::move(in), at);
+    if (!out) {
+        return out.error();
+    }
+    if (auto r = commit(before, out->actions); !r) {
+        return r.error();
+    }
+    return out;
+}
+
+result<action_list> session_log::append_response(const session_state& before,
+                                                 s::assistant_message m,
+                                                 const std::vector<s::tool_call_id>& starting,
+                                                 bool settle, unix_ms at) {
+    return commit(before, s::plan_response(before, std::move(m), starting, settle, at));
+}
+
+result<action_list> session_log::tool_steps(const session_state& before,
+                                            std::vector<s::entry_body> steps, bool drain,
+                                            unix_ms at) {
+    return commit(before, s::plan_tool_steps(before, std::move(steps), drain, at));
+}
+
 result<action_list> session_log::drain(const session_state& before, s::checkpoint c, unix_ms at) {
     return commit(before, s::plan_drain(before, c, at));
 }

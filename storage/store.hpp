@@ -84,6 +84,15 @@ class session_log {
                                              unix_ms at);
     result<session::cancel_outcome> cancel(const session_state& before, session::lane l,
                                            const session::queue_item_id& id, unix_ms at);
+    // Fused operations (session/rules.hpp): adjacent steps of a turn in one transaction.
+    result<session::enqueue_outcome> enqueue_and_drain(const session_state& before,
+                                                       session::enqueue_input in, unix_ms at);
+    result<action_list> append_response(const session_state& before, session::assistant_message m,
+                                        const std::vector<session::tool_call_id>& starting,
+                                        bool settle, unix_ms at);
+    result<action_list> tool_steps(const session_state& before,
+                                   std::vector<session::entry_body> steps, bool drain,
+                                   unix_ms at);
     result<action_list> drain(const session_state& before, session::checkpoint c, unix_ms at);
     result<action_list> append_assistant(const session_state& before, session::assistant_message m,
                                          unix_ms at);

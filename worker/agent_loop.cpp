@@ -31,7 +31,7 @@ agent_loop::agent_loop(asio::any_io_executor ex, std::unique_ptr<storage::sessio
       timers_changed_(ex),
       abort_(ex),
       turns_(*this, p, tools, clk, opts_, abort_, *hub_),
-      tools_run_(*this, tools, clk, opts_.tool_timeout, abort_) {}
+      tools_run_(*this, tools, clk, opts_.tool_timeout, opts_.tool_result_linger, abort_) {}
 
 agent_loop::~agent_loop() = default;
 
@@ -114,10 +114,17 @@ asio::awaitable<boost::system::error_code> agent_loop::persist(operation op) {
 }
 
 asio::awaitable<bool> agent_loop::record(transition t) {
+    std::vector<s::tool_call_id> starting;
+    if (const auto* r = std::get_if<response>(&t)) {
+        starting = r->starting;
+    }
     // The loop's own transitions are never refused by the rules: any error fails the session.
     operation op = [this, t = std::move(t)]() mutable { return write_now(std::move(t)); };
     auto task = persist(std::move(op));
     const auto ec = co_await std::move(task);
+    if (!ec && !starting.empty()) {
+        started_here_ = std::move(starting);
+    }
     co_return !ec;
 }
 
@@ -201,7 +208,16 @@ agent_loop::written agent_loop::run_command(command& c, command_reply& reply, bo
     };
     std::visit(s::overloaded{
                    [&](enqueue_command& x) {
-                       auto r = log_->enqueue(state_, std::move(x.in), now);
+                       // Into a session whose loop waits for work, the item is materialized
+                       // at once when the loop's next step would be the checkpoint that
+                       // drains it: one commit instead of two (docs/agent-loop.md, "Fused
+                       // commits").
+                       const bool drain_now =
+                           waiting_.load() &&
+                           s::next_step(state_, s::loop_position{compaction_tried_}).kind ==
+                               s::step_kind::checkpoint;
+                       auto r = drain_now ? log_->enqueue_and_drain(state_, std::move(x.in), now)
+                                          : log_->enqueue(state_, std::move(x.in), now);
                        if (!r) {
                            return take(r.error());
                        }
@@ -293,7 +309,9 @@ asio::awaitable<void> agent_loop::start() {
 // Both children return when the session fails (close() wakes every wait), so `&&` completes.
 asio::awaitable<void> agent_loop::work_loop() {
     while (!failed_) {
+        waiting_ = true;
         co_await wake_.wait();
+        waiting_ = false;
         if (!failed_) {
             co_await run_until_idle();
         }
@@ -345,6 +363,10 @@ asio::awaitable<void> agent_loop::run_until_idle() {
                 break;
             case s::step_kind::checkpoint: {
                 set_loop(s::loop_state::preparing);
+                // Nothing to drain (a fused commit drained it): no store operation.
+                if (s::select_checkpoint(state_, s::current_checkpoint(state_)).empty()) {
+                    break;
+                }
                 auto task = record(take_checkpoint{});
                 co_await std::move(task);
                 break;

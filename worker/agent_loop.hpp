@@ -30,6 +30,8 @@
 
 #include <boost/asio/any_io_executor.hpp>
 
+#include <algorithm>
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -109,6 +111,9 @@ class agent_loop final : private session_writer {
     // loop has failed (nothing was written): the caller returns.
     asio::awaitable<bool> record(transition t) override;
     std::uint64_t step() const override { return step_; }
+    bool started_here(const session::tool_call_id& id) const override {
+        return std::find(started_here_.begin(), started_here_.end(), id) != started_here_.end();
+    }
     void set_loop(session::loop_state s) override;
     boost::system::error_code ensure_loaded();
     written run_command(command& c, command_reply& reply, bool& wake);
@@ -141,6 +146,10 @@ class agent_loop final : private session_writer {
     std::uint64_t status_seq_ = 0;         // the last status stamp's seq
     session::entry_seq compaction_tried_;  // the response whose compaction was last tried
     bool loaded_ = false;
+    // The calls this loop started with the newest response (worker/writer.hpp).
+    std::vector<session::tool_call_id> started_here_;
+    // The work loop waits for a wake-up (read by commands on the store executor).
+    std::atomic<bool> waiting_{false};
     bool failed_ = false;
     boost::system::error_code failure_;
     // The runners write through this loop (a session_writer): declared last, built last.

@@ -16,6 +16,9 @@ namespace wuhu::worker {
 struct loop_options {
     milliseconds inference_timeout{120'000};
     milliseconds tool_timeout{60'000};
+    // How long a finished tool result may wait, while the next call of the response runs, to
+    // be committed with the results that follow it (worker/tool_runner.hpp).
+    milliseconds tool_result_linger{5};
     milliseconds summary_timeout{120'000};
     session::retry_policy retry;
     // The projection keeps the lanes apart (system-lane content is `developer`); each

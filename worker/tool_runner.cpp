@@ -4,6 +4,9 @@
 #include "worker/json_schema.hpp"
 
 #include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <boost/json/parse.hpp>
 
 namespace wuhu::worker {
@@ -50,8 +53,8 @@ asio::awaitable<tool_output> guarded_execute(tool& t, std::string args, tool_cal
 }  // namespace
 
 tool_runner::tool_runner(session_writer& w, const tool_registry& tools, clock& clk,
-                         milliseconds timeout, abort_signal& abort)
-    : writer_(w), tools_(tools), clock_(clk), timeout_(timeout), abort_(abort) {}
+                         milliseconds timeout, milliseconds linger, abort_signal& abort)
+    : writer_(w), tools_(tools), clock_(clk), timeout_(timeout), linger_(linger), abort_(abort) {}
 
 asio::awaitable<bool> tool_runner::schedule_timer(s::timer t) {
     auto task = writer_.record(std::move(t));
@@ -59,16 +62,35 @@ asio::awaitable<bool> tool_runner::schedule_timer(s::timer t) {
     co_return ok;
 }
 
-asio::awaitable<bool> tool_runner::close_call(s::tool_call call, std::string output) {
-    auto task = writer_.record(s::tool_result{call.id, call.name, std::move(output), true});
+asio::awaitable<bool> tool_runner::commit(std::vector<s::entry_body> steps, bool drain) {
+    auto task = writer_.record(tool_steps{std::move(steps), drain});
     const bool ok = co_await std::move(task);
     co_return ok;
 }
 
+asio::awaitable<void> tool_runner::flush_after_linger(std::vector<s::entry_body>* pending) {
+    if (!pending->empty()) {
+        co_await clock_.sleep(linger_);
+        auto task = commit(std::exchange(*pending, {}), false);
+        co_await std::move(task);
+    }
+    asio::steady_timer forever(co_await asio::this_coro::executor,
+                               asio::steady_timer::time_point::max());
+    co_await forever.async_wait(asio::use_awaitable);
+}
+
 asio::awaitable<void> tool_runner::run() {
     const auto& calls = writer_.state().tool_calls;  // changes as results are recorded
+    // Entries decided and not yet committed, in order.
+    std::vector<s::entry_body> pending;
     for (std::size_t i = 0; i < calls.size(); ++i) {
-        const s::tool_call_state tc = calls[i];  // a copy: the state changes below
+        s::tool_call_state tc = calls[i];  // a copy: the state changes below
+        // Started with the response by this owner and not run yet: a call to run, not one
+        // that an owner that stopped may have run.
+        const bool marked = tc.status == s::tool_status::started && writer_.started_here(tc.call.id);
+        if (marked) {
+            tc.status = s::tool_status::not_started;
+        }
         tool* t = tools_.find(tc.call.name, writer_.state().config.tools);
         const auto action = s::next_tool_action(tc, t != nullptr, t != nullptr && t->idempotent());
         if (action == s::tool_action::skip) {
@@ -77,16 +99,17 @@ asio::awaitable<void> tool_runner::run() {
         if (action != s::tool_action::run) {
             // An unknown tool; or recovery of a call that may have run, where running it again
             // could repeat its effect.
-            auto closing = close_call(tc.call, action == s::tool_action::unknown
-                                                   ? s::unknown_tool_result(tc.call.name)
-                                                   : s::interrupted_tool_result());
-            if (!co_await std::move(closing)) {
-                co_return;
-            }
+            pending.push_back(s::tool_result{tc.call.id, tc.call.name,
+                                             action == s::tool_action::unknown
+                                                 ? s::unknown_tool_result(tc.call.name)
+                                                 : s::interrupted_tool_result(),
+                                             true});
             continue;
         }
-        if (tc.status == s::tool_status::not_started) {
-            auto task = writer_.record(tool_started{tc.call.id});
+        if (tc.status == s::tool_status::not_started && !marked) {
+            // Started durably before it runs (with what is pending).
+            pending.push_back(s::tool_started{tc.call.id, tc.call.name});
+            auto task = commit(std::exchange(pending, {}), false);
             if (!co_await std::move(task)) {
                 co_return;
             }
@@ -100,22 +123,21 @@ asio::awaitable<void> tool_runner::run() {
         tool_call_context ctx{writer_.sid(), tc.call.id,
                               s::unix_ms{clock_.now().value + limit.count()}, *this};
         auto r = co_await (guarded_execute(*t, tc.call.arguments, ctx) || abort_.wait() ||
-                           clock_.sleep(backstop));
+                           clock_.sleep(backstop) || flush_after_linger(&pending));
         abort_.disarm();
+        if (writer_.failed()) {
+            co_return;
+        }
         if (r.index() == 1) {
             // Abort: this call and the ones after it get error results, then the interruption.
-            auto closing = close_call(tc.call, "aborted: " + abort_.reason());
-            if (!co_await std::move(closing)) {
-                co_return;
-            }
+            pending.push_back(
+                s::tool_result{tc.call.id, tc.call.name, "aborted: " + abort_.reason(), true});
             for (std::size_t j = i + 1; j < calls.size(); ++j) {
-                auto skipping = close_call(calls[j].call, "not run: the turn was aborted");
-                if (!co_await std::move(skipping)) {
-                    co_return;
-                }
+                pending.push_back(s::tool_result{calls[j].call.id, calls[j].call.name,
+                                                 "not run: the turn was aborted", true});
             }
-            auto task =
-                writer_.record(s::interruption{abort_.reason(), s::interruption_kind::aborted});
+            pending.push_back(s::interruption{abort_.reason(), s::interruption_kind::aborted});
+            auto task = commit(std::exchange(pending, {}), true);
             co_await std::move(task);
             co_return;
         }
@@ -123,11 +145,13 @@ asio::awaitable<void> tool_runner::run() {
             r.index() == 0
                 ? std::get<0>(std::move(r))
                 : tool_output{"timed out after " + std::to_string(limit.count()) + " ms", true};
-        auto task = writer_.record(
+        pending.push_back(
             s::tool_result{tc.call.id, tc.call.name, std::move(out.text), out.is_error});
-        if (!co_await std::move(task)) {
-            co_return;
-        }
+    }
+    if (!pending.empty()) {
+        // The last results, with the steer checkpoint's drain that follows them.
+        auto task = commit(std::exchange(pending, {}), true);
+        co_await std::move(task);
     }
 }
 

@@ -1,8 +1,12 @@
 // The tool calls of the newest response, run in order: session::next_tool_action says what to
 // do with each (skip, run, or an error result for an unknown tool or a call that an owner that
-// stopped may have run). Before a call runs its tool_started is recorded, after it its result;
-// an abort gives that call and the ones after it error results, then an interruption. Also
-// what a running tool may use (tool_services).
+// stopped may have run). A call is started durably before it runs (its tool_started is usually
+// committed with the response, worker/turn_runner.cpp); its result is committed with the
+// results that finish together (a group commit within the session): a result waits while the
+// next call runs for at most `linger`, then is committed while that call goes on, and the last
+// result goes with the checkpoint's drain that follows it. An abort gives that call and the
+// ones after it error results, then an interruption, in one commit. Also what a running tool
+// may use (tool_services).
 #pragma once
 
 #include "worker/clock.hpp"
@@ -14,20 +18,24 @@ namespace wuhu::worker {
 class tool_runner final : private tool_services {
   public:
     tool_runner(session_writer& w, const tool_registry& tools, clock& clk, milliseconds timeout,
-                abort_signal& abort);
+                milliseconds linger, abort_signal& abort);
 
     asio::awaitable<void> run();
 
   private:
     clock& time() override { return clock_; }
     asio::awaitable<bool> schedule_timer(session::timer t) override;
-    // An error result for a call the loop does not run (or stops).
-    asio::awaitable<bool> close_call(session::tool_call call, std::string output);
+    // Commits `steps` (and with `drain`, the checkpoint after them) in one operation.
+    asio::awaitable<bool> commit(std::vector<session::entry_body> steps, bool drain);
+    // After `linger`, commits what `pending` holds; then waits until cancelled (it races a call
+    // and never wins).
+    asio::awaitable<void> flush_after_linger(std::vector<session::entry_body>* pending);
 
     session_writer& writer_;
     const tool_registry& tools_;
     clock& clock_;
     milliseconds timeout_;
+    milliseconds linger_;
     abort_signal& abort_;
 };
 

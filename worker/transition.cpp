@@ -17,11 +17,13 @@ storage::result<s::action_list> write(storage::session_log& log, const s::sessio
             [&](mark_idle) -> out { return log.mark_idle(before); },
             [&](s::interruption& m) -> out { return log.append_marker(before, std::move(m), now); },
             [&](s::diagnostic& m) -> out { return log.append_marker(before, std::move(m), now); },
-            [&](s::assistant_message& m) -> out {
-                return log.append_assistant(before, std::move(m), now);
+            [&](response& r) -> out {
+                return log.append_response(before, std::move(r.message), r.starting, r.settle,
+                                           now);
             },
-            [&](tool_started& x) -> out { return log.tool_will_execute(before, x.id, now); },
-            [&](s::tool_result& r) -> out { return log.tool_did_execute(before, std::move(r), now); },
+            [&](tool_steps& x) -> out {
+                return log.tool_steps(before, std::move(x.steps), x.drain, now);
+            },
             [&](s::compaction& c) -> out { return log.append_compaction(before, std::move(c), now); },
             [&](s::timer& x) -> out { return log.schedule_timer(before, std::move(x)); },
             [&](fire_timer& x) -> out { return log.fire_timer(before, x.id, now); },

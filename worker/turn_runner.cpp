@@ -101,7 +101,16 @@ asio::awaitable<void> turn_runner::infer() {
             co_return;
         }
         if (a.kind == attempt::ok) {
-            auto task = writer_.record(std::move(a.message));
+            // One commit: the response, the tool_started markers of the calls that will run
+            // (all of them start before the first runs), and the mark_idle after a final
+            // answer (docs/agent-loop.md, "Fused commits").
+            std::vector<s::tool_call_id> starting;
+            for (const auto& c : a.message.tool_calls) {
+                if (tools_.find(c.name, writer_.state().config.tools) != nullptr) {
+                    starting.push_back(c.id);
+                }
+            }
+            auto task = writer_.record(response{std::move(a.message), std::move(starting), true});
             if (co_await std::move(task)) {
                 const std::uint64_t step = inflight_ ? inflight_->step : writer_.step();
                 inflight_.reset();

@@ -24,6 +24,10 @@ class session_writer {
     // nothing was written: the runner returns.
     virtual asio::awaitable<bool> record(transition t) = 0;
     virtual bool failed() const = 0;
+    // Whether this owner started the call with its response (its tool_started is durable and
+    // it has not run yet): a started call that is not one of these may have run under an
+    // owner that stopped.
+    virtual bool started_here(const session::tool_call_id& id) const = 0;
     // The loop state observers see (a state_event when it changes).
     virtual void set_loop(session::loop_state s) = 0;
 

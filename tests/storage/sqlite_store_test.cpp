@@ -146,6 +146,68 @@ TEST(SqliteStore, TheCatalogListsSessionsAndHasWork) {
     EXPECT_FALSE(std::filesystem::exists(t.store.path_of(session_id::parse("busy").value())));
 }
 
+// Issue 16: the catalog's rows are written without waiting for an fsync, so a power loss may
+// take the last ones. After the machine restarted (another boot id), the store checks the rows
+// against the session files before anything reads them: a session with work, or with a timer,
+// whose row was lost or says otherwise is listed for the recovery sweep again.
+TEST(SqliteStore, AfterTheMachineRestartedTheCatalogIsCheckedAgainstTheSessionFiles) {
+    temp_dir dir;
+    const auto boot = dir.path() / "boot_id";
+    auto options = [&] {
+        storage::sqlite_options o{dir.path() / "data"};
+        o.boot_id_file = boot;
+        return o;
+    };
+    std::ofstream(boot) << "boot-a\n";
+    {
+        storage::sqlite_store store(options());
+        EXPECT_EQ(store.files_checked_at_start(), 0u) << "a new data directory";
+        for (const char* id : {"working", "waiting", "gone", "idle"}) {
+            auto log = store.open(session_id::parse(id).value(), lease_epoch{1}).value();
+            session_state st = log->load().value();
+            if (std::string(id) == "waiting") {
+                ASSERT_TRUE(log->schedule_timer(
+                    st, timer{item("t1"), unix_ms{5}, system_source::parse("scheduledCallback").value(),
+                              "wake"}));
+            } else if (std::string(id) != "idle") {
+                ASSERT_TRUE(log->enqueue(st, user_in(lane::follow_up, "f", "x"), unix_ms{1}));
+            }
+        }
+    }
+    // What a power loss may leave: rows that say nothing about the work, or no row at all.
+    auto lose_rows = [&] {
+        storage::sqlite::db catalog((dir.path() / "data" / "catalog.sqlite").string(), "FULL", 5000);
+        catalog.exec("UPDATE sessions SET has_work = 0, timers = 0, next_timer = NULL");
+        catalog.exec("DELETE FROM sessions WHERE id = 'gone'");
+    };
+    storage::catalog_query needing;
+    needing.needing_owner_by = unix_ms{10};
+    auto listed = [&](storage::sqlite_store& store) {
+        std::vector<std::string> out;
+        for (const auto& e : store.sessions(needing).value()) {
+            out.push_back(e.id.str());
+        }
+        return out;
+    };
+    lose_rows();
+    {
+        storage::sqlite_store store(options());
+        EXPECT_EQ(store.files_checked_at_start(), 0u) << "the same boot: the rows stand";
+        EXPECT_TRUE(listed(store).empty());
+    }
+    std::ofstream(boot) << "boot-b\n";
+    {
+        storage::sqlite_store store(options());
+        EXPECT_EQ(store.files_checked_at_start(), 4u);
+        EXPECT_EQ(store.rows_raised_at_start(), 3u);
+        EXPECT_EQ(listed(store), (std::vector<std::string>{"gone", "waiting", "working"}));
+    }
+    // Checked once per boot.
+    lose_rows();
+    storage::sqlite_store store(options());
+    EXPECT_EQ(store.files_checked_at_start(), 0u);
+}
+
 // Two stores on one data directory are two worker processes of one host. A handle one of them
 // cached of a file the other removed (and created again) is never used: not to open, not to
 // remove, and its writes fail.

@@ -39,7 +39,56 @@ random_op next_op(std::mt19937_64& rng, const session_state& s, unix_ms at) {
             pending_calls.push_back(t.call.id.str());
         }
     }
-    switch (rng() % 18) {
+    switch (rng() % 21) {
+        case 18:
+            op.what = random_op::enqueue_and_drain;
+            op.name = "enqueue_and_drain";
+            op.in = rng() % 3 ? user_in(rng() % 2 ? lane::steer : lane::follow_up, fresh_id(),
+                                        random_text(rng), human("u1", "Ann"))
+                              : system_in(fresh_id(), random_text(rng));
+            break;
+        case 19: {
+            op.what = random_op::response;
+            op.name = "response";
+            std::vector<std::pair<std::string, std::string>> calls;
+            int n = static_cast<int>(rng() % 3);
+            for (int i = 0; i < n; ++i) {
+                calls.emplace_back(
+                    "c" + std::to_string(s.transcript.size()) + "_" + std::to_string(i),
+                    rng() % 2 ? "echo" : "clock");
+                if (rng() % 3) {
+                    op.starting.push_back(call_id(calls.back().first));
+                }
+            }
+            op.reply = reply(random_text(rng), calls);
+            op.reply.usage = {rng() % 1000, rng() % 100, rng() % 500};
+            op.flag = rng() % 2;  // settle
+            break;
+        }
+        case 20: {
+            op.what = random_op::tool_steps;
+            op.name = "tool_steps";
+            for (const auto& c : pending_calls) {
+                switch (rng() % 4) {
+                    case 0:
+                        op.steps.push_back(tool_started{call_id(c), ""});
+                        break;
+                    case 1:
+                        op.steps.push_back(result_of(c, random_text(rng), true));
+                        break;
+                    case 2:
+                        op.steps.push_back(result_of(c, random_text(rng)));
+                        break;
+                    default:
+                        break;
+                }
+            }
+            if (rng() % 4 == 0) {
+                op.steps.push_back(interruption{"aborted"});
+            }
+            op.flag = rng() % 2;  // drain
+            break;
+        }
         case 16:
             op.what = random_op::schedule_timer;
             op.name = "schedule_timer";
@@ -187,6 +236,17 @@ result<action_list> run_pure(const random_op& op, const session_state& s) {
             return plan_schedule_timer(s, op.t);
         case random_op::fire_timer:
             return plan_fire_timer(s, queue_item_id::parse(op.id).value(), op.at);
+        case random_op::enqueue_and_drain: {
+            auto out = plan_enqueue_and_drain(s, op.in, op.at);
+            if (!out) {
+                return out.error();
+            }
+            return out->actions;
+        }
+        case random_op::response:
+            return plan_response(s, op.reply, op.starting, op.flag, op.at);
+        case random_op::tool_steps:
+            return plan_tool_steps(s, op.steps, op.flag, op.at);
     }
     return action_list{};
 }
@@ -233,6 +293,17 @@ boost::system::result<action_list> run_store(const random_op& op, storage::sessi
             return log.schedule_timer(s, op.t);
         case random_op::fire_timer:
             return log.fire_timer(s, queue_item_id::parse(op.id).value(), op.at);
+        case random_op::enqueue_and_drain: {
+            auto out = log.enqueue_and_drain(s, op.in, op.at);
+            if (!out) {
+                return out.error();
+            }
+            return out->actions;
+        }
+        case random_op::response:
+            return log.append_response(s, op.reply, op.starting, op.flag, op.at);
+        case random_op::tool_steps:
+            return log.tool_steps(s, op.steps, op.flag, op.at);
     }
     return action_list{};
 }

@@ -29,6 +29,10 @@ struct random_op {
         pause,
         schedule_timer,
         fire_timer,
+        // The fused operations (session/rules.hpp).
+        enqueue_and_drain,
+        response,
+        tool_steps,
     } what = enqueue_user;
     std::string name;  // for failure messages
     enqueue_input in = enqueue_input{lane::follow_up, queue_item_id::parse("x").value(),
@@ -42,6 +46,8 @@ struct random_op {
     timer t{queue_item_id::parse("t").value(), unix_ms{0},
             system_source::parse("scheduledCallback").value(), "wake"};
     bool flag = false;
+    std::vector<tool_call_id> starting;  // response
+    std::vector<entry_body> steps;       // tool_steps
     unix_ms at;
 };
 

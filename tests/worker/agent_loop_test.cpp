@@ -73,9 +73,11 @@ TEST(AgentLoop, ToolCallsRunInOrderBetweenWillAndDidExecute) {
     h.start();
     h.follow_up("f1", "go");
     h.settle();
+    // Both calls are started with the response (one commit), run in order, and their results
+    // committed together.
     EXPECT_THAT(h.transcript_texts(),
-                ElementsAre("party:go", "assistant:+echo+echo", "started:echo", "result:one",
-                            "started:echo", "result:two", "assistant:done"));
+                ElementsAre("party:go", "assistant:+echo+echo", "started:echo", "started:echo",
+                            "result:one", "result:two", "assistant:done"));
     // The second inference saw both results.
     ASSERT_EQ(h.provider().requests().size(), 2u);
     EXPECT_TRUE(context_mentions(h.provider().requests()[1], "two"));
@@ -276,8 +278,8 @@ TEST(Abort, DuringAToolClosesTheRemainingCallsAndRecordsAnInterruption) {
     h.settle();
     EXPECT_THAT(
         h.transcript_texts(),
-        ElementsAre("party:go", "assistant:+sleep+echo", "started:sleep", "error:aborted: stop",
-                    "error:not run: the turn was aborted", "aborted:stop"));
+        ElementsAre("party:go", "assistant:+sleep+echo", "started:sleep", "started:echo",
+                    "error:aborted: stop", "error:not run: the turn was aborted", "aborted:stop"));
     EXPECT_FALSE(h.state().has_work);
 }
 
@@ -429,8 +431,8 @@ TEST(Tools, BuiltinClockAndEcho) {
     h.follow_up("f1", "time?");
     h.settle();
     auto texts = h.transcript_texts();
-    EXPECT_EQ(texts[3], "result:2026-02-17T14:56:00Z");
-    EXPECT_EQ(texts[5], "result:hi");
+    EXPECT_EQ(texts[5], "result:2026-02-17T14:56:00Z");
+    EXPECT_EQ(texts[6], "result:hi");
     EXPECT_THAT(texts[7], HasSubstr("error:invalid arguments"));
 }
 
@@ -735,9 +737,10 @@ TEST(AgentLoop, TheLoopsOwnTransitionsCommitOnTheStoreExecutorAndStopCleanly) {
         io.run_one_for(std::chrono::milliseconds(10));
     }
     ASSERT_TRUE(idle_again()) << loop.state().transcript.size() << " entries";
-    // party, assistant(tool call), tool_started, tool_result, assistant: all committed on the pool.
+    // party, assistant(tool call), tool_started, tool_result, assistant: all committed on the pool,
+    // in four commits (docs/agent-loop.md, "Fused commits").
     EXPECT_EQ(store.last_commit_thread(), pool_id);
-    EXPECT_EQ(store.commits(), 7);
+    EXPECT_EQ(store.commits(), 4);
     stop.emit(asio::cancellation_type::terminal);
     while (!returned && std::chrono::steady_clock::now() < deadline) {
         io.run_one_for(std::chrono::milliseconds(10));
@@ -766,6 +769,66 @@ TEST(AgentLoop, EveryAcknowledgedCommandEmitsItsPatchEvenWhenItChangedNothing) {
     ASSERT_EQ(committed.size(), before + 1);
     EXPECT_TRUE(committed.back().actions.empty());
     EXPECT_EQ(committed.back().patch.from, committed.back().patch.to);
+}
+
+}  // namespace wuhu::testing
+
+namespace wuhu::testing {
+
+// Issue 16: a turn (a message, a response with two tool calls, their results, the answer)
+// takes four commits: the enqueue with its drain, the response with both tool_started
+// markers, both results with the steer checkpoint's drain, the answer with mark_idle. The
+// store holds what the loop holds after each turn.
+TEST(FusedCommits, ATurnWithTwoToolCallsIsFourCommits) {
+    storage::memory_store inner;
+    storage::faulty_store store(inner);
+    loop_harness h(R"({"responses":[
+        {"tool_calls":[{"name":"echo","arguments":{"text":"a"}},{"name":"echo","arguments":{"text":"b"}}]},
+        {"text":"first"},
+        {"tool_calls":[{"name":"echo","arguments":{"text":"c"}},{"name":"clock"}]},
+        {"text":"second"}]})",
+                   &store, 1);
+    h.start();
+    h.settle();
+    for (int turn = 0; turn < 2; ++turn) {
+        const int before = store.commits();
+        ASSERT_TRUE(h.follow_up("f" + std::to_string(turn), "go"));
+        h.settle();
+        EXPECT_EQ(store.commits() - before, 4) << "turn " << turn;
+        EXPECT_FALSE(h.state().has_work);
+        auto log = inner.open(session_id::parse("s1").value(), lease_epoch{1}).value();
+        EXPECT_EQ(log->load().value(), h.state());
+    }
+    EXPECT_THAT(h.transcript_texts(),
+                ElementsAre("party:go", "assistant:+echo+echo", "started:echo", "started:echo",
+                            "result:a", "result:b", "assistant:first", "party:go",
+                            "assistant:+echo+clock", "started:echo", "started:clock", "result:c",
+                            "result:2026-02-17T14:56:00Z", "assistant:second"));
+}
+
+// A result waits for the next call at most the linger: a slow call does not hold the result
+// before it, which is committed while the slow call runs.
+TEST(FusedCommits, AResultDoesNotWaitForASlowNextCall) {
+    storage::memory_store inner;
+    storage::faulty_store store(inner);
+    loop_harness h(R"({"responses":[
+        {"tool_calls":[{"name":"echo","arguments":{"text":"fast"}},{"name":"sleep","arguments":{"ms":60000}}]},
+        {"text":"done"}]})",
+                   &store, 1);
+    h.start();
+    h.follow_up("f1", "go");
+    ASSERT_TRUE(h.run_until(
+        [&] {
+            auto log = inner.open(session_id::parse("s1").value(), lease_epoch{1}).value();
+            const auto stored = log->load().value();
+            return stored.find_tool_call(stored.tool_calls.at(0).call.id.str())->status ==
+                   tool_status::finished;
+        }))
+        << "the first result was not committed while the second call slept";
+    EXPECT_EQ(h.state().find_tool_call(h.state().tool_calls.at(1).call.id.str())->status,
+              tool_status::started);
+    h.settle();
+    EXPECT_EQ(h.transcript_texts().back(), "assistant:done");
 }
 
 }  // namespace wuhu::testing
