@@ -1,8 +1,9 @@
 // Counts a process's fsync() and fdatasync() calls, for turn_bench (LD_PRELOAD=libfsync_count.so).
 //
 // The count lives in a shared page: the file WUHU_FSYNC_COUNTER names, mapped by this library
-// in the measured process and read by the benchmark at any moment (its first 8 bytes, an
-// atomic counter). Without the variable the calls are counted where nobody reads them.
+// in the measured process and read by the benchmark at any moment (two atomic counters: the
+// calls, and the nanoseconds spent in them). Without the variable the calls are counted where
+// nobody reads them.
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -11,10 +12,11 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <ctime>
 
 namespace {
 
-std::atomic<std::uint64_t> unread{0};
+std::atomic<std::uint64_t> unread[2];
 std::atomic<std::uint64_t>* counter = nullptr;
 
 __attribute__((constructor)) void map_counter() {
@@ -35,8 +37,21 @@ __attribute__((constructor)) void map_counter() {
     ::close(fd);
 }
 
-void count() {
-    (counter != nullptr ? counter : &unread)->fetch_add(1, std::memory_order_relaxed);
+std::uint64_t now_ns() {
+    timespec t{};
+    ::clock_gettime(CLOCK_MONOTONIC, &t);
+    return static_cast<std::uint64_t>(t.tv_sec) * 1'000'000'000u +
+           static_cast<std::uint64_t>(t.tv_nsec);
+}
+
+template <class F>
+int counted(F&& call) {
+    auto* c = counter != nullptr ? counter : unread;
+    const auto began = now_ns();
+    const int r = call();
+    c[0].fetch_add(1, std::memory_order_relaxed);
+    c[1].fetch_add(now_ns() - began, std::memory_order_relaxed);
+    return r;
 }
 
 template <class F>
@@ -48,12 +63,10 @@ F* real(const char* name) {
 
 extern "C" int fsync(int fd) {
     static auto* next = real<int(int)>("fsync");
-    count();
-    return next(fd);
+    return counted([&] { return next(fd); });
 }
 
 extern "C" int fdatasync(int fd) {
     static auto* next = real<int(int)>("fdatasync");
-    count();
-    return next(fd);
+    return counted([&] { return next(fd); });
 }

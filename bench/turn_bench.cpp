@@ -60,6 +60,7 @@ struct workload {
     int turns = 10;      // T
     int tools = 2;       // K
     int in_flight = 10;  // C
+    std::vector<std::string> worker_args;  // more flags for wuhu-worker
 };
 
 // A store the worker runs on, and issue 16's figures for it.
@@ -187,8 +188,10 @@ class fsync_counter {
     }
     ~fsync_counter() { ::munmap(page_, 4096); }
     std::uint64_t value() const {
-        return static_cast<std::atomic<std::uint64_t>*>(page_)->load();
+        return static_cast<std::atomic<std::uint64_t>*>(page_)[0].load();
     }
+    // Nanoseconds spent in them.
+    std::uint64_t ns() const { return static_cast<std::atomic<std::uint64_t>*>(page_)[1].load(); }
     const fs::path& file() const { return file_; }
 
   private:
@@ -343,6 +346,7 @@ class worker_process {
             synchronous, "--script", (dir / "script.json").string(), "--prefix", prefix,
             "--worker-id", "bench-" + prefix, "--passivate-after", "0", "--metrics-addr",
             metrics ? metrics_addr_ : "off"};
+        args.insert(args.end(), extra_args_.begin(), extra_args_.end());
         const auto log = (dir / "worker.log").string();
         pid_ = fork();
         if (pid_ == 0) {
@@ -367,6 +371,7 @@ class worker_process {
     }
     ~worker_process() { stop(); }
     static void set_script(std::string s) { script_text_ = std::move(s); }
+    static void set_extra_args(std::vector<std::string> a) { extra_args_ = std::move(a); }
 
     // SIGTERM, then waits for the orderly stop; true when it exited 0.
     bool stop() {
@@ -400,6 +405,7 @@ class worker_process {
 
   private:
     static inline std::string script_text_;
+    static inline std::vector<std::string> extra_args_;
     pid_t pid_ = 0;
     std::string metrics_addr_;
 };
@@ -418,12 +424,13 @@ struct run_result {
     bool ok = false;
     double turns_per_s = 0, p50_ms = 0, p99_ms = 0;
     double worker_cpu = 0, client_cpu = 0, nats_cpu = 0, pg_cpu = 0;  // ms per turn
-    double commits = -1, fsyncs = 0, stored_bytes = 0, wal_bytes = 0, written_bytes = 0;
+    double commits = -1, fsyncs = 0, fsync_ms = 0, stored_bytes = 0, wal_bytes = 0,
+           written_bytes = 0;
     double creations_per_s = 0, fsyncs_per_creation = 0, commits_per_creation = -1;
 };
 
 struct counters {
-    double worker_cpu, client_cpu, nats_cpu, pg_cpu, commits, fsyncs, written;
+    double worker_cpu, client_cpu, nats_cpu, pg_cpu, commits, fsyncs, fsync_ns, written;
 };
 
 // Bytes stored in a directory's files (apparent sizes).
@@ -461,6 +468,7 @@ run_result run(const store_kind& kind, const workload& w, bool metrics, int roun
     const std::string prefix = "tb" + std::to_string(::getpid()) + "r" + std::to_string(round);
     fsync_counter fsyncs(dir / "fsyncs");
     worker_process::set_script(script(w));
+    worker_process::set_extra_args(w.worker_args);
     const pid_t nats_pid = std::atoi(env_or("WUHU_BENCH_NATS_PID", "").c_str());
     const pid_t pg_pid = pg ? std::atoi(env_or("WUHU_BENCH_PG_PID", "").c_str()) : 0;
 
@@ -525,6 +533,7 @@ run_result run(const store_kind& kind, const workload& w, bool metrics, int roun
         return counters{cpu_ms(worker->pid()),    cpu_ms(::getpid()),
                         cpu_ms(nats_pid),         tree_cpu_ms(pg_pid),
                         worker->commits(),        static_cast<double>(fsyncs.value()),
+                        static_cast<double>(fsyncs.ns()),
                         written_bytes(worker->pid())};
     };
     // PostgreSQL's WAL syncs and bytes. Its backends report them when they exit, or within
@@ -670,6 +679,9 @@ run_result run(const store_kind& kind, const workload& w, bool metrics, int roun
         out.commits = (after.commits - before.commits) / turns;
     }
     out.written_bytes = (after.written - before.written) / turns;
+    if (after.fsyncs > before.fsyncs) {
+        out.fsync_ms = (after.fsync_ns - before.fsync_ns) / 1e6 / (after.fsyncs - before.fsyncs);
+    }
     events.unsubscribe(subscription);
     if (!stop_worker()) {
         return out;
@@ -724,8 +736,12 @@ void print(const store_kind& kind, const workload& w, const run_result& r, doubl
     std::printf("\n");
     std::printf("  log commits per turn  %8.2f   goal <= 4 (the worker's session-log commits)\n",
                 r.commits);
-    std::printf("  fsyncs per turn       %8.2f   baseline 11%s\n", r.fsyncs,
-                kind.name == "postgres" ? " (PostgreSQL's WAL syncs)" : "");
+    std::printf("  fsyncs per turn       %8.2f   baseline 11", r.fsyncs);
+    if (kind.name == "postgres") {
+        std::printf(" (PostgreSQL's WAL syncs)\n");
+    } else {
+        std::printf("; %.3f ms each\n", r.fsync_ms);
+    }
     std::printf("  stored KiB per turn   %8.2f   goal <= 1.7", r.stored_bytes / 1024);
     if (kind.name == "postgres") {
         std::printf(", and %.2f KiB of WAL", r.wal_bytes / 1024);
@@ -752,6 +768,8 @@ int main(int argc, char** argv) {
     app.add_option("-T,--turns", w.turns)->check(CLI::Range(1, 1000));
     app.add_option("-K,--tool-calls", w.tools)->check(CLI::Range(0, 64));
     app.add_option("-C,--in-flight", w.in_flight)->check(CLI::Range(1, 1000));
+    app.add_option("--worker-arg", w.worker_args,
+                   "a flag for wuhu-worker (repeat: --worker-arg=--store-threads --worker-arg=8)");
     app.add_flag("--metrics-cost", metrics_cost,
                  "the memory store with metrics on and off, alternating (issue 15)");
     app.add_option("--rounds", rounds, "--metrics-cost: runs of each")->check(CLI::Range(1, 20));

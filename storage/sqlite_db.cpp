@@ -69,7 +69,7 @@ std::string_view stmt::text(int col) const {
 }
 
 db::db(const std::string& path, std::string_view synchronous, int busy_timeout_ms,
-       if_missing missing) {
+       if_missing missing, int page_size) {
     const int create = missing == if_missing::create ? SQLITE_OPEN_CREATE : 0;
     int rc = sqlite3_open_v2(path.c_str(), &db_,
                              SQLITE_OPEN_READWRITE | create | SQLITE_OPEN_NOMUTEX, nullptr);
@@ -81,6 +81,9 @@ db::db(const std::string& path, std::string_view synchronous, int busy_timeout_m
     }
     sqlite3_busy_timeout(db_, busy_timeout_ms);
     try {
+        if (page_size > 0) {
+            exec("PRAGMA page_size=" + std::to_string(page_size));  // a new file only
+        }
         // Switching a new file to WAL answers SQLITE_BUSY at once, without the busy handler,
         // while another process opens the same file (the workers of one host start together):
         // retry until the busy timeout.

@@ -56,9 +56,10 @@ class db {
   public:
     // Opens the file at `path` (creating it if missing, unless `missing` says to fail: SQLite's
     // SQLITE_CANTOPEN): no URI parsing, read-write, no mutex (one user at a time). Applies the
-    // pragmas: WAL, the given synchronous mode, busy timeout.
+    // pragmas: WAL, the given synchronous mode, busy timeout; and, for a file it creates,
+    // `page_size` (0: SQLite's default).
     db(const std::string& path, std::string_view synchronous, int busy_timeout_ms,
-       if_missing missing = if_missing::create);
+       if_missing missing = if_missing::create, int page_size = 0);
     db(const db&) = delete;
     ~db();
 

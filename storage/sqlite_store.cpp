@@ -487,7 +487,8 @@ std::shared_ptr<sqlite_store::handle> sqlite_store::open_file(const std::filesys
     auto h = std::make_shared<handle>();
     h->db = std::make_unique<sqlite::db>(
         path.string(), options_.synchronous, options_.busy_timeout_ms,
-        mode == open_mode::create ? sqlite::if_missing::create : sqlite::if_missing::fail);
+        mode == open_mode::create ? sqlite::if_missing::create : sqlite::if_missing::fail,
+        options_.page_size);
     // A removed session's files are unlinked while other processes may still have them open:
     // no connection may then delete a WAL or shared-memory file by name when it closes (it
     // would be the new session's). The WAL left behind is truncated on close (~handle).
