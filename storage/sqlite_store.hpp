@@ -47,6 +47,10 @@ struct sqlite_options {
     // The page size of new session files: every commit writes each page it touches to the WAL
     // whole, so small pages write (and fsync) less per turn.
     int page_size = 1024;
+    // A session's WAL is checkpointed once it holds this many pages, and then reused from its
+    // start: it stops growing after a few turns, and a commit that does not grow the file
+    // syncs no file-system metadata.
+    int wal_checkpoint_pages = 128;
     // Where the machine's boot id is read (tests point it elsewhere): the catalog is checked
     // against the session files when it changed (see sqlite_store).
     std::filesystem::path boot_id_file = "/proc/sys/kernel/random/boot_id";
