@@ -19,7 +19,9 @@
 #include <CLI/CLI.hpp>
 #include <boost/asio/signal_set.hpp>
 
+#include <sys/resource.h>
 #include <unistd.h>
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -44,11 +46,31 @@ std::string sqlite_dir(const std::string& url) {
 
 bool postgres_url(const std::string& url);
 
+// How many session files may stay open (three descriptors each: the file, its WAL and its
+// shared memory): the soft limit of open files is raised to the hard one, and a third of it
+// goes to session files, past 1,024 descriptors kept for the rest (at least 256 files, at
+// most 10,000). A session whose file was closed opens it again at its next commit, which
+// costs fsyncs: with more sessions at work than open files, every turn would.
+std::size_t session_files_allowed() {
+    rlimit lim{};
+    if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) {
+        return 256;
+    }
+    if (lim.rlim_cur < lim.rlim_max) {
+        lim.rlim_cur = lim.rlim_max;
+        ::setrlimit(RLIMIT_NOFILE, &lim);
+        ::getrlimit(RLIMIT_NOFILE, &lim);
+    }
+    const rlim_t spare = lim.rlim_cur > 1024 ? (lim.rlim_cur - 1024) / 3 : 0;
+    return static_cast<std::size_t>(std::clamp<rlim_t>(spare, 256, 10000));
+}
+
 std::unique_ptr<wuhu::storage::session_store> open_store(const std::string& url, std::size_t pool,
                                                          const std::string& synchronous) {
     if (auto dir = sqlite_dir(url); !dir.empty()) {
         wuhu::storage::sqlite_options o{dir};
         o.synchronous = synchronous == "normal" ? "NORMAL" : "FULL";
+        o.max_open_files = session_files_allowed();
         return std::make_unique<wuhu::storage::sqlite_store>(o);
     }
     if (url == "memory") {

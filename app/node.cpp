@@ -49,7 +49,11 @@ node::node(storage::session_store& store, ownership::lease_store& leases, nats::
     worker::add_builtin_tools(tools_);
     broker::add_tool_services(tools_, nats, options_.tool_services, options_.server.prefix);
     auto loop = options_.loop;
-    loop.store_executor = store_pool_.get_executor();
+    // Commits that block (a file, a database) run on the pool; the memory store's do not
+    // block, and a hop to the pool and back would cost more than the commit.
+    if (store.backend() != "memory") {
+        loop.store_executor = store_pool_.get_executor();
+    }
     for (const auto& e : options_.endpoints) {
         options_.server.model_endpoints.push_back(e.name);
     }

@@ -78,7 +78,7 @@ struct node_options {
     std::chrono::milliseconds passivate_after{600000};
     std::size_t max_loaded_sessions = 10000;
     std::size_t passivate_batch = 1000;
-    worker::loop_options loop;  // its store_executor is the node's pool
+    worker::loop_options loop;  // its store_executor is the node's pool (none: memory store)
     // The model endpoints of the providers file: a session whose model names one infers
     // there; the others use the node's provider factory (the scripted model).
     std::vector<worker::endpoint_config> endpoints;
