@@ -697,9 +697,10 @@ run_result run(const store_kind& kind, const workload& w, bool metrics, int roun
 }
 
 // The budget: the raw commit rate of the same pattern, divided by the commits per turn.
-double raw_rate(const store_kind& kind, const workload& w) {
+// `committers` threads (SQLite files, PostgreSQL connections) committing one row at a time.
+double raw_rate(const store_kind& kind, int committers) {
     if (kind.name == "postgres") {
-        return raw_pg_rate(w.in_flight, 2.0);
+        return raw_pg_rate(committers, 2.0);
     }
     if (kind.name == "memory") {
         return 0;
@@ -708,12 +709,13 @@ double raw_rate(const store_kind& kind, const workload& w) {
     const fs::path dir = fs::temp_directory_path() / ("wuhu-turn-bench-raw-" + std::to_string(rd()));
     fs::create_directories(dir);
     const double rate =
-        raw_sqlite_rate(dir, w.in_flight, kind.name == "sqlite-full" ? "FULL" : "NORMAL", 2.0);
+        raw_sqlite_rate(dir, committers, kind.name == "sqlite-full" ? "FULL" : "NORMAL", 2.0);
     fs::remove_all(dir);
     return rate;
 }
 
-void print(const store_kind& kind, const workload& w, const run_result& r, double raw) {
+void print(const store_kind& kind, const workload& w, const run_result& r, double raw,
+           double raw_one) {
     std::printf("\n%s (S=%d T=%d K=%d C=%d)\n", kind.name.c_str(), w.sessions, w.turns, w.tools,
                 w.in_flight);
     std::printf("  turns/s               %8.0f   goal >= %.0f, baseline %.0f (%.2fx)\n",
@@ -734,8 +736,21 @@ void print(const store_kind& kind, const workload& w, const run_result& r, doubl
         std::printf(", PostgreSQL %.2f", r.pg_cpu);
     }
     std::printf("\n");
+    const double cpu = r.worker_cpu + r.client_cpu + r.nats_cpu + r.pg_cpu;
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cpu > 0) {
+        const double limit = static_cast<double>(cores) * 1000.0 / cpu;
+        std::printf("  CPU limit             %8.0f   turns/s were all %ld cores busy with these "
+                    "processes; ratio %.2f\n",
+                    limit, cores, r.turns_per_s / limit);
+    }
     std::printf("  log commits per turn  %8.2f   goal <= 4 (the worker's session-log commits)\n",
                 r.commits);
+    if (raw_one > 0) {
+        std::printf("  commits/s             %8.0f   %.2fx the raw rate of one %s (%.0f/s)\n",
+                    r.turns_per_s * r.commits, r.turns_per_s * r.commits / raw_one,
+                    kind.name == "postgres" ? "connection" : "file and thread", raw_one);
+    }
     std::printf("  fsyncs per turn       %8.2f   baseline 11", r.fsyncs);
     if (kind.name == "postgres") {
         std::printf(" (PostgreSQL's WAL syncs)\n");
@@ -829,12 +844,13 @@ int main(int argc, char** argv) {
             std::fprintf(stderr, "turn_bench: postgres needs WUHU_BENCH_PG_DSN (scripts/bench sets it)\n");
             return 2;
         }
-        const double raw = raw_rate(it->second, w);
+        const double raw = raw_rate(it->second, w.in_flight);
+        const double raw_one = raw_rate(it->second, 1);
         const auto r = run(it->second, w, true, round++);
         if (!r.ok) {
             return 1;
         }
-        print(it->second, w, r, raw);
+        print(it->second, w, r, raw, raw_one);
         if (name == "sqlite-full" && r.fsyncs <= 0) {
             std::fprintf(stderr, "turn_bench: no fsync was counted: was %s preloaded?\n",
                          WUHU_FSYNC_COUNT_LIB);

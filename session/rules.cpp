@@ -292,7 +292,10 @@ result<action_list> plan_response(const session_state& s, assistant_message m,
         std::get<assistant_message>(std::get<entry_appended>(out->front()).e.body);
     std::uint64_t next = s.transcript.size() + 2;
     std::set<std::string> started;
-    for (const auto& id : starting) {
+    // Paused, or with a compaction due, the loop's next step is not to run the calls: they
+    // start when it is.
+    const bool runs_next = !s.paused && !should_compact(msg.usage, s.config);
+    for (const auto& id : runs_next ? starting : std::vector<tool_call_id>{}) {
         auto call = std::find_if(msg.tool_calls.begin(), msg.tool_calls.end(),
                                  [&](const tool_call& c) { return c.id == id; });
         if (call == msg.tool_calls.end()) {

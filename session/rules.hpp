@@ -114,7 +114,9 @@ result<enqueue_outcome> plan_enqueue_and_drain(const session_state& s, enqueue_i
                                                unix_ms at);
 
 // A response and the tool_started markers of `starting` (ids of its calls, each once, in the
-// order given): toolWillExecute for the calls before the first of them runs. With `settle`, a
+// order given): toolWillExecute for the calls before the first of them runs; none when the
+// session is paused or the response calls for a compaction (the loop's next step is not to run
+// them, and they are started one by one when it is). With `settle`, a
 // response without tool calls also clears has_work when nothing is pending, the session is not
 // paused and the response does not call for a compaction (the mark_idle that would follow).
 result<action_list> plan_response(const session_state& s, assistant_message m,

@@ -382,7 +382,9 @@ void sqlite_store::check_after_reboot() {
                 continue;
             }
             // Only ever raised: a row that says too much costs the sweep a load, which
-            // rewrites it; one that says too little would hide a session with work.
+            // rewrites it; one that says too little would hide a session with work. A session
+            // with timers is due at once (a lost row may have held an earlier due time): its
+            // load rewrites the row with the real one.
             std::lock_guard lock(catalog_mu_);
             catalog_
                 ->prepare(
@@ -390,9 +392,9 @@ void sqlite_store::check_after_reboot() {
                     "VALUES (?1, ?2, ?3, ?4, CASE WHEN ?4 > 0 THEN 0 END) "
                     "ON CONFLICT (id) DO UPDATE SET has_work = max(has_work, excluded.has_work), "
                     "timers = max(timers, excluded.timers), next_timer = CASE WHEN "
-                    "excluded.timers > 0 AND next_timer IS NULL THEN 0 ELSE next_timer END "
+                    "excluded.timers > 0 THEN 0 ELSE next_timer END "
                     "WHERE excluded.has_work > has_work OR (excluded.timers > 0 AND "
-                    "next_timer IS NULL)")
+                    "(next_timer IS NULL OR next_timer > 0))")
                 .bind(1, id->str())
                 .bind(2, static_cast<std::int64_t>(std::stoull(epoch.empty() ? "0" : epoch)))
                 .bind(3, has_work == "1" ? 1 : 0)
@@ -482,11 +484,36 @@ std::shared_ptr<sqlite_store::handle> sqlite_store::acquire(const session_id& id
     return h;
 }
 
+namespace {
+
+// fsync of a file or a directory by its path.
+void sync_path(const std::filesystem::path& path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        throw sqlite::error(SQLITE_IOERR, "open " + path.string() + ": " + std::strerror(errno));
+    }
+    const int r = ::fsync(fd);
+    const int e = errno;
+    ::close(fd);
+    if (r != 0) {
+        throw sqlite::error(SQLITE_IOERR, "fsync " + path.string() + ": " + std::strerror(e));
+    }
+}
+
+}  // namespace
+
 std::shared_ptr<sqlite_store::handle> sqlite_store::open_file(const std::filesystem::path& path,
                                                               open_mode mode) {
+    // A new file is made without waiting for fsyncs (SQLite would sync its rollback journal,
+    // the file, the directory twice and the WAL: nine fsyncs a new session in all), then made
+    // durable in two: the file, whose header says WAL, and the directory, which names it and
+    // its WAL. Nothing in it is acknowledged before the commit that fences it, which syncs the
+    // WAL. A crash before that leaves a session nobody was told about.
+    const bool fresh = mode == open_mode::create && options_.synchronous != "NORMAL" &&
+                       !std::filesystem::exists(path);
     auto h = std::make_shared<handle>();
     h->db = std::make_unique<sqlite::db>(
-        path.string(), options_.synchronous, options_.busy_timeout_ms,
+        path.string(), fresh ? "OFF" : options_.synchronous, options_.busy_timeout_ms,
         mode == open_mode::create ? sqlite::if_missing::create : sqlite::if_missing::fail,
         options_.page_size);
     // A removed session's files are unlinked while other processes may still have them open:
@@ -504,6 +531,11 @@ std::shared_ptr<sqlite_store::handle> sqlite_store::open_file(const std::filesys
     // A small WAL, checkpointed often and then written again from its start: a commit that
     // does not grow the file syncs no file-system metadata (docs/storage.md).
     h->db->exec("PRAGMA wal_autocheckpoint=" + std::to_string(options_.wal_checkpoint_pages));
+    if (fresh) {
+        sync_path(path);
+        sync_path(path.parent_path());
+        h->db->exec("PRAGMA synchronous=" + options_.synchronous);
+    }
     return h;
 }
 

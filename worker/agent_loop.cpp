@@ -115,14 +115,15 @@ asio::awaitable<boost::system::error_code> agent_loop::persist(operation op) {
 
 asio::awaitable<bool> agent_loop::record(transition t) {
     std::vector<s::tool_call_id> starting;
-    if (const auto* r = std::get_if<response>(&t)) {
-        starting = r->starting;
+    const bool responding = std::holds_alternative<response>(t);
+    if (responding) {
+        starting = std::get<response>(t).starting;
     }
     // The loop's own transitions are never refused by the rules: any error fails the session.
     operation op = [this, t = std::move(t)]() mutable { return write_now(std::move(t)); };
     auto task = persist(std::move(op));
     const auto ec = co_await std::move(task);
-    if (!ec && !starting.empty()) {
+    if (!ec && responding) {
         started_here_ = std::move(starting);
     }
     co_return !ec;
@@ -311,7 +312,13 @@ asio::awaitable<void> agent_loop::work_loop() {
     while (!failed_) {
         waiting_ = true;
         co_await wake_.wait();
-        waiting_ = false;
+        {
+            // In the section: a command that saw the loop waiting (and drained its item with
+            // its enqueue) has committed, and the ones after it see the loop running, before
+            // the loop reads the state.
+            auto guard = co_await section_.lock();
+            waiting_ = false;
+        }
         if (!failed_) {
             co_await run_until_idle();
         }

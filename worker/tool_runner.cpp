@@ -71,8 +71,13 @@ asio::awaitable<bool> tool_runner::commit(std::vector<s::entry_body> steps, bool
 asio::awaitable<void> tool_runner::flush_after_linger(std::vector<s::entry_body>* pending) {
     if (!pending->empty()) {
         co_await clock_.sleep(linger_);
-        auto task = commit(std::exchange(*pending, {}), false);
-        co_await std::move(task);
+        // A copy: cancelled before its commit ran (the call it races ended first), the
+        // entries stay pending for the runner to commit; once committed, they go.
+        const std::size_t n = pending->size();
+        auto task = commit(*pending, false);
+        if (co_await std::move(task)) {
+            pending->erase(pending->begin(), pending->begin() + static_cast<std::ptrdiff_t>(n));
+        }
     }
     asio::steady_timer forever(co_await asio::this_coro::executor,
                                asio::steady_timer::time_point::max());

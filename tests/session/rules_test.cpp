@@ -474,6 +474,16 @@ TEST(FusedCommits, AResponseAndTheStartOfItsCallsAreOneOperation) {
     EXPECT_TRUE(stepwise.has_work) << "a response with calls never settles";
     EXPECT_EQ(plan_response(s, m, {call_id("zz")}, false, unix_ms{5}).error(),
               make_error_code(errc::unknown_tool_call));
+    // Paused, or with a compaction due, the calls do not run next: no markers (the loop
+    // starts each call when it runs it).
+    session_state paused = applied_to(s, plan_set_paused(s, true));
+    EXPECT_EQ(plan_response(paused, m, {call_id("c1")}, true, unix_ms{5})->size(), 1u);
+    session_state small = s;
+    small.config.context_limit = 1000;
+    small.config.compaction_buffer = 100;
+    auto big = m;
+    big.usage.input = 950;
+    EXPECT_EQ(plan_response(small, big, {call_id("c1")}, true, unix_ms{5})->size(), 1u);
     EXPECT_EQ(plan_response(s, m, {call_id("c1"), call_id("c1")}, false, unix_ms{5}).error(),
               make_error_code(errc::invalid_entry));
 }

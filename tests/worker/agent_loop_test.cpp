@@ -668,6 +668,7 @@ TEST(AgentLoop, CommandsCommitOnTheStoreExecutorAndResumeOnTheSession) {
     asio::thread_pool pool(1);
     worker::manual_clock clk(unix_ms{harness_t0});
     worker::scripted_provider provider(worker::parse_script(R"({"responses":[]})").value(), clk);
+    provider.record_requests(true);
     worker::tool_registry tools;
     worker::loop_options opts;
     opts.store_executor = pool.get_executor();
@@ -804,6 +805,74 @@ TEST(FusedCommits, ATurnWithTwoToolCallsIsFourCommits) {
                             "result:a", "result:b", "assistant:first", "party:go",
                             "assistant:+echo+clock", "started:echo", "started:clock", "result:c",
                             "result:2026-02-17T14:56:00Z", "assistant:second"));
+}
+
+// Two enqueues into an idle session, back to back, on a store pool: the first is drained
+// with its enqueue (the loop waits for work); the second must not be, once the loop was woken,
+// or it lands in the transcript while the loop infers without it, and is never answered
+// (found in review: the loop read the state outside the section). Every message reaches an
+// inference.
+TEST(FusedCommits, AnEnqueueAfterTheLoopWokeIsLeftForItsCheckpoint) {
+    storage::memory_store store;
+    asio::io_context io;
+    asio::thread_pool pool(2);
+    worker::system_clock clk;
+    worker::scripted_provider provider(worker::parse_script(R"({"responses":[]})").value(), clk);
+    provider.record_requests(true);
+    worker::tool_registry tools;
+    worker::loop_options opts;
+    opts.store_executor = pool.get_executor();
+    worker::agent_loop loop(io.get_executor(),
+                            store.open(session_id::parse("s").value(), lease_epoch{1}).value(),
+                            provider, tools, clk, opts);
+    asio::cancellation_signal stop;
+    bool returned = false;
+    asio::co_spawn(
+        io, loop.start(),
+        asio::bind_cancellation_slot(stop.slot(), [&](std::exception_ptr) { returned = true; }));
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    int replies = 0;
+    auto send = [&](std::string id) -> asio::awaitable<void> {
+        worker::command c = worker::enqueue_command{user_in(lane::follow_up, id, "msg " + id)};
+        auto task = loop.send(std::move(c));
+        auto r = co_await std::move(task);
+        replies += r.has_value() ? 1 : 0;
+    };
+    constexpr int rounds = 100;
+    for (int round = 0; round < rounds; ++round) {
+        asio::co_spawn(io, send("a" + std::to_string(round)), asio::detached);
+        asio::co_spawn(io, send("b" + std::to_string(round)), asio::detached);
+        auto settled = [&] {
+            return replies == 2 * (round + 1) && loop.quiescent() && !loop.state().has_work;
+        };
+        while (!settled() && std::chrono::steady_clock::now() < deadline) {
+            io.run_one_for(std::chrono::milliseconds(10));
+        }
+        ASSERT_TRUE(settled()) << "round " << round;
+    }
+    // The response that follows each message in the transcript was inferred with it.
+    const auto& transcript = loop.state().transcript;
+    std::size_t step = 0;
+    std::vector<std::string> unanswered;
+    for (const auto& e : transcript) {
+        if (std::holds_alternative<session::assistant_message>(e.body)) {
+            for (const auto& text : unanswered) {
+                ASSERT_LT(step, provider.requests().size());
+                EXPECT_TRUE(context_mentions(provider.requests()[step], text))
+                    << text << " is answered by a response inferred without it (step " << step
+                    << ")";
+            }
+            unanswered.clear();
+            ++step;
+        } else if (const auto* m = std::get_if<session::party_message>(&e.body)) {
+            unanswered.push_back(m->content);
+        }
+    }
+    EXPECT_TRUE(unanswered.empty()) << unanswered.front() << " has no response";
+    stop.emit(asio::cancellation_type::terminal);
+    while (!returned && std::chrono::steady_clock::now() < deadline) {
+        io.run_one_for(std::chrono::milliseconds(10));
+    }
 }
 
 // A result waits for the next call at most the linger: a slow call does not hold the result
