@@ -84,6 +84,9 @@ db::db(const std::string& path, std::string_view synchronous, int busy_timeout_m
         if (page_size > 0) {
             exec("PRAGMA page_size=" + std::to_string(page_size));  // a new file only
         }
+        // Before the switch to WAL, which writes a new file's header (through a rollback
+        // journal, synced or not as this says).
+        exec("PRAGMA synchronous=" + std::string(synchronous));
         // Switching a new file to WAL answers SQLITE_BUSY at once, without the busy handler,
         // while another process opens the same file (the workers of one host start together):
         // retry until the busy timeout.
@@ -101,7 +104,6 @@ db::db(const std::string& path, std::string_view synchronous, int busy_timeout_m
                 std::this_thread::sleep_for(std::chrono::milliseconds(1));
             }
         }
-        exec("PRAGMA synchronous=" + std::string(synchronous));
     } catch (...) {
         sqlite3_close(db_);  // the destructor does not run for a constructor that throws
         db_ = nullptr;

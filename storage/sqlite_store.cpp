@@ -443,11 +443,15 @@ void sqlite_store::close_unused(const session_id& id) {
 }
 
 std::shared_ptr<sqlite_store::handle> sqlite_store::acquire(const session_id& id, open_mode mode) {
-    std::lock_guard lock(mu_);
-    if (auto it = open_.find(id.str()); it != open_.end()) {
-        lru_.splice(lru_.begin(), lru_, it->second.second);
-        return it->second.first;
+    {
+        std::lock_guard lock(mu_);
+        if (auto it = open_.find(id.str()); it != open_.end()) {
+            lru_.splice(lru_.begin(), lru_, it->second.second);
+            return it->second.first;
+        }
     }
+    // Opened without the lock: other sessions' files open (and are created, with their
+    // fsyncs) at the same time.
     auto path = path_of(id);
     std::shared_ptr<handle> h;
     for (int attempt = 0; !h; ++attempt) {
@@ -467,6 +471,12 @@ std::shared_ptr<sqlite_store::handle> sqlite_store::acquire(const session_id& id
             }
             std::this_thread::sleep_for(std::chrono::milliseconds(1));
         }
+    }
+    std::lock_guard lock(mu_);
+    if (auto it = open_.find(id.str()); it != open_.end()) {
+        // Another thread opened it meanwhile: one handle a session (this one closes).
+        lru_.splice(lru_.begin(), lru_, it->second.second);
+        return it->second.first;
     }
     lru_.push_front(id.str());
     open_.emplace(id.str(), std::make_pair(h, lru_.begin()));
@@ -504,11 +514,13 @@ void sync_path(const std::filesystem::path& path) {
 
 std::shared_ptr<sqlite_store::handle> sqlite_store::open_file(const std::filesystem::path& path,
                                                               open_mode mode) {
-    // A new file is made without waiting for fsyncs (SQLite would sync its rollback journal,
-    // the file, the directory twice and the WAL: nine fsyncs a new session in all), then made
-    // durable in two: the file, whose header says WAL, and the directory, which names it and
-    // its WAL. Nothing in it is acknowledged before the commit that fences it, which syncs the
-    // WAL. A crash before that leaves a session nobody was told about.
+    // A new file is made without waiting for fsyncs (SQLite would sync its rollback journal
+    // twice, the directory, the file, and the WAL for the schema: nine fsyncs a new session
+    // in all, with the lease, the fence and the directory's for the WAL), then the file is
+    // synced once (its header says WAL). The commit that fences it syncs the WAL, and SQLite
+    // syncs the directory with the first sync of a WAL it created (which names the file too).
+    // Nothing in the file is acknowledged before that commit: a crash before it leaves a
+    // session nobody was told about.
     const bool fresh = mode == open_mode::create && options_.synchronous != "NORMAL" &&
                        !std::filesystem::exists(path);
     auto h = std::make_shared<handle>();
@@ -533,7 +545,6 @@ std::shared_ptr<sqlite_store::handle> sqlite_store::open_file(const std::filesys
     h->db->exec("PRAGMA wal_autocheckpoint=" + std::to_string(options_.wal_checkpoint_pages));
     if (fresh) {
         sync_path(path);
-        sync_path(path.parent_path());
         h->db->exec("PRAGMA synchronous=" + options_.synchronous);
     }
     return h;
