@@ -22,8 +22,8 @@
 //
 //   turn_bench [--stores sqlite-full,sqlite-normal,postgres,memory] [-S 100] [-T 10] [-K 2]
 //              [-C 10] [--metrics-cost]
+#include "bench/turn_probes.hpp"
 #include "nats/connection.hpp"
-#include "storage/sqlite_db.hpp"
 #include "tests/support/http_get.hpp"
 
 #include <CLI/CLI.hpp>
@@ -50,9 +50,8 @@
 
 namespace {
 
+using namespace wuhu::bench;
 namespace json = boost::json;
-namespace fs = std::filesystem;
-using clock_type = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
 struct workload {
@@ -80,224 +79,6 @@ const std::map<std::string, store_kind>& kinds() {
     return k;
 }
 
-std::string env_or(const char* a, const char* b) {
-    for (const char* name : {a, b}) {
-        const char* v = std::getenv(name);
-        if (v != nullptr && *v != '\0') {
-            return v;
-        }
-    }
-    return {};
-}
-
-double seconds_since(clock_type::time_point t) {
-    return std::chrono::duration<double>(clock_type::now() - t).count();
-}
-
-// --- what a process spent -------------------------------------------------------------------
-
-// User + system CPU of a process, in ms (0 when it is gone), in clock ticks (10 ms).
-double cpu_ticks_ms(pid_t pid) {
-    std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-    std::string line;
-    if (!std::getline(f, line)) {
-        return 0;
-    }
-    std::istringstream in(line.substr(line.rfind(')') + 2));  // from field 3 on
-    std::vector<std::string> fields{std::istream_iterator<std::string>(in), {}};
-    if (fields.size() < 13) {
-        return 0;
-    }
-    const double ticks = std::stod(fields[11]) + std::stod(fields[12]);  // utime, stime
-    return ticks * 1000.0 / static_cast<double>(sysconf(_SC_CLK_TCK));
-}
-
-// The CPU time of a process's threads, in ms, to the nanosecond (/proc/<pid>/task/*/schedstat);
-// what /proc/<pid>/stat says when that is not there.
-double cpu_ms(pid_t pid) {
-    if (pid <= 0) {
-        return 0;
-    }
-    double ns = 0;
-    std::error_code ec;
-    for (const auto& task : fs::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
-        std::ifstream f(task.path() / "schedstat");
-        double run = 0;
-        if (f >> run) {
-            ns += run;
-        }
-    }
-    return ns > 0 ? ns / 1e6 : cpu_ticks_ms(pid);
-}
-
-pid_t parent_of(pid_t pid) {
-    std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-    std::string line;
-    if (!std::getline(f, line)) {
-        return 0;
-    }
-    std::istringstream in(line.substr(line.rfind(')') + 2));
-    std::string state;
-    pid_t ppid = 0;
-    in >> state >> ppid;
-    return ppid;
-}
-
-// A process and its children (PostgreSQL's postmaster and its backends).
-double tree_cpu_ms(pid_t root) {
-    if (root <= 0) {
-        return 0;
-    }
-    double sum = cpu_ticks_ms(root);
-    for (const auto& e : fs::directory_iterator("/proc")) {
-        const auto name = e.path().filename().string();
-        if (!name.empty() && std::all_of(name.begin(), name.end(), ::isdigit)) {
-            const pid_t pid = std::stoi(name);
-            if (parent_of(pid) == root) {
-                sum += cpu_ticks_ms(pid);
-            }
-        }
-    }
-    return sum;
-}
-
-// Bytes a process had written to the storage layer (/proc/<pid>/io write_bytes).
-double written_bytes(pid_t pid) {
-    std::ifstream f("/proc/" + std::to_string(pid) + "/io");
-    for (std::string line; std::getline(f, line);) {
-        if (line.starts_with("write_bytes: ")) {
-            return std::stod(line.substr(13));
-        }
-    }
-    return 0;
-}
-
-// The fsync counter libfsync_count.so keeps for the worker (a shared page).
-class fsync_counter {
-  public:
-    explicit fsync_counter(const fs::path& file) : file_(file) {
-        const int fd = ::open(file.c_str(), O_RDWR | O_CREAT, 0600);
-        if (fd < 0 || ::ftruncate(fd, 4096) != 0) {
-            throw std::runtime_error("cannot make the fsync counter " + file.string());
-        }
-        page_ = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        ::close(fd);
-        if (page_ == MAP_FAILED) {
-            throw std::runtime_error("cannot map the fsync counter");
-        }
-    }
-    ~fsync_counter() { ::munmap(page_, 4096); }
-    std::uint64_t value() const {
-        return static_cast<std::atomic<std::uint64_t>*>(page_)[0].load();
-    }
-    // Nanoseconds spent in them.
-    std::uint64_t ns() const { return static_cast<std::atomic<std::uint64_t>*>(page_)[1].load(); }
-    const fs::path& file() const { return file_; }
-
-  private:
-    fs::path file_;
-    void* page_;
-};
-
-// --- PostgreSQL -----------------------------------------------------------------------------
-
-std::string pg_dsn() { return env_or("WUHU_BENCH_PG_DSN", "WUHU_TEST_PG_DSN"); }
-
-std::map<std::string, std::string> dsn_fields(const std::string& dsn) {
-    std::map<std::string, std::string> kv;
-    std::istringstream in(dsn);
-    for (std::string pair; in >> pair;) {
-        if (auto eq = pair.find('='); eq != std::string::npos) {
-            kv[pair.substr(0, eq)] = pair.substr(eq + 1);
-        }
-    }
-    return kv;
-}
-
-constexpr const char* bench_db = "wuhu_turn_bench";
-
-// A database of the benchmark's own, new for each run.
-std::string fresh_pg_database() {
-    pqxx::connection admin(pg_dsn());
-    pqxx::nontransaction n(admin);
-    n.exec(std::string("DROP DATABASE IF EXISTS ") + bench_db + " WITH (FORCE)");
-    n.exec(std::string("CREATE DATABASE ") + bench_db);
-    auto kv = dsn_fields(pg_dsn());
-    return "postgresql://" + kv["user"] + "@" + kv["host"] + ":" + kv["port"] + "/" + bench_db;
-}
-
-struct wal_stats {
-    double syncs = 0, bytes = 0;
-};
-
-wal_stats pg_wal() {
-    pqxx::connection c(pg_dsn());
-    pqxx::nontransaction n(c);
-    auto r = n.exec1("SELECT wal_sync, wal_bytes FROM pg_stat_wal");
-    return {r[0].as<double>(), r[1].as<double>()};
-}
-
-// --- the raw commit rate of the same pattern -------------------------------------------------
-
-// Commits per second of `threads` threads, each committing one small row at a time for
-// `seconds` to a SQLite file of its own in WAL mode at `synchronous`.
-double raw_sqlite_rate(const fs::path& dir, int threads, const std::string& synchronous,
-                       double seconds) {
-    std::atomic<std::uint64_t> commits{0};
-    std::vector<std::thread> workers;
-    const auto until = clock_type::now() + std::chrono::duration<double>(seconds);
-    const auto start = clock_type::now();
-    for (int t = 0; t < threads; ++t) {
-        workers.emplace_back([&, t] {
-            wuhu::storage::sqlite::db db((dir / ("raw-" + std::to_string(t) + ".sqlite")).string(),
-                                         synchronous, 5000);
-            db.exec("CREATE TABLE IF NOT EXISTS t (seq INTEGER PRIMARY KEY, body TEXT)");
-            while (clock_type::now() < until) {
-                wuhu::storage::sqlite::transaction tx(db);
-                db.prepare("INSERT INTO t (body) VALUES (?1)")
-                    .bind(1, std::string_view(R"({"type":"tool_result","output":"x"})"))
-                    .run();
-                tx.commit();
-                ++commits;
-            }
-        });
-    }
-    for (auto& w : workers) {
-        w.join();
-    }
-    return static_cast<double>(commits) / seconds_since(start);
-}
-
-double raw_pg_rate(int threads, double seconds) {
-    {
-        pqxx::connection c(pg_dsn());
-        pqxx::nontransaction n(c);
-        n.exec("DROP TABLE IF EXISTS wuhu_bench_raw");
-        n.exec("CREATE TABLE wuhu_bench_raw (seq BIGSERIAL PRIMARY KEY, body TEXT)");
-    }
-    std::atomic<std::uint64_t> commits{0};
-    std::vector<std::thread> workers;
-    const auto until = clock_type::now() + std::chrono::duration<double>(seconds);
-    const auto start = clock_type::now();
-    for (int t = 0; t < threads; ++t) {
-        workers.emplace_back([&] {
-            pqxx::connection c(pg_dsn());
-            while (clock_type::now() < until) {
-                pqxx::work w(c);
-                w.exec("INSERT INTO wuhu_bench_raw (body) VALUES ('x')");
-                w.commit();
-                ++commits;
-            }
-        });
-    }
-    for (auto& w : workers) {
-        w.join();
-    }
-    const double rate = static_cast<double>(commits) / seconds_since(start);
-    pqxx::connection c(pg_dsn());
-    pqxx::nontransaction(c).exec("DROP TABLE wuhu_bench_raw");
-    return rate;
-}
 
 // --- the worker -----------------------------------------------------------------------------
 

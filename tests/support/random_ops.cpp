@@ -26,6 +26,24 @@ const T& pick(std::mt19937_64& rng, const std::vector<T>& v) {
     return v[rng() % v.size()];
 }
 
+// A response with up to two tool calls (echo, clock) and some usage; with `starting`, about
+// two in three of its calls go there.
+assistant_message random_reply(std::mt19937_64& rng, const session_state& s,
+                               std::vector<tool_call_id>* starting = nullptr) {
+    std::vector<std::pair<std::string, std::string>> calls;
+    int n = static_cast<int>(rng() % 3);
+    for (int i = 0; i < n; ++i) {
+        calls.emplace_back("c" + std::to_string(s.transcript.size()) + "_" + std::to_string(i),
+                           rng() % 2 ? "echo" : "clock");
+        if (starting != nullptr && rng() % 3) {
+            starting->push_back(call_id(calls.back().first));
+        }
+    }
+    auto out = reply(random_text(rng), calls);
+    out.usage = {rng() % 1000, rng() % 100, rng() % 500};
+    return out;
+}
+
 }  // namespace
 
 random_op next_op(std::mt19937_64& rng, const session_state& s, unix_ms at) {
@@ -47,24 +65,12 @@ random_op next_op(std::mt19937_64& rng, const session_state& s, unix_ms at) {
                                         random_text(rng), human("u1", "Ann"))
                               : system_in(fresh_id(), random_text(rng));
             break;
-        case 19: {
+        case 19:
             op.what = random_op::response;
             op.name = "response";
-            std::vector<std::pair<std::string, std::string>> calls;
-            int n = static_cast<int>(rng() % 3);
-            for (int i = 0; i < n; ++i) {
-                calls.emplace_back(
-                    "c" + std::to_string(s.transcript.size()) + "_" + std::to_string(i),
-                    rng() % 2 ? "echo" : "clock");
-                if (rng() % 3) {
-                    op.starting.push_back(call_id(calls.back().first));
-                }
-            }
-            op.reply = reply(random_text(rng), calls);
-            op.reply.usage = {rng() % 1000, rng() % 100, rng() % 500};
+            op.reply = random_reply(rng, s, &op.starting);
             op.flag = rng() % 2;  // settle
             break;
-        }
         case 20: {
             op.what = random_op::tool_steps;
             op.name = "tool_steps";
@@ -131,20 +137,11 @@ random_op next_op(std::mt19937_64& rng, const session_state& s, unix_ms at) {
             op.name = "drain_follow_up";
             break;
         case 8:
-        case 9: {
+        case 9:
             op.what = random_op::assistant;
             op.name = "assistant";
-            std::vector<std::pair<std::string, std::string>> calls;
-            int n = static_cast<int>(rng() % 3);
-            for (int i = 0; i < n; ++i) {
-                calls.emplace_back(
-                    "c" + std::to_string(s.transcript.size()) + "_" + std::to_string(i),
-                    rng() % 2 ? "echo" : "clock");
-            }
-            op.reply = reply(random_text(rng), calls);
-            op.reply.usage = {rng() % 1000, rng() % 100, rng() % 500};
+            op.reply = random_reply(rng, s);
             break;
-        }
         case 10:
         case 11:
             op.what = random_op::tool_will;
