@@ -155,42 +155,14 @@ result<action_list> plan_append_assistant(const session_state& s, assistant_mess
     return append(s, std::move(m), at);
 }
 
+// One entry of plan_tool_steps, checked as it checks each.
 result<action_list> plan_tool_will_execute(const session_state& s, const tool_call_id& id,
                                            unix_ms at) {
-    const tool_call_state* t = s.find_tool_call(id.str());
-    if (t == nullptr) {
-        return errc::unknown_tool_call;
-    }
-    switch (t->status) {
-        case tool_status::finished:
-            return errc::tool_call_finished;
-        case tool_status::started:
-            return action_list{};
-        case tool_status::not_started:
-            break;
-    }
-    return append(s, tool_started{id, t->call.name}, at);
+    return plan_tool_steps(s, {tool_started{id, ""}}, false, at);
 }
 
 result<action_list> plan_tool_did_execute(const session_state& s, tool_result r, unix_ms at) {
-    const tool_call_state* t = s.find_tool_call(r.call.str());
-    if (t == nullptr) {
-        return errc::unknown_tool_call;
-    }
-    switch (t->status) {
-        case tool_status::finished:
-            return errc::tool_call_finished;
-        case tool_status::not_started:
-            if (!r.is_error) {
-                return errc::tool_call_not_started;
-            }
-            break;
-        case tool_status::started:
-            break;
-    }
-    r.tool = t->call.name;
-    r.output = sanitized(r.output);
-    return append(s, std::move(r), at);
+    return plan_tool_steps(s, {std::move(r)}, false, at);
 }
 
 result<action_list> plan_append_compaction(const session_state& s, compaction c, unix_ms at) {
@@ -292,10 +264,13 @@ result<action_list> plan_response(const session_state& s, assistant_message m,
         std::get<assistant_message>(std::get<entry_appended>(out->front()).e.body);
     std::uint64_t next = s.transcript.size() + 2;
     std::set<std::string> started;
-    // Paused, or with a compaction due, the loop's next step is not to run the calls: they
-    // start when it is.
-    const bool runs_next = !s.paused && !should_compact(msg.usage, s.config);
-    for (const auto& id : runs_next ? starting : std::vector<tool_call_id>{}) {
+    // Paused, or with a compaction due, the loop's next step is neither to run the calls
+    // (they start when it is) nor to mark the session idle.
+    const bool goes_on = !s.paused && !should_compact(msg.usage, s.config);
+    for (const auto& id : starting) {
+        if (!goes_on) {
+            break;
+        }
         auto call = std::find_if(msg.tool_calls.begin(), msg.tool_calls.end(),
                                  [&](const tool_call& c) { return c.id == id; });
         if (call == msg.tool_calls.end()) {
@@ -306,8 +281,7 @@ result<action_list> plan_response(const session_state& s, assistant_message m,
         }
         out->push_back(entry_appended{entry{entry_seq{next++}, at, tool_started{id, call->name}}});
     }
-    if (settle && msg.tool_calls.empty() && s.has_work && !s.has_pending() && !s.paused &&
-        !should_compact(msg.usage, s.config)) {
+    if (settle && goes_on && msg.tool_calls.empty() && s.has_work && !s.has_pending()) {
         out->push_back(has_work_set{false});
     }
     return out;
@@ -318,41 +292,46 @@ result<action_list> plan_tool_steps(const session_state& s, std::vector<entry_bo
     action_list out;
     std::uint64_t next = s.transcript.size() + 1;
     std::map<std::string, tool_status, std::less<>> now;  // statuses the steps changed
-    auto status_of = [&](const tool_call_state& t) {
-        auto it = now.find(t.call.id.str());
-        return it != now.end() ? it->second : t.status;
+    // A call of the newest response that has no result yet (as the steps before left it).
+    struct open_call {
+        const tool_call_state* call = nullptr;
+        tool_status status = tool_status::not_started;
+    };
+    auto open = [&](const tool_call_id& id) -> result<open_call> {
+        const tool_call_state* t = s.find_tool_call(id.str());
+        if (t == nullptr) {
+            return errc::unknown_tool_call;
+        }
+        auto it = now.find(id.str());
+        const auto st = it != now.end() ? it->second : t->status;
+        if (st == tool_status::finished) {
+            return errc::tool_call_finished;
+        }
+        return open_call{t, st};
     };
     std::optional<bool> awaiting;  // needs_inference after the steps, once an entry decides it
     for (auto& body : steps) {
         if (auto* started = std::get_if<tool_started>(&body)) {
-            const tool_call_state* t = s.find_tool_call(started->call.str());
-            if (t == nullptr) {
-                return errc::unknown_tool_call;
+            auto c = open(started->call);
+            if (!c) {
+                return c.error();
             }
-            const auto st = status_of(*t);
-            if (st == tool_status::finished) {
-                return errc::tool_call_finished;
+            if (c->status == tool_status::started) {
+                continue;  // an idempotent call run again: nothing more to record
             }
-            if (st == tool_status::started) {
-                continue;
-            }
-            started->tool = t->call.name;
-            now[t->call.id.str()] = tool_status::started;
+            started->tool = c->call->call.name;
+            now[started->call.str()] = tool_status::started;
         } else if (auto* r = std::get_if<tool_result>(&body)) {
-            const tool_call_state* t = s.find_tool_call(r->call.str());
-            if (t == nullptr) {
-                return errc::unknown_tool_call;
+            auto c = open(r->call);
+            if (!c) {
+                return c.error();
             }
-            const auto st = status_of(*t);
-            if (st == tool_status::finished) {
-                return errc::tool_call_finished;
-            }
-            if (st == tool_status::not_started && !r->is_error) {
+            if (c->status == tool_status::not_started && !r->is_error) {
                 return errc::tool_call_not_started;
             }
-            r->tool = t->call.name;
+            r->tool = c->call->call.name;
             r->output = sanitized(r->output);
-            now[t->call.id.str()] = tool_status::finished;
+            now[r->call.str()] = tool_status::finished;
         } else if (!std::holds_alternative<interruption>(body) &&
                    !std::holds_alternative<diagnostic>(body)) {
             return errc::invalid_entry;
