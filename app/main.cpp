@@ -49,8 +49,9 @@ bool postgres_url(const std::string& url);
 // How many session files may stay open (three descriptors each: the file, its WAL and its
 // shared memory): the soft limit of open files is raised to the hard one, and a third of it
 // goes to session files, past 1,024 descriptors kept for the rest (at least 256 files, at
-// most 10,000). A session whose file was closed opens it again at its next commit, which
-// costs fsyncs: with more sessions at work than open files, every turn would.
+// most 2,000: SQLite walks a list of all the files it has open at every open, which took a
+// third of the CPU of making sessions with 8,000 open). A session whose file was closed opens
+// it again at its next commit.
 std::size_t session_files_allowed() {
     rlimit lim{};
     if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) {
@@ -62,7 +63,7 @@ std::size_t session_files_allowed() {
         ::getrlimit(RLIMIT_NOFILE, &lim);
     }
     const rlim_t spare = lim.rlim_cur > 1024 ? (lim.rlim_cur - 1024) / 3 : 0;
-    return static_cast<std::size_t>(std::clamp<rlim_t>(spare, 256, 10000));
+    return static_cast<std::size_t>(std::clamp<rlim_t>(spare, 256, 2000));
 }
 
 std::unique_ptr<wuhu::storage::session_store> open_store(const std::string& url, std::size_t pool,

@@ -45,10 +45,44 @@ asio::awaitable<result<lease_desk::placement>> lease_desk::place(session::sessio
     if (auto now = at_once(id)) {
         co_return *now;
     }
+    const bool behind_another = waiting_.contains(id.str());
     waiting in_line(this, id.str());
-    auto task = in_turn<result<placement>>([this, id] { return keeper_.place(id); });
-    auto out = co_await std::move(task);
-    co_return out;
+    if (behind_another) {
+        auto task = in_turn<result<placement>>([this, id] { return keeper_.place(id); });
+        auto out = co_await std::move(task);
+        co_return out;
+    }
+    auto mine = std::make_shared<batched>(batched{id, std::nullopt});
+    {
+        std::lock_guard lock(batch_mu_);
+        batch_.push_back(mine);
+    }
+    auto task = in_turn<bool>([this] {
+        place_batch();
+        return true;
+    });
+    co_await std::move(task);
+    co_return std::move(*mine->out);
+}
+
+void lease_desk::place_batch() {
+    std::vector<std::shared_ptr<batched>> batch;
+    {
+        std::lock_guard lock(batch_mu_);
+        batch.swap(batch_);
+    }
+    if (batch.empty()) {
+        return;  // placed by an earlier turn
+    }
+    std::vector<session::session_id> ids;
+    ids.reserve(batch.size());
+    for (const auto& b : batch) {
+        ids.push_back(b->id);
+    }
+    auto placed = keeper_.place_all(ids);
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+        batch[i]->out = std::move(placed[i]);
+    }
 }
 
 asio::awaitable<result<std::optional<lease_desk::placement>>> lease_desk::locate(

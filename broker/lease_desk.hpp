@@ -17,6 +17,12 @@
 // the next ones wait behind it there too (answered from memory, they would overtake it: a
 // delete would run before the enqueues sent ahead of it).
 //
+// Placements of sessions with nothing else waiting on the strand are placed together: the
+// first of them to get its turn places all that have come by then (keeper::place_all), so a
+// burst of new sessions takes its leases in one commit. None of them overtakes an operation of
+// its own session (it had none waiting when it joined, and one that comes later waits behind
+// the turn that places it).
+//
 // Lease events are reported on the thread that caused them (the strand, or the caller's).
 // Not thread-safe: call it from the serving executor.
 #pragma once
@@ -29,6 +35,9 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
+#include <optional>
+#include <vector>
 #include <mutex>
 #include <string>
 
@@ -68,6 +77,12 @@ class lease_desk {
     template <class R>
     asio::awaitable<R> in_turn(std::function<R()> op);
     void run_urgent();  // on the strand
+    // A placement waiting to be placed with the others that came before its turn.
+    struct batched {
+        session::session_id id;
+        std::optional<ownership::result<placement>> out;
+    };
+    void place_batch();  // on the strand
     void give_back(ownership::lease l);
     // Counts an operation of the session waiting on the strand while it lives.
     struct waiting {
@@ -92,6 +107,8 @@ class lease_desk {
     std::map<std::string, int> waiting_;  // by session id
     std::mutex urgent_mu_;
     std::deque<std::function<void()>> urgent_;  // renewals, run by the next turn on the strand
+    std::mutex batch_mu_;
+    std::vector<std::shared_ptr<batched>> batch_;  // placements, placed by the next turn
 };
 
 }  // namespace wuhu::broker

@@ -111,33 +111,59 @@ result<std::optional<keeper::placement>> keeper::locate(const session_id& id) {
 }
 
 result<keeper::placement> keeper::place(const session_id& id) {
-    auto mine = still_held(id);
-    if (!mine) {
-        return mine.error();
-    }
-    if (*mine) {
-        if (auto e = epoch_of(id)) {
-            return placement{here{*e}};
+    return std::move(place_all({id}).front());
+}
+
+std::vector<result<keeper::placement>> keeper::place_all(const std::vector<session_id>& ids) {
+    std::vector<std::optional<result<placement>>> out(ids.size());
+    std::vector<session_id> to_take;
+    std::vector<std::size_t> taken_for;  // the index in `ids` of each of to_take
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+        auto mine = still_held(ids[i]);
+        if (!mine) {
+            out[i] = mine.error();
+        } else if (*mine) {
+            if (auto e = epoch_of(ids[i])) {
+                out[i] = placement{here{*e}};
+            }
+        }
+        if (!out[i]) {
+            to_take.push_back(ids[i]);
+            taken_for.push_back(i);
         }
     }
-    const auto began = clock_();
-    auto got = store_.acquire(id, worker_id_, settings_.ttl);
-    if (!got) {
-        return got.error();
+    if (!to_take.empty()) {
+        const auto began = clock_();
+        auto got = store_.acquire_all(to_take, worker_id_, settings_.ttl);
+        for (std::size_t k = 0; k < got.size(); ++k) {
+            auto& answer = out[taken_for[k]];
+            if (!got[k]) {
+                answer = got[k].error();
+                continue;
+            }
+            answer = std::visit(
+                session::overloaded{
+                    [&](const lease& l) -> placement {
+                        {
+                            std::lock_guard lock(mu_);
+                            keep(l, began);
+                        }
+                        tell(l.taken_from.empty() ? lease_event::acquired
+                                                  : lease_event::taken_over,
+                             l);
+                        return here{l.epoch};
+                    },
+                    [](const held_elsewhere& h) -> placement { return elsewhere{h.owner}; },
+                },
+                *got[k]);
+        }
     }
-    return std::visit(
-        session::overloaded{
-            [&](const lease& l) -> placement {
-                {
-                    std::lock_guard lock(mu_);
-                    keep(l, began);
-                }
-                tell(l.taken_from.empty() ? lease_event::acquired : lease_event::taken_over, l);
-                return here{l.epoch};
-            },
-            [](const held_elsewhere& h) -> placement { return elsewhere{h.owner}; },
-        },
-        *got);
+    std::vector<result<placement>> answers;
+    answers.reserve(out.size());
+    for (auto& o : out) {
+        answers.push_back(std::move(*o));
+    }
+    return answers;
 }
 
 result<std::vector<lease>> keeper::claim(const std::vector<session_id>& candidates,

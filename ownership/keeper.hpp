@@ -65,6 +65,9 @@ class keeper {
     void on_event(listener l) { listener_ = std::move(l); }
 
     result<placement> place(const session_id& id);
+    // place() of each of `ids` (distinct), answered in order; the leases it must take are
+    // taken together (lease_store::acquire_all: one commit for a burst of new sessions).
+    std::vector<result<placement>> place_all(const std::vector<session_id>& ids);
     // The placement of a lease this worker holds within its deadline, without store IO;
     // nullopt otherwise (place() or locate() must ask the store).
     std::optional<placement> here_now(const session_id& id) const;

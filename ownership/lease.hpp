@@ -88,6 +88,11 @@ class lease_store {
     // know it held it: an earlier run with the same worker id must be fenced out).
     virtual result<acquisition> acquire(const session_id& id, std::string_view owner,
                                         std::chrono::milliseconds ttl) = 0;
+    // acquire() of each of `ids` (distinct), answered in order, in one transaction where the
+    // backend can: a burst of new sessions shares one commit. By default, one acquire() each.
+    virtual std::vector<result<acquisition>> acquire_all(const std::vector<session_id>& ids,
+                                                         std::string_view owner,
+                                                         std::chrono::milliseconds ttl);
     // Extends each of `held` (all of one owner) to now + ttl in one transaction, if it is still
     // that owner's at that epoch and has not expired. Returns the ids that are not (lost: the
     // caller must drop them). An expired lease is lost even if nobody took it: any worker may

@@ -11,6 +11,17 @@ unix_ms system_now() {
                        .count()};
 }
 
+std::vector<result<acquisition>> lease_store::acquire_all(const std::vector<session_id>& ids,
+                                                         std::string_view owner,
+                                                         std::chrono::milliseconds ttl) {
+    std::vector<result<acquisition>> out;
+    out.reserve(ids.size());
+    for (const auto& id : ids) {
+        out.push_back(acquire(id, owner, ttl));
+    }
+    return out;
+}
+
 bool matches(const lease_query& q, const lease& l) {
     return (!q.owner || l.owner == *q.owner) && (!q.after || l.id > *q.after) &&
            (!q.ids || std::find(q.ids->begin(), q.ids->end(), l.id) != q.ids->end());

@@ -162,36 +162,69 @@ auto postgres_lease::with_connection(F&& f) {
     }
 }
 
+namespace {
+
+// acquire() inside `w`: reads the session's lease and takes it unless another owner's is live.
+result<acquisition> take(pqxx::work& w, const session_id& id, const std::string& me,
+                         std::chrono::milliseconds ttl, std::optional<std::int64_t> now) {
+    std::string previous;
+    auto cur = w.exec_prepared("lease_current", now, id.str());
+    if (!cur.empty() && cur[0][0].c_str() != me) {
+        if (cur[0][2].as<bool>()) {
+            return acquisition{
+                held_elsewhere{cur[0][0].c_str(), unix_ms{cur[0][1].as<std::int64_t>()}}};
+        }
+        previous = cur[0][0].c_str();  // its lease expired: a take-over
+    }
+    auto took = w.exec_prepared("lease_take", now, id.str(), me,
+                                static_cast<std::int64_t>(ttl.count()));
+    if (took.empty()) {
+        // Another worker inserted the first lease between the read and the write.
+        auto other = w.exec_prepared("lease_current", now, id.str());
+        if (other.empty()) {
+            return storage::errc::conflict;
+        }
+        return acquisition{
+            held_elsewhere{other[0][0].c_str(), unix_ms{other[0][1].as<std::int64_t>()}}};
+    }
+    return acquisition{lease{id, me, lease_epoch{took[0][0].as<std::uint64_t>()},
+                             unix_ms{took[0][1].as<std::int64_t>()}, std::move(previous)}};
+}
+
+}  // namespace
+
 result<acquisition> postgres_lease::acquire(const session_id& id, std::string_view owner,
                                             std::chrono::milliseconds ttl) {
     return with_connection([&](pqxx::connection& c) -> result<acquisition> {
         pqxx::work w(c);
+        auto got = take(w, id, std::string(owner), ttl, test_now());
+        if (got) {
+            w.commit();
+        }
+        return got;
+    });
+}
+
+std::vector<result<acquisition>> postgres_lease::acquire_all(const std::vector<session_id>& ids,
+                                                            std::string_view owner,
+                                                            std::chrono::milliseconds ttl) {
+    using answers = std::vector<result<acquisition>>;
+    auto all = with_connection([&](pqxx::connection& c) -> result<answers> {
+        pqxx::work w(c);
         const auto now = test_now();
         const std::string me(owner);
-        std::string previous;
-        auto cur = w.exec_prepared("lease_current", now, id.str());
-        if (!cur.empty() && cur[0][0].c_str() != me) {
-            if (cur[0][2].as<bool>()) {
-                return acquisition{held_elsewhere{cur[0][0].c_str(),
-                                                  unix_ms{cur[0][1].as<std::int64_t>()}}};
-            }
-            previous = cur[0][0].c_str();  // its lease expired: a take-over
-        }
-        auto took = w.exec_prepared("lease_take", now, id.str(), me,
-                                    static_cast<std::int64_t>(ttl.count()));
-        if (took.empty()) {
-            // Another worker inserted the first lease between the read and the write.
-            auto other = w.exec_prepared("lease_current", now, id.str());
-            if (other.empty()) {
-                return storage::errc::conflict;
-            }
-            return acquisition{held_elsewhere{other[0][0].c_str(),
-                                              unix_ms{other[0][1].as<std::int64_t>()}}};
+        answers out;
+        out.reserve(ids.size());
+        for (const auto& id : ids) {
+            out.push_back(take(w, id, me, ttl, now));
         }
         w.commit();
-        return acquisition{lease{id, me, lease_epoch{took[0][0].as<std::uint64_t>()},
-                                 unix_ms{took[0][1].as<std::int64_t>()}, std::move(previous)}};
+        return out;
     });
+    if (!all) {
+        return answers(ids.size(), all.error());
+    }
+    return std::move(*all);
 }
 
 result<std::vector<session_id>> postgres_lease::renew(const std::vector<lease>& held,

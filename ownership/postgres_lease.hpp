@@ -35,6 +35,10 @@ class postgres_lease final : public lease_store {
 
     result<acquisition> acquire(const session_id& id, std::string_view owner,
                                 std::chrono::milliseconds ttl) override;
+    // One transaction for all (one commit).
+    std::vector<result<acquisition>> acquire_all(const std::vector<session_id>& ids,
+                                                 std::string_view owner,
+                                                 std::chrono::milliseconds ttl) override;
     result<std::vector<session_id>> renew(const std::vector<lease>& held,
                                           std::chrono::milliseconds ttl) override;
     result<std::vector<lease>> claim(const std::vector<session_id>& candidates,

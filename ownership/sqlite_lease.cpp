@@ -69,6 +69,27 @@ result<acquisition> sqlite_lease::acquire(const session_id& id, std::string_view
     });
 }
 
+std::vector<result<acquisition>> sqlite_lease::acquire_all(const std::vector<session_id>& ids,
+                                                          std::string_view owner,
+                                                          std::chrono::milliseconds ttl) {
+    std::lock_guard lock(mu_);
+    auto all = guarded([&]() -> result<std::vector<result<acquisition>>> {
+        sql::transaction tx(*db_);
+        const auto now = now_();
+        std::vector<result<acquisition>> out;
+        out.reserve(ids.size());
+        for (const auto& id : ids) {
+            out.push_back(take(id, owner, ttl, now));
+        }
+        tx.commit();
+        return out;
+    });
+    if (!all) {
+        return std::vector<result<acquisition>>(ids.size(), all.error());
+    }
+    return std::move(*all);
+}
+
 result<std::vector<lease>> sqlite_lease::claim(const std::vector<session_id>& candidates,
                                                std::string_view owner,
                                                std::chrono::milliseconds ttl, std::size_t limit) {

@@ -5,6 +5,7 @@
 #include <sqlite3.h>
 #include <boost/system/error_code.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -69,8 +70,13 @@ class db {
     sqlite3* raw() { return db_; }
 
   private:
+    // Waits for another connection's lock in short sleeps, up to the busy timeout.
+    static int on_busy(void* self, int attempts);
+
     sqlite3* db_ = nullptr;
     std::map<const char*, std::unique_ptr<stmt>> cache_;
+    std::chrono::milliseconds busy_timeout_{0};
+    std::chrono::steady_clock::time_point busy_since_{};
 };
 
 // BEGIN IMMEDIATE ... COMMIT; rolls back when destroyed without commit().
@@ -109,6 +115,13 @@ void migrate(db& d, const char* const* migrations, std::size_t count);
 // of the `schema_parts` table, not user_version.
 void migrate_part(db& d, std::string_view part, const char* const* migrations,
                   std::size_t count);
+
+// The bytes of a new database file with `migrations` applied, pages of `page_size` (0: SQLite's
+// default), in WAL mode: written to a path and opened, it is what opening a missing path and
+// migrating it would have made, without a rollback journal created and deleted on the way.
+// (The image is made in memory by SQLite; its header's read and write versions are then set to
+// 2, which is what switching a file to WAL does.) Throws sqlite::error.
+std::string new_wal_file_image(const char* const* migrations, std::size_t count, int page_size);
 
 // Creates or upgrades the session store's schema of `<data-dir>/catalog.sqlite` (the index,
 // removals; the leases there are ownership's). Throws sqlite::error.

@@ -66,12 +66,23 @@ struct sqlite_store::handle {
     dev_t dev = 0;
     ino_t ino = 0;
 
-    // Closing with a persistent WAL leaves the WAL file behind: truncated to nothing, with the
-    // limit set now (set for the handle's whole life, it would truncate the WAL after every
-    // checkpoint: half the commit rate of one session).
+    // Whether closing checkpoints the WAL (see ~handle). A file closed to stay under the
+    // open-file limit is not: its session is still at work, and it would pay two fsyncs.
+    bool checkpoint_on_close = true;
+
+    // Closing with a persistent WAL leaves the WAL file behind: checkpointed and truncated to
+    // nothing, with the limit set now (set for the handle's whole life, it would truncate the
+    // WAL after every checkpoint: half the commit rate of one session). Or, for a file closed
+    // to make room, as it is (at most wal_checkpoint_pages pages and a commit's): the next
+    // connection reads it back.
     ~handle() {
-        if (db) {
+        if (!db) {
+            return;
+        }
+        if (checkpoint_on_close) {
             sqlite3_exec(db->raw(), "PRAGMA journal_size_limit=0", nullptr, nullptr, nullptr);
+        } else {
+            sqlite3_db_config(db->raw(), SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, nullptr);
         }
     }
 };
@@ -325,6 +336,8 @@ sqlite_store::sqlite_store(sqlite_options options) : options_(std::move(options)
         throw std::invalid_argument("sqlite synchronous must be FULL, NORMAL or EXTRA");
     }
     std::filesystem::create_directories(options_.data_dir / "sessions");
+    new_file_ = sqlite::new_wal_file_image(session_migrations, std::size(session_migrations),
+                                           options_.page_size);
     // The index rows are hints: no commit of theirs waits for an fsync (see the header).
     catalog_ = std::make_unique<sqlite::db>((options_.data_dir / "catalog.sqlite").string(),
                                             "NORMAL", options_.busy_timeout_ms);
@@ -472,6 +485,7 @@ std::shared_ptr<sqlite_store::handle> sqlite_store::acquire(const session_id& id
             std::this_thread::sleep_for(std::chrono::milliseconds(1));
         }
     }
+    std::vector<std::shared_ptr<handle>> closing;  // closed once the lock is released
     std::lock_guard lock(mu_);
     if (auto it = open_.find(id.str()); it != open_.end()) {
         // Another thread opened it meanwhile: one handle a session (this one closes).
@@ -486,6 +500,8 @@ std::shared_ptr<sqlite_store::handle> sqlite_store::acquire(const session_id& id
         auto victim = open_.find(*it);
         auto prev = std::prev(it);
         if (victim->second.first.use_count() == 1) {
+            victim->second.first->checkpoint_on_close = false;
+            closing.push_back(std::move(victim->second.first));
             open_.erase(victim);
             lru_.erase(it);
         }
@@ -512,17 +528,59 @@ void sync_path(const std::filesystem::path& path) {
 
 }  // namespace
 
+bool sqlite_store::write_new_file(const std::filesystem::path& path) {
+    const int fd = ::open(path.parent_path().c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        if (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL) {
+            return false;
+        }
+        throw sqlite::error(SQLITE_CANTOPEN,
+                            "create a file in " + path.parent_path().string() + ": " +
+                                std::strerror(errno));
+    }
+    auto fail = [&](const char* what) {
+        const int e = errno;
+        ::close(fd);
+        throw sqlite::error(SQLITE_IOERR, std::string(what) + " " + path.string() + ": " +
+                                              std::strerror(e));
+    };
+    for (std::size_t done = 0; done < new_file_.size();) {
+        const auto n = ::write(fd, new_file_.data() + done, new_file_.size() - done);
+        if (n < 0 && errno != EINTR) {
+            fail("write");
+        }
+        done += n > 0 ? static_cast<std::size_t>(n) : 0;
+    }
+    if (options_.synchronous != "NORMAL" && ::fdatasync(fd) != 0) {
+        fail("fsync");
+    }
+    // Named in whole or not at all: another process that made the file first wins (EEXIST).
+    const auto self = "/proc/self/fd/" + std::to_string(fd);
+    if (::linkat(AT_FDCWD, self.c_str(), AT_FDCWD, path.c_str(), AT_SYMLINK_FOLLOW) != 0 &&
+        errno != EEXIST) {
+        fail("link");
+    }
+    ::close(fd);
+    return true;
+}
+
 std::shared_ptr<sqlite_store::handle> sqlite_store::open_file(const std::filesystem::path& path,
                                                               open_mode mode) {
-    // A new file is made without waiting for fsyncs (SQLite would sync its rollback journal
-    // twice, the directory, the file, and the WAL for the schema: nine fsyncs a new session
-    // in all, with the lease, the fence and the directory's for the WAL), then the file is
-    // synced once (its header says WAL). The commit that fences it syncs the WAL, and SQLite
-    // syncs the directory with the first sync of a WAL it created (which names the file too).
-    // Nothing in the file is acknowledged before that commit: a crash before it leaves a
-    // session nobody was told about.
-    const bool fresh = mode == open_mode::create && options_.synchronous != "NORMAL" &&
-                       !std::filesystem::exists(path);
+    // A new file is written whole from new_file_, synced, and then given its name; its WAL's
+    // header and a first frame are written without a sync. The commit that fences it syncs
+    // the WAL (one sync for the header too, which SQLite would otherwise sync apart at the
+    // first commit), and SQLite syncs the directory (which names the file) with the first
+    // sync of a WAL it created. No rollback journal is made and deleted on the way (an inode
+    // allocated and freed per session, which ext4's allocator pays for later). Nothing in the
+    // file is acknowledged before that commit: a crash before it leaves a session nobody was
+    // told about.
+    //
+    // Where the file system cannot write an unnamed file, SQLite makes it, also without
+    // waiting for fsyncs (it would sync its rollback journal twice, the directory, the file,
+    // and the WAL for the schema), and the file is then synced once (its header says WAL).
+    const bool missing = mode == open_mode::create && !std::filesystem::exists(path);
+    const bool from_image = missing && options_.new_files_from_image && write_new_file(path);
+    const bool fresh = missing && options_.synchronous != "NORMAL";
     auto h = std::make_shared<handle>();
     h->db = std::make_unique<sqlite::db>(
         path.string(), fresh ? "OFF" : options_.synchronous, options_.busy_timeout_ms,
@@ -544,7 +602,11 @@ std::shared_ptr<sqlite_store::handle> sqlite_store::open_file(const std::filesys
     // does not grow the file syncs no file-system metadata (docs/storage.md).
     h->db->exec("PRAGMA wal_autocheckpoint=" + std::to_string(options_.wal_checkpoint_pages));
     if (fresh) {
-        sync_path(path);
+        if (from_image) {
+            h->db->exec("REPLACE INTO meta VALUES ('epoch', '0')");  // starts the WAL
+        } else {
+            sync_path(path);
+        }
         h->db->exec("PRAGMA synchronous=" + options_.synchronous);
     }
     return h;

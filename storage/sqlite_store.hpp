@@ -51,6 +51,9 @@ struct sqlite_options {
     // start: it stops growing after a few turns, and a commit that does not grow the file
     // syncs no file-system metadata.
     int wal_checkpoint_pages = 128;
+    // A new session file is written whole from a prepared image (false: SQLite makes it, as
+    // where the file system has no unnamed files; tests run both).
+    bool new_files_from_image = true;
     // Where the machine's boot id is read (tests point it elsewhere): the catalog is checked
     // against the session files when it changed (see sqlite_store).
     std::filesystem::path boot_id_file = "/proc/sys/kernel/random/boot_id";
@@ -115,7 +118,13 @@ class sqlite_store final : public session_store {
     // After a restart of the machine: raises the index rows the session files contradict.
     void check_after_reboot();
 
+    // Writes a new session file at `path` from new_file_ (linked in whole, or not at all if
+    // another process made the file first). False where the file system cannot make an
+    // unnamed file (O_TMPFILE): SQLite then creates the file itself.
+    bool write_new_file(const std::filesystem::path& path);
+
     sqlite_options options_;
+    std::string new_file_;  // a new session file's bytes (sqlite::new_wal_file_image)
     std::unique_ptr<sqlite::db> catalog_;
     std::mutex catalog_mu_;
     std::map<std::string, std::pair<lease_epoch, session::session_summary>> unwritten_;

@@ -208,6 +208,71 @@ TEST_P(LeaseConformance, RacingWorkersNeverBothWin) {
     }
 }
 
+// A burst of placements takes its leases together: each answered as acquire() would have
+// answered it alone, in order, each at an epoch of its own.
+TEST_P(LeaseConformance, AcquireAllAnswersEachSessionAsAcquireWould) {
+    auto other = granted(store().acquire(sid("held"), "w2", 10s));
+    auto expiring = granted(store().acquire(sid("expired"), "w2", 1s));
+    auto mine = granted(store().acquire(sid("mine"), "w1", 10s));
+    b_->now += 1'000;
+    auto got = store().acquire_all({sid("free"), sid("held"), sid("expired"), sid("mine")}, "w1",
+                                   10s);
+    ASSERT_EQ(got.size(), 4u);
+    auto free = granted(got[0]);
+    EXPECT_EQ(free.id, sid("free"));
+    EXPECT_EQ(free.taken_from, "");
+    EXPECT_EQ(free.expires, unix_ms{b_->now + 10'000});
+    ASSERT_TRUE(got[1].has_value());
+    ASSERT_TRUE(std::holds_alternative<held_elsewhere>(*got[1]));
+    EXPECT_EQ(std::get<held_elsewhere>(*got[1]).owner, "w2");
+    EXPECT_EQ(std::get<held_elsewhere>(*got[1]).expires, other.expires);
+    auto taken = granted(got[2]);
+    EXPECT_EQ(taken.taken_from, "w2");
+    EXPECT_GT(taken.epoch, expiring.epoch);
+    auto again = granted(got[3]);  // own lease, taken afresh
+    EXPECT_GT(again.epoch, mine.epoch);
+    std::set<std::uint64_t> epochs{free.epoch.value, taken.epoch.value, again.epoch.value};
+    EXPECT_EQ(epochs.size(), 3u);
+    for (auto l : {free, taken, again}) {
+        l.taken_from.clear();  // a fact of the acquisition, not of the lease
+        EXPECT_EQ(store().owner_of(l.id).value(), l);
+    }
+    EXPECT_EQ(store().owner_of(sid("held")).value(), other);
+    EXPECT_TRUE(store().acquire_all({}, "w1", 10s).empty());
+}
+
+// Bursts from two handles (two processes for SQLite) for the same sessions: each session is
+// won once, whoever wins it.
+TEST_P(LeaseConformance, RacingBurstsNeverBothWin) {
+    auto second = b_->another();
+    ownership::lease_store& a = store();
+    ownership::lease_store& b = second ? *second : store();
+    std::vector<session_id> ids;
+    for (int i = 0; i < 30; ++i) {
+        ids.push_back(sid(("b" + std::to_string(i)).c_str()));
+    }
+    std::vector<std::vector<ownership::result<acquisition>>> answers(4);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t) {
+        threads.emplace_back([&, t] {
+            answers[static_cast<std::size_t>(t)] =
+                (t % 2 == 0 ? a : b).acquire_all(ids, "w" + std::to_string(t), 60s);
+        });
+    }
+    for (auto& th : threads) {
+        th.join();
+    }
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+        int wins = 0;
+        for (const auto& per_thread : answers) {
+            ASSERT_EQ(per_thread.size(), ids.size());
+            ASSERT_TRUE(per_thread[i].has_value()) << per_thread[i].error().message();
+            wins += std::holds_alternative<lease>(*per_thread[i]) ? 1 : 0;
+        }
+        EXPECT_EQ(wins, 1) << ids[i].str();
+    }
+}
+
 // The recovery sweep's claim: only free, expired or own leases, at most `limit`, new epochs.
 TEST_P(LeaseConformance, ClaimTakesAtMostLimitOfTheSessionsNoLiveOwnerHolds) {
     auto other = granted(store().acquire(sid("held"), "w2", 10s));

@@ -7,6 +7,8 @@
 #include <fstream>
 #include <iostream>
 #include <latch>
+#include <map>
+#include <set>
 #include <thread>
 
 namespace wuhu::testing {
@@ -45,9 +47,17 @@ INSTANTIATE_TEST_SUITE_P(Sqlite, StoreConformance,
 // Workers of one host start together on a fresh data directory: each opens the catalog and
 // the same session file with its own connection, and every one must find the schema in place
 // (the schema version is read under the write lock, not before it).
-TEST(SqliteStore, WorkersOpeningAFreshDirectoryAtOnceAllSucceed) {
+// Both ways of making a new session file: from the prepared image, and by SQLite.
+class SqliteNewFiles : public ::testing::TestWithParam<bool> {};
+
+INSTANTIATE_TEST_SUITE_P(SqliteStore, SqliteNewFiles, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "FromImage" : "BySqlite"; });
+
+TEST_P(SqliteNewFiles, WorkersOpeningAFreshDirectoryAtOnceAllSucceed) {
     constexpr int rounds = 20;
     constexpr int workers = 4;
+    storage::sqlite_options options;
+    options.new_files_from_image = GetParam();
     for (int round = 0; round < rounds; ++round) {
         temp_dir dir;
         std::latch go(workers);
@@ -57,7 +67,9 @@ TEST(SqliteStore, WorkersOpeningAFreshDirectoryAtOnceAllSucceed) {
             threads.emplace_back([&, w] {
                 go.arrive_and_wait();
                 try {
-                    storage::sqlite_store store(storage::sqlite_options{dir.path()});
+                    auto o = options;
+                    o.data_dir = dir.path();
+                    storage::sqlite_store store(o);
                     auto log = store.open(session_id::parse("shared").value(), lease_epoch{1});
                     if (!log) {
                         errors[w] = log.error().message();
@@ -74,6 +86,53 @@ TEST(SqliteStore, WorkersOpeningAFreshDirectoryAtOnceAllSucceed) {
             ASSERT_EQ(errors[w], "") << "round " << round << ", worker " << w;
         }
     }
+}
+
+// A session file written from the prepared image is the file SQLite makes: WAL mode, the
+// page size, the schema and its version, the first rows; and it works as one.
+TEST(SqliteStore, ANewSessionFileFromTheImageIsTheOneSqliteWouldMake) {
+    auto describe = [](const std::filesystem::path& file) {
+        storage::sqlite::db d(file.string(), "FULL", 5000, storage::sqlite::if_missing::fail);
+        std::string out;
+        for (const char* q : {"PRAGMA journal_mode", "PRAGMA page_size", "PRAGMA user_version",
+                              "SELECT group_concat(type || name || sql, ';') FROM "
+                              "(SELECT * FROM sqlite_schema ORDER BY name)",
+                              "SELECT group_concat(k || '=' || v, ';') FROM meta",
+                              "PRAGMA integrity_check"}) {
+            auto& st = d.prepare(q);
+            EXPECT_TRUE(st.step()) << q;
+            out += std::string(st.text(0)) + "\n";
+            st.reset();
+        }
+        return out;
+    };
+    std::map<bool, std::string> made;
+    for (bool image : {true, false}) {
+        temp_dir dir;
+        storage::sqlite_options o;
+        o.data_dir = dir.path();
+        o.new_files_from_image = image;
+        {
+            storage::sqlite_store store(o);
+            auto log = store.open(session_id::parse("s").value(), lease_epoch{3}).value();
+            session_state st = log->load().value();
+            ASSERT_TRUE(log->enqueue(st, user_in(lane::steer, "a", "hello"), unix_ms{1}));
+        }
+        made[image] = describe(dir.path() / "sessions" / "s.sqlite");
+        storage::sqlite_store again(o);
+        auto st = again.open(session_id::parse("s").value(), lease_epoch{4})
+                      .value()->load().value();
+        ASSERT_EQ(st.in(lane::steer).pending.size(), 1u);
+        // Nothing but the file, its WAL and its shared memory.
+        std::set<std::string> files;
+        for (const auto& e : std::filesystem::directory_iterator(dir.path() / "sessions")) {
+            files.insert(e.path().filename().string());
+        }
+        EXPECT_EQ(files, (std::set<std::string>{"s.sqlite", "s.sqlite-shm", "s.sqlite-wal"}));
+    }
+    EXPECT_EQ(made[true], made[false]);
+    EXPECT_NE(made[true].find("wal\n1024\n1\n"), std::string::npos) << made[true];
+    EXPECT_NE(made[true].find("epoch=3"), std::string::npos) << made[true];
 }
 
 TEST(SqliteStore, OneFilePerSessionUnderTheDataDirectory) {
