@@ -1,5 +1,6 @@
 #include "worker/clock.hpp"
 
+#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -19,14 +20,28 @@ session::unix_ms system_clock::now() {
     return {std::chrono::duration_cast<milliseconds>(since).count()};
 }
 
-asio::awaitable<void> system_clock::sleep(milliseconds d) {
-    asio::steady_timer t(co_await asio::this_coro::executor, d);
-    co_await t.async_wait(asio::use_awaitable);
+asio::awaitable<void> clock::sleep(milliseconds d) {
+    auto waiting = elapsed(d);
+    const bool done = co_await std::move(waiting);
+    if (!done) {
+        throw boost::system::system_error(asio::error::operation_aborted);
+    }
 }
 
-asio::awaitable<void> manual_clock::sleep(milliseconds d) {
+asio::awaitable<void> clock::timeout(milliseconds d) {
+    auto waiting = elapsed(d);
+    co_await std::move(waiting);
+}
+
+asio::awaitable<bool> system_clock::elapsed(milliseconds d) {
+    asio::steady_timer t(co_await asio::this_coro::executor, d);
+    auto [ec] = co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
+    co_return !ec;
+}
+
+asio::awaitable<bool> manual_clock::elapsed(milliseconds d) {
     if (d.count() <= 0) {
-        co_return;
+        co_return true;
     }
     auto s = std::make_shared<sleeper>();
     s->due = {now_.value + d.count()};
@@ -36,10 +51,9 @@ asio::awaitable<void> manual_clock::sleep(milliseconds d) {
     boost::system::error_code ec;
     co_await s->timer->async_wait(asio::redirect_error(asio::use_awaitable, ec));
     std::erase(sleepers_, s);
-    if (!s->fired) {
-        // Cancelled by the caller (a race lost, an abort, a shutdown), not woken by advance().
-        throw boost::system::system_error(asio::error::operation_aborted);
-    }
+    // Not fired: cancelled by the caller (a race lost, an abort, a shutdown), not woken by
+    // advance().
+    co_return s->fired;
 }
 
 void manual_clock::wake_due() {

@@ -26,7 +26,12 @@ class clock {
     // Wall-clock time, for timestamps and durable timers.
     virtual session::unix_ms now() = 0;
     // Completes after `d`. Cancellable: a cancelled sleep throws operation_aborted.
-    virtual asio::awaitable<void> sleep(milliseconds d) = 0;
+    asio::awaitable<void> sleep(milliseconds d);
+    // Completes after `d` (true), or when cancelled (false), without an exception: for the
+    // losing side of a race, and for a sleep whose cancellation is part of the plan.
+    virtual asio::awaitable<bool> elapsed(milliseconds d) = 0;
+    // elapsed() for a side of a race (`||`): a cancelled side's outcome is never read.
+    asio::awaitable<void> timeout(milliseconds d);
     // Completes at wall-clock time `t` (at once if it has passed).
     asio::awaitable<void> sleep_until(session::unix_ms t);
 };
@@ -34,7 +39,7 @@ class clock {
 class system_clock final : public clock {
   public:
     session::unix_ms now() override;
-    asio::awaitable<void> sleep(milliseconds d) override;
+    asio::awaitable<bool> elapsed(milliseconds d) override;
 };
 
 class manual_clock final : public clock {
@@ -42,7 +47,7 @@ class manual_clock final : public clock {
     explicit manual_clock(session::unix_ms start) : now_(start) {}
 
     session::unix_ms now() override { return now_; }
-    asio::awaitable<void> sleep(milliseconds d) override;
+    asio::awaitable<bool> elapsed(milliseconds d) override;
 
     // Moves time forward by `d` and wakes every sleeper whose deadline is now due.
     void advance(milliseconds d);

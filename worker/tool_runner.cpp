@@ -3,6 +3,7 @@
 #include "session/loop_policy.hpp"
 #include "worker/json_schema.hpp"
 
+#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
@@ -70,7 +71,10 @@ asio::awaitable<bool> tool_runner::commit(std::vector<s::entry_body> steps, bool
 
 asio::awaitable<void> tool_runner::flush_after_linger(std::vector<s::entry_body>* pending) {
     if (!pending->empty()) {
-        co_await clock_.sleep(linger_);
+        auto lingering = clock_.elapsed(linger_);
+        if (!co_await std::move(lingering)) {
+            co_return;  // the call ended first: the runner commits what is pending
+        }
         // A copy: cancelled before its commit ran (the call it races ended first), the
         // entries stay pending for the runner to commit; once committed, they go.
         const std::size_t n = pending->size();
@@ -81,7 +85,7 @@ asio::awaitable<void> tool_runner::flush_after_linger(std::vector<s::entry_body>
     }
     asio::steady_timer forever(co_await asio::this_coro::executor,
                                asio::steady_timer::time_point::max());
-    co_await forever.async_wait(asio::use_awaitable);
+    co_await forever.async_wait(asio::as_tuple(asio::use_awaitable));  // until cancelled
 }
 
 asio::awaitable<void> tool_runner::run() {
@@ -128,7 +132,7 @@ asio::awaitable<void> tool_runner::run() {
         tool_call_context ctx{writer_.sid(), tc.call.id,
                               s::unix_ms{clock_.now().value + limit.count()}, *this};
         auto r = co_await (guarded_execute(*t, tc.call.arguments, ctx) || abort_.wait() ||
-                           clock_.sleep(backstop) || flush_after_linger(&pending));
+                           clock_.timeout(backstop) || flush_after_linger(&pending));
         abort_.disarm();
         if (writer_.failed()) {
             co_return;

@@ -162,7 +162,7 @@ asio::awaitable<turn_runner::attempt> turn_runner::infer_once() {
     inflight_ = inflight_message{step, {}, {}, 0};
     hub_.emit(stream_began_event{step});
     auto r = co_await (guarded_infer(provider_, std::move(req), *sink_) || abort_.wait() ||
-                       clock_.sleep(opts_.inference_timeout));
+                       clock_.timeout(opts_.inference_timeout));
     abort_.disarm();
     attempt a;
     if (writer_.failed()) {
@@ -196,7 +196,7 @@ asio::awaitable<turn_runner::attempt> turn_runner::infer_once() {
 
 asio::awaitable<bool> turn_runner::abortable_sleep(milliseconds d) {
     abort_.arm();
-    auto r = co_await (clock_.sleep(d) || abort_.wait());
+    auto r = co_await (clock_.timeout(d) || abort_.wait());
     abort_.disarm();
     co_return r.index() == 1 || writer_.failed();
 }

@@ -62,7 +62,9 @@ class abort_signal {
         closed_ = true;
         event_.notify();
     }
-    asio::awaitable<void> wait() { return event_.wait(); }
+    // Completes when fired or closed; also, without an exception, when cancelled: it is one
+    // side of a race (`||`), and a cancelled side's outcome is never read.
+    asio::awaitable<void> wait() { return event_.wait_or_cancelled(); }
     const std::string& reason() const { return reason_; }
 
   private:

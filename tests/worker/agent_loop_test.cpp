@@ -283,6 +283,30 @@ TEST(Abort, DuringAToolClosesTheRemainingCallsAndRecordsAnInterruption) {
     EXPECT_FALSE(h.state().has_work);
 }
 
+// The first call's race ended its abort wait (cancelled, without an exception); an abort
+// during the second call must still end that one. (On Asio 1.81 a channel whose receive was
+// cancelled refuses notifications until it is drained again: arm() drains it.)
+TEST(Abort, DuringALaterToolOfTheTurnStillStopsIt) {
+    loop_harness h(R"({"responses":[
+        {"tool_calls":[{"name":"echo","arguments":{"text":"first"}},
+                       {"name":"sleep","arguments":{"ms":60000}}]}]})");
+    h.start();
+    h.follow_up("f1", "go");
+    ASSERT_TRUE(h.run_until(
+        [&] {
+            // The sleep runs: its own sleep, its backstop and the first result's linger.
+            return h.loop().current() == loop_state::executing_tools &&
+                   h.clock().sleepers() >= 3;
+        },
+        false));
+    ASSERT_TRUE(h.send(worker::abort_command{"stop"})->aborted);
+    h.settle();
+    EXPECT_THAT(h.transcript_texts(),
+                ElementsAre("party:go", "assistant:+echo+sleep", "started:echo", "started:sleep",
+                            "result:first", "error:aborted: stop", "aborted:stop"));
+    EXPECT_FALSE(h.state().has_work);
+}
+
 TEST(Abort, WithNothingInFlightIsANoOp) {
     loop_harness h(R"({"responses":[]})");
     h.start();
