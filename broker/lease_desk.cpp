@@ -62,6 +62,9 @@ asio::awaitable<result<lease_desk::placement>> lease_desk::place(session::sessio
         return true;
     });
     co_await std::move(task);
+    if (!mine->out) {
+        co_return ownership::result<placement>(storage::errc::unavailable);
+    }
     co_return std::move(*mine->out);
 }
 
@@ -79,9 +82,19 @@ void lease_desk::place_batch() {
     for (const auto& b : batch) {
         ids.push_back(b->id);
     }
-    auto placed = keeper_.place_all(ids);
-    for (std::size_t i = 0; i < batch.size(); ++i) {
-        batch[i]->out = std::move(placed[i]);
+    try {
+        auto placed = keeper_.place_all(ids);
+        for (std::size_t i = 0; i < batch.size(); ++i) {
+            batch[i]->out = std::move(placed[i]);
+        }
+    } catch (...) {
+        // Every placement of the batch gets an answer, not only the one whose turn this is.
+        for (auto& b : batch) {
+            if (!b->out) {
+                b->out = ownership::result<placement>(storage::errc::unavailable);
+            }
+        }
+        throw;
     }
 }
 

@@ -528,11 +528,11 @@ void sync_path(const std::filesystem::path& path) {
 
 }  // namespace
 
-bool sqlite_store::write_new_file(const std::filesystem::path& path) {
+sqlite_store::new_file sqlite_store::write_new_file(const std::filesystem::path& path) {
     const int fd = ::open(path.parent_path().c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
     if (fd < 0) {
         if (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL) {
-            return false;
+            return new_file::unsupported;
         }
         throw sqlite::error(SQLITE_CANTOPEN,
                             "create a file in " + path.parent_path().string() + ": " +
@@ -551,17 +551,24 @@ bool sqlite_store::write_new_file(const std::filesystem::path& path) {
         }
         done += n > 0 ? static_cast<std::size_t>(n) : 0;
     }
-    if (options_.synchronous != "NORMAL" && ::fdatasync(fd) != 0) {
+    // Synced at every level: at NORMAL too, a WAL that outlived a power loss needs its file.
+    if (::fdatasync(fd) != 0) {
         fail("fsync");
+    }
+    if (options_.before_new_file_is_linked) {
+        options_.before_new_file_is_linked();
     }
     // Named in whole or not at all: another process that made the file first wins (EEXIST).
     const auto self = "/proc/self/fd/" + std::to_string(fd);
-    if (::linkat(AT_FDCWD, self.c_str(), AT_FDCWD, path.c_str(), AT_SYMLINK_FOLLOW) != 0 &&
-        errno != EEXIST) {
-        fail("link");
+    auto made = new_file::linked;
+    if (::linkat(AT_FDCWD, self.c_str(), AT_FDCWD, path.c_str(), AT_SYMLINK_FOLLOW) != 0) {
+        if (errno != EEXIST) {
+            fail("link");
+        }
+        made = new_file::made_elsewhere;
     }
     ::close(fd);
-    return true;
+    return made;
 }
 
 std::shared_ptr<sqlite_store::handle> sqlite_store::open_file(const std::filesystem::path& path,
@@ -579,8 +586,12 @@ std::shared_ptr<sqlite_store::handle> sqlite_store::open_file(const std::filesys
     // waiting for fsyncs (it would sync its rollback journal twice, the directory, the file,
     // and the WAL for the schema), and the file is then synced once (its header says WAL).
     const bool missing = mode == open_mode::create && !std::filesystem::exists(path);
-    const bool from_image = missing && options_.new_files_from_image && write_new_file(path);
-    const bool fresh = missing && options_.synchronous != "NORMAL";
+    const auto made = missing && options_.new_files_from_image ? write_new_file(path)
+                                                               : new_file::unsupported;
+    const bool from_image = made == new_file::linked;
+    // Another process's file is opened as any existing one: it may be in use already.
+    const bool fresh =
+        missing && made != new_file::made_elsewhere && options_.synchronous != "NORMAL";
     auto h = std::make_shared<handle>();
     h->db = std::make_unique<sqlite::db>(
         path.string(), fresh ? "OFF" : options_.synchronous, options_.busy_timeout_ms,
@@ -603,7 +614,9 @@ std::shared_ptr<sqlite_store::handle> sqlite_store::open_file(const std::filesys
     h->db->exec("PRAGMA wal_autocheckpoint=" + std::to_string(options_.wal_checkpoint_pages));
     if (fresh) {
         if (from_image) {
-            h->db->exec("REPLACE INTO meta VALUES ('epoch', '0')");  // starts the WAL
+            // Starts the WAL: the epoch row written again as it is (another process may have
+            // opened and fenced the file since it was linked).
+            h->db->exec("REPLACE INTO meta SELECT k, v FROM meta WHERE k = 'epoch'");
         } else {
             sync_path(path);
         }

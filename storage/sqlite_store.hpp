@@ -27,6 +27,7 @@
 
 #include <filesystem>
 #include <list>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -54,6 +55,9 @@ struct sqlite_options {
     // A new session file is written whole from a prepared image (false: SQLite makes it, as
     // where the file system has no unnamed files; tests run both).
     bool new_files_from_image = true;
+    // Tests: runs after a new file is written and synced, before it is linked (another
+    // process may make the file meanwhile).
+    std::function<void()> before_new_file_is_linked = nullptr;
     // Where the machine's boot id is read (tests point it elsewhere): the catalog is checked
     // against the session files when it changed (see sqlite_store).
     std::filesystem::path boot_id_file = "/proc/sys/kernel/random/boot_id";
@@ -118,10 +122,11 @@ class sqlite_store final : public session_store {
     // After a restart of the machine: raises the index rows the session files contradict.
     void check_after_reboot();
 
-    // Writes a new session file at `path` from new_file_ (linked in whole, or not at all if
-    // another process made the file first). False where the file system cannot make an
-    // unnamed file (O_TMPFILE): SQLite then creates the file itself.
-    bool write_new_file(const std::filesystem::path& path);
+    // Writes a new session file at `path` from new_file_, synced, then linked in whole.
+    enum class new_file { linked, made_elsewhere, unsupported };
+    // made_elsewhere: another process made the file first (it is used as it is); unsupported:
+    // the file system cannot make an unnamed file (O_TMPFILE), and SQLite makes it.
+    new_file write_new_file(const std::filesystem::path& path);
 
     sqlite_options options_;
     std::string new_file_;  // a new session file's bytes (sqlite::new_wal_file_image)

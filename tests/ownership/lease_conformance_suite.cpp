@@ -1,6 +1,7 @@
 // The lease conformance suite (tests/ownership/lease_conformance.hpp).
 #include "tests/ownership/lease_conformance.hpp"
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <set>
@@ -253,10 +254,17 @@ TEST_P(LeaseConformance, RacingBurstsNeverBothWin) {
     }
     std::vector<std::vector<ownership::result<acquisition>>> answers(4);
     std::vector<std::thread> threads;
+    // Half of them in the opposite order: a backend that locked rows as they come would
+    // deadlock (PostgreSQL then fails one side).
+    std::vector<session_id> reversed(ids.rbegin(), ids.rend());
     for (int t = 0; t < 4; ++t) {
         threads.emplace_back([&, t] {
-            answers[static_cast<std::size_t>(t)] =
-                (t % 2 == 0 ? a : b).acquire_all(ids, "w" + std::to_string(t), 60s);
+            auto got = (t % 2 == 0 ? a : b)
+                           .acquire_all(t < 2 ? ids : reversed, "w" + std::to_string(t), 60s);
+            if (t >= 2) {
+                std::reverse(got.begin(), got.end());
+            }
+            answers[static_cast<std::size_t>(t)] = std::move(got);
         });
     }
     for (auto& th : threads) {

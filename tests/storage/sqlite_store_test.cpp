@@ -8,6 +8,7 @@
 #include <iostream>
 #include <latch>
 #include <map>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -133,6 +134,37 @@ TEST(SqliteStore, ANewSessionFileFromTheImageIsTheOneSqliteWouldMake) {
     EXPECT_EQ(made[true], made[false]);
     EXPECT_NE(made[true].find("wal\n1024\n1\n"), std::string::npos) << made[true];
     EXPECT_NE(made[true].find("epoch=3"), std::string::npos) << made[true];
+}
+
+// Another worker makes the file (and owns the session at a newer epoch, and writes) while
+// this one writes its own new file: this one's link fails, and it opens that file as it is,
+// changing nothing of it (it is fenced out).
+TEST(SqliteStore, ANewFileMadeElsewhereFirstIsOpenedAsItIs) {
+    temp_dir dir;
+    const auto sid = session_id::parse("raced").value();
+    storage::sqlite_options o;
+    o.data_dir = dir.path();
+    std::optional<storage::sqlite_store> other;
+    std::unique_ptr<storage::session_log> newer;
+    o.before_new_file_is_linked = [&] {
+        if (other) {
+            return;
+        }
+        auto elsewhere = o;
+        elsewhere.before_new_file_is_linked = nullptr;
+        other.emplace(elsewhere);
+        newer = other->open(sid, lease_epoch{2}).value();
+        session_state st = newer->load().value();
+        ASSERT_TRUE(newer->enqueue(st, user_in(lane::steer, "a", "acknowledged"), unix_ms{1}));
+    };
+    storage::sqlite_store store(o);
+    auto stale = store.open(sid, lease_epoch{1});
+    ASSERT_FALSE(stale.has_value());
+    EXPECT_EQ(stale.error(), storage::errc::lease_lost);
+    ASSERT_TRUE(newer);
+    auto st = newer->load().value();  // still the owner, with what it wrote
+    ASSERT_EQ(st.in(lane::steer).pending.size(), 1u);
+    EXPECT_TRUE(newer->mark_idle(st).has_value());
 }
 
 TEST(SqliteStore, OneFilePerSessionUnderTheDataDirectory) {
