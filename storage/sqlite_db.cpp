@@ -117,7 +117,7 @@ int db::on_busy(void* self, int attempts) {
     // SQLite's own busy timeout sleeps 1, 2, 5, 10 ms and more between attempts: a lock held
     // for the few hundred microseconds of a commit then stalls its waiter for milliseconds
     // (the lease's and the index's connections to the catalog meet at every new session).
-    // 50 us, doubling to 2 ms.
+    // 50 us, doubling to 1.6 ms.
     auto& d = *static_cast<db*>(self);
     const auto now = std::chrono::steady_clock::now();
     if (attempts == 0) {
