@@ -457,6 +457,7 @@ asio::awaitable<void> node::drain(node* self) {
         self->log_->info("the last loops and requests have returned");
     }
     self->work_.reset();
+    self->server_->flush_patches();  // the last loops' patches, before the executor stops
     self->io_.stop();
 }
 

@@ -120,6 +120,7 @@ asio::awaitable<void> serve(server* srv, worker::session_registry* reg, nats::me
         replies = {protocol::error_reply("internal", e.what())};
     }
     if (!reply_to.empty()) {
+        srv->flush_patches();  // a command's patch goes out before its reply, as it happened
         for (const auto& r : replies) {
             srv->publish(reply_to, r, "reply", subject);
         }
@@ -141,7 +142,11 @@ server::server(asio::any_io_executor ex, nats::connection& nats, lease_desk& lea
       tools_(tools),
       options_(std::move(options)),
       log_(std::move(log)),
-      forward_prefix_(protocol::worker_prefix(options_.prefix, leases_.keeper().worker_id())) {
+      forward_prefix_(protocol::worker_prefix(options_.prefix, leases_.keeper().worker_id())),
+      patches_(std::make_shared<patch_batch>([this](const s::session_id& sid, const s::patch& p) {
+          publish(protocol::patch_subject(options_.prefix, sid), protocol::patch_event(p), "patch",
+                  sid.str());
+      })) {
     auto max = nats_.max_payload();
     if (max > 0) {
         options_.limits.max_request_bytes = static_cast<std::size_t>(max);
@@ -197,16 +202,32 @@ std::optional<std::string> delta_event(const worker::loop_event& e) {
 
 worker::session_registry::event_forwarder server::publisher() {
     return [this](const s::session_id& sid, const worker::loop_event& e) {
+        const s::patch* p = nullptr;
+        bool loop_change = false;
         if (const auto* c = std::get_if<worker::committed_event>(&e)) {
-            publish(protocol::patch_subject(options_.prefix, sid), protocol::patch_event(c->patch),
-                    "patch", sid.str());
+            p = &c->patch;
         } else if (const auto* st = std::get_if<worker::state_event>(&e)) {
-            publish(protocol::patch_subject(options_.prefix, sid),
-                    protocol::patch_event(st->patch), "status patch", sid.str());
+            p = &st->patch;
+            loop_change = true;
+        }
+        if (p != nullptr) {
+            if (patches_->add(sid, *p, loop_change)) {
+                // Once the executor has run what is ready (the loop's next step, usually).
+                asio::post(ex_, [held = std::weak_ptr<patch_batch>(patches_)] {
+                    if (auto b = held.lock()) {
+                        b->flush();
+                    }
+                });
+            }
         } else if (auto d = delta_event(e)) {
+            patches_->flush();  // in the order things happened
             publish(protocol::delta_subject(options_.prefix, sid), *d, "stream delta", sid.str());
         }
     };
+}
+
+void server::flush_patches() {
+    patches_->flush();
 }
 
 void server::start(worker::session_registry& registry, worker::work_gate& work) {
@@ -275,6 +296,7 @@ void server::finish() {
         drain(token);
     }
     forwarded_to_me_.clear();
+    patches_->flush();
     nats_.flush();
 }
 

@@ -19,6 +19,7 @@
 
 #include "broker/admin.hpp"
 #include "broker/lease_desk.hpp"
+#include "broker/patch_batch.hpp"
 #include "nats/connection.hpp"
 #include "protocol/replies.hpp"
 #include "protocol/requests.hpp"
@@ -71,8 +72,13 @@ class server {
            const worker::tool_registry& tools, server_options options,
            std::shared_ptr<spdlog::logger> log);
 
-    // The forwarder to give the session registry: publishes patches and deltas.
+    // The forwarder to give the session registry: publishes patches and deltas. Called on the
+    // executor. A patch waits until the executor has run what is ready, so that a loop state
+    // change that follows a commit rides in its message (patch_batch); a delta or a reply
+    // publishes the held patches first.
     worker::session_registry::event_forwarder publisher();
+    // Publishes the held patches now. REQUIRES: on the executor.
+    void flush_patches();
     // Subscribes; requests are then handled on the executor. Each request received, and each
     // subscription draining, holds a pass of `work` until it is done.
     void start(worker::session_registry& registry, worker::work_gate& work);
@@ -141,6 +147,7 @@ class server {
     server_options options_;
     std::shared_ptr<spdlog::logger> log_;
     std::string forward_prefix_;  // <prefix>.worker.<worker-id>
+    std::shared_ptr<patch_batch> patches_;  // executor only
     worker::system_clock clock_;
     std::mt19937_64 rng_{std::random_device{}()};
     std::atomic<std::size_t> forwarded_{0};

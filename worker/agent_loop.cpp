@@ -369,11 +369,17 @@ asio::awaitable<void> agent_loop::run_until_idle() {
                 co_await tools_run_.run();
                 break;
             case s::step_kind::checkpoint: {
-                set_loop(s::loop_state::preparing);
-                // Nothing to drain (a fused commit drained it): no store operation.
+                // Nothing to drain (a fused commit drained it): no store operation. After an
+                // answer that stops the loop, no `preparing` either: the spec's inferring → idle.
                 if (s::select_checkpoint(state_, s::current_checkpoint(state_)).empty()) {
+                    const auto then = s::next_step(state_, s::after(step, at)).kind;
+                    if (loop_ != s::loop_state::inferring ||
+                        (then != s::step_kind::idle && then != s::step_kind::pause)) {
+                        set_loop(s::loop_state::preparing);
+                    }
                     break;
                 }
+                set_loop(s::loop_state::preparing);
                 auto task = record(take_checkpoint{});
                 co_await std::move(task);
                 break;

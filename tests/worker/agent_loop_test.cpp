@@ -520,6 +520,23 @@ TEST(Pause, APausedSessionAcceptsCommandsButDoesNotInfer) {
                 ElementsAre("party:while paused", "assistant:resumed answer"));
 }
 
+// Spec (the state machine): inferring → idle when the response has no tool calls and nothing
+// is queued; `preparing` only on the way to more work.
+TEST(LoopStates, AnAnswerWithNothingQueuedGoesStraightToIdle) {
+    loop_harness h(R"({"responses":[{"text":"one"},{"text":"two"}]})");
+    h.start();
+    h.follow_up("f1", "first");
+    h.settle();
+    h.follow_up("f2", "second");
+    h.settle();
+    std::vector<std::string> seen;
+    for (const auto& e : events_of<worker::state_event>(h)) {
+        seen.push_back(std::string(loop_state_name(e.to)));
+    }
+    EXPECT_THAT(seen, ElementsAre("preparing", "inferring", "idle", "preparing", "inferring",
+                                  "idle"));
+}
+
 // Every state of DESIGN.md's loop is reached in one turn (a tool call, then a response over
 // the compaction threshold), each transition is an event, and each event carries the status
 // patch that tells watchers (stamped in order); the cycle ends idle with nothing to do.
