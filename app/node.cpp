@@ -24,6 +24,7 @@ namespace wuhu::app {
 node::node(storage::session_store& store, ownership::lease_store& leases, nats::connection& nats,
            provider_factory providers, node_options options, std::shared_ptr<spdlog::logger> log)
     : options_(std::move(options)),
+      nats_(nats),
       log_(std::move(log)),
       metrics_(store.backend()),
       work_(io_.get_executor()),
@@ -176,7 +177,12 @@ node::~node() {
 }
 
 void node::run() {
+    // What the executor publishes is sent once it has run what is ready, in one send().
+    asio::post(io_, [this] {
+        nats_.batch_sends_here([this](std::function<void()> send) { asio::post(io_, std::move(send)); });
+    });
     io_.run();
+    nats_.batch_sends_here(nullptr);  // and what it queued last is sent now
     store_pool_.join();  // no store operation outlives the sessions
 }
 

@@ -141,6 +141,7 @@ class node {
     static asio::awaitable<void> drain(node* self);
 
     node_options options_;
+    nats::connection& nats_;
     std::shared_ptr<spdlog::logger> log_;
     metrics::worker_metrics metrics_;
     // What the metrics time, per session (executor only): its loop state and since when, when

@@ -1,5 +1,7 @@
 #include "nats/connection.hpp"
 
+#include "nats/socket_loop.hpp"
+
 #include <nats/nats.h>
 
 #include <condition_variable>
@@ -166,6 +168,9 @@ connection::connection(options o) {
     natsOptions_SetURL(opts, o.url.c_str());
     natsOptions_SetName(opts, o.name.c_str());
     natsOptions_SetSendAsap(opts, true);
+    loop_ = std::make_shared<socket_loop>();
+    natsOptions_SetEventLoop(opts, loop_.get(), socket_loop::attach, socket_loop::read,
+                             socket_loop::write, socket_loop::detach);
     natsOptions_SetMaxReconnect(opts, -1);
     natsOptions_SetReconnectWait(opts, 250);
     if (o.on_connection) {
@@ -196,6 +201,11 @@ connection::~connection() {
             std::lock_guard lock(events_->mu);
             events_->muted = true;
         }
+        // Closing drops what libnats still buffers: send it, and wait until the server has it.
+        loop_->send_now();
+        if (connected()) {
+            natsConnection_FlushTimeout(nc_, 1000);
+        }
         natsConnection_Close(nc_);
         if (events_) {
             std::unique_lock lock(events_->mu);
@@ -206,8 +216,10 @@ connection::~connection() {
 }
 
 bool connection::publish(const std::string& subject, std::string_view data) {
-    return natsConnection_Publish(nc_, subject.c_str(), data.data(),
-                                  static_cast<int>(data.size())) == NATS_OK;
+    return loop_->publishing([&] {
+        return natsConnection_Publish(nc_, subject.c_str(), data.data(),
+                                      static_cast<int>(data.size())) == NATS_OK;
+    });
 }
 
 bool connection::publish_request(const std::string& subject, const std::string& reply,
@@ -215,8 +227,10 @@ bool connection::publish_request(const std::string& subject, const std::string& 
     if (reply.empty()) {
         return publish(subject, data);
     }
-    return natsConnection_PublishRequest(nc_, subject.c_str(), reply.c_str(), data.data(),
-                                         static_cast<int>(data.size())) == NATS_OK;
+    return loop_->publishing([&] {
+        return natsConnection_PublishRequest(nc_, subject.c_str(), reply.c_str(), data.data(),
+                                             static_cast<int>(data.size())) == NATS_OK;
+    });
 }
 
 std::size_t connection::subscribe(const std::string& subject, handler h) {
@@ -426,7 +440,7 @@ std::uint64_t connection::request_async(const std::string& subject, const header
         s = natsMsgHeader_Set(msg, headers[i].first.c_str(), headers[i].second.c_str());
     }
     if (s == NATS_OK) {
-        s = natsConnection_PublishMsg(nc_, msg);
+        s = loop_->publishing([&] { return natsConnection_PublishMsg(nc_, msg); });
     }
     natsMsg_Destroy(msg);
     if (s != NATS_OK) {
@@ -454,7 +468,17 @@ std::size_t connection::requests_waiting() {
 }
 
 void connection::flush() {
+    loop_->send_now();  // what this thread queued a send for (it is busy here)
     natsConnection_FlushTimeout(nc_, 5000);
+}
+
+void connection::batch_sends_here(std::function<void(std::function<void()>)> post) {
+    loop_->batch_sends_here(std::move(post));
+}
+
+std::size_t connection::buffered() const {
+    const int n = natsConnection_Buffered(nc_);
+    return n > 0 ? static_cast<std::size_t>(n) : 0;
 }
 
 bool connection::connected() const {

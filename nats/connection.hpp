@@ -2,8 +2,10 @@
 // request. Message callbacks run on libnats threads: they get a copy of the message and must
 // not block (post the work to an executor).
 //
-// The connection sends at once (natsOptions_SetSendAsap: replies take ~0.2 ms instead of ~1 ms)
-// and reconnects forever, replaying its subscriptions.
+// The connection sends without libnats's flusher delay (replies take ~0.2 ms instead of ~1 ms),
+// in batches: its socket IO runs on a thread of its own (socket_loop.hpp), which sends all that
+// has accumulated at once, and a thread that publishes much (a worker's executor) can send its
+// own batches (batch_sends_here). It reconnects forever, replaying its subscriptions.
 #pragma once
 
 #include <chrono>
@@ -21,6 +23,8 @@ struct __natsConnection;
 struct __natsSubscription;
 
 namespace wuhu::nats {
+
+class socket_loop;
 
 // NATS headers of a request: names are printable ASCII without ':', values have no CR, LF or
 // NUL.
@@ -113,8 +117,18 @@ class connection {
     void cancel_request(std::uint64_t token);
     // How many request_async() requests await their replies (for tests and diagnostics).
     std::size_t requests_waiting();
+    // Sends what is buffered, then waits (up to 5 s) until the server has processed it.
     void flush();
+    // From now on, what the calling thread publishes is sent by a call it queues for itself
+    // with `post` (an executor's post: the thread must be the one that runs that queue), so
+    // that all it publishes before that call runs goes out in one send(). Other threads'
+    // publishes are sent by the connection's socket thread. Once the queue stops running,
+    // flush() or the destructor sends what it held; or batch_sends_here(nullptr) on that
+    // thread, which ends the batching (before the queue's owner is gone) and sends it.
+    void batch_sends_here(std::function<void(std::function<void()>)> post);
     std::int64_t max_payload() const;
+    // Bytes published and not sent yet (for tests and diagnostics).
+    std::size_t buffered() const;
     // Whether the connection is up now (not reconnecting, not closed).
     bool connected() const;
 
@@ -127,6 +141,7 @@ class connection {
     struct pending;
     std::mutex pending_mu_;  // guards creating pending_
     std::unique_ptr<pending> pending_;
+    std::shared_ptr<socket_loop> loop_;  // the socket's IO (outlives nc_)
     __natsConnection* nc_ = nullptr;
     std::vector<__natsSubscription*> subs_;
     std::vector<std::unique_ptr<handler>> handlers_;
