@@ -119,6 +119,27 @@ void prepare_statements(pqxx::connection& c) {
               "lane_steer = $8, lane_follow_up = $9, timers = $10, next_timer = $11, "
               "last_activity = $12 WHERE session_id = $1 AND epoch = $2 AND version = $3");
     c.prepare("fence_why", "SELECT epoch FROM sessions WHERE session_id = $1");
+    // A whole commit in one statement (no timers): the fence, the registers and the index, the
+    // settings ($13, null: unchanged), the entries ($14: their JSON, an array) and the journal
+    // facts ($15: [lane, seq, at, fact] each), written only when the fence held. One round trip
+    // and no BEGIN/COMMIT: a statement outside a transaction block is one. Its answer says
+    // whether the fence held, and the epoch the session has (lease lost, or a conflict).
+    c.prepare("commit",
+              "WITH fence AS ("
+              "  UPDATE sessions SET version = $4, has_work = $5, paused = $6, lane_system = $7, "
+              "  lane_steer = $8, lane_follow_up = $9, timers = $10, next_timer = $11, "
+              "  last_activity = $12, settings = coalesce($13::jsonb, settings) "
+              "  WHERE session_id = $1 AND epoch = $2 AND version = $3 RETURNING 1), "
+              "entries AS ("
+              "  INSERT INTO transcript (session_id, seq, at, body) "
+              "  SELECT $1, (e->>'id')::bigint, (e->>'at')::bigint, e "
+              "  FROM jsonb_array_elements($14::jsonb) e WHERE EXISTS (SELECT 1 FROM fence)), "
+              "facts AS ("
+              "  INSERT INTO journal (session_id, lane, seq, at, body) "
+              "  SELECT $1, (f->>0)::smallint, (f->>1)::bigint, (f->>2)::bigint, f->3 "
+              "  FROM jsonb_array_elements($15::jsonb) f WHERE EXISTS (SELECT 1 FROM fence)) "
+              "SELECT (SELECT count(*) FROM fence), "
+              "       (SELECT epoch FROM sessions WHERE session_id = $1)");
     c.prepare("insert_entry",
               "INSERT INTO transcript (session_id, seq, at, body) VALUES ($1, $2, $3, $4::jsonb)");
     c.prepare("insert_fact",
@@ -323,15 +344,36 @@ class postgres_log final : public session_log {
     }
 
     result<void> do_commit(const session_state& before, const action_list& actions) override {
+        const auto sum = s::summarize(before, actions);
+        std::optional<std::int64_t> next_timer;
+        if (sum.next_timer) {
+            next_timer = sum.next_timer->value;
+        }
+        if (auto one = one_statement(actions)) {
+            return with_connection([&](pqxx::connection& c) -> result<void> {
+                pqxx::nontransaction n(c);
+                auto r = n.exec_prepared(
+                    "commit", id().str(), static_cast<std::int64_t>(epoch().value),
+                    encode_version(before.version()),
+                    encode_version(s::advance(before.version(), actions)), sum.has_work,
+                    sum.paused, static_cast<std::int64_t>(sum.lanes[0]),
+                    static_cast<std::int64_t>(sum.lanes[1]),
+                    static_cast<std::int64_t>(sum.lanes[2]), static_cast<std::int64_t>(sum.timers),
+                    next_timer, sum.last_activity.value, one->settings, one->entries, one->facts);
+                if (r[0][0].as<std::int64_t>() == 1) {
+                    return {};
+                }
+                if (r[0][1].is_null() ||
+                    r[0][1].as<std::int64_t>() != static_cast<std::int64_t>(epoch().value)) {
+                    return errc::lease_lost;
+                }
+                return errc::conflict;
+            });
+        }
         return with_connection([&](pqxx::connection& c) -> result<void> {
             pqxx::work w(c);
             const std::string sid = id().str();
             // The fence: the first statement of the transaction.
-            const auto sum = s::summarize(before, actions);
-            std::optional<std::int64_t> next_timer;
-            if (sum.next_timer) {
-                next_timer = sum.next_timer->value;
-            }
             auto fenced = w.exec_prepared(
                 "fence", sid, static_cast<std::int64_t>(epoch().value),
                 encode_version(before.version()),
@@ -379,6 +421,35 @@ class postgres_log final : public session_log {
         } catch (const std::exception&) {
             return errc::unavailable;
         }
+    }
+
+    // The parameters of the one-statement commit; none when the actions touch timers (a
+    // commit that schedules and clears one needs its statements in order).
+    struct one_commit {
+        std::optional<std::string> settings;
+        std::string entries = "[";
+        std::string facts = "[";
+    };
+    static std::optional<one_commit> one_statement(const action_list& actions) {
+        one_commit o;
+        for (const auto& a : actions) {
+            if (const auto* e = std::get_if<s::entry_appended>(&a)) {
+                o.entries += (o.entries.size() > 1 ? "," : "") + dump(s::to_json(e->e));
+            } else if (const auto* f = std::get_if<s::journal_recorded>(&a)) {
+                o.facts += (o.facts.size() > 1 ? "," : "") +
+                           dump(json::array{static_cast<int>(s::index_of(f->in)),
+                                            static_cast<std::int64_t>(f->j.seq.value), f->j.at.value,
+                                            s::to_json(f->j)});
+            } else if (const auto* st = std::get_if<s::settings_set>(&a)) {
+                o.settings = encode_settings(st->value);
+            } else if (std::holds_alternative<s::timer_scheduled>(a) ||
+                       std::holds_alternative<s::timer_cleared>(a)) {
+                return std::nullopt;
+            }
+        }
+        o.entries += ']';
+        o.facts += ']';
+        return o;
     }
 
     static void write(pqxx::work& w, const std::string& sid, const s::action& a) {
