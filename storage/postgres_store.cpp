@@ -103,16 +103,34 @@ const char* const migrations[] = {
 };
 
 void prepare_statements(pqxx::connection& c) {
-    c.prepare("open",
-              "INSERT INTO sessions (session_id, epoch) VALUES ($1, $2) "
-              "ON CONFLICT (session_id) DO UPDATE SET epoch = EXCLUDED.epoch "
-              "WHERE sessions.epoch <= EXCLUDED.epoch RETURNING epoch");
-    c.prepare("open_existing",
-              "UPDATE sessions SET epoch = $2 WHERE session_id = $1 AND epoch <= $2 "
-              "RETURNING epoch");
-    c.prepare("removed_at", "SELECT epoch FROM removed_sessions WHERE session_id = $1 FOR SHARE");
-    c.prepare("forget_removal",
-              "DELETE FROM removed_sessions WHERE session_id = $1 AND epoch < $2");
+    // Opening in one statement (one round trip, its own transaction): the removal floor, read
+    // under a share lock (a removal holds that row's lock until it commits); the open, unless
+    // the session was removed at this epoch or later; the removal forgotten once a newer session
+    // is open. Answers the floor, whether it opened, and whether the row was there before.
+    for (const auto* mode : {"create", "existing"}) {
+        const std::string open =
+            std::string(mode) == "create"
+                ? "INSERT INTO sessions (session_id, epoch) SELECT $1, $2 "
+                  "  WHERE NOT EXISTS (SELECT 1 FROM floor WHERE epoch >= $2) "
+                  "  ON CONFLICT (session_id) DO UPDATE SET epoch = EXCLUDED.epoch "
+                  "  WHERE sessions.epoch <= EXCLUDED.epoch RETURNING epoch"
+                : "UPDATE sessions SET epoch = $2 WHERE session_id = $1 AND epoch <= $2 "
+                  "  AND NOT EXISTS (SELECT 1 FROM floor WHERE epoch >= $2) RETURNING epoch";
+        c.prepare(std::string("open_") + mode + "_one",
+                  "WITH floor AS (SELECT epoch FROM removed_sessions WHERE session_id = $1 "
+                  "FOR SHARE), opened AS (" + open + "), "
+                  "forgot AS (DELETE FROM removed_sessions WHERE session_id = $1 AND epoch < $2 "
+                  "  AND EXISTS (SELECT 1 FROM opened)) "
+                  "SELECT (SELECT epoch FROM floor), (SELECT count(*) FROM opened), "
+                  "       (SELECT count(*) FROM sessions WHERE session_id = $1), "
+                  // A session that did not exist commits without waiting for its WAL: nobody
+                  // owned it before (no stale owner to fence out), and the commit of its first
+                  // command, which is acknowledged, flushes the WAL this one wrote before it.
+                  "       set_config('synchronous_commit', CASE WHEN "
+                  "         (SELECT count(*) FROM opened) = 1 AND "
+                  "         NOT EXISTS (SELECT 1 FROM sessions WHERE session_id = $1) "
+                  "         THEN 'off' ELSE 'on' END, true)");
+    }
     // Also writes the registers and the index (what the commit leaves, session/summary.hpp).
     c.prepare("fence",
               "UPDATE sessions SET version = $4, has_work = $5, paused = $6, lane_system = $7, "
@@ -152,15 +170,23 @@ void prepare_statements(pqxx::connection& c) {
     c.prepare("load_session",
               "SELECT version, settings::text, paused, has_work, epoch FROM sessions "
               "WHERE session_id = $1");
+    // The whole session in one statement (one snapshot, one round trip): its row (k 0), then
+    // its entries (1), journal facts (2) and timers (3), in order.
+    c.prepare("load_all",
+              "SELECT 0 AS k, 0 AS lane, 0::bigint AS seq, ''::text AS tid, settings::text, "
+              "       version, paused, has_work, epoch FROM sessions WHERE session_id = $1 "
+              "UNION ALL SELECT 1, 0, seq, '', body::text, NULL, NULL, NULL, NULL "
+              "  FROM transcript WHERE session_id = $1 "
+              "UNION ALL SELECT 2, lane, seq, '', body::text, NULL, NULL, NULL, NULL "
+              "  FROM journal WHERE session_id = $1 "
+              "UNION ALL SELECT 3, 0, 0, id, body::text, NULL, NULL, NULL, NULL "
+              "  FROM timers WHERE session_id = $1 "
+              "ORDER BY k, lane, seq, tid");
     c.prepare("load_entries",
               "SELECT body::text FROM transcript WHERE session_id = $1 AND seq > $2 ORDER BY seq");
-    c.prepare("load_facts",
-              "SELECT lane, body::text FROM journal WHERE session_id = $1 "
-              "ORDER BY lane, seq");
     c.prepare("load_facts_since",
               "SELECT body::text FROM journal WHERE session_id = $1 "
               "AND lane = $2 AND seq > $3 ORDER BY seq");
-    c.prepare("load_timers", "SELECT body::text FROM timers WHERE session_id = $1 ORDER BY id");
 }
 
 std::string dump(const json::value& v) {
@@ -282,29 +308,36 @@ class postgres_log final : public session_log {
   protected:
     result<session_state> do_load() override {
         return with_connection([&](pqxx::connection& c) -> result<session_state> {
-            pqxx::transaction<pqxx::repeatable_read, pqxx::read_only> t(c);
-            auto sess = t.exec_prepared("load_session", id().str());
-            if (sess.empty() ||
-                sess[0][4].as<std::int64_t>() != static_cast<std::int64_t>(epoch().value)) {
+            pqxx::nontransaction n(c);
+            auto rows = n.exec_prepared("load_all", id().str());
+            if (rows.empty() || rows[0][0].as<int>() != 0 ||
+                rows[0][8].as<std::int64_t>() != static_cast<std::int64_t>(epoch().value)) {
                 return errc::lease_lost;  // removed, or a newer owner opened it
             }
             state_builder b;
-            for (const auto& row : t.exec_prepared("load_entries", id().str(), 0)) {
-                b.entry(row[0].c_str());
-            }
-            for (const auto& row : t.exec_prepared("load_facts", id().str())) {
-                auto lane = row[0].as<int>();
-                if (lane < 0 || lane > 2) {
-                    return errc::corrupt;
+            for (std::size_t i = 1; i < rows.size(); ++i) {
+                const auto& row = rows[i];
+                const char* body = row[4].c_str();
+                switch (row[0].as<int>()) {
+                    case 1:
+                        b.entry(body);
+                        break;
+                    case 2: {
+                        auto lane = row[1].as<int>();
+                        if (lane < 0 || lane > 2) {
+                            return errc::corrupt;
+                        }
+                        b.fact(static_cast<s::lane>(lane), body);
+                        break;
+                    }
+                    default:
+                        b.timer(body);
+                        break;
                 }
-                b.fact(static_cast<s::lane>(lane), row[1].c_str());
             }
-            for (const auto& row : t.exec_prepared("load_timers", id().str())) {
-                b.timer(row[0].c_str());
-            }
-            b.registers(sess[0][1].is_null() ? "" : sess[0][1].c_str(), sess[0][2].as<bool>(),
-                        sess[0][3].as<bool>());
-            t.commit();
+            const auto& sess = rows[0];
+            b.registers(sess[4].is_null() ? "" : sess[4].c_str(), sess[6].as<bool>(),
+                        sess[7].as<bool>());
             return b.finish();
         });
     }
@@ -488,23 +521,20 @@ result<std::unique_ptr<session_log>> postgres_store::do_open(const session_id& i
     try {
         auto l = acquire();
         try {
-            pqxx::work w(*l);
+            pqxx::nontransaction n(*l);
             const auto e = static_cast<std::int64_t>(epoch.value);
-            // Read under a share lock: a removal holds that row's lock until it commits.
-            auto floor = w.exec_prepared("removed_at", id.str());
-            if (!floor.empty() && e <= floor[0][0].as<std::int64_t>()) {
+            auto r = n.exec_prepared(
+                mode == open_mode::create ? "open_create_one" : "open_existing_one", id.str(), e);
+            if (!r[0][0].is_null() && e <= r[0][0].as<std::int64_t>()) {
                 return errc::lease_lost;  // removed at this epoch or later
             }
-            auto r =
-                w.exec_prepared(mode == open_mode::create ? "open" : "open_existing", id.str(), e);
-            if (r.empty()) {
-                const bool there = !w.exec_prepared("load_session", id.str()).empty();
+            if (r[0][1].as<std::int64_t>() == 0) {
+                // A newer epoch has the row; or, opening an existing session, there is none,
+                // unless another worker created it since this statement's snapshot: ask again.
+                const bool there = mode == open_mode::create || r[0][2].as<std::int64_t>() > 0 ||
+                                   !n.exec_prepared("load_session", id.str()).empty();
                 return there ? errc::lease_lost : errc::not_found;
             }
-            if (!floor.empty()) {
-                w.exec_prepared0("forget_removal", id.str(), e);  // a newer session
-            }
-            w.commit();
         } catch (const pqxx::broken_connection&) {
             l.mark_broken();
             throw;
