@@ -69,6 +69,11 @@ struct sqlite_store::handle {
     // Whether closing checkpoints the WAL (see ~handle). A file closed to stay under the
     // open-file limit is not: its session is still at work, and it would pay two fsyncs.
     bool checkpoint_on_close = true;
+    // Whether this connection gave the WAL its working size (sqlite_store::size_wal), and the
+    // frames in the WAL after its last commit (its WAL hook, which also checkpoints).
+    bool wal_sized = false;
+    int wal_frames = 0;
+    int checkpoint_frames = 0;
 
     // Closing with a persistent WAL leaves the WAL file behind: checkpointed and truncated to
     // nothing, with the limit set now (set for the handle's whole life, it would truncate the
@@ -245,7 +250,8 @@ class sqlite_log final : public session_log {
     }
 
     result<void> do_commit(const session_state& before, const action_list& actions) override {
-        auto r = with_db([&](sqlite::db& db) -> result<void> {
+        auto r = with_handle([&](sqlite_store::handle& h) -> result<void> {
+            auto& db = *h.db;
             sqlite::transaction tx(db);
             if (meta(db, "epoch") != std::to_string(epoch().value)) {
                 return errc::lease_lost;
@@ -253,6 +259,7 @@ class sqlite_log final : public session_log {
             if (meta(db, "version") != encode_version(before.version())) {
                 return errc::conflict;
             }
+            store_.size_wal(h, id());
             for (const auto& a : actions) {
                 write(db, a);
             }
@@ -272,7 +279,7 @@ class sqlite_log final : public session_log {
 
   private:
     template <class F>
-    auto with_db(F&& f) -> decltype(f(std::declval<sqlite::db&>())) {
+    auto with_handle(F&& f) -> decltype(f(std::declval<sqlite_store::handle&>())) {
         try {
             auto h = store_.acquire(id(), open_mode::existing);
             if (!h) {
@@ -282,10 +289,14 @@ class sqlite_log final : public session_log {
             if (!h->db) {
                 return errc::lease_lost;  // removed while this operation waited
             }
-            return f(*h->db);
+            return f(*h);
         } catch (const sqlite::error& e) {
             return sqlite::storage_error(e);
         }
+    }
+    template <class F>
+    auto with_db(F&& f) -> decltype(f(std::declval<sqlite::db&>())) {
+        return with_handle([&](sqlite_store::handle& h) { return f(*h.db); });
     }
 
     static void write(sqlite::db& db, const s::action& a) {
@@ -611,7 +622,8 @@ std::shared_ptr<sqlite_store::handle> sqlite_store::open_file(const std::filesys
     sqlite::migrate(*h->db, session_migrations, std::size(session_migrations));
     // A small WAL, checkpointed often and then written again from its start: a commit that
     // does not grow the file syncs no file-system metadata (docs/storage.md).
-    h->db->exec("PRAGMA wal_autocheckpoint=" + std::to_string(options_.wal_checkpoint_pages));
+    h->checkpoint_frames = options_.wal_checkpoint_pages;
+    sqlite3_wal_hook(h->db->raw(), on_wal_commit, h.get());
     if (fresh) {
         if (from_image) {
             // Starts the WAL: the epoch row written again as it is (another process may have
@@ -623,6 +635,54 @@ std::shared_ptr<sqlite_store::handle> sqlite_store::open_file(const std::filesys
         h->db->exec("PRAGMA synchronous=" + options_.synchronous);
     }
     return h;
+}
+
+// SQLite's own auto-checkpoint (which this hook replaces), and the WAL's size noted.
+int sqlite_store::on_wal_commit(void* arg, sqlite3* db, const char* name, int frames) {
+    auto* h = static_cast<handle*>(arg);
+    h->wal_frames = frames;
+    if (h->checkpoint_frames > 0 && frames >= h->checkpoint_frames) {
+        sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
+    }
+    return SQLITE_OK;
+}
+
+void sqlite_store::size_wal(handle& h, const session_id& id) {
+    // A session at work: one that has written a few commits since it was opened (a session
+    // created and left after its first command never pays for the zeros).
+    constexpr int at_work_frames = 12;
+    if (h.wal_sized || h.wal_frames < at_work_frames) {
+        return;
+    }
+    h.wal_sized = true;
+    if (options_.synchronous != "FULL" || options_.wal_prealloc_frames <= 0) {
+        return;  // at NORMAL the WAL is synced only by checkpoints
+    }
+    const auto wal = path_of(id).string() + "-wal";
+    const int fd = ::open(wal.c_str(), O_WRONLY | O_CLOEXEC);  // SQLite locks no WAL file
+    if (fd < 0) {
+        return;  // not there yet: SQLite makes it with this commit
+    }
+    auto& q = h.db->prepare("PRAGMA page_size");
+    q.step();
+    const auto frame = q.int64(0) + 24;
+    q.reset();
+    const off_t want = 32 + static_cast<off_t>(options_.wal_prealloc_frames) * frame;
+    struct stat st {};
+    if (::fstat(fd, &st) == 0 && st.st_size < want) {
+        // Written, not only allocated: a write into an unwritten extent or past the end changes
+        // the file's metadata, which an fdatasync then writes too.
+        static const std::vector<char> zeros(64 * 1024);
+        for (off_t at = st.st_size; at < want;) {
+            const auto n = std::min<off_t>(want - at, static_cast<off_t>(zeros.size()));
+            const auto w = ::pwrite(fd, zeros.data(), static_cast<std::size_t>(n), at);
+            if (w <= 0) {
+                break;  // the disk is full, say: the WAL grows as SQLite writes, as before
+            }
+            at += w;
+        }
+    }
+    ::close(fd);
 }
 
 void sqlite_store::forget(const session_id& id, const std::shared_ptr<handle>& h) {

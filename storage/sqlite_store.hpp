@@ -25,6 +25,8 @@
 
 #include "storage/store.hpp"
 
+struct sqlite3;
+
 #include <filesystem>
 #include <list>
 #include <functional>
@@ -52,6 +54,11 @@ struct sqlite_options {
     // start: it stops growing after a few turns, and a commit that does not grow the file
     // syncs no file-system metadata.
     int wal_checkpoint_pages = 128;
+    // At synchronous FULL, the WAL of a session at work (a dozen frames written since its file
+    // was opened) is given the size of this many frames, written as zeros, once per open: a
+    // commit that grows the file makes its fdatasync write the file's inode too (0: the WAL
+    // grows as SQLite writes).
+    int wal_prealloc_frames = 144;
     // A new session file is written whole from a prepared image (false: SQLite makes it, as
     // where the file system has no unnamed files; tests run both).
     bool new_files_from_image = true;
@@ -99,6 +106,11 @@ class sqlite_store final : public session_store {
     void close_unused(const session_id& id);
     // Drops `h` from the open files if it is still the session's (it names a removed file).
     void forget(const session_id& id, const std::shared_ptr<handle>& h);
+    // Gives the session's WAL its working size (wal_prealloc_frames), once per connection.
+    // REQUIRES: in a write transaction of `h` that passed its fence (no other connection
+    // writes the WAL meanwhile, and only past its end is written).
+    void size_wal(handle& h, const session_id& id);
+    static int on_wal_commit(void* arg, sqlite3* db, const char* name, int frames);
     // Opens the file at `path` as a handle (throws sqlite::error; SQLITE_CANTOPEN when it
     // is missing and not to be created, or was removed while it was opened).
     std::shared_ptr<handle> open_file(const std::filesystem::path& path, open_mode mode);

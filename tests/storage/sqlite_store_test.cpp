@@ -167,6 +167,40 @@ TEST(SqliteStore, ANewFileMadeElsewhereFirstIsOpenedAsItIs) {
     EXPECT_TRUE(newer->mark_idle(st).has_value());
 }
 
+// Issue 16: a session at work commits to a WAL given its working size in written zeros, so
+// that an fdatasync never extends the file (which makes it write the inode too); a session
+// created and left pays nothing; another connection reads what was committed past the zeros.
+TEST(SqliteStore, ASessionAtWorkCommitsToAWalThatDoesNotGrow) {
+    temp_sqlite_store t;
+    const auto id = session_id::parse("w").value();
+    const auto wal = t.dir.path() / "sessions" / "w.sqlite-wal";
+    auto log = t.store.open(id, lease_epoch{1}).value();
+    int sent = 0;
+    auto enqueue = [&] {
+        auto st = log->load().value();
+        ASSERT_TRUE(log->enqueue(st, user_in(lane::steer, "i" + std::to_string(sent), "text"),
+                                 unix_ms{1 + sent}));
+        ++sent;
+    };
+    enqueue();
+    EXPECT_LT(std::filesystem::file_size(wal), 16u * 1024) << "one command: no zeros";
+    while (sent < 12) {
+        enqueue();
+    }
+    const storage::sqlite_options defaults{};
+    const auto sized = std::filesystem::file_size(wal);
+    EXPECT_GE(sized, static_cast<std::uintmax_t>(32 + defaults.wal_prealloc_frames *
+                                                          (defaults.page_size + 24)));
+    while (sent < 40) {
+        enqueue();
+        ASSERT_EQ(std::filesystem::file_size(wal), sized) << "after command " << sent;
+    }
+    // Another connection (another worker's, say) reads the WAL up to its last commit.
+    storage::sqlite_store other(storage::sqlite_options{t.dir.path(), "FULL", 5000, 16});
+    auto again = other.open(id, lease_epoch{2}).value();
+    EXPECT_EQ(again->load().value().in(lane::steer).pending.size(), 40u);
+}
+
 TEST(SqliteStore, OneFilePerSessionUnderTheDataDirectory) {
     temp_sqlite_store t;
     auto log = t.store.open(session_id::parse("abc-1_X").value(), lease_epoch{1}).value();
