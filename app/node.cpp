@@ -181,8 +181,11 @@ void node::run() {
     asio::post(io_, [this] {
         nats_.batch_sends_here([this](std::function<void()> send) { asio::post(io_, std::move(send)); });
     });
+    struct unbatch {
+        nats::connection& nats;
+        ~unbatch() { nats.batch_sends_here(nullptr); }  // and what it queued last is sent now
+    } unbatched{nats_};  // also when run() throws: the poster refers to io_
     io_.run();
-    nats_.batch_sends_here(nullptr);  // and what it queued last is sent now
     store_pool_.join();  // no store operation outlives the sessions
 }
 

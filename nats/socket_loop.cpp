@@ -20,6 +20,7 @@ constexpr int queued_send_patience_ms = 20;
 }  // namespace
 
 thread_local socket_loop* socket_loop::deferring_ = nullptr;
+thread_local socket_loop* socket_loop::inside_ = nullptr;
 
 socket_loop::socket_loop() {
     wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -101,6 +102,10 @@ natsStatus socket_loop::write(void* user_data, bool add) {
             if (!post) {
                 return NATS_OK;
             }
+        } else {
+            // Anything else (another thread's publish, a PING of a flush on the batching
+            // thread, which then waits for the PONG) is sent now, with what was queued.
+            self->send_queued_ = false;
         }
     }
     if (post) {
@@ -129,8 +134,10 @@ natsStatus socket_loop::detach(void* user_data) {
     lock.unlock();
     self->wake();
     lock.lock();
-    // The connection may be destroyed once this returns: no call into it may be under way.
-    self->idle_.wait(lock, [&] { return self->busy_ == 0; });
+    // The connection may be destroyed once this returns: no call into it may be under way,
+    // but the one this thread may be in (libnats closes from inside a read, on a server error).
+    const int mine = inside_ == self ? 1 : 0;
+    self->idle_.wait(lock, [&] { return self->busy_ <= mine; });
     return NATS_OK;
 }
 
@@ -147,16 +154,20 @@ void socket_loop::send_now() {
         removed = write_removed_;
         ++busy_;
     }
+    inside_ = this;
     natsConnection_ProcessWriteEvent(nc);  // libnats withdraws its interest once all is sent
+    inside_ = nullptr;
     bool blocked = false;
     {
         std::lock_guard lock(mu_);
         --busy_;
         idle_.notify_all();
-        // Still wanted and never withdrawn: the socket took only part of it.
+        // Still wanted and never withdrawn: the socket took only part of it. The loop's
+        // thread sends the rest as the socket drains.
         blocked = want_write_ && write_removed_ == removed && nc_ == nc;
         if (blocked) {
             write_blocked_ = true;
+            send_queued_ = false;
         }
     }
     if (blocked) {
@@ -214,7 +225,9 @@ void socket_loop::run() {
         if (want_read_ && (p[1].revents & (POLLIN | failed)) != 0) {
             ++busy_;
             lock.unlock();
+            inside_ = this;
             natsConnection_ProcessReadEvent(nc);  // one buffer: called again while data remains
+            inside_ = nullptr;
             lock.lock();
             --busy_;
             idle_.notify_all();

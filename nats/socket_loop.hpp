@@ -88,7 +88,8 @@ class socket_loop : public std::enable_shared_from_this<socket_loop> {
     std::mutex send_mu_;  // one send at a time: libnats must never be asked to send nothing
     int wake_fd_ = -1;
     std::thread thread_;
-    static thread_local socket_loop* deferring_;
+    static thread_local socket_loop* deferring_;  // the loop whose sends this thread defers
+    static thread_local socket_loop* inside_;     // the loop this thread is in libnats for
 };
 
 }  // namespace wuhu::nats

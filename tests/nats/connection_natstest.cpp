@@ -9,9 +9,15 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
+#include <atomic>
 #include <condition_variable>
+#include <future>
 #include <mutex>
+#include <thread>
 
 namespace wuhu::testing {
 
@@ -144,6 +150,91 @@ TEST(Connection, AnotherThreadsPublishIsSentWithoutTheBatchingQueue) {
     other.join();
     EXPECT_EQ(in.first(1), std::vector<std::string>{"from another thread"});
     pub.batch_sends_here(nullptr);
+}
+
+// Defect: a flush on the batching thread, while a send it queued waited behind it, left the
+// flush's PING unsent until the connection's thread lost patience, which incoming messages
+// kept postponing: the flush took its whole 5 s (the executor, every session, frozen).
+TEST(Connection, AFlushOnTheBatchingThreadDoesNotWaitForItsOwnQueue) {
+    const auto subject = unique_subject("busy");
+    nats::connection pub(nats_url(), "pub");
+    inbox in(pub, subject);  // pub reads all the time: its thread never runs out of patience
+    nats::connection noise(nats_url(), "noise");
+    std::atomic<bool> done{false};
+    std::thread chatter([&] {
+        while (!done) {
+            noise.publish(subject, "noise");
+            std::this_thread::sleep_for(2ms);
+        }
+    });
+    asio::io_context io;
+    std::chrono::steady_clock::duration took{};
+    asio::post(io, [&] {
+        pub.batch_sends_here([&](std::function<void()> send) { asio::post(io, std::move(send)); });
+        asio::post(io, [&] {
+            const auto t0 = std::chrono::steady_clock::now();
+            pub.flush();
+            took = std::chrono::steady_clock::now() - t0;
+        });
+        pub.publish(subject + ".x", "queued");  // its send queued behind the flushing handler
+    });
+    io.run();
+    done = true;
+    chatter.join();
+    pub.batch_sends_here(nullptr);
+    EXPECT_LT(took, 1s);
+}
+
+// Defect: a server error that closes the connection (libnats closes it from inside the read
+// that got it, on the connection's own thread) left that thread waiting for itself: the
+// connection could never be destroyed, and a worker never exited.
+TEST(Connection, AConnectionTheServerClosedWithAnErrorCanBeDestroyed) {
+    const int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    ASSERT_EQ(::listen(lfd, 1), 0);
+    socklen_t len = sizeof addr;
+    ::getsockname(lfd, reinterpret_cast<sockaddr*>(&addr), &len);
+    // A server that says hello, answers the client's PING, then sends an error that closes.
+    std::thread server([lfd] {
+        const int c = ::accept(lfd, nullptr, nullptr);
+        const std::string info =
+            "INFO {\"server_id\":\"fake\",\"version\":\"2.9.0\",\"proto\":1,"
+            "\"max_payload\":1048576,\"headers\":true}\r\n";
+        [[maybe_unused]] auto n = ::write(c, info.data(), info.size());
+        std::string got;
+        char buf[512];
+        while (got.find("PING\r\n") == std::string::npos) {
+            const auto r = ::read(c, buf, sizeof buf);
+            if (r <= 0) {
+                break;
+            }
+            got.append(buf, static_cast<std::size_t>(r));
+        }
+        const std::string bye = "PONG\r\n-ERR 'Unknown Protocol Operation'\r\n";
+        n = ::write(c, bye.data(), bye.size());
+        std::this_thread::sleep_for(200ms);
+        ::close(c);
+    });
+    auto* nc = new nats::connection(
+        "nats://127.0.0.1:" + std::to_string(ntohs(addr.sin_port)), "closed-by-server");
+    for (int i = 0; i < 100 && nc->connected(); ++i) {
+        std::this_thread::sleep_for(10ms);
+    }
+    EXPECT_FALSE(nc->connected()) << "the error closed it";
+    // Destroyed on a thread of its own, which a hang leaves behind (the test still ends).
+    std::promise<void> deleted;
+    auto destroyed = deleted.get_future();
+    std::thread([nc, deleted = std::move(deleted)]() mutable {
+        delete nc;
+        deleted.set_value();
+    }).detach();
+    const bool gone = destroyed.wait_for(5s) == std::future_status::ready;
+    server.join();
+    ::close(lfd);
+    ASSERT_TRUE(gone) << "the connection's destructor hangs";
 }
 
 }  // namespace wuhu::testing
