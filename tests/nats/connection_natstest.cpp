@@ -64,6 +64,24 @@ std::vector<std::string> numbered(std::size_t n, std::size_t bytes = 0) {
     return v;
 }
 
+// Publishes `sent` from one handler of an io_context whose thread batches its sends, then runs
+// the send it queued. Returns the bytes the connection held when the handler ended.
+std::size_t publish_batched(nats::connection& pub, const std::string& subject,
+                            const std::vector<std::string>& sent) {
+    asio::io_context io;
+    std::size_t held = 0;
+    asio::post(io, [&] {
+        pub.batch_sends_here([&](std::function<void()> send) { asio::post(io, std::move(send)); });
+        for (const auto& m : sent) {
+            EXPECT_TRUE(pub.publish(subject, m));
+        }
+        held = pub.buffered();
+    });
+    io.run();
+    pub.batch_sends_here(nullptr);
+    return held;
+}
+
 }  // namespace
 
 TEST(Connection, WhatABatchingThreadPublishesWaitsForItsQueueThenArrivesInOrder) {
@@ -71,21 +89,11 @@ TEST(Connection, WhatABatchingThreadPublishesWaitsForItsQueueThenArrivesInOrder)
     nats::connection sub(nats_url(), "sub");
     inbox in(sub, subject);
     nats::connection pub(nats_url(), "pub");
-    asio::io_context io;
     const auto sent = numbered(100);
-    std::size_t held = 0;
-    asio::post(io, [&] {
-        pub.batch_sends_here([&](std::function<void()> send) { asio::post(io, std::move(send)); });
-        for (const auto& m : sent) {
-            ASSERT_TRUE(pub.publish(subject, m));
-        }
-        held = pub.buffered();
-    });
-    io.run();  // the publishing handler, then the send it queued
+    const auto held = publish_batched(pub, subject, sent);
     EXPECT_GT(held, 100u * 4) << "nothing is sent before the thread's queue runs";
     EXPECT_EQ(in.first(sent.size()), sent);
     EXPECT_EQ(pub.buffered(), 0u);
-    pub.batch_sends_here(nullptr);
 }
 
 // 12 MiB in one batch: the socket takes it in parts, and the connection's own thread sends the
@@ -95,19 +103,11 @@ TEST(Connection, ABatchLargerThanTheSocketTakesArrivesWhole) {
     nats::connection sub(nats_url(), "sub");
     inbox in(sub, subject);
     nats::connection pub(nats_url(), "pub");
-    asio::io_context io;
     const auto sent = numbered(48, 256 * 1024);
-    asio::post(io, [&] {
-        pub.batch_sends_here([&](std::function<void()> send) { asio::post(io, std::move(send)); });
-        for (const auto& m : sent) {
-            ASSERT_TRUE(pub.publish(subject, m));
-        }
-    });
-    io.run();
+    publish_batched(pub, subject, sent);
     const auto got = in.first(sent.size());
     ASSERT_EQ(got.size(), sent.size());
     EXPECT_TRUE(got == sent) << "every message whole and in order";
-    pub.batch_sends_here(nullptr);
 }
 
 TEST(Connection, WhatAQueueThatNeverRanHeldIsSentWhenTheBatchingEnds) {
