@@ -69,6 +69,9 @@ struct sqlite_store::handle {
     // Whether closing checkpoints the WAL (see ~handle). A file closed to stay under the
     // open-file limit is not: its session is still at work, and it would pay two fsyncs.
     bool checkpoint_on_close = true;
+    // A file made from the image commits its fence without a sync (sqlite_store::do_open):
+    // the connection's synchronous level is set once that commit is done.
+    bool fence_unsynced = false;
     // Whether this connection gave the WAL its working size (sqlite_store::size_wal), and the
     // frames in the WAL after its last commit (its WAL hook, which also checkpoints).
     bool wal_sized = false;
@@ -259,6 +262,7 @@ class sqlite_log final : public session_log {
             if (meta(db, "version") != encode_version(before.version())) {
                 return errc::conflict;
             }
+            store_.synced_from_now(h);
             store_.size_wal(h, id());
             for (const auto& a : actions) {
                 write(db, a);
@@ -585,13 +589,13 @@ sqlite_store::new_file sqlite_store::write_new_file(const std::filesystem::path&
 std::shared_ptr<sqlite_store::handle> sqlite_store::open_file(const std::filesystem::path& path,
                                                               open_mode mode) {
     // A new file is written whole from new_file_, synced, and then given its name; its WAL's
-    // header and a first frame are written without a sync. The commit that fences it syncs
-    // the WAL (one sync for the header too, which SQLite would otherwise sync apart at the
-    // first commit), and SQLite syncs the directory (which names the file) with the first
-    // sync of a WAL it created. No rollback journal is made and deleted on the way (an inode
-    // allocated and freed per session, which ext4's allocator pays for later). Nothing in the
-    // file is acknowledged before that commit: a crash before it leaves a session nobody was
-    // told about.
+    // header, a first frame and the fencing commit are written without a sync
+    // (synced_from_now). The first commit of a command syncs the WAL with all of them, and
+    // SQLite syncs the directory (which names the file) with the first sync of a WAL it
+    // created. No rollback journal is made and deleted on the way (an inode allocated and
+    // freed per session, which ext4's allocator pays for later). Nothing in the file is
+    // acknowledged before that commit: a crash before it leaves a session nobody was told
+    // about, or one at an older epoch, which its next owner fences again.
     //
     // Where the file system cannot write an unnamed file, SQLite makes it, also without
     // waiting for fsyncs (it would sync its rollback journal twice, the directory, the file,
@@ -627,14 +631,26 @@ std::shared_ptr<sqlite_store::handle> sqlite_store::open_file(const std::filesys
     if (fresh) {
         if (from_image) {
             // Starts the WAL: the epoch row written again as it is (another process may have
-            // opened and fenced the file since it was linked).
+            // opened and fenced the file since it was linked). The fence follows unsynced too.
             h->db->exec("REPLACE INTO meta SELECT k, v FROM meta WHERE k = 'epoch'");
+            h->fence_unsynced = true;
         } else {
             sync_path(path);
+            h->db->exec("PRAGMA synchronous=" + options_.synchronous);
         }
-        h->db->exec("PRAGMA synchronous=" + options_.synchronous);
     }
     return h;
+}
+
+// A new session's fence is committed without a sync: the session had no owner to fence out,
+// and the commit of its first command, which is acknowledged, syncs the WAL with every frame
+// before it (and the directory that names the file and its WAL, the WAL's first sync). A crash
+// before then leaves a file at an older epoch, which the next owner's open fences again.
+void sqlite_store::synced_from_now(handle& h) {
+    if (h.fence_unsynced) {
+        h.fence_unsynced = false;
+        h.db->exec("PRAGMA synchronous=" + options_.synchronous);
+    }
 }
 
 // SQLite's own auto-checkpoint (which this hook replaces), and the WAL's size noted.
@@ -759,6 +775,7 @@ result<std::unique_ptr<session_log>> sqlite_store::do_open(const session_id& id,
             }
             set_meta(*h->db, "epoch", std::to_string(epoch.value));
             tx.commit();
+            synced_from_now(*h);
             break;
         }
         note_opened(id, epoch, floor.has_value());

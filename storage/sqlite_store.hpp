@@ -111,6 +111,8 @@ class sqlite_store final : public session_store {
     // writes the WAL meanwhile, and only past its end is written).
     void size_wal(handle& h, const session_id& id);
     static int on_wal_commit(void* arg, sqlite3* db, const char* name, int frames);
+    // Sets the connection's synchronous level after the unsynced fence of a new file.
+    void synced_from_now(handle& h);
     // Opens the file at `path` as a handle (throws sqlite::error; SQLITE_CANTOPEN when it
     // is missing and not to be created, or was removed while it was opened).
     std::shared_ptr<handle> open_file(const std::filesystem::path& path, open_mode mode);
