@@ -251,7 +251,7 @@ directories_removed_at_exit removed_at_exit;
 run_result run(const store_kind& kind, const workload& w, bool metrics, int round) {
     run_result out;
     // What the previous run left dirty is written back now, not by the kernel's threads in
-    // the middle of this run's turns (a run after SQLite's lost ~10% to it).
+    // the middle of this run's turns.
     ::sync();
     const std::string nats_url = env_or("WUHU_BENCH_NATS_URL", "WUHU_TEST_NATS_URL");
     std::random_device rd;
