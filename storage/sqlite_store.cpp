@@ -1,10 +1,6 @@
 #include "storage/sqlite_store.hpp"
 
-#include "session/codec.hpp"
-#include "session/overloaded.hpp"
-#include "session/summary.hpp"
-#include "storage/rows.hpp"
-#include "storage/sqlite_db.hpp"
+#include "storage/sqlite_internal.hpp"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -20,8 +16,8 @@
 
 namespace wuhu::storage {
 
-namespace s = wuhu::session;
-namespace json = boost::json;
+using sqlite_files::meta;
+using sqlite_files::set_meta;
 
 namespace {
 
@@ -36,64 +32,9 @@ const char* const session_migrations[] = {
                                ('has_work', '0'), ('settings', '');)",
 };
 
-std::string meta(sqlite::db& db, const char* key) {
-    auto& q = db.prepare("SELECT v FROM meta WHERE k = ?1");
-    q.bind(1, std::string_view(key));
-    std::string out = q.step() ? std::string(q.text(0)) : std::string();
-    q.reset();
-    return out;
-}
-
-void set_meta(sqlite::db& db, const char* key, std::string_view value) {
-    auto& q = db.prepare(
-        "INSERT INTO meta (k, v) VALUES (?1, ?2) "
-        "ON CONFLICT (k) DO UPDATE SET v = excluded.v");
-    q.bind(1, std::string_view(key)).bind(2, value).run();
-}
-
-std::string dump(const json::value& v) {
-    return json::serialize(v);
-}
 
 }  // namespace
 
-// One open session file. `dev`/`ino` identify the file this connection opened, so that a
-// path that now names another file (the session was removed and created again) is never
-// mistaken for it.
-struct sqlite_store::handle {
-    std::mutex mu;
-    std::unique_ptr<sqlite::db> db;
-    dev_t dev = 0;
-    ino_t ino = 0;
-
-    // Whether closing checkpoints the WAL (see ~handle). A file closed to stay under the
-    // open-file limit is not: its session is still at work, and it would pay two fsyncs.
-    bool checkpoint_on_close = true;
-    // A file made from the image commits its fence without a sync (sqlite_store::do_open):
-    // the connection's synchronous level is set once that commit is done.
-    bool fence_unsynced = false;
-    // Whether this connection gave the WAL its working size (sqlite_store::size_wal), and the
-    // frames in the WAL after its last commit (its WAL hook, which also checkpoints).
-    bool wal_sized = false;
-    int wal_frames = 0;
-    int checkpoint_frames = 0;
-
-    // Closing with a persistent WAL leaves the WAL file behind: checkpointed and truncated to
-    // nothing, with the limit set now (set for the handle's whole life, it would truncate the
-    // WAL after every checkpoint: half the commit rate of one session). Or, for a file closed
-    // to make room, as it is (at most wal_checkpoint_pages pages and a commit's): the next
-    // connection reads it back.
-    ~handle() {
-        if (!db) {
-            return;
-        }
-        if (checkpoint_on_close) {
-            sqlite3_exec(db->raw(), "PRAGMA journal_size_limit=0", nullptr, nullptr, nullptr);
-        } else {
-            sqlite3_db_config(db->raw(), SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, nullptr);
-        }
-    }
-};
 
 namespace {
 
@@ -163,187 +104,6 @@ void unlink_if_same(const std::filesystem::path& lock_file, const std::filesyste
 }
 
 }  // namespace
-
-class sqlite_log final : public session_log {
-  public:
-    sqlite_log(sqlite_store& store, session_id id, lease_epoch epoch)
-        : session_log(std::move(id), epoch), store_(store) {}
-    // The session is no longer loaded here: its file is closed, unless an operation uses it,
-    // and its catalog row written if a commit left it behind.
-    ~sqlite_log() override {
-        store_.close_unused(id());
-        store_.write_unwritten(id());
-    }
-
-  protected:
-    result<session_state> do_load() override {
-        auto loaded = with_db([&](sqlite::db& db) -> result<session_state> {
-            // One read transaction, fenced like a write: a handle whose epoch is not the
-            // file's (a newer owner, or a removal) reads nothing.
-            sqlite::read_transaction read(db);
-            if (meta(db, "epoch") != std::to_string(epoch().value)) {
-                return errc::lease_lost;
-            }
-            state_builder b;
-            {
-                auto& q = db.prepare("SELECT body FROM transcript ORDER BY seq");
-                while (q.step()) {
-                    b.entry(q.text(0));
-                }
-            }
-            {
-                auto& q = db.prepare("SELECT lane, body FROM journal ORDER BY lane, seq");
-                while (q.step()) {
-                    auto lane = q.int64(0);
-                    if (lane < 0 || lane > 2) {
-                        return errc::corrupt;
-                    }
-                    b.fact(static_cast<s::lane>(lane), q.text(1));
-                }
-            }
-            {
-                auto& q = db.prepare("SELECT body FROM timers ORDER BY id");
-                while (q.step()) {
-                    b.timer(q.text(0));
-                }
-            }
-            b.registers(meta(db, "settings"), meta(db, "paused") == "1",
-                        meta(db, "has_work") == "1");
-            return b.finish();
-        });
-        if (loaded) {
-            store_.note_loaded(id(), epoch(), s::summarize(*loaded));
-        }
-        return loaded;
-    }
-
-    result<s::patch> do_since(const s::version_vector& from) override {
-        return with_db([&](sqlite::db& db) -> result<s::patch> {
-            // One read transaction, so the rows and the version agree.
-            sqlite::read_transaction read(db);
-            auto to = decode_version(meta(db, "version"));
-            if (!to) {
-                return to.error();
-            }
-            if (!from.le(*to)) {
-                return s::errc::invalid_version;
-            }
-            patch_rows rows;
-            {
-                auto& q = db.prepare("SELECT body FROM transcript WHERE seq > ?1 ORDER BY seq");
-                q.bind(1, static_cast<std::int64_t>(from.transcript));
-                while (q.step()) {
-                    rows.entries.emplace_back(q.text(0));
-                }
-            }
-            for (s::lane l : s::all_lanes) {
-                auto& q = db.prepare(
-                    "SELECT body FROM journal WHERE lane = ?1 AND seq > ?2 ORDER BY seq");
-                q.bind(1, static_cast<std::int64_t>(s::index_of(l)))
-                    .bind(2, static_cast<std::int64_t>(from.of(l)));
-                while (q.step()) {
-                    rows.facts[s::index_of(l)].emplace_back(q.text(0));
-                }
-            }
-            rows.settings_json = meta(db, "settings");
-            rows.paused = meta(db, "paused") == "1";
-            rows.has_work = meta(db, "has_work") == "1";
-            return patch_from_rows(from, *to, rows);
-        });
-    }
-
-    result<void> do_commit(const session_state& before, const action_list& actions) override {
-        auto r = with_handle([&](sqlite_store::handle& h) -> result<void> {
-            auto& db = *h.db;
-            sqlite::transaction tx(db);
-            if (meta(db, "epoch") != std::to_string(epoch().value)) {
-                return errc::lease_lost;
-            }
-            if (meta(db, "version") != encode_version(before.version())) {
-                return errc::conflict;
-            }
-            store_.synced_from_now(h);
-            store_.size_wal(h, id());
-            for (const auto& a : actions) {
-                write(db, a);
-            }
-            set_meta(db, "version", encode_version(s::advance(before.version(), actions)));
-            tx.commit();
-            return {};
-        });
-        if (r) {
-            const auto was = s::summarize(before);
-            const auto now = s::summarize(before, actions);
-            const bool urgent = now.has_work != was.has_work || now.timers != was.timers ||
-                                now.next_timer != was.next_timer;
-            store_.note_catalog(id(), epoch(), now, urgent);
-        }
-        return r;
-    }
-
-  private:
-    template <class F>
-    auto with_handle(F&& f) -> decltype(f(std::declval<sqlite_store::handle&>())) {
-        try {
-            auto h = store_.acquire(id(), open_mode::existing);
-            if (!h) {
-                return errc::lease_lost;  // the session was removed
-            }
-            std::lock_guard lock(h->mu);
-            if (!h->db) {
-                return errc::lease_lost;  // removed while this operation waited
-            }
-            return f(*h);
-        } catch (const sqlite::error& e) {
-            return sqlite::storage_error(e);
-        }
-    }
-    template <class F>
-    auto with_db(F&& f) -> decltype(f(std::declval<sqlite::db&>())) {
-        return with_handle([&](sqlite_store::handle& h) { return f(*h.db); });
-    }
-
-    static void write(sqlite::db& db, const s::action& a) {
-        std::visit(s::overloaded{
-                       [&](const s::entry_appended& x) {
-                           db.prepare("INSERT INTO transcript (seq, at, body) VALUES (?1, ?2, ?3)")
-                               .bind(1, static_cast<std::int64_t>(x.e.id.value))
-                               .bind(2, x.e.at.value)
-                               .bind(3, dump(s::to_json(x.e)))
-                               .run();
-                       },
-                       [&](const s::journal_recorded& x) {
-                           db.prepare(
-                                 "INSERT INTO journal (lane, seq, at, body) "
-                                 "VALUES (?1, ?2, ?3, ?4)")
-                               .bind(1, static_cast<std::int64_t>(s::index_of(x.in)))
-                               .bind(2, static_cast<std::int64_t>(x.j.seq.value))
-                               .bind(3, x.j.at.value)
-                               .bind(4, dump(s::to_json(x.j)))
-                               .run();
-                       },
-                       [&](const s::settings_set& x) {
-                           set_meta(db, "settings", encode_settings(x.value));
-                       },
-                       [&](const s::has_work_set& x) {
-                           set_meta(db, "has_work", x.value ? "1" : "0");
-                       },
-                       [&](const s::paused_set& x) { set_meta(db, "paused", x.value ? "1" : "0"); },
-                       [&](const s::timer_scheduled& x) {
-                           db.prepare("INSERT INTO timers (id, body) VALUES (?1, ?2)")
-                               .bind(1, x.t.id.str())
-                               .bind(2, dump(s::to_json(x.t)))
-                               .run();
-                       },
-                       [&](const s::timer_cleared& x) {
-                           db.prepare("DELETE FROM timers WHERE id = ?1").bind(1, x.id.str()).run();
-                       },
-                   },
-                   a);
-    }
-
-    sqlite_store& store_;
-};
 
 sqlite_store::sqlite_store(sqlite_options options) : options_(std::move(options)) {
     if (options_.synchronous != "FULL" && options_.synchronous != "NORMAL" &&
@@ -779,7 +539,7 @@ result<std::unique_ptr<session_log>> sqlite_store::do_open(const session_id& id,
             break;
         }
         note_opened(id, epoch, floor.has_value());
-        return std::unique_ptr<session_log>(std::make_unique<sqlite_log>(*this, id, epoch));
+        return sqlite_files::make_log(*this, id, epoch);
     } catch (const sqlite::error& e) {
         return sqlite::storage_error(e);
     } catch (const std::logic_error&) {
