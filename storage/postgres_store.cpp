@@ -132,10 +132,12 @@ void prepare_statements(pqxx::connection& c) {
                   "         THEN 'off' ELSE 'on' END, true)");
     }
     // Also writes the registers and the index (what the commit leaves, session/summary.hpp).
-    c.prepare("fence",
-              "UPDATE sessions SET version = $4, has_work = $5, paused = $6, lane_system = $7, "
-              "lane_steer = $8, lane_follow_up = $9, timers = $10, next_timer = $11, "
-              "last_activity = $12 WHERE session_id = $1 AND epoch = $2 AND version = $3");
+    const std::string fence_set =
+        "UPDATE sessions SET version = $4, has_work = $5, paused = $6, lane_system = $7, "
+        "lane_steer = $8, lane_follow_up = $9, timers = $10, next_timer = $11, "
+        "last_activity = $12";
+    const std::string fence_where = " WHERE session_id = $1 AND epoch = $2 AND version = $3";
+    c.prepare("fence", fence_set + fence_where);
     c.prepare("fence_why", "SELECT epoch FROM sessions WHERE session_id = $1");
     // A whole commit in one statement (no timers): the fence, the registers and the index, the
     // settings ($13, null: unchanged), the entries ($14: their JSON, an array) and the journal
@@ -143,11 +145,8 @@ void prepare_statements(pqxx::connection& c) {
     // and no BEGIN/COMMIT: a statement outside a transaction block is one. Its answer says
     // whether the fence held, and the epoch the session has (lease lost, or a conflict).
     c.prepare("commit",
-              "WITH fence AS ("
-              "  UPDATE sessions SET version = $4, has_work = $5, paused = $6, lane_system = $7, "
-              "  lane_steer = $8, lane_follow_up = $9, timers = $10, next_timer = $11, "
-              "  last_activity = $12, settings = coalesce($13::jsonb, settings) "
-              "  WHERE session_id = $1 AND epoch = $2 AND version = $3 RETURNING 1), "
+              "WITH fence AS (" + fence_set + ", settings = coalesce($13::jsonb, settings)" +
+                  fence_where + " RETURNING 1), "
               "entries AS ("
               "  INSERT INTO transcript (session_id, seq, at, body) "
               "  SELECT $1, (e->>'id')::bigint, (e->>'at')::bigint, e "
@@ -377,50 +376,23 @@ class postgres_log final : public session_log {
     }
 
     result<void> do_commit(const session_state& before, const action_list& actions) override {
-        const auto sum = s::summarize(before, actions);
-        std::optional<std::int64_t> next_timer;
-        if (sum.next_timer) {
-            next_timer = sum.next_timer->value;
-        }
         if (auto one = one_statement(actions)) {
             return with_connection([&](pqxx::connection& c) -> result<void> {
                 pqxx::nontransaction n(c);
-                auto r = n.exec_prepared(
-                    "commit", id().str(), static_cast<std::int64_t>(epoch().value),
-                    encode_version(before.version()),
-                    encode_version(s::advance(before.version(), actions)), sum.has_work,
-                    sum.paused, static_cast<std::int64_t>(sum.lanes[0]),
-                    static_cast<std::int64_t>(sum.lanes[1]),
-                    static_cast<std::int64_t>(sum.lanes[2]), static_cast<std::int64_t>(sum.timers),
-                    next_timer, sum.last_activity.value, one->settings, one->entries, one->facts);
+                auto r = fenced(n, "commit", before, actions, one->settings, one->entries,
+                                one->facts);
                 if (r[0][0].as<std::int64_t>() == 1) {
                     return {};
                 }
-                if (r[0][1].is_null() ||
-                    r[0][1].as<std::int64_t>() != static_cast<std::int64_t>(epoch().value)) {
-                    return errc::lease_lost;
-                }
-                return errc::conflict;
+                return refusal(r, 1);
             });
         }
         return with_connection([&](pqxx::connection& c) -> result<void> {
             pqxx::work w(c);
             const std::string sid = id().str();
             // The fence: the first statement of the transaction.
-            auto fenced = w.exec_prepared(
-                "fence", sid, static_cast<std::int64_t>(epoch().value),
-                encode_version(before.version()),
-                encode_version(s::advance(before.version(), actions)), sum.has_work, sum.paused,
-                static_cast<std::int64_t>(sum.lanes[0]), static_cast<std::int64_t>(sum.lanes[1]),
-                static_cast<std::int64_t>(sum.lanes[2]), static_cast<std::int64_t>(sum.timers),
-                next_timer, sum.last_activity.value);
-            if (fenced.affected_rows() != 1) {
-                auto why = w.exec_prepared("fence_why", sid);
-                if (why.empty() ||
-                    why[0][0].as<std::int64_t>() != static_cast<std::int64_t>(epoch().value)) {
-                    return errc::lease_lost;
-                }
-                return errc::conflict;
+            if (fenced(w, "fence", before, actions).affected_rows() != 1) {
+                return refusal(w.exec_prepared("fence_why", sid), 0);
             }
             for (const auto& a : actions) {
                 write(w, sid, a);
@@ -454,6 +426,34 @@ class postgres_log final : public session_log {
         } catch (const std::exception&) {
             return errc::unavailable;
         }
+    }
+
+    // Runs `statement` ("fence", or "commit" with its `more` parameters): the fence of a
+    // commit of `actions` at `before`, with the registers and index it leaves.
+    template <class Tx, class... More>
+    pqxx::result fenced(Tx& tx, const char* statement, const session_state& before,
+                        const action_list& actions, const More&... more) {
+        const auto sum = s::summarize(before, actions);
+        std::optional<std::int64_t> next_timer;
+        if (sum.next_timer) {
+            next_timer = sum.next_timer->value;
+        }
+        return tx.exec_prepared(
+            statement, id().str(), static_cast<std::int64_t>(epoch().value),
+            encode_version(before.version()), encode_version(s::advance(before.version(), actions)),
+            sum.has_work, sum.paused, static_cast<std::int64_t>(sum.lanes[0]),
+            static_cast<std::int64_t>(sum.lanes[1]), static_cast<std::int64_t>(sum.lanes[2]),
+            static_cast<std::int64_t>(sum.timers), next_timer, sum.last_activity.value, more...);
+    }
+
+    // Why a fence did not hold, from the session's epoch in column `col` of `r` (no row, or
+    // null: the session was removed).
+    result<void> refusal(const pqxx::result& r, int col) const {
+        if (r.empty() || r[0][col].is_null() ||
+            r[0][col].as<std::int64_t>() != static_cast<std::int64_t>(epoch().value)) {
+            return errc::lease_lost;
+        }
+        return errc::conflict;
     }
 
     // The parameters of the one-statement commit; none when the actions touch timers (a
