@@ -100,6 +100,11 @@ const char* const migrations[] = {
                          AND j.lane = 2 ORDER BY seq DESC LIMIT 1), 0));
        ALTER TABLE sessions ALTER COLUMN session_id TYPE text COLLATE "C";
        CREATE INDEX sessions_next_timer ON sessions (next_timer) WHERE next_timer IS NOT NULL;)",
+    // Bodies as the codec's compact JSON text rather than jsonb: a fifth smaller on disk, and no
+    // jsonb conversion at each commit and load. Nothing queries inside a body.
+    R"(ALTER TABLE transcript ALTER COLUMN body TYPE text USING body::text;
+       ALTER TABLE journal ALTER COLUMN body TYPE text USING body::text;
+       ALTER TABLE timers ALTER COLUMN body TYPE text USING body::text;)",
 };
 
 void prepare_statements(pqxx::connection& c) {
@@ -149,22 +154,22 @@ void prepare_statements(pqxx::connection& c) {
                   fence_where + " RETURNING 1), "
               "entries AS ("
               "  INSERT INTO transcript (session_id, seq, at, body) "
-              "  SELECT $1, (e->>'id')::bigint, (e->>'at')::bigint, e "
-              "  FROM jsonb_array_elements($14::jsonb) e WHERE EXISTS (SELECT 1 FROM fence)), "
+              "  SELECT $1, (e->>'id')::bigint, (e->>'at')::bigint, e::text "
+              "  FROM json_array_elements($14::json) e WHERE EXISTS (SELECT 1 FROM fence)), "
               "facts AS ("
               "  INSERT INTO journal (session_id, lane, seq, at, body) "
-              "  SELECT $1, (f->>0)::smallint, (f->>1)::bigint, (f->>2)::bigint, f->3 "
-              "  FROM jsonb_array_elements($15::jsonb) f WHERE EXISTS (SELECT 1 FROM fence)) "
+              "  SELECT $1, (f->>0)::smallint, (f->>1)::bigint, (f->>2)::bigint, (f->3)::text "
+              "  FROM json_array_elements($15::json) f WHERE EXISTS (SELECT 1 FROM fence)) "
               "SELECT (SELECT count(*) FROM fence), "
               "       (SELECT epoch FROM sessions WHERE session_id = $1)");
     c.prepare("insert_entry",
-              "INSERT INTO transcript (session_id, seq, at, body) VALUES ($1, $2, $3, $4::jsonb)");
+              "INSERT INTO transcript (session_id, seq, at, body) VALUES ($1, $2, $3, $4)");
     c.prepare("insert_fact",
               "INSERT INTO journal (session_id, lane, seq, at, body) "
-              "VALUES ($1, $2, $3, $4, $5::jsonb)");
+              "VALUES ($1, $2, $3, $4, $5)");
     c.prepare("set_settings", "UPDATE sessions SET settings = $2::jsonb WHERE session_id = $1");
     c.prepare("insert_timer",
-              "INSERT INTO timers (session_id, id, body) VALUES ($1, $2, $3::jsonb)");
+              "INSERT INTO timers (session_id, id, body) VALUES ($1, $2, $3)");
     c.prepare("delete_timer", "DELETE FROM timers WHERE session_id = $1 AND id = $2");
     c.prepare("load_session",
               "SELECT version, settings::text, paused, has_work, epoch FROM sessions "
@@ -174,17 +179,17 @@ void prepare_statements(pqxx::connection& c) {
     c.prepare("load_all",
               "SELECT 0 AS k, 0 AS lane, 0::bigint AS seq, ''::text AS tid, settings::text, "
               "       version, paused, has_work, epoch FROM sessions WHERE session_id = $1 "
-              "UNION ALL SELECT 1, 0, seq, '', body::text, NULL, NULL, NULL, NULL "
+              "UNION ALL SELECT 1, 0, seq, '', body, NULL, NULL, NULL, NULL "
               "  FROM transcript WHERE session_id = $1 "
-              "UNION ALL SELECT 2, lane, seq, '', body::text, NULL, NULL, NULL, NULL "
+              "UNION ALL SELECT 2, lane, seq, '', body, NULL, NULL, NULL, NULL "
               "  FROM journal WHERE session_id = $1 "
-              "UNION ALL SELECT 3, 0, 0, id, body::text, NULL, NULL, NULL, NULL "
+              "UNION ALL SELECT 3, 0, 0, id, body, NULL, NULL, NULL, NULL "
               "  FROM timers WHERE session_id = $1 "
               "ORDER BY k, lane, seq, tid");
     c.prepare("load_entries",
-              "SELECT body::text FROM transcript WHERE session_id = $1 AND seq > $2 ORDER BY seq");
+              "SELECT body FROM transcript WHERE session_id = $1 AND seq > $2 ORDER BY seq");
     c.prepare("load_facts_since",
-              "SELECT body::text FROM journal WHERE session_id = $1 "
+              "SELECT body FROM journal WHERE session_id = $1 "
               "AND lane = $2 AND seq > $3 ORDER BY seq");
 }
 

@@ -4,8 +4,9 @@
 // `transcript`, `journal` and `timers`, keyed by (session_id, seq) or (session_id, id). Every
 // operation is one transaction at Read Committed whose first statement is the fence: a guarded
 // UPDATE of the session row on (epoch, version). No row updated means lease_lost (a newer
-// epoch) or conflict. Values go in as bound parameters only; JSON bodies are the codec's, and
-// text reaching jsonb never holds \u0000 (the codec and the rules refuse or replace it).
+// epoch) or conflict. Values go in as bound parameters only; bodies are the codec's compact
+// JSON text, and settings (jsonb) never hold \u0000 (the codec and the rules refuse or
+// replace it).
 //
 // Connections come from a pool of `pool_size`; thread-safe.
 #pragma once

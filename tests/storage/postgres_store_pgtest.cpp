@@ -1,10 +1,13 @@
 // The PostgreSQL store against a real server (scripts/test starts it).
 #include "storage/postgres_store.hpp"
 #include "tests/storage/conformance.hpp"
+#include "session/codec.hpp"
 #include "session/reducer.hpp"
 #include "session/summary.hpp"
 #include "tests/support/pg_env.hpp"
 #include "tests/support/random_ops.hpp"
+
+#include <boost/json.hpp>
 
 #include <chrono>
 #include <iostream>
@@ -43,13 +46,14 @@ TEST(PostgresStore, MigrationsAreVersionedAndIdempotent) {
     pqxx::connection c(pg_dsn());
     pqxx::nontransaction n(c);
     auto r = n.exec("SELECT max(version), count(*) FROM " + t.schema + ".migrations");
-    EXPECT_EQ(r[0][0].as<int>(), 3);
-    EXPECT_EQ(r[0][1].as<int>(), 3);
+    EXPECT_EQ(r[0][0].as<int>(), 4);
+    EXPECT_EQ(r[0][1].as<int>(), 4);
 }
 
 // The index's migration fills the new columns from the stored rows: a database written before
-// it lists its sessions as they are. (The migration is undone by hand, then run again.)
-TEST(PostgresStore, TheIndexMigrationFillsTheIndexFromTheStoredRows) {
+// it lists its sessions as they are; and the bodies' migration from jsonb to text keeps every
+// session loading as it was. (Both are undone by hand, then run again.)
+TEST(PostgresStore, TheIndexAndBodyMigrationsKeepTheStoredSessions) {
     temp_postgres_store t;
     std::vector<std::pair<std::string, session_state>> written;
     for (std::uint64_t seed = 1; seed <= 4; ++seed) {
@@ -70,13 +74,17 @@ TEST(PostgresStore, TheIndexMigrationFillsTheIndexFromTheStoredRows) {
         pqxx::connection c(pg_dsn());
         pqxx::work w(c);
         w.exec0("SET LOCAL search_path TO " + t.schema);
+        for (const char* table : {"transcript", "journal", "timers"}) {
+            w.exec0(std::string("ALTER TABLE ") + table +
+                    " ALTER COLUMN body TYPE jsonb USING body::jsonb");
+        }
         w.exec0("DROP INDEX sessions_next_timer");
         w.exec0(
             "ALTER TABLE sessions DROP COLUMN lane_system, DROP COLUMN lane_steer, "
             "DROP COLUMN lane_follow_up, DROP COLUMN timers, DROP COLUMN next_timer, "
             "DROP COLUMN last_activity");
         w.exec0("ALTER TABLE sessions ALTER COLUMN session_id TYPE text COLLATE \"default\"");
-        w.exec0("DELETE FROM migrations WHERE version = 3");
+        w.exec0("DELETE FROM migrations WHERE version >= 3");
         w.commit();
     }
     storage::postgres_store again(storage::postgres_options{pg_dsn(), t.schema, 1});
@@ -85,6 +93,8 @@ TEST(PostgresStore, TheIndexMigrationFillsTheIndexFromTheStoredRows) {
     for (std::size_t i = 0; i < written.size(); ++i) {
         EXPECT_EQ(indexed[i].id.str(), written[i].first);
         EXPECT_EQ(indexed[i].summary, summarize(written[i].second)) << written[i].first;
+        auto log = again.open(session_id::parse(written[i].first).value(), lease_epoch{2}).value();
+        EXPECT_EQ(log->load().value(), written[i].second) << written[i].first;
     }
 }
 
@@ -99,7 +109,42 @@ TEST(PostgresStore, AnUnreachableServerIsAClearError) {
                  std::runtime_error);
 }
 
-TEST(PostgresStore, TextReachingJsonbNeverHoldsNul) {
+// Bodies are stored as the codec writes them (compact JSON text), by the one-statement commit
+// and by the transaction that commits timers alike.
+TEST(PostgresStore, BodiesAreStoredAsTheCodecsCompactJson) {
+    temp_postgres_store t;
+    auto log = t.store.open(session_id::parse("compact").value(), lease_epoch{1}).value();
+    session_state st;
+    std::mt19937_64 rng(7);
+    for (int i = 0; i < 200; ++i) {
+        auto op = next_op(rng, st, unix_ms{1000 + i});
+        if (auto r = run_store(op, *log, st)) {
+            apply_actions(*r, st);
+        }
+    }
+    ASSERT_FALSE(st.transcript.empty());
+    pqxx::connection c(pg_dsn());
+    pqxx::nontransaction n(c);
+    auto entries = n.exec("SELECT body FROM " + t.schema +
+                          ".transcript WHERE session_id = 'compact' ORDER BY seq");
+    ASSERT_EQ(entries.size(), st.transcript.size());
+    for (std::size_t i = 0; i < st.transcript.size(); ++i) {
+        EXPECT_EQ(entries[static_cast<int>(i)][0].as<std::string>(),
+                  boost::json::serialize(session::to_json(st.transcript[i])));
+    }
+    std::size_t rows = 0;
+    for (const char* table : {"journal", "timers"}) {
+        for (auto row : n.exec("SELECT body FROM " + t.schema + "." + table)) {
+            const auto body = row[0].as<std::string>();
+            EXPECT_EQ(body, boost::json::serialize(boost::json::parse(body))) << table;
+            ++rows;
+        }
+    }
+    EXPECT_GT(rows, st.timers.size());  // facts and the timers still pending
+}
+
+// Model text with NUL is stored (and published) with U+FFFD in its place.
+TEST(PostgresStore, NulInModelTextIsStoredAsAReplacementCharacter) {
     temp_postgres_store t;
     auto log = t.store.open(session_id::parse("nul").value(), lease_epoch{1}).value();
     session_state st = log->load().value();
