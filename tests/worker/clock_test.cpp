@@ -45,6 +45,10 @@ asio::awaitable<int> answer_soon() {
     co_return 42;
 }
 
+asio::awaitable<void> zero_sleep(worker::clock* c, std::optional<bool>* out) {
+    *out = co_await c->elapsed(milliseconds(0));
+}
+
 }  // namespace
 
 TEST(Clock, ElapsedSaysWhetherTheTimePassedOrTheSleepWasCancelled) {
@@ -89,6 +93,35 @@ TEST(Clock, ACancelledSleepStillThrows) {
                      throw std::runtime_error("the race completed");
                  }),
                  std::runtime_error);
+}
+
+// A zero sleep yields (what was posted before it runs first) and needs no timer; cancelled,
+// it says so like any sleep.
+TEST(Clock, AZeroSleepYieldsToTheExecutor) {
+    run([](asio::any_io_executor ex) -> asio::awaitable<void> {
+        worker::system_clock real;
+        bool ran = false;
+        asio::post(ex, [&] { ran = true; });
+        auto zero = co_await real.elapsed(milliseconds(0));
+        EXPECT_TRUE(zero);
+        EXPECT_TRUE(ran);
+        // The other side of a race wins while the zero sleep waits for its turn.
+        auto r = co_await (answer_now() || real.elapsed(milliseconds(0)));
+        EXPECT_EQ(r.index(), 0u);
+        auto negative = co_await real.elapsed(milliseconds(-5));
+        EXPECT_TRUE(negative);
+    });
+}
+
+// The losing side of a race whose winner ended before it ran: cancelled, it says so.
+TEST(Clock, AZeroSleepCancelledBeforeItsTurnSaysSo) {
+    run([](asio::any_io_executor) -> asio::awaitable<void> {
+        worker::system_clock real;
+        std::optional<bool> zero;
+        auto r = co_await (answer_now() || zero_sleep(&real, &zero));
+        EXPECT_EQ(r.index(), 0u);
+        EXPECT_EQ(zero, std::optional<bool>(false));
+    });
 }
 
 // How a wait ends when cancelled: `f` is spawned, cancelled once it waits, and run to its end.
