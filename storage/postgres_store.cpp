@@ -4,6 +4,7 @@
 #include "session/overloaded.hpp"
 #include "session/summary.hpp"
 #include "storage/pg_migrations.hpp"
+#include "storage/postgres_schema.hpp"
 #include "storage/rows.hpp"
 
 #include <dlfcn.h>
@@ -41,157 +42,6 @@ namespace s = wuhu::session;
 namespace json = boost::json;
 
 namespace {
-
-// Versioned migrations; `migrations.version` records what was applied.
-const char* const migrations[] = {
-    R"(CREATE TABLE sessions (
-           session_id text PRIMARY KEY,
-           epoch bigint NOT NULL,
-           version text NOT NULL DEFAULT '0,0,0,0',
-           settings jsonb,
-           paused boolean NOT NULL DEFAULT false,
-           has_work boolean NOT NULL DEFAULT false);
-       CREATE INDEX sessions_has_work ON sessions (session_id) WHERE has_work;
-       CREATE TABLE transcript (
-           session_id text NOT NULL, seq bigint NOT NULL, at bigint NOT NULL, body jsonb NOT NULL,
-           PRIMARY KEY (session_id, seq));
-       CREATE TABLE journal (
-           session_id text NOT NULL, lane smallint NOT NULL, seq bigint NOT NULL,
-           at bigint NOT NULL, body jsonb NOT NULL,
-           PRIMARY KEY (session_id, lane, seq));
-       CREATE TABLE timers (
-           session_id text NOT NULL, id text NOT NULL, body jsonb NOT NULL,
-           PRIMARY KEY (session_id, id));)",
-    // The epoch each removal ran at: opens at that epoch or older are refused.
-    R"(CREATE TABLE removed_sessions (session_id text PRIMARY KEY, epoch bigint NOT NULL);)",
-    // The index of the sweep and the fleet view, written by every commit's fence. The backfill
-    // runs before the ids change collation, while the other tables' indexes still serve it.
-    // Session ids then sort by byte ("C"), as everywhere else in the fleet, whatever the
-    // database's locale.
-    R"(ALTER TABLE sessions
-           ADD COLUMN lane_system integer NOT NULL DEFAULT 0,
-           ADD COLUMN lane_steer integer NOT NULL DEFAULT 0,
-           ADD COLUMN lane_follow_up integer NOT NULL DEFAULT 0,
-           ADD COLUMN timers integer NOT NULL DEFAULT 0,
-           ADD COLUMN next_timer bigint,
-           ADD COLUMN last_activity bigint NOT NULL DEFAULT 0;
-       UPDATE sessions s SET
-           lane_system = (SELECT count(*) FILTER (WHERE j.body->>'fact' = 'enqueued')
-                                 - count(*) FILTER (WHERE j.body->>'fact' <> 'enqueued')
-                          FROM journal j WHERE j.session_id = s.session_id AND j.lane = 0),
-           lane_steer = (SELECT count(*) FILTER (WHERE j.body->>'fact' = 'enqueued')
-                                - count(*) FILTER (WHERE j.body->>'fact' <> 'enqueued')
-                         FROM journal j WHERE j.session_id = s.session_id AND j.lane = 1),
-           lane_follow_up = (SELECT count(*) FILTER (WHERE j.body->>'fact' = 'enqueued')
-                                    - count(*) FILTER (WHERE j.body->>'fact' <> 'enqueued')
-                             FROM journal j WHERE j.session_id = s.session_id AND j.lane = 2),
-           timers = (SELECT count(*) FROM timers t WHERE t.session_id = s.session_id),
-           next_timer = (SELECT min((t.body->>'due')::bigint) FROM timers t
-                         WHERE t.session_id = s.session_id),
-           -- The time of the last entry and of each lane's last fact (session::summarize).
-           last_activity = GREATEST(
-               coalesce((SELECT at FROM transcript x WHERE x.session_id = s.session_id
-                         ORDER BY seq DESC LIMIT 1), 0),
-               coalesce((SELECT at FROM journal j WHERE j.session_id = s.session_id
-                         AND j.lane = 0 ORDER BY seq DESC LIMIT 1), 0),
-               coalesce((SELECT at FROM journal j WHERE j.session_id = s.session_id
-                         AND j.lane = 1 ORDER BY seq DESC LIMIT 1), 0),
-               coalesce((SELECT at FROM journal j WHERE j.session_id = s.session_id
-                         AND j.lane = 2 ORDER BY seq DESC LIMIT 1), 0));
-       ALTER TABLE sessions ALTER COLUMN session_id TYPE text COLLATE "C";
-       CREATE INDEX sessions_next_timer ON sessions (next_timer) WHERE next_timer IS NOT NULL;)",
-    // Bodies as the codec's compact JSON text rather than jsonb: a fifth smaller on disk, and no
-    // jsonb conversion at each commit and load. Nothing queries inside a body.
-    R"(ALTER TABLE transcript ALTER COLUMN body TYPE text USING body::text;
-       ALTER TABLE journal ALTER COLUMN body TYPE text USING body::text;
-       ALTER TABLE timers ALTER COLUMN body TYPE text USING body::text;)",
-};
-
-void prepare_statements(pqxx::connection& c) {
-    // Opening in one statement (one round trip, its own transaction): the removal floor, read
-    // under a share lock (a removal holds that row's lock until it commits); the open, unless
-    // the session was removed at this epoch or later; the removal forgotten once a newer session
-    // is open. Answers the floor, whether it opened, and whether the row was there before.
-    for (const auto* mode : {"create", "existing"}) {
-        const std::string open =
-            std::string(mode) == "create"
-                ? "INSERT INTO sessions (session_id, epoch) SELECT $1, $2 "
-                  "  WHERE NOT EXISTS (SELECT 1 FROM floor WHERE epoch >= $2) "
-                  "  ON CONFLICT (session_id) DO UPDATE SET epoch = EXCLUDED.epoch "
-                  "  WHERE sessions.epoch <= EXCLUDED.epoch RETURNING epoch"
-                : "UPDATE sessions SET epoch = $2 WHERE session_id = $1 AND epoch <= $2 "
-                  "  AND NOT EXISTS (SELECT 1 FROM floor WHERE epoch >= $2) RETURNING epoch";
-        c.prepare(std::string("open_") + mode + "_one",
-                  "WITH floor AS (SELECT epoch FROM removed_sessions WHERE session_id = $1 "
-                  "FOR SHARE), opened AS (" + open + "), "
-                  "forgot AS (DELETE FROM removed_sessions WHERE session_id = $1 AND epoch < $2 "
-                  "  AND EXISTS (SELECT 1 FROM opened)) "
-                  "SELECT (SELECT epoch FROM floor), (SELECT count(*) FROM opened), "
-                  "       (SELECT count(*) FROM sessions WHERE session_id = $1), "
-                  // A session that did not exist commits without waiting for its WAL: nobody
-                  // owned it before (no stale owner to fence out), and the commit of its first
-                  // command, which is acknowledged, flushes the WAL this one wrote before it.
-                  "       set_config('synchronous_commit', CASE WHEN "
-                  "         (SELECT count(*) FROM opened) = 1 AND "
-                  "         NOT EXISTS (SELECT 1 FROM sessions WHERE session_id = $1) "
-                  "         THEN 'off' ELSE 'on' END, true)");
-    }
-    // Also writes the registers and the index (what the commit leaves, session/summary.hpp).
-    const std::string fence_set =
-        "UPDATE sessions SET version = $4, has_work = $5, paused = $6, lane_system = $7, "
-        "lane_steer = $8, lane_follow_up = $9, timers = $10, next_timer = $11, "
-        "last_activity = $12";
-    const std::string fence_where = " WHERE session_id = $1 AND epoch = $2 AND version = $3";
-    c.prepare("fence", fence_set + fence_where);
-    c.prepare("fence_why", "SELECT epoch FROM sessions WHERE session_id = $1");
-    // A whole commit in one statement (no timers): the fence, the registers and the index, the
-    // settings ($13, null: unchanged), the entries ($14: their JSON, an array) and the journal
-    // facts ($15: [lane, seq, at, fact] each), written only when the fence held. One round trip
-    // and no BEGIN/COMMIT: a statement outside a transaction block is one. Its answer says
-    // whether the fence held, and the epoch the session has (lease lost, or a conflict).
-    c.prepare("commit",
-              "WITH fence AS (" + fence_set + ", settings = coalesce($13::jsonb, settings)" +
-                  fence_where + " RETURNING 1), "
-              "entries AS ("
-              "  INSERT INTO transcript (session_id, seq, at, body) "
-              "  SELECT $1, (e->>'id')::bigint, (e->>'at')::bigint, e::text "
-              "  FROM json_array_elements($14::json) e WHERE EXISTS (SELECT 1 FROM fence)), "
-              "facts AS ("
-              "  INSERT INTO journal (session_id, lane, seq, at, body) "
-              "  SELECT $1, (f->>0)::smallint, (f->>1)::bigint, (f->>2)::bigint, (f->3)::text "
-              "  FROM json_array_elements($15::json) f WHERE EXISTS (SELECT 1 FROM fence)) "
-              "SELECT (SELECT count(*) FROM fence), "
-              "       (SELECT epoch FROM sessions WHERE session_id = $1)");
-    c.prepare("insert_entry",
-              "INSERT INTO transcript (session_id, seq, at, body) VALUES ($1, $2, $3, $4)");
-    c.prepare("insert_fact",
-              "INSERT INTO journal (session_id, lane, seq, at, body) "
-              "VALUES ($1, $2, $3, $4, $5)");
-    c.prepare("set_settings", "UPDATE sessions SET settings = $2::jsonb WHERE session_id = $1");
-    c.prepare("insert_timer",
-              "INSERT INTO timers (session_id, id, body) VALUES ($1, $2, $3)");
-    c.prepare("delete_timer", "DELETE FROM timers WHERE session_id = $1 AND id = $2");
-    c.prepare("load_session",
-              "SELECT version, settings::text, paused, has_work, epoch FROM sessions "
-              "WHERE session_id = $1");
-    // The whole session in one statement (one snapshot, one round trip): its row (k 0), then
-    // its entries (1), journal facts (2) and timers (3), in order.
-    c.prepare("load_all",
-              "SELECT 0 AS k, 0 AS lane, 0::bigint AS seq, ''::text AS tid, settings::text, "
-              "       version, paused, has_work, epoch FROM sessions WHERE session_id = $1 "
-              "UNION ALL SELECT 1, 0, seq, '', body, NULL, NULL, NULL, NULL "
-              "  FROM transcript WHERE session_id = $1 "
-              "UNION ALL SELECT 2, lane, seq, '', body, NULL, NULL, NULL, NULL "
-              "  FROM journal WHERE session_id = $1 "
-              "UNION ALL SELECT 3, 0, 0, id, body, NULL, NULL, NULL, NULL "
-              "  FROM timers WHERE session_id = $1 "
-              "ORDER BY k, lane, seq, tid");
-    c.prepare("load_entries",
-              "SELECT body FROM transcript WHERE session_id = $1 AND seq > $2 ORDER BY seq");
-    c.prepare("load_facts_since",
-              "SELECT body FROM journal WHERE session_id = $1 "
-              "AND lane = $2 AND seq > $3 ORDER BY seq");
-}
 
 std::string dump(const json::value& v) {
     return json::serialize(v);
@@ -242,7 +92,7 @@ std::unique_ptr<postgres_store::connection> postgres_store::connect() {
         n.exec0("SET search_path TO " + options_.schema);
         n.exec0("SET synchronous_commit TO on");
     }
-    prepare_statements(c->c);
+    prepare_postgres_statements(c->c);
     return c;
 }
 
@@ -293,7 +143,8 @@ postgres_store::postgres_store(postgres_options options) : options_(std::move(op
     try {
         pqxx::connection c(options_.dsn);
         pqxx::work w(c);
-        apply_pg_migrations(w, options_.schema, "migrations", migrations, std::size(migrations));
+        const auto m = postgres_migrations();
+        apply_pg_migrations(w, options_.schema, "migrations", m.data(), m.size());
         w.commit();
     } catch (const pqxx::failure& e) {
         throw std::runtime_error(std::string("postgres: ") + e.what());

@@ -1,0 +1,241 @@
+// The fleet view (`wuhu.admin.sessions`): a page of sessions from this worker's registry, from
+// the store's index, and the owners asked for what only they know.
+#include "broker/server.hpp"
+
+#include "broker/admin.hpp"
+
+#include <algorithm>
+
+namespace wuhu::broker {
+
+namespace s = wuhu::session;
+
+namespace {
+
+// A fleet-view query from a request body, or the error reply that refuses it.
+std::variant<protocol::sessions_query, std::string> read_query(
+    std::string_view data, const protocol::request_limits& limits) {
+    auto body = protocol::parse_body(data, limits);
+    if (!body) {
+        return protocol::error_reply(body.error());
+    }
+    auto q = protocol::decode_sessions_query(*body);
+    if (!q) {
+        return protocol::error_reply(q.error());
+    }
+    return std::move(*q);
+}
+
+}  // namespace
+
+std::string server::local_sessions(worker::session_registry& registry, const nats::message& m) {
+    auto read = read_query(m.data, options_.limits);
+    if (auto* refused = std::get_if<std::string>(&read)) {
+        return std::move(*refused);
+    }
+    const auto* q = &std::get<protocol::sessions_query>(read);
+    const auto& me = leases_.keeper().worker_id();
+    std::vector<boost::json::object> loaded;
+    if (q->ids) {
+        // The rows of these sessions that are loaded here, in id order.
+        auto ids = *q->ids;
+        std::sort(ids.begin(), ids.end());
+        for (const auto& id : ids) {
+            if (q->after && id <= *q->after) {
+                continue;
+            }
+            if (const auto* loop = registry.find_running(id); loop != nullptr) {
+                loaded.push_back(loaded_row(*loop, me));
+            }
+        }
+        protocol::sessions_query all = *q;
+        all.limit = loaded.size();
+        return local_page(all, loaded, options_.max_reply_bytes);
+    }
+    registry.each(
+        [&](const worker::agent_loop& loop) {
+            auto row = loaded_row(loop, me);
+            if (row_matches(*q, row)) {
+                loaded.push_back(std::move(row));
+            }
+            return loaded.size() <= q->limit;  // one more tells the page is cut
+        },
+        q->after ? q->after->str() : std::string());
+    return local_page(*q, loaded, options_.max_reply_bytes);
+}
+
+std::map<std::string, std::optional<owner_page>> server::ask_owners(
+    const std::vector<std::string>& owners, const std::vector<std::string>& bodies) {
+    std::vector<std::string> subjects;
+    for (const auto& owner : owners) {
+        subjects.push_back(protocol::local_sessions_subject(options_.prefix, owner));
+    }
+    auto answers = bodies.size() == 1 && owners.size() != 1
+                       ? nats_.request_all(subjects, bodies.front(), options_.admin_timeout)
+                       : nats_.request_all(subjects, bodies, options_.admin_timeout);
+    std::map<std::string, std::optional<owner_page>> pages;
+    for (std::size_t i = 0; i < owners.size(); ++i) {
+        pages[owners[i]] = answers[i] ? read_owner_page(*answers[i]) : std::nullopt;
+    }
+    return pages;
+}
+
+std::string server::list_sessions(const nats::message& m) {
+    auto read = read_query(m.data, options_.limits);
+    if (auto* refused = std::get_if<std::string>(&read)) {
+        return std::move(*refused);
+    }
+    const auto& q = std::get<protocol::sessions_query>(read);
+    // The store and the lease store are thread-safe; the registry is only read by its owner's
+    // executor (through admin.local, also for this worker).
+    if (q.state && is_loop_state(*q.state)) {
+        // Only owners know: a page of each live owner's loaded sessions in that state.
+        std::vector<std::string> owners;
+        if (q.owner) {
+            owners.push_back(*q.owner);
+        } else {
+            auto live = leases_.keeper().store().owners();
+            if (!live) {
+                return protocol::error_reply(live.error());
+            }
+            owners = std::move(*live);
+        }
+        return merge_owner_pages(q, ask_owners(owners, {local_query(q)}));
+    }
+    return indexed_page(q);
+}
+
+namespace {
+
+// The session ids of leases or index entries, in their order.
+template <class Rows>
+std::vector<s::session_id> ids_of(const Rows& rows) {
+    std::vector<s::session_id> out;
+    for (const auto& r : rows) {
+        out.push_back(r.id);
+    }
+    return out;
+}
+
+}  // namespace
+
+std::string server::indexed_page(const protocol::sessions_query& q) {
+    using clock = std::chrono::steady_clock;
+    auto& leases = leases_.keeper().store();
+    // Another chunk is read while the page is short, until this much time has gone (a filter
+    // few sessions pass must not keep the caller waiting: `next` tells where to go on).
+    const auto give_up = clock::now() + options_.admin_timeout;
+    const bool filtered = q.state.has_value() || (q.owner && q.has_work);
+    boost::json::array rows;
+    std::optional<s::session_id> cursor = q.after;
+    bool exhausted = false;
+    while (rows.size() < q.limit && !exhausted && clock::now() < give_up) {
+        const std::size_t want = q.limit - rows.size();
+        const std::size_t chunk = filtered ? std::clamp<std::size_t>(want * 4, 256, 1000) : want;
+        std::vector<storage::catalog_entry> entries;
+        std::vector<ownership::lease> held;
+        if (q.owner && !q.ids) {
+            // That owner's leases first (an index serves them), then their index rows.
+            ownership::lease_query by_owner;
+            by_owner.owner = q.owner;
+            by_owner.after = cursor;
+            by_owner.limit = chunk;
+            auto got = leases.live(by_owner);
+            if (!got) {
+                return protocol::error_reply(got.error());
+            }
+            held = std::move(*got);
+            exhausted = held.size() < chunk;
+            if (held.empty()) {
+                break;
+            }
+            cursor = held.back().id;
+            storage::catalog_query of_them;
+            of_them.ids = ids_of(held);
+            of_them.has_work = q.has_work;
+            auto found = store_->sessions(of_them);
+            if (!found) {
+                return protocol::error_reply(found.error());
+            }
+            entries = std::move(*found);
+        } else {
+            storage::catalog_query page;
+            page.after = cursor;
+            page.limit = q.ids ? std::numeric_limits<std::size_t>::max() : chunk;
+            page.has_work = q.has_work;
+            page.ids = q.ids;
+            auto found = store_->sessions(page);
+            if (!found) {
+                return protocol::error_reply(found.error());
+            }
+            entries = std::move(*found);
+            exhausted = q.ids.has_value() || entries.size() < chunk;
+            if (entries.empty()) {
+                break;
+            }
+            cursor = entries.back().id;
+            ownership::lease_query of_them;
+            of_them.ids = ids_of(entries);
+            auto got = leases.live(of_them);
+            if (!got) {
+                return protocol::error_reply(got.error());
+            }
+            held = std::move(*got);
+        }
+        // Ask each owner about its sessions of this chunk only (unowned ones need no one).
+        std::map<std::string, std::vector<s::session_id>> by_owner;
+        if (!(q.state && *q.state == "unowned")) {
+            for (const auto& l : held) {
+                by_owner[l.owner].push_back(l.id);
+            }
+        }
+        std::vector<std::string> owners;
+        std::vector<std::string> bodies;
+        std::map<std::string, std::string> asked_until;  // owners asked about their first ids
+        for (auto& [owner, ids] : by_owner) {
+            protocol::sessions_query ask;
+            ask.ids = std::move(ids);
+            // A request must fit in a message as much as a reply.
+            while (ask.ids->size() > 1 && local_query(ask).size() > options_.max_reply_bytes) {
+                ask.ids->erase(ask.ids->begin() + static_cast<std::ptrdiff_t>(ask.ids->size() / 2),
+                               ask.ids->end());
+                asked_until[owner] = ask.ids->back().str();
+            }
+            owners.push_back(owner);
+            bodies.push_back(local_query(ask));
+        }
+        auto pages = ask_owners(owners, bodies);
+        for (const auto& [owner, last] : asked_until) {
+            if (auto& p = pages[owner]) {
+                p->until = p->until ? std::min(*p->until, last) : last;  // the rest: undecided
+            }
+        }
+        auto joined = join_rows(entries, held, pages);
+        if (joined.size() < entries.size()) {
+            exhausted = false;  // an owner's answer was cut: go on after the last row
+            cursor = entries[joined.size() - 1].id;
+        }
+        for (auto& row : joined) {
+            if (!row_matches(q, row)) {
+                continue;
+            }
+            if (rows.size() == q.limit) {
+                exhausted = false;
+                break;
+            }
+            rows.push_back(std::move(row));
+        }
+    }
+    boost::json::object out{{"ok", true}, {"sessions", std::move(rows)}};
+    if (!exhausted && cursor) {
+        // Where the next page starts: after the last row given, or after the last session
+        // looked at when the page ran out of time.
+        const auto& given = out.at("sessions").as_array();
+        out["next"] = given.size() == q.limit
+                          ? boost::json::value_to<std::string>(given.back().at("id"))
+                          : cursor->str();
+    }
+    return boost::json::serialize(out);
+}
+
+}  // namespace wuhu::broker

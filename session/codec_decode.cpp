@@ -1,0 +1,398 @@
+// The codec's decoders: JSON to the domain's values, each failure naming the field it found.
+#include "session/codec.hpp"
+
+#include "session/json_reader.hpp"
+#include "session/overloaded.hpp"
+#include "session/text.hpp"
+
+namespace wuhu::session {
+
+namespace json = boost::json;
+using detail::fail;
+using detail::object_reader;
+
+// Stored content may be as large as the largest content any limit allows; the configured,
+// smaller limit is applied at the edge (request decoding).
+static constexpr std::size_t stored_text_max = std::size_t{64} * 1024 * 1024;
+
+namespace {
+
+template <class Id>
+decoded<Id> id_field(object_reader& r, std::string_view key) {
+    WUHU_TRY(s, r.str(key));
+    auto id = Id::parse(s);
+    if (!id) {
+        return fail(static_cast<errc>(id.error().value()), r.path(key));
+    }
+    return *id;
+}
+
+decoded<lane> lane_field(object_reader& r, std::string_view key) {
+    WUHU_TRY(s, r.str(key));
+    auto l = parse_lane(s);
+    if (!l) {
+        return fail(errc::invalid_lane, r.path(key));
+    }
+    return *l;
+}
+
+decoded<system_source> source_field(object_reader& r, std::string_view key) {
+    WUHU_TRY(s, r.str(key));
+    auto src = system_source::parse(s);
+    if (!src) {
+        return fail(errc::invalid_source, r.path(key));
+    }
+    return *src;
+}
+
+decoded<author> author_at(const json::value& v, const std::string& path) {
+    WUHU_TRY(r, object_reader::open(v, path));
+    WUHU_TRY(kind, r.str("kind"));
+    if (kind == "unknown" || kind == "system") {
+        WUHU_CHECK(r.finish());
+        return kind == "unknown" ? author{unknown_author{}} : author{system_author{}};
+    }
+    if (kind != "human" && kind != "bot") {
+        return fail(errc::invalid_author, r.path("kind"));
+    }
+    WUHU_TRY(id, id_field<participant_id>(r, "id"));
+    WUHU_TRY(name, r.str("name"));
+    WUHU_TRY(email, r.opt_str("email"));
+    WUHU_CHECK(r.finish());
+    auto p = make_participant(std::move(id), std::string(name), std::string(email.value_or("")),
+                              kind == "human" ? participant_kind::human : participant_kind::bot);
+    if (!p) {
+        return fail(errc::invalid_author, path);
+    }
+    return author{std::move(*p)};
+}
+
+decoded<queue_item> queue_item_at(const json::value& v, const std::string& path) {
+    WUHU_TRY(r, object_reader::open(v, path));
+    WUHU_TRY(id, id_field<queue_item_id>(r, "id"));
+    WUHU_TRY(in, lane_field(r, "lane"));
+    WUHU_TRY(at, r.i64("enqueued_at"));
+    WUHU_TRY(content, r.text("content", stored_text_max));
+    queue_item q{std::move(id), in, unix_ms{at}, user_input{unknown_author{}, {}}};
+    if (in == lane::system) {
+        WUHU_TRY(src, source_field(r, "source"));
+        q.payload = system_input{std::move(src), std::move(content)};
+    } else {
+        WUHU_TRY(a, r.val("author"));
+        WUHU_TRY(who, author_at(*a, r.path("author")));
+        q.payload = user_input{std::move(who), std::move(content)};
+    }
+    WUHU_CHECK(r.finish());
+    return q;
+}
+
+decoded<journal_entry> journal_at(const json::value& v, const std::string& path) {
+    WUHU_TRY(r, object_reader::open(v, path));
+    WUHU_TRY(seq, r.u64("seq"));
+    WUHU_TRY(at, r.i64("at"));
+    WUHU_TRY(fact, r.str("fact"));
+    decltype(journal_entry::fact) f = canceled_fact{queue_item_id::parse("-").value()};
+    if (fact == "enqueued") {
+        WUHU_TRY(item, r.val("item"));
+        WUHU_TRY(q, queue_item_at(*item, r.path("item")));
+        f = enqueued_fact{std::move(q)};
+    } else if (fact == "canceled") {
+        WUHU_TRY(id, id_field<queue_item_id>(r, "id"));
+        f = canceled_fact{std::move(id)};
+    } else if (fact == "materialized") {
+        WUHU_TRY(id, id_field<queue_item_id>(r, "id"));
+        WUHU_TRY(e, r.u64("entry"));
+        f = materialized_fact{std::move(id), entry_seq{e}};
+    } else {
+        return fail(errc::invalid_entry, r.path("fact"));
+    }
+    journal_entry j{journal_seq{seq}, unix_ms{at}, std::move(f)};
+    WUHU_CHECK(r.finish());
+    return j;
+}
+
+decoded<tool_call> tool_call_at(const json::value& v, const std::string& path) {
+    WUHU_TRY(r, object_reader::open(v, path));
+    WUHU_TRY(id, id_field<tool_call_id>(r, "id"));
+    WUHU_TRY(name, r.str("name"));
+    WUHU_TRY(args, r.text("arguments", stored_text_max));
+    WUHU_CHECK(r.finish());
+    return tool_call{std::move(id), std::string(name), std::move(args)};
+}
+
+decoded<entry_body> body_at(object_reader& r, std::string_view type) {
+    if (type == "party_message") {
+        WUHU_TRY(a, r.val("author"));
+        WUHU_TRY(who, author_at(*a, r.path("author")));
+        WUHU_TRY(via, lane_field(r, "lane"));
+        WUHU_TRY(item, id_field<queue_item_id>(r, "item"));
+        WUHU_TRY(content, r.text("content", stored_text_max));
+        return entry_body{party_message{std::move(who), via, std::move(item), std::move(content)}};
+    }
+    if (type == "system_message") {
+        WUHU_TRY(src, source_field(r, "source"));
+        WUHU_TRY(item, id_field<queue_item_id>(r, "item"));
+        WUHU_TRY(content, r.text("content", stored_text_max));
+        return entry_body{system_message{std::move(src), std::move(item), std::move(content)}};
+    }
+    if (type == "assistant_message") {
+        assistant_message m;
+        WUHU_TRY(text, r.text("text", stored_text_max));
+        m.text = std::move(text);
+        WUHU_TRY(calls, r.arr("tool_calls"));
+        for (std::size_t i = 0; i < calls->size(); ++i) {
+            WUHU_TRY(c, tool_call_at((*calls)[i], r.path("tool_calls." + std::to_string(i))));
+            m.tool_calls.push_back(std::move(c));
+        }
+        WUHU_TRY(u, r.val("usage"));
+        WUHU_TRY(ur, object_reader::open(*u, r.path("usage")));
+        WUHU_TRY(input, ur.u64("input"));
+        WUHU_TRY(cached, ur.u64("cached_input"));
+        WUHU_TRY(output, ur.u64("output"));
+        WUHU_TRY(cache_write, ur.opt_u64("cache_write"));
+        WUHU_CHECK(ur.finish());
+        m.usage = {input, cached, output, cache_write.value_or(0)};
+        WUHU_TRY(model, r.opt_str("model"));
+        m.model = std::string(model.value_or(""));
+        return entry_body{std::move(m)};
+    }
+    if (type == "tool_started") {
+        WUHU_TRY(call, id_field<tool_call_id>(r, "call"));
+        WUHU_TRY(tool, r.str("tool"));
+        return entry_body{tool_started{std::move(call), std::string(tool)}};
+    }
+    if (type == "tool_result") {
+        WUHU_TRY(call, id_field<tool_call_id>(r, "call"));
+        WUHU_TRY(tool, r.str("tool"));
+        WUHU_TRY(output, r.text("output", stored_text_max));
+        WUHU_TRY(is_error, r.boolean("is_error"));
+        return entry_body{
+            tool_result{std::move(call), std::string(tool), std::move(output), is_error}};
+    }
+    if (type == "compaction") {
+        WUHU_TRY(summary, r.text("summary", stored_text_max));
+        WUHU_TRY(first_kept, r.u64("first_kept"));
+        WUHU_TRY(tokens, r.u64("tokens_before"));
+        return entry_body{compaction{std::move(summary), entry_seq{first_kept}, tokens}};
+    }
+    if (type == "interruption") {
+        WUHU_TRY(reason, r.text("reason", stored_text_max));
+        WUHU_TRY(kind, r.str("kind"));
+        if (kind != "aborted" && kind != "owner_lost") {
+            return fail(errc::invalid_entry, r.path("kind"));
+        }
+        return entry_body{interruption{std::move(reason), kind == "aborted"
+                                                              ? interruption_kind::aborted
+                                                              : interruption_kind::owner_lost}};
+    }
+    if (type == "diagnostic") {
+        WUHU_TRY(code, r.str("code"));
+        WUHU_TRY(message, r.text("message", stored_text_max));
+        return entry_body{diagnostic{std::string(code), std::move(message)}};
+    }
+    return fail(errc::invalid_entry, r.path("type"));
+}
+
+decoded<entry> entry_at(const json::value& v, const std::string& path) {
+    WUHU_TRY(r, object_reader::open(v, path));
+    WUHU_TRY(id, r.u64("id"));
+    WUHU_TRY(at, r.i64("at"));
+    WUHU_TRY(type, r.str("type"));
+    WUHU_TRY(body, body_at(r, type));
+    WUHU_CHECK(r.finish());
+    return entry{entry_seq{id}, unix_ms{at}, std::move(body)};
+}
+
+decoded<version_vector> version_at(const json::value& v, const std::string& path) {
+    auto r = object_reader::open(v, path);
+    if (!r) {
+        return fail(errc::invalid_version, path);
+    }
+    version_vector out;
+    for (auto [key, slot] :
+         {std::pair{"transcript", &out.transcript}, std::pair{"system", &out.system},
+          std::pair{"steer", &out.steer}, std::pair{"followUp", &out.follow_up}}) {
+        auto n = r->u64(key);  // every component: a partial vector is not a version
+        if (!n) {
+            return fail(errc::invalid_version, n.error().field);
+        }
+        *slot = *n;
+    }
+    if (auto f = r->finish(); !f) {
+        return fail(errc::invalid_version, f.error().field);
+    }
+    return out;
+}
+
+}  // namespace
+
+decoded<author> author_from_json(const json::value& v, const std::string& path) {
+    return author_at(v, path);
+}
+decoded<queue_item> queue_item_from_json(const json::value& v) {
+    return queue_item_at(v, "");
+}
+decoded<journal_entry> journal_entry_from_json(const json::value& v) {
+    return journal_at(v, "");
+}
+decoded<entry> entry_from_json(const json::value& v) {
+    return entry_at(v, "");
+}
+decoded<version_vector> version_from_json(const json::value& v) {
+    return version_at(v, "");
+}
+
+namespace {
+
+decoded<settings> settings_at(const json::value& v, const std::string& path) {
+    WUHU_TRY(r, object_reader::open(v, path));
+    settings s;
+    WUHU_TRY(model, r.str("model"));
+    s.model = std::string(model);
+    WUHU_TRY(prompt, r.text("system_prompt", stored_text_max));
+    s.system_prompt = std::move(prompt);
+    WUHU_TRY(tools, r.arr("tools"));
+    for (std::size_t i = 0; i < tools->size(); ++i) {
+        const auto& t = (*tools)[i];
+        if (!t.is_string()) {
+            return fail(errc::invalid_type, r.path("tools." + std::to_string(i)));
+        }
+        s.tools.emplace_back(t.get_string());
+    }
+    WUHU_TRY(limit, r.u64("context_limit"));
+    WUHU_TRY(buffer, r.u64("compaction_buffer"));
+    WUHU_TRY(keep, r.u64("keep_recent_tokens"));
+    WUHU_TRY(offset, r.i64("utc_offset_minutes"));
+    WUHU_CHECK(r.finish());
+    s.context_limit = limit;
+    s.compaction_buffer = buffer;
+    s.keep_recent_tokens = keep;
+    if (offset < -24 * 60 || offset > 24 * 60) {
+        return fail(errc::invalid_settings, r.path("utc_offset_minutes"));
+    }
+    s.utc_offset_minutes = static_cast<int>(offset);
+    if (!validate(s)) {
+        return fail(errc::invalid_settings, path);
+    }
+    return s;
+}
+
+decoded<status> status_at(const json::value& v, const std::string& path) {
+    WUHU_TRY(r, object_reader::open(v, path));
+    WUHU_TRY(state, r.str("state"));
+    WUHU_TRY(paused, r.boolean("paused"));
+    WUHU_TRY(has_work, r.boolean("has_work"));
+    WUHU_TRY(epoch, r.opt_u64("epoch"));
+    WUHU_TRY(seq, r.opt_u64("seq"));
+    WUHU_CHECK(r.finish());
+    for (auto ls : {loop_state::idle, loop_state::preparing, loop_state::inferring,
+                    loop_state::executing_tools, loop_state::compacting}) {
+        if (loop_state_name(ls) == state) {
+            return status{ls, paused, has_work, epoch.value_or(0), seq.value_or(0)};
+        }
+    }
+    return fail(errc::invalid_type, r.path("state"));
+}
+
+}  // namespace
+
+decoded<settings> settings_from_json(const json::value& v) {
+    return settings_at(v, "");
+}
+decoded<status> status_from_json(const json::value& v) {
+    return status_at(v, "");
+}
+
+decoded<patch> patch_from_json(const json::value& v) {
+    WUHU_TRY(r, object_reader::open(v, ""));
+    patch p;
+    WUHU_TRY(from, r.val("from"));
+    WUHU_TRY(from_v, version_at(*from, "from"));
+    WUHU_TRY(to, r.val("to"));
+    WUHU_TRY(to_v, version_at(*to, "to"));
+    p.from = from_v;
+    p.to = to_v;
+    WUHU_TRY(entries, r.arr("transcript"));
+    for (std::size_t i = 0; i < entries->size(); ++i) {
+        WUHU_TRY(e, entry_at((*entries)[i], "transcript." + std::to_string(i)));
+        p.transcript.push_back(std::move(e));
+    }
+    WUHU_TRY(journal, r.val("journal"));
+    WUHU_TRY(jr, object_reader::open(*journal, "journal"));
+    for (lane l : all_lanes) {
+        WUHU_TRY(facts, jr.arr(lane_name(l)));
+        for (std::size_t i = 0; i < facts->size(); ++i) {
+            WUHU_TRY(j, journal_at((*facts)[i], jr.path(lane_name(l)) + "." + std::to_string(i)));
+            p.journal[index_of(l)].push_back(std::move(j));
+        }
+    }
+    WUHU_CHECK(jr.finish());
+    if (const json::value* s = r.opt_val("settings")) {
+        WUHU_TRY(cfg, settings_at(*s, "settings"));
+        p.config = std::move(cfg);
+    }
+    if (const json::value* s = r.opt_val("status")) {
+        WUHU_TRY(st, status_at(*s, "status"));
+        p.state = st;
+    }
+    WUHU_CHECK(r.finish());
+    return p;
+}
+
+decoded<timer> timer_from_json(const json::value& v) {
+    WUHU_TRY(r, object_reader::open(v, ""));
+    WUHU_TRY(id, id_field<queue_item_id>(r, "id"));
+    WUHU_TRY(due, r.i64("due"));
+    WUHU_TRY(src, source_field(r, "source"));
+    WUHU_TRY(content, r.text("content", stored_text_max));
+    WUHU_CHECK(r.finish());
+    return timer{std::move(id), unix_ms{due}, std::move(src), std::move(content)};
+}
+
+decoded<action> action_from_json(const json::value& v) {
+    WUHU_TRY(r, object_reader::open(v, ""));
+    WUHU_TRY(kind, r.str("action"));
+    action out = has_work_set{};
+    if (kind == "entry") {
+        WUHU_TRY(e, r.val("entry"));
+        WUHU_TRY(x, entry_at(*e, "entry"));
+        out = entry_appended{std::move(x)};
+    } else if (kind == "journal") {
+        WUHU_TRY(in, lane_field(r, "lane"));
+        WUHU_TRY(f, r.val("fact"));
+        WUHU_TRY(j, journal_at(*f, "fact"));
+        out = journal_recorded{in, std::move(j)};
+    } else if (kind == "settings") {
+        WUHU_TRY(s, r.val("settings"));
+        WUHU_TRY(cfg, settings_at(*s, "settings"));
+        out = settings_set{std::move(cfg)};
+    } else if (kind == "timer") {
+        WUHU_TRY(t, r.val("timer"));
+        WUHU_TRY(x, timer_from_json(*t));
+        out = timer_scheduled{std::move(x)};
+    } else if (kind == "timer_cleared") {
+        WUHU_TRY(id, id_field<queue_item_id>(r, "id"));
+        out = timer_cleared{std::move(id)};
+    } else if (kind == "has_work" || kind == "paused") {
+        WUHU_TRY(b, r.boolean("value"));
+        out = kind == "has_work" ? action{has_work_set{b}} : action{paused_set{b}};
+    } else {
+        return fail(errc::invalid_entry, "action");
+    }
+    WUHU_CHECK(r.finish());
+    return out;
+}
+
+decoded<json::value> parse_json(std::string_view raw) {
+    if (!is_valid_utf8(raw)) {
+        return fail(errc::invalid_utf8, "");
+    }
+    boost::system::error_code ec;
+    json::value v = json::parse(raw, ec);
+    if (ec) {
+        return fail(errc::invalid_json, "");
+    }
+    return v;
+}
+
+}  // namespace wuhu::session

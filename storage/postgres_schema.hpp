@@ -1,0 +1,16 @@
+// The PostgreSQL store's tables and statements: its versioned migrations, and the statements
+// every pooled connection prepares (by name: the store's operations run them).
+#pragma once
+
+#include <pqxx/pqxx>
+
+#include <span>
+
+namespace wuhu::storage {
+
+// Applied in order by apply_pg_migrations; `migrations.version` records what was applied.
+std::span<const char* const> postgres_migrations();
+
+void prepare_postgres_statements(pqxx::connection& c);
+
+}  // namespace wuhu::storage
