@@ -12,7 +12,7 @@
 //   * A loop state filter ("idle", "inferring", ...) matches loaded sessions only: every live
 //     owner is asked for a page of its loaded sessions in that state, and the pages are merged.
 //
-// These are the pure parts; broker/server.cpp does the IO.
+// These are the pure parts; broker/fleet_view.cpp does the IO.
 #pragma once
 
 #include "ownership/lease.hpp"

@@ -2,7 +2,6 @@
 #include "session/codec.hpp"
 
 #include "session/json_reader.hpp"
-#include "session/overloaded.hpp"
 #include "session/text.hpp"
 
 namespace wuhu::session {

@@ -39,6 +39,7 @@ asio::awaitable<bool> system_clock::elapsed(milliseconds d) {
         // A yield to the executor, without a timer: a timer that becomes the earliest
         // reprograms the reactor's timerfd, twice (set, then reset once it fired), and that
         // syscall was a fifteenth of the worker's CPU with the scripted model's zero delays.
+        // It ends after what is already posted, and before IO and timers that complete later.
         auto ex = co_await asio::this_coro::executor;
         co_await asio::post(ex, asio::use_awaitable);
         auto cs = co_await asio::this_coro::cancellation_state;
