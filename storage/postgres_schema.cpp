@@ -114,8 +114,9 @@ void prepare_postgres_statements(pqxx::connection& c) {
     c.prepare("fence", fence_set + fence_where);
     c.prepare("fence_why", "SELECT epoch FROM sessions WHERE session_id = $1");
     // A whole commit in one statement (no timers): the fence, the registers and the index, the
-    // settings ($13, null: unchanged), the entries ($14: their JSON, an array) and the journal
-    // facts ($15: [lane, seq, at, fact] each), written only when the fence held. One round trip
+    // settings ($13, null: unchanged), the entries (their seqs $14 and times $15, arrays, and
+    // their JSON $16, an array whose elements keep their text) and the journal facts (lanes
+    // $17, seqs $18, times $19, their JSON $20), written only when the fence held. One round trip
     // and no BEGIN/COMMIT: a statement outside a transaction block is one. Its answer says
     // whether the fence held, and the epoch the session has (lease lost, or a conflict).
     c.prepare("commit",
@@ -123,12 +124,15 @@ void prepare_postgres_statements(pqxx::connection& c) {
                   fence_where + " RETURNING 1), "
               "entries AS ("
               "  INSERT INTO transcript (session_id, seq, at, body) "
-              "  SELECT $1, (e->>'id')::bigint, (e->>'at')::bigint, e::text "
-              "  FROM json_array_elements($14::json) e WHERE EXISTS (SELECT 1 FROM fence)), "
+              "  SELECT $1, e.seq, e.at, e.body::text FROM ROWS FROM (unnest($14::bigint[]), "
+              "    unnest($15::bigint[]), json_array_elements($16::json)) AS e(seq, at, body) "
+              "  WHERE EXISTS (SELECT 1 FROM fence)), "
               "facts AS ("
               "  INSERT INTO journal (session_id, lane, seq, at, body) "
-              "  SELECT $1, (f->>0)::smallint, (f->>1)::bigint, (f->>2)::bigint, (f->3)::text "
-              "  FROM json_array_elements($15::json) f WHERE EXISTS (SELECT 1 FROM fence)) "
+              "  SELECT $1, f.lane, f.seq, f.at, f.body::text FROM ROWS FROM ("
+              "    unnest($17::smallint[]), unnest($18::bigint[]), unnest($19::bigint[]), "
+              "    json_array_elements($20::json)) AS f(lane, seq, at, body) "
+              "  WHERE EXISTS (SELECT 1 FROM fence)) "
               "SELECT (SELECT count(*) FROM fence), "
               "       (SELECT epoch FROM sessions WHERE session_id = $1)");
     c.prepare("insert_entry",

@@ -235,8 +235,9 @@ class postgres_log final : public session_log {
         if (auto one = one_statement(actions)) {
             return with_connection([&](pqxx::connection& c) -> result<void> {
                 pqxx::nontransaction n(c);
-                auto r = fenced(n, "commit", before, actions, one->settings, one->entries,
-                                one->facts);
+                auto r = fenced(n, "commit", before, actions, one->settings, one->entry_seqs,
+                                one->entry_ats, one->entries, one->fact_lanes, one->fact_seqs,
+                                one->fact_ats, one->facts);
                 if (r[0][0].as<std::int64_t>() == 1) {
                     return {};
                 }
@@ -314,27 +315,41 @@ class postgres_log final : public session_log {
 
     // The parameters of the one-statement commit; none when the actions touch timers (a
     // commit that schedules and clears one needs its statements in order).
+    // An entry's or a fact's keys go as arrays of numbers beside its body, so that PostgreSQL
+    // reads each body once, to split the array, and stores its text as it came.
     struct one_commit {
         std::optional<std::string> settings;
-        std::string entries = "[";
-        std::string facts = "[";
+        std::string entry_seqs = "{", entry_ats = "{", entries = "[";
+        std::string fact_lanes = "{", fact_seqs = "{", fact_ats = "{", facts = "[";
     };
+    // Appends `item` to a PostgreSQL array literal or a JSON array begun with its bracket.
+    static void add(std::string& list, std::string_view item) {
+        if (list.size() > 1) {
+            list += ',';
+        }
+        list += item;
+    }
     static std::optional<one_commit> one_statement(const action_list& actions) {
         one_commit o;
         for (const auto& a : actions) {
             if (const auto* e = std::get_if<s::entry_appended>(&a)) {
-                o.entries += (o.entries.size() > 1 ? "," : "") + dump(s::to_json(e->e));
+                add(o.entry_seqs, std::to_string(static_cast<std::int64_t>(e->e.id.value)));
+                add(o.entry_ats, std::to_string(e->e.at.value));
+                add(o.entries, dump(s::to_json(e->e)));
             } else if (const auto* f = std::get_if<s::journal_recorded>(&a)) {
-                o.facts += (o.facts.size() > 1 ? "," : "") +
-                           dump(json::array{static_cast<int>(s::index_of(f->in)),
-                                            static_cast<std::int64_t>(f->j.seq.value), f->j.at.value,
-                                            s::to_json(f->j)});
+                add(o.fact_lanes, std::to_string(static_cast<int>(s::index_of(f->in))));
+                add(o.fact_seqs, std::to_string(static_cast<std::int64_t>(f->j.seq.value)));
+                add(o.fact_ats, std::to_string(f->j.at.value));
+                add(o.facts, dump(s::to_json(f->j)));
             } else if (const auto* st = std::get_if<s::settings_set>(&a)) {
                 o.settings = encode_settings(st->value);
             } else if (std::holds_alternative<s::timer_scheduled>(a) ||
                        std::holds_alternative<s::timer_cleared>(a)) {
                 return std::nullopt;
             }
+        }
+        for (auto* list : {&o.entry_seqs, &o.entry_ats, &o.fact_lanes, &o.fact_seqs, &o.fact_ats}) {
+            *list += '}';
         }
         o.entries += ']';
         o.facts += ']';

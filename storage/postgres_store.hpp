@@ -5,9 +5,8 @@
 // operation is one transaction at Read Committed whose first statement is the fence: a guarded
 // UPDATE of the session row on (epoch, version). No row updated means lease_lost (a newer
 // epoch) or conflict. Values go in as bound parameters only; bodies are the codec's compact
-// JSON text. No stored text holds \u0000 (the codec and the rules refuse or replace it):
-// PostgreSQL refuses it in the settings (jsonb) and in an entry of the one-statement commit,
-// whose id and at it reads as text.
+// JSON text. No stored text holds \u0000 (the codec and the rules refuse or replace it), which
+// the settings (jsonb) would refuse.
 //
 // Connections come from a pool of `pool_size`; thread-safe.
 #pragma once
