@@ -572,13 +572,15 @@ int main(int argc, char** argv) {
                 return 1;
             }
             if (runs > 1) {
-                std::printf("%s run %d of %d: %.0f turns/s, p50 %.1f ms, worker %.2f CPU ms a turn\n",
-                            name.c_str(), i + 1, runs, r.turns_per_s, r.p50_ms, r.worker_cpu);
+                std::printf(
+                    "%s run %d of %d: %.0f turns/s, p50 %.1f ms, worker %.2f CPU ms a turn\n",
+                    name.c_str(), i + 1, runs, r.turns_per_s, r.p50_ms, r.worker_cpu);
             }
             results.push_back(r);
         }
-        std::sort(results.begin(), results.end(),
-                  [](const run_result& a, const run_result& b) { return a.turns_per_s < b.turns_per_s; });
+        std::sort(results.begin(), results.end(), [](const run_result& a, const run_result& b) {
+            return a.turns_per_s < b.turns_per_s;
+        });
         if (runs > 1) {
             std::printf("%s: the median of %d runs\n", name.c_str(), runs);
         }

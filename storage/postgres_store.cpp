@@ -314,9 +314,9 @@ class postgres_log final : public session_log {
     }
 
     // The parameters of the one-statement commit; none when the actions touch timers (a
-    // commit that schedules and clears one needs its statements in order).
-    // An entry's or a fact's keys go as arrays of numbers beside its body, so that PostgreSQL
-    // reads each body once, to split the array, and stores its text as it came.
+    // commit that schedules and clears one needs its statements in order). The keys of the
+    // entries and facts go as arrays of numbers beside their bodies, so that PostgreSQL reads
+    // each body once, to split the array, and stores its text as it came.
     struct one_commit {
         std::optional<std::string> settings;
         std::string entry_seqs = "{", entry_ats = "{", entries = "[";
