@@ -68,6 +68,13 @@ const char* const migrations[] = {
     R"(ALTER TABLE transcript ALTER COLUMN body TYPE text USING body::text;
        ALTER TABLE journal ALTER COLUMN body TYPE text USING body::text;
        ALTER TABLE timers ALTER COLUMN body TYPE text USING body::text;)",
+    // One row per commit (storage/pg_batch.hpp): the rows already stored stay as they are, one
+    // value each, and load as such. The version is what tells a worker that cannot read the
+    // new rows to stay away.
+    R"(COMMENT ON COLUMN transcript.body IS
+           'the entries of one commit: a JSON array, keys from seq (the last one''s), or one entry';
+       COMMENT ON COLUMN journal.body IS
+           'one lane''s facts of one commit: a JSON array, keys from seq (the last one''s), or one fact';)",
 };
 
 }  // namespace
@@ -148,21 +155,23 @@ void prepare_postgres_statements(pqxx::connection& c) {
               "SELECT version, settings::text, paused, has_work, epoch FROM sessions "
               "WHERE session_id = $1");
     // The whole session in one statement (one snapshot, one round trip): its row (k 0), then
-    // its entries (1), journal facts (2) and timers (3), in order.
+    // its rows of entries (1) and of journal facts (2), and its timers (3), in order.
     c.prepare("load_all",
               "SELECT 0 AS k, 0 AS lane, 0::bigint AS seq, ''::text AS tid, settings::text, "
-              "       version, paused, has_work, epoch FROM sessions WHERE session_id = $1 "
-              "UNION ALL SELECT 1, 0, seq, '', body, NULL, NULL, NULL, NULL "
+              "       version, paused, has_work, epoch, 0::bigint AS at "
+              "  FROM sessions WHERE session_id = $1 "
+              "UNION ALL SELECT 1, 0, seq, '', body, NULL, NULL, NULL, NULL, at "
               "  FROM transcript WHERE session_id = $1 "
-              "UNION ALL SELECT 2, lane, seq, '', body, NULL, NULL, NULL, NULL "
+              "UNION ALL SELECT 2, lane, seq, '', body, NULL, NULL, NULL, NULL, at "
               "  FROM journal WHERE session_id = $1 "
-              "UNION ALL SELECT 3, 0, 0, id, body, NULL, NULL, NULL, NULL "
+              "UNION ALL SELECT 3, 0, 0, id, body, NULL, NULL, NULL, NULL, 0 "
               "  FROM timers WHERE session_id = $1 "
               "ORDER BY k, lane, seq, tid");
     c.prepare("load_entries",
-              "SELECT body FROM transcript WHERE session_id = $1 AND seq > $2 ORDER BY seq");
+              "SELECT seq, at, body FROM transcript WHERE session_id = $1 AND seq > $2 "
+              "ORDER BY seq");
     c.prepare("load_facts_since",
-              "SELECT body FROM journal WHERE session_id = $1 "
+              "SELECT seq, at, body FROM journal WHERE session_id = $1 "
               "AND lane = $2 AND seq > $3 ORDER BY seq");
 }
 

@@ -3,6 +3,7 @@
 #include "session/codec.hpp"
 #include "session/overloaded.hpp"
 #include "session/summary.hpp"
+#include "storage/pg_batch.hpp"
 #include "storage/pg_migrations.hpp"
 #include "storage/postgres_schema.hpp"
 #include "storage/rows.hpp"
@@ -11,6 +12,7 @@
 #include <libpq-fe.h>
 #include <pqxx/pqxx>
 
+#include <array>
 #include <limits>
 #include <optional>
 #include <stdexcept>
@@ -170,24 +172,28 @@ class postgres_log final : public session_log {
                 return errc::lease_lost;  // removed, or a newer owner opened it
             }
             state_builder b;
+            std::vector<json::value> values;
             for (std::size_t i = 1; i < rows.size(); ++i) {
                 const auto& row = rows[i];
                 const char* body = row[4].c_str();
-                switch (row[0].as<int>()) {
-                    case 1:
-                        b.entry(body);
-                        break;
-                    case 2: {
-                        auto lane = row[1].as<int>();
-                        if (lane < 0 || lane > 2) {
-                            return errc::corrupt;
-                        }
-                        b.fact(static_cast<s::lane>(lane), body);
-                        break;
+                const int kind = row[0].as<int>();
+                if (kind == 3) {
+                    b.timer(body);
+                    continue;
+                }
+                const int lane = row[1].as<int>();
+                values.clear();
+                if (lane < 0 || lane > 2 ||
+                    !expand_row(body, row[2].as<std::uint64_t>(), row[9].as<std::int64_t>(),
+                                kind == 1 ? "id" : "seq", 0, values)) {
+                    return errc::corrupt;
+                }
+                for (const auto& v : values) {
+                    if (kind == 1) {
+                        b.entry(v);
+                    } else {
+                        b.fact(static_cast<s::lane>(lane), v);
                     }
-                    default:
-                        b.timer(body);
-                        break;
                 }
             }
             const auto& sess = rows[0];
@@ -214,13 +220,20 @@ class postgres_log final : public session_log {
             patch_rows rows;
             for (const auto& row : t.exec_prepared("load_entries", id().str(),
                                                    static_cast<std::int64_t>(from.transcript))) {
-                rows.entries.emplace_back(row[0].c_str());
+                if (!expand_row(row[2].c_str(), row[0].as<std::uint64_t>(),
+                                row[1].as<std::int64_t>(), "id", from.transcript, rows.entries)) {
+                    return errc::corrupt;
+                }
             }
             for (s::lane l : s::all_lanes) {
                 for (const auto& row : t.exec_prepared("load_facts_since", id().str(),
                                                        static_cast<int>(s::index_of(l)),
                                                        static_cast<std::int64_t>(from.of(l)))) {
-                    rows.facts[s::index_of(l)].emplace_back(row[0].c_str());
+                    if (!expand_row(row[2].c_str(), row[0].as<std::uint64_t>(),
+                                    row[1].as<std::int64_t>(), "seq", from.of(l),
+                                    rows.facts[s::index_of(l)])) {
+                        return errc::corrupt;
+                    }
                 }
             }
             rows.settings_json = sess[0][1].is_null() ? "" : sess[0][1].c_str();
@@ -251,9 +264,7 @@ class postgres_log final : public session_log {
             if (fenced(w, "fence", before, actions).affected_rows() != 1) {
                 return refusal(w.exec_prepared("fence_why", sid), 0);
             }
-            for (const auto& a : actions) {
-                write(w, sid, a);
-            }
+            write(w, sid, actions);
             w.commit();
             return {};
         });
@@ -313,10 +324,27 @@ class postgres_log final : public session_log {
         return errc::conflict;
     }
 
+    // The rows a commit appends (storage/pg_batch.hpp): its entries', and each lane's facts'.
+    struct log_rows {
+        batch_row entries{"id"};
+        std::array<batch_row, 3> facts{batch_row{"seq"}, batch_row{"seq"}, batch_row{"seq"}};
+    };
+    static log_rows rows_of(const action_list& actions) {
+        log_rows r;
+        for (const auto& a : actions) {
+            if (const auto* e = std::get_if<s::entry_appended>(&a)) {
+                r.entries.add(s::to_json(e->e), e->e.id.value, e->e.at.value);
+            } else if (const auto* f = std::get_if<s::journal_recorded>(&a)) {
+                r.facts[s::index_of(f->in)].add(s::to_json(f->j), f->j.seq.value, f->j.at.value);
+            }
+        }
+        return r;
+    }
+
     // The parameters of the one-statement commit; none when the actions touch timers (a
     // commit that schedules and clears one needs its statements in order). The keys of the
-    // entries and facts go as arrays of numbers beside their bodies, so that PostgreSQL reads
-    // each body once, to split the array, and stores its text as it came.
+    // rows go as arrays of numbers beside their bodies, so that PostgreSQL reads each body
+    // once, to split the array, and stores its text as it came.
     struct one_commit {
         std::optional<std::string> settings;
         std::string entry_seqs = "{", entry_ats = "{", entries = "[";
@@ -332,20 +360,26 @@ class postgres_log final : public session_log {
     static std::optional<one_commit> one_statement(const action_list& actions) {
         one_commit o;
         for (const auto& a : actions) {
-            if (const auto* e = std::get_if<s::entry_appended>(&a)) {
-                add(o.entry_seqs, std::to_string(static_cast<std::int64_t>(e->e.id.value)));
-                add(o.entry_ats, std::to_string(e->e.at.value));
-                add(o.entries, dump(s::to_json(e->e)));
-            } else if (const auto* f = std::get_if<s::journal_recorded>(&a)) {
-                add(o.fact_lanes, std::to_string(static_cast<int>(s::index_of(f->in))));
-                add(o.fact_seqs, std::to_string(static_cast<std::int64_t>(f->j.seq.value)));
-                add(o.fact_ats, std::to_string(f->j.at.value));
-                add(o.facts, dump(s::to_json(f->j)));
-            } else if (const auto* st = std::get_if<s::settings_set>(&a)) {
+            if (const auto* st = std::get_if<s::settings_set>(&a)) {
                 o.settings = encode_settings(st->value);
             } else if (std::holds_alternative<s::timer_scheduled>(a) ||
                        std::holds_alternative<s::timer_cleared>(a)) {
                 return std::nullopt;
+            }
+        }
+        auto rows = rows_of(actions);
+        if (!rows.entries.empty()) {
+            add(o.entry_seqs, std::to_string(rows.entries.key()));
+            add(o.entry_ats, std::to_string(rows.entries.at()));
+            add(o.entries, rows.entries.body());
+        }
+        for (s::lane l : s::all_lanes) {
+            auto& facts = rows.facts[s::index_of(l)];
+            if (!facts.empty()) {
+                add(o.fact_lanes, std::to_string(static_cast<int>(s::index_of(l))));
+                add(o.fact_seqs, std::to_string(facts.key()));
+                add(o.fact_ats, std::to_string(facts.at()));
+                add(o.facts, facts.body());
             }
         }
         for (auto* list : {&o.entry_seqs, &o.entry_ats, &o.fact_lanes, &o.fact_seqs, &o.fact_ats}) {
@@ -356,32 +390,37 @@ class postgres_log final : public session_log {
         return o;
     }
 
-    static void write(pqxx::work& w, const std::string& sid, const s::action& a) {
-        std::visit(
-            s::overloaded{
-                [&](const s::entry_appended& x) {
-                    w.exec_prepared0("insert_entry", sid, static_cast<std::int64_t>(x.e.id.value),
-                                     x.e.at.value, dump(s::to_json(x.e)));
-                },
-                [&](const s::journal_recorded& x) {
-                    w.exec_prepared0("insert_fact", sid, static_cast<int>(s::index_of(x.in)),
-                                     static_cast<std::int64_t>(x.j.seq.value), x.j.at.value,
-                                     dump(s::to_json(x.j)));
-                },
-                [&](const s::settings_set& x) {
-                    w.exec_prepared0("set_settings", sid, encode_settings(x.value));
-                },
-                // Registers: the fence wrote them.
-                [](const s::has_work_set&) {},
-                [](const s::paused_set&) {},
-                [&](const s::timer_scheduled& x) {
-                    w.exec_prepared0("insert_timer", sid, x.t.id.str(), dump(s::to_json(x.t)));
-                },
-                [&](const s::timer_cleared& x) {
-                    w.exec_prepared0("delete_timer", sid, x.id.str());
-                },
-            },
-            a);
+    // The statements of a commit that touches timers, after its fence.
+    static void write(pqxx::work& w, const std::string& sid, const action_list& actions) {
+        auto rows = rows_of(actions);
+        if (!rows.entries.empty()) {
+            w.exec_prepared0("insert_entry", sid, static_cast<std::int64_t>(rows.entries.key()),
+                             rows.entries.at(), rows.entries.body());
+        }
+        for (s::lane l : s::all_lanes) {
+            auto& facts = rows.facts[s::index_of(l)];
+            if (!facts.empty()) {
+                w.exec_prepared0("insert_fact", sid, static_cast<int>(s::index_of(l)),
+                                 static_cast<std::int64_t>(facts.key()), facts.at(), facts.body());
+            }
+        }
+        for (const auto& a : actions) {
+            std::visit(s::overloaded{
+                           [&](const s::settings_set& x) {
+                               w.exec_prepared0("set_settings", sid, encode_settings(x.value));
+                           },
+                           [&](const s::timer_scheduled& x) {
+                               w.exec_prepared0("insert_timer", sid, x.t.id.str(),
+                                                dump(s::to_json(x.t)));
+                           },
+                           [&](const s::timer_cleared& x) {
+                               w.exec_prepared0("delete_timer", sid, x.id.str());
+                           },
+                           // Entries and facts: the rows above. Registers: the fence.
+                           [](const auto&) {},
+                       },
+                       a);
+        }
     }
 
     postgres_store& store_;

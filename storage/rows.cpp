@@ -31,10 +31,14 @@ void state_builder::corrupt(std::string why) {
 }
 
 void state_builder::entry(std::string_view text) {
+    entry(parse_row(text));
+}
+
+void state_builder::entry(const json::value& v) {
     if (!error_.empty()) {
         return;
     }
-    auto e = decode_text(text, s::entry_from_json);
+    auto e = s::entry_from_json(v);
     if (!e || e->id.value != state_.transcript.size() + 1) {
         return corrupt("transcript entry " + std::to_string(state_.transcript.size() + 1));
     }
@@ -42,10 +46,14 @@ void state_builder::entry(std::string_view text) {
 }
 
 void state_builder::fact(s::lane l, std::string_view text) {
+    fact(l, parse_row(text));
+}
+
+void state_builder::fact(s::lane l, const json::value& v) {
     if (!error_.empty()) {
         return;
     }
-    auto j = decode_text(text, s::journal_entry_from_json);
+    auto j = s::journal_entry_from_json(v);
     const auto& lane = state_.in(l);
     if (!j || j->seq.value != lane.journal.size() + 1) {
         return corrupt("journal fact " + std::to_string(lane.journal.size() + 1));
@@ -102,16 +110,16 @@ boost::system::result<s::patch> patch_from_rows(const s::version_vector& from,
     s::patch p;
     p.from = from;
     p.to = to;
-    for (const auto& text : rows.entries) {
-        auto e = decode_text(text, s::entry_from_json);
+    for (const auto& v : rows.entries) {
+        auto e = s::entry_from_json(v);
         if (!e) {
             return errc::corrupt;
         }
         p.transcript.push_back(std::move(*e));
     }
     for (s::lane l : s::all_lanes) {
-        for (const auto& text : rows.facts[s::index_of(l)]) {
-            auto j = decode_text(text, s::journal_entry_from_json);
+        for (const auto& v : rows.facts[s::index_of(l)]) {
+            auto j = s::journal_entry_from_json(v);
             if (!j) {
                 return errc::corrupt;
             }
@@ -130,6 +138,11 @@ boost::system::result<s::patch> patch_from_rows(const s::version_vector& from,
     p.state = s::status{s::loop_state::idle, rows.paused, rows.has_work};
     s::coalesce(p);
     return p;
+}
+
+json::value parse_row(std::string_view text) {
+    auto v = s::parse_json(text);
+    return v ? std::move(*v) : json::value{};
 }
 
 std::string encode_version(const s::version_vector& v) {

@@ -110,7 +110,7 @@ class sqlite_log final : public session_log {
                 auto& q = db.prepare("SELECT body FROM transcript WHERE seq > ?1 ORDER BY seq");
                 q.bind(1, static_cast<std::int64_t>(from.transcript));
                 while (q.step()) {
-                    rows.entries.emplace_back(q.text(0));
+                    rows.entries.push_back(parse_row(q.text(0)));
                 }
             }
             for (s::lane l : s::all_lanes) {
@@ -119,7 +119,7 @@ class sqlite_log final : public session_log {
                 q.bind(1, static_cast<std::int64_t>(s::index_of(l)))
                     .bind(2, static_cast<std::int64_t>(from.of(l)));
                 while (q.step()) {
-                    rows.facts[s::index_of(l)].emplace_back(q.text(0));
+                    rows.facts[s::index_of(l)].push_back(parse_row(q.text(0)));
                 }
             }
             rows.settings_json = meta(db, "settings");

@@ -139,7 +139,7 @@ TEST_P(StoreConformance, AStaleStateIsAConflictNotASilentOverwrite) {
     EXPECT_EQ(log->load()->in(lane::steer).pending.size(), 1u);
 }
 
-TEST_P(StoreConformance, PatchSinceEqualsThePureStablePatch) {
+TEST_P(StoreConformance, PatchSinceEqualsThePureStablePatchFromAnyVersion) {
     checked_session s(open("since", 1));
     std::mt19937_64 rng(7);
     std::vector<version_vector> versions{s.state().version()};
@@ -148,6 +148,19 @@ TEST_P(StoreConformance, PatchSinceEqualsThePureStablePatch) {
         auto r = s.run([&](auto& log, auto& st) { return run_store(op, log, st); });
         if (r && !r->empty()) {
             versions.push_back(s.state().version());
+        }
+    }
+    // Also from inside a commit: a store that keeps a commit's values together must still
+    // answer from any of them.
+    const auto to = s.state().version();
+    for (std::uint64_t t = 0; t <= to.transcript; ++t) {
+        versions.push_back(version_vector{t, 0, 0, 0});
+    }
+    for (lane l : all_lanes) {
+        for (std::uint64_t seq = 0; seq <= to.of(l); ++seq) {
+            version_vector v;
+            v.of(l) = seq;
+            versions.push_back(v);
         }
     }
     for (const auto& v : versions) {

@@ -1,5 +1,6 @@
 // The PostgreSQL store against a real server (scripts/test starts it).
 #include "storage/postgres_store.hpp"
+#include "storage/pg_batch.hpp"
 #include "tests/storage/conformance.hpp"
 #include "session/codec.hpp"
 #include "session/reducer.hpp"
@@ -10,6 +11,7 @@
 #include <boost/json.hpp>
 
 #include <chrono>
+#include <fstream>
 #include <iostream>
 #include <thread>
 
@@ -27,6 +29,51 @@ struct temp_postgres_store final : storage::forwarding_store {
     std::string schema;
     storage::postgres_store store;
 };
+
+// The rows of one session's table ("transcript", or "journal" with its lanes), in order.
+struct stored_row {
+    int lane = 0;
+    std::uint64_t seq = 0;
+    std::int64_t at = 0;
+    std::string body;
+};
+std::vector<stored_row> rows_of(const std::string& schema, const std::string& table,
+                                const std::string& sid) {
+    pqxx::connection c(pg_dsn());
+    pqxx::nontransaction n(c);
+    std::vector<stored_row> out;
+    const std::string lane = table == "journal" ? "lane" : "0";
+    for (auto row : n.exec("SELECT " + lane + ", seq, at, body FROM " + schema + "." + table +
+                           " WHERE session_id = " + n.quote(sid) + " ORDER BY 1, seq")) {
+        out.push_back({row[0].as<int>(), row[1].as<std::uint64_t>(), row[2].as<std::int64_t>(),
+                       row[3].as<std::string>()});
+    }
+    return out;
+}
+
+// Stores a session's entries and facts as versions before migration 5 wrote them: each value
+// whole, in a row of its own.
+void rewrite_as_rows_of_one_value(const std::string& schema, const std::string& sid,
+                                  const session_state& st) {
+    pqxx::connection c(pg_dsn());
+    pqxx::work w(c);
+    w.exec0("SET LOCAL search_path TO " + schema);
+    w.exec_params0("DELETE FROM transcript WHERE session_id = $1", sid);
+    w.exec_params0("DELETE FROM journal WHERE session_id = $1", sid);
+    for (const auto& e : st.transcript) {
+        w.exec_params0("INSERT INTO transcript VALUES ($1, $2, $3, $4)", sid,
+                       static_cast<std::int64_t>(e.id.value), e.at.value,
+                       boost::json::serialize(session::to_json(e)));
+    }
+    for (lane l : all_lanes) {
+        for (const auto& j : st.in(l).journal) {
+            w.exec_params0("INSERT INTO journal VALUES ($1, $2, $3, $4, $5)", sid,
+                           static_cast<int>(index_of(l)), static_cast<std::int64_t>(j.seq.value),
+                           j.at.value, boost::json::serialize(session::to_json(j)));
+        }
+    }
+    w.commit();
+}
 
 }  // namespace
 
@@ -46,13 +93,14 @@ TEST(PostgresStore, MigrationsAreVersionedAndIdempotent) {
     pqxx::connection c(pg_dsn());
     pqxx::nontransaction n(c);
     auto r = n.exec("SELECT max(version), count(*) FROM " + t.schema + ".migrations");
-    EXPECT_EQ(r[0][0].as<int>(), 4);
-    EXPECT_EQ(r[0][1].as<int>(), 4);
+    EXPECT_EQ(r[0][0].as<int>(), 5);
+    EXPECT_EQ(r[0][1].as<int>(), 5);
 }
 
 // The index's migration fills the new columns from the stored rows: a database written before
 // it lists its sessions as they are; and the bodies' migration from jsonb to text keeps every
-// session loading as it was. (Both are undone by hand, then run again.)
+// session loading as it was. (Both are undone by hand, then run again, on rows of one value
+// each, as a database from before them holds.)
 TEST(PostgresStore, TheIndexAndBodyMigrationsKeepTheStoredSessions) {
     temp_postgres_store t;
     std::vector<std::pair<std::string, session_state>> written;
@@ -69,6 +117,7 @@ TEST(PostgresStore, TheIndexAndBodyMigrationsKeepTheStoredSessions) {
             }
         }
         written.emplace_back(id, st);
+        rewrite_as_rows_of_one_value(t.schema, id, st);  // as a database before 3 holds them
     }
     {
         pqxx::connection c(pg_dsn());
@@ -84,7 +133,7 @@ TEST(PostgresStore, TheIndexAndBodyMigrationsKeepTheStoredSessions) {
             "DROP COLUMN lane_follow_up, DROP COLUMN timers, DROP COLUMN next_timer, "
             "DROP COLUMN last_activity");
         w.exec0("ALTER TABLE sessions ALTER COLUMN session_id TYPE text COLLATE \"default\"");
-        w.exec0("DELETE FROM migrations WHERE version >= 3");
+        w.exec0("DELETE FROM migrations WHERE version >= 3");  // and 5 runs again
         w.commit();
     }
     storage::postgres_store again(storage::postgres_options{pg_dsn(), t.schema, 1});
@@ -109,12 +158,37 @@ TEST(PostgresStore, AnUnreachableServerIsAClearError) {
                  std::runtime_error);
 }
 
-// Bodies are stored as the codec writes them (compact JSON text), by the one-statement commit
-// and by the transaction that commits timers alike.
-TEST(PostgresStore, BodiesAreStoredAsTheCodecsCompactJson) {
+// A commit's entries are one row, and each lane's facts of a commit one row: the codec's
+// compact JSON of each value, in an array, without the keys and shared times the row's columns
+// hold. By the one-statement commit and by the transaction that commits timers alike.
+TEST(PostgresStore, ACommitsValuesAreOneRowOfCompactJson) {
     temp_postgres_store t;
     auto log = t.store.open(session_id::parse("compact").value(), lease_epoch{1}).value();
-    session_state st;
+    session_state st = log->load().value();
+    // The assistant message and its calls' markers: one commit, one row.
+    auto m = reply("calling", {{"c1", "echo"}, {"c2", "echo"}});
+    auto actions = log->append_response(st, m, {call_id("c1"), call_id("c2")}, false, unix_ms{50});
+    ASSERT_TRUE(actions.has_value()) << actions.error().message();
+    apply_actions(*actions, st);
+    auto one = rows_of(t.schema, "transcript", "compact");
+    ASSERT_EQ(one.size(), 1u);
+    ASSERT_EQ(st.transcript.size(), 3u);
+    EXPECT_EQ(one[0].seq, 3u);
+    EXPECT_EQ(one[0].at, 50);
+    std::string expected = "[";
+    for (const auto& e : st.transcript) {
+        boost::json::object o;  // the codec's, in its order, less the id and the time
+        const auto whole = session::to_json(e);
+        for (const auto& [name, value] : whole.as_object()) {
+            if (name != "id" && name != "at") {
+                o.emplace(name, value);
+            }
+        }
+        expected += (expected.size() > 1 ? "," : "") + boost::json::serialize(o);
+    }
+    EXPECT_EQ(one[0].body, expected + "]");
+
+    // Random commits, timers among them: every row holds the values it says, compact.
     std::mt19937_64 rng(7);
     for (int i = 0; i < 200; ++i) {
         auto op = next_op(rng, st, unix_ms{1000 + i});
@@ -122,25 +196,120 @@ TEST(PostgresStore, BodiesAreStoredAsTheCodecsCompactJson) {
             apply_actions(*r, st);
         }
     }
-    ASSERT_FALSE(st.transcript.empty());
+    for (const char* table : {"transcript", "journal"}) {
+        const auto rows = rows_of(t.schema, table, "compact");
+        std::array<std::vector<boost::json::value>, 3> values;
+        for (const auto& row : rows) {
+            EXPECT_EQ(row.body, boost::json::serialize(boost::json::parse(row.body)));
+            auto& to = values[static_cast<std::size_t>(row.lane)];
+            const std::size_t had = to.size();
+            ASSERT_TRUE(storage::expand_row(row.body, row.seq, row.at,
+                                            std::string(table) == "journal" ? "seq" : "id", 0, to)
+                            .has_value());
+            EXPECT_EQ(to.size() - had, boost::json::parse(row.body).as_array().size());
+        }
+        if (std::string(table) == "transcript") {
+            ASSERT_EQ(values[0].size(), st.transcript.size());
+            EXPECT_LT(rows.size(), st.transcript.size());
+            for (std::size_t i = 0; i < st.transcript.size(); ++i) {
+                EXPECT_EQ(values[0][i], session::to_json(st.transcript[i])) << i;
+            }
+            continue;
+        }
+        std::size_t facts = 0;
+        for (lane l : all_lanes) {
+            const auto& journal = st.in(l).journal;
+            ASSERT_EQ(values[index_of(l)].size(), journal.size());
+            for (std::size_t i = 0; i < journal.size(); ++i) {
+                EXPECT_EQ(values[index_of(l)][i], session::to_json(journal[i])) << i;
+            }
+            facts += journal.size();
+        }
+        EXPECT_LT(rows.size(), facts);
+    }
+}
+
+// Rows written before a commit's values shared a row (one value each, whole) load as they
+// are, and so does a session that goes on in the new rows after them; a catch-up from any
+// version reads across both.
+TEST(PostgresStore, RowsOfOneValueWrittenBeforeBatchesStillLoad) {
+    temp_postgres_store t;
+    auto log = t.store.open(session_id::parse("mixed").value(), lease_epoch{1}).value();
+    session_state st;
+    std::mt19937_64 rng(11);
+    auto run = [&](int n) {
+        for (int i = 0; i < n; ++i) {
+            auto op = next_op(rng, st, unix_ms{1000 + i});
+            if (auto r = run_store(op, *log, st)) {
+                apply_actions(*r, st);
+            }
+        }
+    };
+    run(80);
+    rewrite_as_rows_of_one_value(t.schema, "mixed", st);
+    ASSERT_EQ(log->load().value(), st);
+    const auto before = st.version();
+    run(80);
+    ASSERT_GT(st.version().transcript, before.transcript);
+    EXPECT_EQ(log->load().value(), st);
+    for (std::uint64_t k = 0; k <= st.version().transcript; ++k) {
+        const version_vector v{k, 0, 0, 0};
+        EXPECT_EQ(log->since(v).value(), since(st, v).value()) << k;
+    }
+}
+
+// The script that undoes migration 5 for a worker of the version before it leaves rows of one
+// value each, whole, that load as what was written.
+TEST(PostgresStore, TheScriptThatUndoesMigration5KeepsEverySession) {
+    temp_postgres_store t;
+    std::vector<std::pair<std::string, session_state>> written;
+    for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+        const std::string id = "undo" + std::to_string(seed);
+        auto log = t.store.open(session_id::parse(id).value(), lease_epoch{1}).value();
+        session_state st;
+        std::mt19937_64 rng(seed);
+        for (int i = 0; i < 120; ++i) {
+            auto op = next_op(rng, st, unix_ms{1000 + i});
+            if (auto r = run_store(op, *log, st)) {
+                apply_actions(*r, st);
+            }
+        }
+        written.emplace_back(id, st);
+    }
+    std::ifstream f(std::string(WUHU_SOURCE_DIR) + "/scripts/sql/postgres-undo-migration-5.sql");
+    ASSERT_TRUE(f) << "the script is missing";
+    const std::string script((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    {
+        pqxx::connection c(pg_dsn());
+        pqxx::work w(c);
+        w.exec0("SET LOCAL search_path TO " + t.schema);
+        w.exec0(script);
+        w.commit();
+    }
     pqxx::connection c(pg_dsn());
     pqxx::nontransaction n(c);
-    auto entries = n.exec("SELECT body FROM " + t.schema +
-                          ".transcript WHERE session_id = 'compact' ORDER BY seq");
-    ASSERT_EQ(entries.size(), st.transcript.size());
-    for (std::size_t i = 0; i < st.transcript.size(); ++i) {
-        EXPECT_EQ(entries[static_cast<int>(i)][0].as<std::string>(),
-                  boost::json::serialize(session::to_json(st.transcript[i])));
-    }
-    std::size_t rows = 0;
-    for (const char* table : {"journal", "timers"}) {
-        for (auto row : n.exec("SELECT body FROM " + t.schema + "." + table)) {
-            const auto body = row[0].as<std::string>();
-            EXPECT_EQ(body, boost::json::serialize(boost::json::parse(body))) << table;
-            ++rows;
+    EXPECT_EQ(n.exec1("SELECT max(version) FROM " + t.schema + ".migrations")[0].as<int>(), 4);
+    for (const auto& [id, st] : written) {
+        std::size_t values = 0;
+        for (const char* table : {"transcript", "journal"}) {
+            for (const auto& row : rows_of(t.schema, table, id)) {
+                const auto v = boost::json::parse(row.body);
+                ASSERT_TRUE(v.is_object()) << row.body;
+                EXPECT_EQ(
+                    v.at(std::string(table) == "journal" ? "seq" : "id").to_number<std::uint64_t>(),
+                    row.seq);
+                EXPECT_EQ(v.at("at").to_number<std::int64_t>(), row.at);
+                ++values;
+            }
         }
+        std::size_t facts = 0;
+        for (lane l : all_lanes) {
+            facts += st.in(l).journal.size();
+        }
+        EXPECT_EQ(values, st.transcript.size() + facts) << id;
+        auto log = t.store.open(session_id::parse(id).value(), lease_epoch{2}).value();
+        EXPECT_EQ(log->load().value(), st) << id;
     }
-    EXPECT_GT(rows, st.timers.size());  // facts and the timers still pending
 }
 
 // Model text with NUL is stored (and published) with U+FFFD in its place.
