@@ -1,19 +1,16 @@
 #include "storage/pg_batch.hpp"
 
+#include "session/assert.hpp"
 #include "session/codec.hpp"
 #include "storage/errc.hpp"
-
-#include <stdexcept>
 
 namespace wuhu::storage {
 
 namespace json = boost::json;
 
 void batch_row::add(json::value v, std::uint64_t key, std::int64_t at) {
-    if (!values_.empty() && key != key_ + 1) {
-        // The reducer appends with consecutive keys; a row could not say otherwise.
-        throw std::logic_error("a batch row's values must have consecutive keys");
-    }
+    // The reducer appends with consecutive keys (a row could not say otherwise).
+    WUHU_ASSERT(values_.empty() || key == key_ + 1, "a batch row's values have consecutive keys");
     values_.push_back(std::move(v.as_object()));
     key_ = key;
     at_ = at;
@@ -43,23 +40,10 @@ std::string batch_row::body() const {
 
 namespace {
 
-// Gives `o` its key and, when it has none, the row's time; a key it holds must be `key`.
-bool restore(json::object& o, const char* key_name, std::uint64_t key, std::int64_t at) {
-    if (const auto* k = o.if_contains(key_name)) {
-        const bool same = k->is_uint64()  ? k->get_uint64() == key
-                          : k->is_int64() ? k->get_int64() >= 0 &&
-                                                static_cast<std::uint64_t>(k->get_int64()) == key
-                                          : false;
-        if (!same) {
-            return false;
-        }
-    } else {
-        o.emplace(key_name, key);
-    }
-    if (!o.contains("at")) {
-        o.emplace("at", at);
-    }
-    return true;
+bool is(const json::value& v, std::uint64_t n) {
+    return v.is_uint64()  ? v.get_uint64() == n
+           : v.is_int64() ? v.get_int64() >= 0 && static_cast<std::uint64_t>(v.get_int64()) == n
+                          : false;
 }
 
 }  // namespace
@@ -68,11 +52,14 @@ boost::system::result<void> expand_row(std::string_view body, std::uint64_t key,
                                        const char* key_name, std::uint64_t after,
                                        std::vector<json::value>& out) {
     auto v = session::parse_json(body);
-    if (!v) {
+    if (!v || key == 0) {
         return errc::corrupt;
     }
-    if (v->is_object()) {  // written before batches: one value, whole
-        if (!restore(v->as_object(), key_name, key, at)) {
+    if (v->is_object()) {  // written before batches: one value, whole, keyed and timed as its row
+        const auto* k = v->as_object().if_contains(key_name);
+        const auto* t = v->as_object().if_contains("at");
+        if (k == nullptr || !is(*k, key) || t == nullptr || !t->is_int64() ||
+            t->get_int64() != at) {
             return errc::corrupt;
         }
         if (key > after) {
@@ -83,16 +70,23 @@ boost::system::result<void> expand_row(std::string_view body, std::uint64_t key,
     if (!v->is_array() || v->as_array().empty() || v->as_array().size() > key) {
         return errc::corrupt;
     }
+    // Exactly what batch_row writes: no keys, and no time on the last value (the row's).
     auto& values = v->as_array();
     std::uint64_t k = key - values.size();
     for (auto& e : values) {
         ++k;
-        if (!e.is_object() || !restore(e.as_object(), key_name, k, at)) {
+        auto* o = e.if_object();
+        if (o == nullptr || o->contains(key_name) || (k == key && o->contains("at"))) {
             return errc::corrupt;
         }
-        if (k > after) {
-            out.push_back(std::move(e));
+        if (k <= after) {
+            continue;
         }
+        o->emplace(key_name, k);
+        if (!o->contains("at")) {
+            o->emplace("at", at);
+        }
+        out.push_back(std::move(e));
     }
     return {};
 }

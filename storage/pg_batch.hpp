@@ -44,8 +44,8 @@ class batch_row {
 };
 
 // Appends to `out` the objects of a stored row with their keys and times restored, those with a
-// key after `after` only. A body that is neither an object nor an array of objects, or whose
-// keys would not be positive, is `corrupt`.
+// key after `after` only. Anything batch_row would not have written (or, for a row of one whole
+// value, a key or time other than its row's) is `corrupt`.
 boost::system::result<void> expand_row(std::string_view body, std::uint64_t key, std::int64_t at,
                                        const char* key_name, std::uint64_t after,
                                        std::vector<boost::json::value>& out);

@@ -184,7 +184,7 @@ class postgres_log final : public session_log {
                 const int lane = row[1].as<int>();
                 values.clear();
                 if (lane < 0 || lane > 2 ||
-                    !expand_row(body, row[2].as<std::uint64_t>(), row[9].as<std::int64_t>(),
+                    !expand_row(body, key_of(row[2]), row[9].as<std::int64_t>(),
                                 kind == 1 ? "id" : "seq", 0, values)) {
                     return errc::corrupt;
                 }
@@ -220,8 +220,8 @@ class postgres_log final : public session_log {
             patch_rows rows;
             for (const auto& row : t.exec_prepared("load_entries", id().str(),
                                                    static_cast<std::int64_t>(from.transcript))) {
-                if (!expand_row(row[2].c_str(), row[0].as<std::uint64_t>(),
-                                row[1].as<std::int64_t>(), "id", from.transcript, rows.entries)) {
+                if (!expand_row(row[2].c_str(), key_of(row[0]), row[1].as<std::int64_t>(), "id",
+                                from.transcript, rows.entries)) {
                     return errc::corrupt;
                 }
             }
@@ -229,9 +229,8 @@ class postgres_log final : public session_log {
                 for (const auto& row : t.exec_prepared("load_facts_since", id().str(),
                                                        static_cast<int>(s::index_of(l)),
                                                        static_cast<std::int64_t>(from.of(l)))) {
-                    if (!expand_row(row[2].c_str(), row[0].as<std::uint64_t>(),
-                                    row[1].as<std::int64_t>(), "seq", from.of(l),
-                                    rows.facts[s::index_of(l)])) {
+                    if (!expand_row(row[2].c_str(), key_of(row[0]), row[1].as<std::int64_t>(),
+                                    "seq", from.of(l), rows.facts[s::index_of(l)])) {
                         return errc::corrupt;
                     }
                 }
@@ -322,6 +321,12 @@ class postgres_log final : public session_log {
             return errc::lease_lost;
         }
         return errc::conflict;
+    }
+
+    // A row's key; 0, which expand_row refuses, for one that is not positive.
+    static std::uint64_t key_of(const pqxx::field& f) {
+        const auto k = f.as<std::int64_t>();
+        return k > 0 ? static_cast<std::uint64_t>(k) : 0;
     }
 
     // The rows a commit appends (storage/pg_batch.hpp): its entries', and each lane's facts'.

@@ -1,7 +1,8 @@
 -- Undoes migration 5 of the PostgreSQL session store (docs/storage.md, "One row per commit"),
 -- so that a worker of the version before it can read the database again: each row that holds
 -- a commit's values (a JSON array) becomes one row per value, whole, with its key (`id` or
--- `seq`) and `at` put back. Rows of one value are left as they are.
+-- `seq`) and `at` put back in front, as that version wrote them (the codec writes them first,
+-- and `json_array_elements` keeps each value's text). Rows of one value are left as they are.
 --
 -- Stop every worker first. Then, in the store's schema (default wuhu):
 --   psql "<dsn>" -v ON_ERROR_STOP=1 --single-transaction \
@@ -10,8 +11,9 @@ WITH batched AS (
     DELETE FROM transcript WHERE left(body, 1) = '[' RETURNING session_id, seq, at, body)
 INSERT INTO transcript (session_id, seq, at, body)
 SELECT b.session_id, b.seq - n.n + e.i, coalesce((e.v->>'at')::bigint, b.at),
-       (jsonb_build_object('id', b.seq - n.n + e.i, 'at', coalesce((e.v->>'at')::bigint, b.at))
-        || e.v::jsonb)::text
+       '{"id":' || (b.seq - n.n + e.i)
+           || CASE WHEN e.v->>'at' IS NULL THEN ',"at":' || b.at ELSE '' END
+           || ',' || substr(e.v::text, 2)
 FROM batched b,
      LATERAL (SELECT json_array_length(b.body::json) AS n) n,
      LATERAL json_array_elements(b.body::json) WITH ORDINALITY AS e(v, i);
@@ -20,8 +22,9 @@ WITH batched AS (
     DELETE FROM journal WHERE left(body, 1) = '[' RETURNING session_id, lane, seq, at, body)
 INSERT INTO journal (session_id, lane, seq, at, body)
 SELECT b.session_id, b.lane, b.seq - n.n + e.i, coalesce((e.v->>'at')::bigint, b.at),
-       (jsonb_build_object('seq', b.seq - n.n + e.i, 'at', coalesce((e.v->>'at')::bigint, b.at))
-        || e.v::jsonb)::text
+       '{"seq":' || (b.seq - n.n + e.i)
+           || CASE WHEN e.v->>'at' IS NULL THEN ',"at":' || b.at ELSE '' END
+           || ',' || substr(e.v::text, 2)
 FROM batched b,
      LATERAL (SELECT json_array_length(b.body::json) AS n) n,
      LATERAL json_array_elements(b.body::json) WITH ORDINALITY AS e(v, i);

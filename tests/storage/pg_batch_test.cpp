@@ -83,12 +83,12 @@ TEST(PgBatch, TheCodecsEntriesMakeTheRoundTrip) {
     }
 }
 
-// The reducer appends with consecutive keys; anything else is refused rather than stored
-// under the wrong keys.
-TEST(PgBatch, ValuesWithoutConsecutiveKeysAreRefused) {
+// The reducer appends with consecutive keys; anything else is a bug, not stored under the
+// wrong keys.
+TEST(PgBatchDeathTest, ValuesWithoutConsecutiveKeysAreABug) {
     storage::batch_row row("id");
     row.add(json::parse(R"({"id":1,"at":1})"), 1, 1);
-    EXPECT_THROW(row.add(json::parse(R"({"id":3,"at":1})"), 3, 1), std::logic_error);
+    EXPECT_DEATH(row.add(json::parse(R"({"id":3,"at":1})"), 3, 1), "consecutive keys");
 }
 
 TEST(PgBatch, ABodyOfAnotherShapeIsCorrupt) {
@@ -101,7 +101,13 @@ TEST(PgBatch, ABodyOfAnotherShapeIsCorrupt) {
     EXPECT_TRUE(corrupt(R"([{"id":4}])", 3));         // a key that disagrees with the row's
     EXPECT_TRUE(corrupt(R"({"id":"3"})", 3));
     EXPECT_TRUE(corrupt(R"({"seq":-3})", 3, "seq"));
-    EXPECT_FALSE(corrupt(R"([{"a":1},{"a":2}])", 2));
+    EXPECT_TRUE(corrupt(R"([{"a":1,"at":5}])", 1));  // the last value's time is the row's
+    EXPECT_TRUE(corrupt(R"({"id":3})", 3));          // a whole value has its time
+    EXPECT_TRUE(corrupt(R"({"id":3,"at":4})", 3));   // ... its row's
+    EXPECT_TRUE(corrupt(R"({"at":5})", 3));          // ... and its key
+    EXPECT_TRUE(corrupt(R"([{"a":1}])", 0));
+    EXPECT_FALSE(corrupt(R"([{"a":1,"at":4},{"a":2}])", 2));
+    EXPECT_FALSE(corrupt(R"({"id":3,"at":5})", 3));
 }
 
 }  // namespace wuhu::testing

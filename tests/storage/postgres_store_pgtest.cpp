@@ -256,6 +256,13 @@ TEST(PostgresStore, RowsOfOneValueWrittenBeforeBatchesStillLoad) {
         const version_vector v{k, 0, 0, 0};
         EXPECT_EQ(log->since(v).value(), since(st, v).value()) << k;
     }
+    for (lane l : all_lanes) {
+        for (std::uint64_t k = 0; k <= st.version().of(l); ++k) {
+            version_vector v;
+            v.of(l) = k;
+            EXPECT_EQ(log->since(v).value(), since(st, v).value()) << k;
+        }
+    }
 }
 
 // The script that undoes migration 5 for a worker of the version before it leaves rows of one
@@ -276,6 +283,27 @@ TEST(PostgresStore, TheScriptThatUndoesMigration5KeepsEverySession) {
         }
         written.emplace_back(id, st);
     }
+    // And a row whose values have times of their own (no commit of the rules writes one, but a
+    // row may hold one): 10, then 20 twice.
+    {
+        auto log = t.store.open(session_id::parse("timed").value(), lease_epoch{1}).value();
+        session_state st = log->load().value();
+        storage::batch_row row("id");
+        for (std::uint64_t i = 1; i <= 3; ++i) {
+            session::entry e{entry_seq{i}, unix_ms{i == 1 ? 10 : 20},
+                             diagnostic{"note", "entry " + std::to_string(i)}};
+            row.add(session::to_json(e), i, e.at.value);
+            apply_actions(action{entry_appended{e}}, st);
+        }
+        pqxx::connection c(pg_dsn());
+        pqxx::work w(c);
+        w.exec0("SET LOCAL search_path TO " + t.schema);
+        w.exec_params0("INSERT INTO transcript VALUES ('timed', 3, 20, $1)", row.body());
+        w.exec0("UPDATE sessions SET version = '3,0,0,0' WHERE session_id = 'timed'");
+        w.commit();
+        ASSERT_EQ(log->load().value(), st);
+        written.emplace_back("timed", st);
+    }
     std::ifstream f(std::string(WUHU_SOURCE_DIR) + "/scripts/sql/postgres-undo-migration-5.sql");
     ASSERT_TRUE(f) << "the script is missing";
     const std::string script((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
@@ -290,23 +318,27 @@ TEST(PostgresStore, TheScriptThatUndoesMigration5KeepsEverySession) {
     pqxx::nontransaction n(c);
     EXPECT_EQ(n.exec1("SELECT max(version) FROM " + t.schema + ".migrations")[0].as<int>(), 4);
     for (const auto& [id, st] : written) {
-        std::size_t values = 0;
-        for (const char* table : {"transcript", "journal"}) {
-            for (const auto& row : rows_of(t.schema, table, id)) {
-                const auto v = boost::json::parse(row.body);
-                ASSERT_TRUE(v.is_object()) << row.body;
-                EXPECT_EQ(
-                    v.at(std::string(table) == "journal" ? "seq" : "id").to_number<std::uint64_t>(),
-                    row.seq);
-                EXPECT_EQ(v.at("at").to_number<std::int64_t>(), row.at);
-                ++values;
+        // Each value in a row of its own, byte for byte as the version before wrote it.
+        const auto entries = rows_of(t.schema, "transcript", id);
+        ASSERT_EQ(entries.size(), st.transcript.size()) << id;
+        for (std::size_t i = 0; i < entries.size(); ++i) {
+            EXPECT_EQ(entries[i].seq, st.transcript[i].id.value);
+            EXPECT_EQ(entries[i].at, st.transcript[i].at.value);
+            EXPECT_EQ(entries[i].body, boost::json::serialize(session::to_json(st.transcript[i])));
+        }
+        const auto facts = rows_of(t.schema, "journal", id);
+        std::size_t k = 0;
+        for (lane l : all_lanes) {
+            for (const auto& j : st.in(l).journal) {
+                ASSERT_LT(k, facts.size()) << id;
+                EXPECT_EQ(facts[k].lane, static_cast<int>(index_of(l)));
+                EXPECT_EQ(facts[k].seq, j.seq.value);
+                EXPECT_EQ(facts[k].at, j.at.value);
+                EXPECT_EQ(facts[k].body, boost::json::serialize(session::to_json(j)));
+                ++k;
             }
         }
-        std::size_t facts = 0;
-        for (lane l : all_lanes) {
-            facts += st.in(l).journal.size();
-        }
-        EXPECT_EQ(values, st.transcript.size() + facts) << id;
+        EXPECT_EQ(k, facts.size()) << id;
         auto log = t.store.open(session_id::parse(id).value(), lease_epoch{2}).value();
         EXPECT_EQ(log->load().value(), st) << id;
     }
