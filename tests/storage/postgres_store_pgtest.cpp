@@ -30,6 +30,31 @@ struct temp_postgres_store final : storage::forwarding_store {
     storage::postgres_store store;
 };
 
+// Runs `n` random operations (random_ops.hpp) through `log`, keeping `st` in step.
+void run_random(storage::session_log& log, session_state& st, std::mt19937_64& rng, int n) {
+    for (int i = 0; i < n; ++i) {
+        auto op = next_op(rng, st, unix_ms{1000 + i});
+        if (auto r = run_store(op, log, st)) {
+            apply_actions(*r, st);
+        }
+    }
+}
+
+// Sessions "<prefix>1".."<prefix>N", each written by 120 random operations (seeded by its number).
+std::vector<std::pair<std::string, session_state>> write_random_sessions(
+    storage::session_store& store, const std::string& prefix, std::uint64_t n) {
+    std::vector<std::pair<std::string, session_state>> written;
+    for (std::uint64_t seed = 1; seed <= n; ++seed) {
+        const std::string id = prefix + std::to_string(seed);
+        auto log = store.open(session_id::parse(id).value(), lease_epoch{1}).value();
+        session_state st;
+        std::mt19937_64 rng(seed);
+        run_random(*log, st, rng, 120);
+        written.emplace_back(id, st);
+    }
+    return written;
+}
+
 // The rows of one session's table ("transcript", or "journal" with its lanes), in order.
 struct stored_row {
     int lane = 0;
@@ -103,20 +128,8 @@ TEST(PostgresStore, MigrationsAreVersionedAndIdempotent) {
 // each, as a database from before them holds.)
 TEST(PostgresStore, TheIndexAndBodyMigrationsKeepTheStoredSessions) {
     temp_postgres_store t;
-    std::vector<std::pair<std::string, session_state>> written;
-    for (std::uint64_t seed = 1; seed <= 4; ++seed) {
-        const std::string id = "old" + std::to_string(seed);
-        auto log = t.store.open(session_id::parse(id).value(), lease_epoch{1}).value();
-        session_state st;
-        std::mt19937_64 rng(seed);
-        for (int i = 0; i < 120; ++i) {
-            auto op = next_op(rng, st, unix_ms{1000 + i});
-            auto r = run_store(op, *log, st);
-            if (r) {
-                apply_actions(*r, st);
-            }
-        }
-        written.emplace_back(id, st);
+    const auto written = write_random_sessions(t.store, "old", 4);
+    for (const auto& [id, st] : written) {
         rewrite_as_rows_of_one_value(t.schema, id, st);  // as a database before 3 holds them
     }
     {
@@ -190,12 +203,7 @@ TEST(PostgresStore, ACommitsValuesAreOneRowOfCompactJson) {
 
     // Random commits, timers among them: every row holds the values it says, compact.
     std::mt19937_64 rng(7);
-    for (int i = 0; i < 200; ++i) {
-        auto op = next_op(rng, st, unix_ms{1000 + i});
-        if (auto r = run_store(op, *log, st)) {
-            apply_actions(*r, st);
-        }
-    }
+    run_random(*log, st, rng, 200);
     for (const char* table : {"transcript", "journal"}) {
         const auto rows = rows_of(t.schema, table, "compact");
         std::array<std::vector<boost::json::value>, 3> values;
@@ -237,19 +245,11 @@ TEST(PostgresStore, RowsOfOneValueWrittenBeforeBatchesStillLoad) {
     auto log = t.store.open(session_id::parse("mixed").value(), lease_epoch{1}).value();
     session_state st;
     std::mt19937_64 rng(11);
-    auto run = [&](int n) {
-        for (int i = 0; i < n; ++i) {
-            auto op = next_op(rng, st, unix_ms{1000 + i});
-            if (auto r = run_store(op, *log, st)) {
-                apply_actions(*r, st);
-            }
-        }
-    };
-    run(80);
+    run_random(*log, st, rng, 80);
     rewrite_as_rows_of_one_value(t.schema, "mixed", st);
     ASSERT_EQ(log->load().value(), st);
     const auto before = st.version();
-    run(80);
+    run_random(*log, st, rng, 80);
     ASSERT_GT(st.version().transcript, before.transcript);
     EXPECT_EQ(log->load().value(), st);
     for (std::uint64_t k = 0; k <= st.version().transcript; ++k) {
@@ -269,20 +269,7 @@ TEST(PostgresStore, RowsOfOneValueWrittenBeforeBatchesStillLoad) {
 // value each, whole, that load as what was written.
 TEST(PostgresStore, TheScriptThatUndoesMigration5KeepsEverySession) {
     temp_postgres_store t;
-    std::vector<std::pair<std::string, session_state>> written;
-    for (std::uint64_t seed = 1; seed <= 3; ++seed) {
-        const std::string id = "undo" + std::to_string(seed);
-        auto log = t.store.open(session_id::parse(id).value(), lease_epoch{1}).value();
-        session_state st;
-        std::mt19937_64 rng(seed);
-        for (int i = 0; i < 120; ++i) {
-            auto op = next_op(rng, st, unix_ms{1000 + i});
-            if (auto r = run_store(op, *log, st)) {
-                apply_actions(*r, st);
-            }
-        }
-        written.emplace_back(id, st);
-    }
+    auto written = write_random_sessions(t.store, "undo", 3);
     // And a row whose values have times of their own (no commit of the rules writes one, but a
     // row may hold one): 10, then 20 twice.
     {
