@@ -223,8 +223,12 @@ std::size_t sqlite_store::open_files() const {
 }
 
 void sqlite_store::close_unused(const session_id& id) {
+    // Closed once the lock is released: closing checkpoints (two fsyncs or more), and every
+    // other session's operation takes the lock to find its file.
+    std::shared_ptr<handle> closing;
     std::lock_guard lock(mu_);
     if (auto it = open_.find(id.str()); it != open_.end() && it->second.first.use_count() == 1) {
+        closing = std::move(it->second.first);
         lru_.erase(it->second.second);
         open_.erase(it);
     }
