@@ -470,9 +470,15 @@ void print(const store_kind& kind, const workload& w, const run_result& r, doubl
         std::printf(", and %.2f KiB of WAL", r.wal_bytes / 1024);
     }
     std::printf("\n");
-    std::printf("  new sessions/s        %8.0f   goal >= %s; %.2f fsyncs and %.2f commits each\n",
-                r.creations_per_s,
-                kind.name == "postgres" ? "2000" : kind.name == "sqlite-full" ? "1000" : "-",
+    // The goal is for the issue's workload, -S 10000 -T 1 -C 32.
+    const char* creation_goal = kind.name == "postgres"      ? "2000"
+                                : kind.name == "sqlite-full" ? "1000"
+                                                             : "";
+    const bool issue_workload = w.sessions == 10000 && w.in_flight == 32;
+    std::printf("  new sessions/s        %8.0f   %s%s%s; %.2f fsyncs and %.2f commits each\n",
+                r.creations_per_s, *creation_goal == '\0' ? "no goal" : "goal >= ",
+                creation_goal,
+                *creation_goal != '\0' && !issue_workload ? " with -S 10000 -C 32" : "",
                 r.fsyncs_per_creation, r.commits_per_creation);
     std::printf("  written KiB per turn  %8.2f   by the worker (/proc/<pid>/io write_bytes)\n",
                 r.written_bytes / 1024);
