@@ -28,10 +28,10 @@ const char* const migrations[] = {
     // The epoch each removal ran at: opens at that epoch or older are refused.
     R"(CREATE TABLE removed_sessions (session_id text PRIMARY KEY, epoch bigint NOT NULL);)",
     // The index of the sweep and the fleet view, written by every commit's fence. The backfill
-    // runs before the ids change collation, while the other tables' indexes still serve it. It
-    // reads rows of one value each, as every database before migration 5 holds.
+    // runs before the ids change collation, while the other tables' indexes still serve it.
     // Session ids then sort by byte ("C"), as everywhere else in the fleet, whatever the
-    // database's locale.
+    // database's locale. (The backfill reads rows of one value each, as every database before
+    // migration 5 holds.)
     R"(ALTER TABLE sessions
            ADD COLUMN lane_system integer NOT NULL DEFAULT 0,
            ADD COLUMN lane_steer integer NOT NULL DEFAULT 0,

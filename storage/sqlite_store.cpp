@@ -223,9 +223,7 @@ std::size_t sqlite_store::open_files() const {
 }
 
 void sqlite_store::close_unused(const session_id& id) {
-    // Closed once the lock is released: closing checkpoints (two fsyncs or more), and every
-    // other session's operation takes the lock to find its file.
-    std::shared_ptr<handle> closing;
+    std::shared_ptr<handle> closing;  // closed (checkpointed: fsyncs) once the lock is released
     std::lock_guard lock(mu_);
     if (auto it = open_.find(id.str()); it != open_.end() && it->second.first.use_count() == 1) {
         closing = std::move(it->second.first);
