@@ -223,12 +223,33 @@ std::size_t sqlite_store::open_files() const {
 }
 
 void sqlite_store::close_unused(const session_id& id) {
-    std::shared_ptr<handle> closing;  // closed (checkpointed: fsyncs) once the lock is released
-    std::lock_guard lock(mu_);
-    if (auto it = open_.find(id.str()); it != open_.end() && it->second.first.use_count() == 1) {
-        closing = std::move(it->second.first);
-        lru_.erase(it->second.second);
-        open_.erase(it);
+    bool wal_left = false;
+    {
+        std::shared_ptr<handle> closing;  // closed (checkpointed: fsyncs) once unlocked
+        std::lock_guard lock(mu_);
+        if (auto it = open_.find(id.str()); it == open_.end()) {
+            wal_left = wal_left_.erase(id.str()) > 0;
+        } else if (it->second.first.use_count() == 1) {
+            closing = std::move(it->second.first);
+            lru_.erase(it->second.second);
+            open_.erase(it);
+        }
+    }
+    if (wal_left) {
+        tidy_wal(id);
+    }
+}
+
+// A file closed to make room kept its WAL, frames and working size, for its session's next
+// connection. Once the session is unloaded none may come for long: the WAL is checkpointed and
+// emptied now, as any unloaded session's is (~handle), rather than left on disk for as long as
+// the session stays unused. A connection of its own, outside the open files: closed at once.
+void sqlite_store::tidy_wal(const session_id& id) {
+    try {
+        files_lock shared(lock_file(), false);        // as every open (see files_lock)
+        open_file(path_of(id), open_mode::existing);  // closes with its checkpoint (~handle)
+    } catch (const sqlite::error&) {
+        // Removed meanwhile, or busy: its next connection checkpoints it.
     }
 }
 
@@ -271,6 +292,7 @@ std::shared_ptr<sqlite_store::handle> sqlite_store::acquire(const session_id& id
     }
     lru_.push_front(id.str());
     open_.emplace(id.str(), std::make_pair(h, lru_.begin()));
+    wal_left_.erase(id.str());  // this handle closes it
     // Close the least recently used files nobody is using.
     for (auto it = std::prev(lru_.end());
          open_.size() > options_.max_open_files && it != lru_.begin();) {
@@ -278,6 +300,7 @@ std::shared_ptr<sqlite_store::handle> sqlite_store::acquire(const session_id& id
         auto prev = std::prev(it);
         if (victim->second.first.use_count() == 1) {
             victim->second.first->checkpoint_on_close = false;
+            wal_left_.insert(*it);
             closing.push_back(std::move(victim->second.first));
             open_.erase(victim);
             lru_.erase(it);
@@ -413,54 +436,6 @@ void sqlite_store::synced_from_now(handle& h) {
         h.fence_unsynced = false;
         h.db->exec("PRAGMA synchronous=" + options_.synchronous);
     }
-}
-
-// SQLite's own auto-checkpoint (which this hook replaces), and the WAL's size noted.
-int sqlite_store::on_wal_commit(void* arg, sqlite3* db, const char* name, int frames) {
-    auto* h = static_cast<handle*>(arg);
-    h->wal_frames = frames;
-    if (h->checkpoint_frames > 0 && frames >= h->checkpoint_frames) {
-        sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
-    }
-    return SQLITE_OK;
-}
-
-void sqlite_store::size_wal(handle& h, const session_id& id) {
-    // A session at work: one that has written a few commits since it was opened (a session
-    // created and left after its first command never pays for the zeros).
-    constexpr int at_work_frames = 12;
-    if (h.wal_sized || h.wal_frames < at_work_frames) {
-        return;
-    }
-    h.wal_sized = true;
-    if (options_.synchronous != "FULL" || options_.wal_prealloc_frames <= 0) {
-        return;  // at NORMAL the WAL is synced only by checkpoints
-    }
-    const auto wal = path_of(id).string() + "-wal";
-    const int fd = ::open(wal.c_str(), O_WRONLY | O_CLOEXEC);  // SQLite locks no WAL file
-    if (fd < 0) {
-        return;  // not there yet: SQLite makes it with this commit
-    }
-    auto& q = h.db->prepare("PRAGMA page_size");
-    q.step();
-    const auto frame = q.int64(0) + 24;
-    q.reset();
-    const off_t want = 32 + static_cast<off_t>(options_.wal_prealloc_frames) * frame;
-    struct stat st {};
-    if (::fstat(fd, &st) == 0 && st.st_size < want) {
-        // Written, not only allocated: a write into an unwritten extent or past the end changes
-        // the file's metadata, which an fdatasync then writes too.
-        static const std::vector<char> zeros(64 * 1024);
-        for (off_t at = st.st_size; at < want;) {
-            const auto n = std::min<off_t>(want - at, static_cast<off_t>(zeros.size()));
-            const auto w = ::pwrite(fd, zeros.data(), static_cast<std::size_t>(n), at);
-            if (w <= 0) {
-                break;  // the disk is full, say: the WAL grows as SQLite writes, as before
-            }
-            at += w;
-        }
-    }
-    ::close(fd);
 }
 
 void sqlite_store::forget(const session_id& id, const std::shared_ptr<handle>& h) {

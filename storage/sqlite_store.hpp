@@ -33,6 +33,7 @@ struct sqlite3;
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <vector>
 
 namespace wuhu::storage {
@@ -111,6 +112,8 @@ class sqlite_store final : public session_store {
     // writes the WAL meanwhile, and only past its end is written).
     void size_wal(handle& h, const session_id& id);
     static int on_wal_commit(void* arg, sqlite3* db, const char* name, int frames);
+    // Checkpoints and empties the WAL a file closed to make room left (see wal_left_).
+    void tidy_wal(const session_id& id);
     // Sets the connection's synchronous level after the unsynced fence of a new file.
     void synced_from_now(handle& h);
     // Opens the file at `path` as a handle (throws sqlite::error; SQLITE_CANTOPEN when it
@@ -153,6 +156,9 @@ class sqlite_store final : public session_store {
     std::list<std::string> lru_;  // most recent first
     std::map<std::string, std::pair<std::shared_ptr<handle>, std::list<std::string>::iterator>>
         open_;
+    // Sessions whose file was closed to make room, its WAL left for their next connection:
+    // emptied when the session is unloaded first (close_unused).
+    std::set<std::string> wal_left_;
 };
 
 }  // namespace wuhu::storage
