@@ -173,6 +173,7 @@ node::~node() {
     if (!stopping_) {
         server_->cancel();  // no libnats callback may reach the server once it is gone
     }
+    store_.stopping();  // the sessions are unloaded with the registry
     store_pool_.join();
 }
 
@@ -196,6 +197,7 @@ void node::stop() {
             return;
         }
         stopping_ = true;
+        store_.stopping();
         log_->info("stopping: {} sessions loaded, {} requests in flight", registry_->size(),
                    server_->in_flight());
         server_->stop_taking();  // new requests go to the other workers

@@ -164,6 +164,7 @@ void sqlite_store::check_after_reboot() {
                 timers = q.step() ? q.int64(0) : 0;
                 q.reset();
             }
+            h.reset();
             close_unused(*id);
             ++checked_at_start_;
             if (epoch == tombstone_epoch) {
@@ -228,7 +229,7 @@ void sqlite_store::close_unused(const session_id& id) {
         std::shared_ptr<handle> closing;  // closed (checkpointed: fsyncs) once unlocked
         std::lock_guard lock(mu_);
         if (auto it = open_.find(id.str()); it == open_.end()) {
-            wal_left = wal_left_.erase(id.str()) > 0;
+            wal_left = wal_left_.erase(id.str()) > 0 && !stopping_;
         } else if (it->second.first.use_count() == 1) {
             closing = std::move(it->second.first);
             lru_.erase(it->second.second);
@@ -240,6 +241,12 @@ void sqlite_store::close_unused(const session_id& id) {
     }
 }
 
+void sqlite_store::stopping() {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+    wal_left_.clear();  // their next connection reads them back
+}
+
 // A file closed to make room kept its WAL, frames and working size, for its session's next
 // connection. Once the session is unloaded none may come for long: the WAL is checkpointed and
 // emptied now, as any unloaded session's is (~handle), rather than left on disk for as long as
@@ -249,7 +256,7 @@ void sqlite_store::tidy_wal(const session_id& id) {
         files_lock shared(lock_file(), false);        // as every open (see files_lock)
         open_file(path_of(id), open_mode::existing);  // closes with its checkpoint (~handle)
     } catch (const sqlite::error&) {
-        // Removed meanwhile, or busy: its next connection checkpoints it.
+        // Removed meanwhile, or busy past the busy timeout: its next connection reads it back.
     }
 }
 

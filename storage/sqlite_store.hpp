@@ -80,6 +80,7 @@ class sqlite_store final : public session_store {
     result<void> remove(const session_id& id, lease_epoch epoch) override;
     result<bool> exists(const session_id& id) override;
     std::string_view backend() const override { return "sqlite"; }
+    void stopping() override;
 
     // Sessions in the catalog (a hint: see note_catalog; the session file is authoritative).
     result<std::vector<catalog_entry>> sessions(const catalog_query& q) override;
@@ -157,8 +158,9 @@ class sqlite_store final : public session_store {
     std::map<std::string, std::pair<std::shared_ptr<handle>, std::list<std::string>::iterator>>
         open_;
     // Sessions whose file was closed to make room, its WAL left for their next connection:
-    // emptied when the session is unloaded first (close_unused).
+    // emptied when the session is unloaded first (close_unused), unless the store is stopping.
     std::set<std::string> wal_left_;
+    bool stopping_ = false;
 };
 
 }  // namespace wuhu::storage

@@ -166,6 +166,11 @@ class session_store {
     // "memory", "sqlite", "postgres".
     virtual std::string_view backend() const = 0;
 
+    // The process is stopping: it unloads every session next. Tidying that only saves disk
+    // until a session's next use (the SQLite store's WALs of files closed early) is skipped,
+    // so that a stop does not wait for it.
+    virtual void stopping() {}
+
   protected:
     virtual result<std::unique_ptr<session_log>> do_open(const session_id& id, lease_epoch epoch,
                                                          open_mode mode) = 0;
@@ -185,6 +190,7 @@ class forwarding_store : public session_store {
         return target_.sessions(q);
     }
     std::string_view backend() const override { return target_.backend(); }
+    void stopping() override { target_.stopping(); }
 
   protected:
     result<std::unique_ptr<session_log>> do_open(const session_id& id, lease_epoch epoch,
