@@ -10,20 +10,6 @@ namespace wuhu::storage {
 namespace s = wuhu::session;
 namespace json = boost::json;
 
-namespace {
-
-// Parses stored JSON text and decodes it with `from_json` (one of the codec's decoders).
-template <class F>
-auto decode_text(std::string_view text, F from_json) -> decltype(from_json(json::value{})) {
-    auto v = s::parse_json(text);
-    if (!v) {
-        return v.error();
-    }
-    return from_json(*v);
-}
-
-}  // namespace
-
 void state_builder::corrupt(std::string why) {
     if (error_.empty()) {
         error_ = std::move(why);
@@ -72,7 +58,7 @@ void state_builder::timer(std::string_view text) {
     if (!error_.empty()) {
         return;
     }
-    auto t = decode_text(text, s::timer_from_json);
+    auto t = s::timer_from_json(parse_row(text));
     if (!t || state_.timers.contains(t->id.str())) {
         return corrupt("timer");
     }
@@ -84,7 +70,7 @@ void state_builder::registers(std::string_view settings_json, bool paused, bool 
         return;
     }
     if (!settings_json.empty()) {
-        auto cfg = decode_text(settings_json, s::settings_from_json);
+        auto cfg = s::settings_from_json(parse_row(settings_json));
         if (!cfg) {
             return corrupt("settings");
         }
@@ -128,7 +114,7 @@ boost::system::result<s::patch> patch_from_rows(const s::version_vector& from,
     }
     s::settings cfg;
     if (!rows.settings_json.empty()) {
-        auto d = decode_text(rows.settings_json, s::settings_from_json);
+        auto d = s::settings_from_json(parse_row(rows.settings_json));
         if (!d) {
             return errc::corrupt;
         }
