@@ -35,11 +35,11 @@ struct sqlite_store::handle {
     int wal_frames = 0;
     int checkpoint_frames = 0;
 
-    // Closing with a persistent WAL leaves the WAL file behind: checkpointed and truncated to
-    // nothing, with the limit set now (set for the handle's whole life, it would truncate the
-    // WAL after every checkpoint: half the commit rate of one session). Or, for a file closed
-    // to make room, as it is (at most wal_checkpoint_pages pages and a commit's): the next
-    // connection reads it back.
+    // Closing with a persistent WAL (unless sqlite_store::retire turned that off) leaves the
+    // WAL file behind: checkpointed and truncated to nothing, with the limit set now (set for
+    // the handle's whole life, it would truncate the WAL after every checkpoint: half the
+    // commit rate of one session). Or, for a file closed to make room, as it is (at most
+    // wal_checkpoint_pages pages and a commit's): the next connection reads it back.
     ~handle() {
         if (!db) {
             return;

@@ -225,8 +225,8 @@ std::size_t sqlite_store::open_files() const {
 
 void sqlite_store::close_unused(const session_id& id) {
     bool wal_left = false;
+    std::shared_ptr<handle> closing;  // closed (checkpointed: fsyncs) once unlocked
     {
-        std::shared_ptr<handle> closing;  // closed (checkpointed: fsyncs) once unlocked
         std::lock_guard lock(mu_);
         if (auto it = open_.find(id.str()); it == open_.end()) {
             wal_left = wal_left_.erase(id.str()) > 0 && !stopping_;
@@ -236,8 +236,36 @@ void sqlite_store::close_unused(const session_id& id) {
             open_.erase(it);
         }
     }
-    if (wal_left) {
+    if (closing) {
+        retire(id, std::move(closing));
+    } else if (wal_left) {
         tidy_wal(id);
+    }
+}
+
+// SQLite's last connection to a file (of any process: each holds a shared lock on it while
+// open) deletes its WAL and shared memory as it closes, unless they persist. Every connection
+// here sets them to persist (open_file), since a connection to a file another process removed
+// would delete the new session's by name; so they may go only when the path still names this
+// file, checked under the exclusive files lock: no removal, and no open that could pair a new
+// connection with them, runs until they are gone. Checkpointed first, outside the lock (its
+// fsyncs); the checkpoint as it closes then has nothing left to do. Best effort: when another
+// connection has the file open, or the lock cannot be had, the two stay (~handle empties the
+// WAL) for the session's next connection.
+void sqlite_store::retire(const session_id& id, std::shared_ptr<handle> h) {
+    if (!h->db || !h->checkpoint_on_close) {
+        return;  // closed already, or to make room: ~handle
+    }
+    sqlite3_wal_checkpoint_v2(h->db->raw(), "main", SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
+    try {
+        files_lock exclusive(lock_file(), true);
+        if (names(path_of(id), h->dev, h->ino)) {
+            int persist = 0;
+            sqlite3_file_control(h->db->raw(), "main", SQLITE_FCNTL_PERSIST_WAL, &persist);
+        }
+        h.reset();
+    } catch (const sqlite::error&) {
+        // No lock: ~handle closes it with its WAL and shared memory kept.
     }
 }
 
@@ -249,15 +277,18 @@ void sqlite_store::stopping() {
 
 // A file closed to make room kept its WAL, frames and working size, for its session's next
 // connection. Once the session is unloaded none may come for long: the WAL is checkpointed and
-// emptied now, as any unloaded session's is (~handle), rather than left on disk for as long as
-// the session stays unused. A connection of its own, outside the open files: closed at once.
+// deleted now with the shared memory, as any unloaded session's are (retire), rather than left
+// on disk for as long as the session stays unused. A connection of its own, outside the open
+// files: closed at once.
 void sqlite_store::tidy_wal(const session_id& id) {
+    std::shared_ptr<handle> h;
     try {
-        files_lock shared(lock_file(), false);        // as every open (see files_lock)
-        open_file(path_of(id), open_mode::existing);  // closes with its checkpoint (~handle)
+        files_lock shared(lock_file(), false);  // as every open (see files_lock)
+        h = open_file(path_of(id), open_mode::existing);
     } catch (const sqlite::error&) {
-        // Removed meanwhile, or busy past the busy timeout: its next connection reads it back.
+        return;  // removed meanwhile, or busy past the busy timeout: its next connection reads it
     }
+    retire(id, std::move(h));
 }
 
 std::shared_ptr<sqlite_store::handle> sqlite_store::acquire(const session_id& id, open_mode mode) {
@@ -406,7 +437,8 @@ std::shared_ptr<sqlite_store::handle> sqlite_store::open_file(const std::filesys
         options_.page_size);
     // A removed session's files are unlinked while other processes may still have them open:
     // no connection may then delete a WAL or shared-memory file by name when it closes (it
-    // would be the new session's). The WAL left behind is truncated on close (~handle).
+    // would be the new session's). A WAL left behind is truncated on close (~handle); an
+    // unloaded session's goes with its shared memory (retire).
     int persist = 1;
     sqlite3_file_control(h->db->raw(), "main", SQLITE_FCNTL_PERSIST_WAL, &persist);
     struct stat st {};

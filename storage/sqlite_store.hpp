@@ -106,6 +106,10 @@ class sqlite_store final : public session_store {
     std::shared_ptr<handle> acquire(const session_id& id, open_mode mode);
     // Closes the session's file unless an operation is using it (its log was closed).
     void close_unused(const session_id& id);
+    // Closes `h`, the last reference to the session's file in this store (its session is
+    // unloaded), and with it the file's WAL and shared memory when no other connection has
+    // the file open.
+    void retire(const session_id& id, std::shared_ptr<handle> h);
     // Drops `h` from the open files if it is still the session's (it names a removed file).
     void forget(const session_id& id, const std::shared_ptr<handle>& h);
     // Gives the session's WAL its working size (wal_prealloc_frames), once per connection.
@@ -113,7 +117,8 @@ class sqlite_store final : public session_store {
     // writes the WAL meanwhile, and only past its end is written).
     void size_wal(handle& h, const session_id& id);
     static int on_wal_commit(void* arg, sqlite3* db, const char* name, int frames);
-    // Checkpoints and empties the WAL a file closed to make room left (see wal_left_).
+    // Checkpoints and deletes the WAL (and shared memory) a file closed to make room left (see
+    // wal_left_).
     void tidy_wal(const session_id& id);
     // Sets the connection's synchronous level after the unsynced fence of a new file.
     void synced_from_now(handle& h);
@@ -158,7 +163,7 @@ class sqlite_store final : public session_store {
     std::map<std::string, std::pair<std::shared_ptr<handle>, std::list<std::string>::iterator>>
         open_;
     // Sessions whose file was closed to make room, its WAL left for their next connection:
-    // emptied when the session is unloaded first (close_unused), unless the store is stopping.
+    // deleted when the session is unloaded first (close_unused), unless the store is stopping.
     std::set<std::string> wal_left_;
     bool stopping_ = false;
 };

@@ -8,7 +8,14 @@
 // 2, 4, 6, ...), while the parent opens it; it exits 1 at the first operation that fails.
 //
 //   store_crash_child churn <store-url> <session-id> <rounds>
+//
+// With `share`, it loads and unloads one session until `items` items are acknowledged (share_rounds.hpp),
+// while the parent does the same; it prints each acknowledged item and exits 1 at the first
+// error of the store.
+//
+//   store_crash_child share <store-url> <session-id> <items>
 #include "session/reducer.hpp"
+#include "tests/storage/share_rounds.hpp"
 #include "tests/storage/store_for.hpp"
 
 #include <cstdio>
@@ -55,6 +62,19 @@ int churn(const std::string& url, const std::string& session, int rounds) {
 int main(int argc, char** argv) {
     if (argc == 5 && std::string(argv[1]) == "churn") {
         return churn(argv[2], argv[3], std::stoi(argv[4]));
+    }
+    if (argc == 5 && std::string(argv[1]) == "share") {
+        auto store = testing::store_for(argv[2]);
+        auto out = testing::share_rounds(*store, session::session_id::parse(argv[3]).value(),
+                                         std::stoi(argv[4]), 0, "child-");
+        for (const auto& item : out.acknowledged) {
+            std::printf("%s\n", item.c_str());
+        }
+        if (!out.failure.empty()) {
+            std::cerr << out.failure << "\n";
+            return 1;
+        }
+        return 0;
     }
     if (argc != 5) {
         std::cerr << "usage: store_crash_child <store-url> <session-id> <epoch> <prefix>\n";

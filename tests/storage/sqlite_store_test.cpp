@@ -124,12 +124,12 @@ TEST(SqliteStore, ANewSessionFileFromTheImageIsTheOneSqliteWouldMake) {
         auto st = again.open(session_id::parse("s").value(), lease_epoch{4})
                       .value()->load().value();
         ASSERT_EQ(st.in(lane::steer).pending.size(), 1u);
-        // Nothing but the file, its WAL and its shared memory.
+        // Nothing but the file: its WAL and shared memory went with its last connection.
         std::set<std::string> files;
         for (const auto& e : std::filesystem::directory_iterator(dir.path() / "sessions")) {
             files.insert(e.path().filename().string());
         }
-        EXPECT_EQ(files, (std::set<std::string>{"s.sqlite", "s.sqlite-shm", "s.sqlite-wal"}));
+        EXPECT_EQ(files, (std::set<std::string>{"s.sqlite"}));
     }
     EXPECT_EQ(made[true], made[false]);
     EXPECT_NE(made[true].find("wal\n1024\n1\n"), std::string::npos) << made[true];
@@ -265,8 +265,9 @@ TEST(SqliteStore, AFileClosedToMakeRoomLeavesNoWalOnceItsSessionIsUnloaded) {
         << "a's file was not closed to make room";
     a.reset();  // unloaded
     b.reset();  // unloaded, its file open until then
-    EXPECT_EQ(std::filesystem::file_size(files / "a.sqlite-wal"), 0u);
-    EXPECT_EQ(std::filesystem::file_size(files / "b.sqlite-wal"), 0u);  // as b's, closed last
+    for (const char* left : {"a.sqlite-wal", "a.sqlite-shm", "b.sqlite-wal", "b.sqlite-shm"}) {
+        EXPECT_FALSE(std::filesystem::exists(files / left)) << left;  // a's as b's, closed last
+    }
     EXPECT_LE(t.store.open_files(), 2u);
     // What the WAL held is in the file.
     auto again = t.store.open(session_id::parse("a").value(), lease_epoch{2}).value();
@@ -281,6 +282,46 @@ TEST(SqliteStore, AFileClosedToMakeRoomLeavesNoWalOnceItsSessionIsUnloaded) {
     t.store.stopping();
     again.reset();
     EXPECT_GE(std::filesystem::file_size(files / "a.sqlite-wal"), working_size);
+}
+
+// An unloaded session leaves its file alone on disk: its WAL and its shared memory (32 KiB
+// written, more than a short session's file) go with the file's last connection, as they do
+// with SQLite's own last connection. While another connection has the file open (another
+// worker's on this host, say) both stay, and that connection goes on as before.
+TEST(SqliteStore, AnUnloadedSessionLeavesOnlyItsFile) {
+    temp_sqlite_store t;
+    const auto id = session_id::parse("u").value();
+    auto there = [&](const char* suffix) {
+        return std::filesystem::exists(t.dir.path() / "sessions" /
+                                       (std::string("u.sqlite") + suffix));
+    };
+    auto send = [](storage::session_log& log, const char* item) {
+        auto st = log.load();
+        return st && log.enqueue(*st, user_in(lane::steer, item, "text"), unix_ms{1}).has_value();
+    };
+    {
+        auto log = t.store.open(id, lease_epoch{1}).value();
+        ASSERT_TRUE(send(*log, "a"));
+        ASSERT_TRUE(there("-wal") && there("-shm"));
+    }
+    EXPECT_TRUE(there(""));
+    EXPECT_FALSE(there("-wal"));
+    EXPECT_FALSE(there("-shm"));
+    storage::sqlite_store other(storage::sqlite_options{t.dir.path(), "FULL", 5000, 16});
+    auto elsewhere = other.open(id, lease_epoch{2}).value();
+    ASSERT_TRUE(send(*elsewhere, "b"));
+    {
+        auto log = t.store.open(id, lease_epoch{3}).value();
+        ASSERT_TRUE(send(*log, "c"));
+    }
+    EXPECT_TRUE(there("-wal")) << "deleted while another connection had the file open";
+    EXPECT_TRUE(there("-shm"));
+    EXPECT_FALSE(send(*elsewhere, "d")) << "fenced out at epoch 2";
+    elsewhere.reset();  // the last connection
+    EXPECT_FALSE(there("-wal"));
+    EXPECT_FALSE(there("-shm"));
+    auto again = t.store.open(id, lease_epoch{4}).value();
+    EXPECT_EQ(again->load().value().in(lane::steer).pending.size(), 3u);
 }
 
 // Passivation: a session's file is closed once its log is (the session was unloaded), so a

@@ -3,11 +3,14 @@
 // operation is present and the state loads cleanly. 50 rounds per backend.
 #include "tests/storage/crash_rounds.hpp"
 #include "storage/errc.hpp"
+#include "tests/storage/share_rounds.hpp"
 #include "tests/storage/store_for.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/temp_dir.hpp"
 
+#include <filesystem>
 #include <map>
+#include <set>
 
 namespace wuhu::testing {
 
@@ -53,6 +56,56 @@ TEST(StoreCrash, SqliteOpeningWhileAnotherProcessRemovesAndCreatesAgainNeverFail
         EXPECT_TRUE(code == "lease_lost" || code == "not_found") << n << " x " << code;
     }
     EXPECT_GT(refusals["lease_lost"] + refusals["not_found"], 0) << "the opener never met it";
+}
+
+// Two processes load and unload one session by turns, as two workers of a host do. The last
+// connection to close deletes the file's WAL and shared memory: never while the other process
+// has them open (it would then write a WAL nobody reads, or map memory another connection
+// truncates). Every acknowledged item is in the file, neither process meets an error of the
+// store, and once both are done the file is alone on disk.
+TEST(StoreCrash, SqliteTwoProcessesLoadingAndUnloadingOneSessionLoseNothing) {
+    temp_dir dir;
+    const std::string url = "sqlite://" + dir.path().string();
+    const auto sid = session::session_id::parse("shared").value();
+    const std::string log = dir.path().string() + "/child.log";
+    constexpr int items = 100;
+    const std::string out = dir.path().string() + "/child.out";
+    pid_t child = spawn(WUHU_CRASH_CHILD, {"share", url, sid.str(), std::to_string(items)},
+                        spawn_options{log, std::nullopt, out});
+    ASSERT_GT(child, 0);
+    shared_rounds mine;
+    {
+        auto store = store_for(url);
+        mine = share_rounds(*store, sid, items, 1, "parent-");
+    }
+    int st = 0;
+    ASSERT_EQ(waitpid(child, &st, 0), child);
+    std::ifstream f(log);
+    const std::string said((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    std::set<std::string> acknowledged(mine.acknowledged.begin(), mine.acknowledged.end());
+    std::ifstream printed(out);
+    for (std::string line; std::getline(printed, line);) {
+        acknowledged.insert(line);
+    }
+    ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << said;
+    EXPECT_EQ(mine.failure, "");
+    EXPECT_EQ(acknowledged.size(), 2u * items);
+    EXPECT_GT(mine.fenced, 0) << "the two processes never met";
+    for (const char* left : {"-wal", "-shm"}) {
+        EXPECT_FALSE(std::filesystem::exists(dir.path() / "sessions" /
+                                             ("shared.sqlite" + std::string(left))))
+            << left;
+    }
+    auto store = store_for(url);
+    auto last = store->open(sid, session::lease_epoch{std::uint64_t{1} << 62}).value();
+    auto state = last->load().value();
+    std::set<std::string> present;
+    for (const auto& item : state.in(session::lane::steer).pending) {
+        present.insert(item.id.str());
+    }
+    for (const auto& item : acknowledged) {
+        EXPECT_TRUE(present.count(item) == 1) << item << " was acknowledged and is lost";
+    }
 }
 
 }  // namespace wuhu::testing
