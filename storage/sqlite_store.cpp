@@ -7,8 +7,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <stdexcept>
@@ -42,6 +44,9 @@ namespace {
 // epoch check (no epoch is higher), and open() knows the file is on its way out.
 constexpr std::string_view tombstone_epoch = "9223372036854775807";
 
+// The end of the hidden name of a new session file before it is named (name_while_new).
+constexpr std::string_view new_suffix = ".new";
+
 bool is_tombstone(sqlite::db& db) {
     return meta(db, "epoch") == tombstone_epoch;
 }
@@ -62,16 +67,28 @@ bool names(const std::filesystem::path& path, dev_t dev, ino_t ino) {
 // threads of one process contend like two processes.
 class files_lock {
   public:
-    files_lock(const std::filesystem::path& file, bool exclusive)
+    // `if_free`: an exclusive lock that does not wait for long (about a millisecond, in short
+    // tries): held() says whether it was had.
+    enum class mode { shared, exclusive, exclusive_if_free };
+    files_lock(const std::filesystem::path& file, mode m)
         : fd_(::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644)) {
         if (fd_ < 0) {
             throw sqlite::error(SQLITE_CANTOPEN, "open " + file.string() + ": " +
                                                      std::strerror(errno));
         }
-        while (::flock(fd_, exclusive ? LOCK_EX : LOCK_SH) != 0) {
-            if (errno != EINTR) {
+        const int op = m == mode::shared ? LOCK_SH
+                       : m == mode::exclusive ? LOCK_EX
+                                              : LOCK_EX | LOCK_NB;
+        for (int tries = 1; ::flock(fd_, op) != 0;) {
+            if (errno == EWOULDBLOCK && tries++ < 10) {
+                std::this_thread::sleep_for(std::chrono::microseconds(100));
+            } else if (errno != EINTR) {
                 const int e = errno;
                 ::close(fd_);
+                fd_ = -1;
+                if (e == EWOULDBLOCK) {
+                    return;
+                }
                 throw sqlite::error(SQLITE_IOERR, "flock " + file.string() + ": " +
                                                       std::strerror(e));
             }
@@ -79,7 +96,12 @@ class files_lock {
     }
     files_lock(const files_lock&) = delete;
     files_lock& operator=(const files_lock&) = delete;
-    ~files_lock() { ::close(fd_); }
+    ~files_lock() {
+        if (fd_ >= 0) {
+            ::close(fd_);
+        }
+    }
+    bool held() const { return fd_ >= 0; }
 
   private:
     int fd_;
@@ -91,7 +113,7 @@ class files_lock {
 // files. Another owner's new file at the same path is never touched.
 void unlink_if_same(const std::filesystem::path& lock_file, const std::filesystem::path& path,
                     dev_t dev, ino_t ino) {
-    files_lock exclusive(lock_file, true);
+    files_lock exclusive(lock_file, files_lock::mode::exclusive);
     if (!names(path, dev, ino)) {
         return;
     }
@@ -138,6 +160,18 @@ void sqlite_store::check_after_reboot() {
     std::error_code ec;
     for (const auto& e : std::filesystem::directory_iterator(options_.data_dir / "sessions", ec)) {
         const auto& path = e.path();
+        if (const auto name = path.filename().string();
+            name.starts_with(".") && name.ends_with(new_suffix)) {
+            // A new file its process never named (killed between the two), unless it is
+            // another worker's of this host, starting at once (such a name lives microseconds).
+            std::error_code old;
+            if (std::filesystem::last_write_time(path, old) <
+                    std::filesystem::file_time_type::clock::now() - std::chrono::minutes(1) &&
+                !old) {
+                std::filesystem::remove(path, old);
+            }
+            continue;
+        }
         if (path.extension() != ".sqlite") {
             continue;
         }
@@ -249,23 +283,36 @@ void sqlite_store::close_unused(const session_id& id) {
 // would delete the new session's by name; so they may go only when the path still names this
 // file, checked under the exclusive files lock: no removal, and no open that could pair a new
 // connection with them, runs until they are gone. Checkpointed first, outside the lock (its
-// fsyncs); the checkpoint as it closes then has nothing left to do. Best effort: when another
-// connection has the file open, or the lock cannot be had, the two stay (~handle empties the
-// WAL) for the session's next connection.
+// fsyncs), so that the checkpoint as it closes has nothing left to do. Best effort, never a
+// wait: when the checkpoint could not copy every frame (another connection has the file
+// open), when the lock is not free, or when the store is stopping (a stop is not made longer
+// for this), ~handle closes it as before and the two stay for the session's next connection.
 void sqlite_store::retire(const session_id& id, std::shared_ptr<handle> h) {
     if (!h->db || !h->checkpoint_on_close) {
         return;  // closed already, or to make room: ~handle
     }
-    sqlite3_wal_checkpoint_v2(h->db->raw(), "main", SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
+    {
+        std::lock_guard lock(mu_);
+        if (stopping_) {
+            return;
+        }
+    }
+    int in_wal = -1;
+    int copied = -1;
+    if (sqlite3_wal_checkpoint_v2(h->db->raw(), "main", SQLITE_CHECKPOINT_PASSIVE, &in_wal,
+                                  &copied) != SQLITE_OK ||
+        in_wal != copied) {
+        return;
+    }
     try {
-        files_lock exclusive(lock_file(), true);
-        if (names(path_of(id), h->dev, h->ino)) {
+        files_lock exclusive(lock_file(), files_lock::mode::exclusive_if_free);
+        if (exclusive.held() && names(path_of(id), h->dev, h->ino)) {
             int persist = 0;
             sqlite3_file_control(h->db->raw(), "main", SQLITE_FCNTL_PERSIST_WAL, &persist);
+            h.reset();  // under the lock
         }
-        h.reset();
     } catch (const sqlite::error&) {
-        // No lock: ~handle closes it with its WAL and shared memory kept.
+        // No lock file: ~handle closes it with its WAL and shared memory kept.
     }
 }
 
@@ -283,7 +330,7 @@ void sqlite_store::stopping() {
 void sqlite_store::tidy_wal(const session_id& id) {
     std::shared_ptr<handle> h;
     try {
-        files_lock shared(lock_file(), false);  // as every open (see files_lock)
+        files_lock shared(lock_file(), files_lock::mode::shared);  // as every open
         h = open_file(path_of(id), open_mode::existing);
     } catch (const sqlite::error&) {
         return;  // removed meanwhile, or busy past the busy timeout: its next connection reads it
@@ -305,7 +352,7 @@ std::shared_ptr<sqlite_store::handle> sqlite_store::acquire(const session_id& id
     std::shared_ptr<handle> h;
     for (int attempt = 0; !h; ++attempt) {
         try {
-            files_lock shared(lock_file(), false);
+            files_lock shared(lock_file(), files_lock::mode::shared);
             if (mode == open_mode::existing && !std::filesystem::exists(path)) {
                 return nullptr;
             }
@@ -350,18 +397,27 @@ std::shared_ptr<sqlite_store::handle> sqlite_store::acquire(const session_id& id
 
 namespace {
 
-// fsync of a file or a directory by its path.
-void sync_path(const std::filesystem::path& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        throw sqlite::error(SQLITE_IOERR, "open " + path.string() + ": " + std::strerror(errno));
+// fdatasync of a connection's database file through SQLite's own descriptor: opening and
+// closing another would drop every fcntl lock this process holds on the file, SQLite's.
+void sync_database(sqlite::db& db) {
+    sqlite3_file* f = nullptr;
+    if (sqlite3_file_control(db.raw(), "main", SQLITE_FCNTL_FILE_POINTER, &f) != SQLITE_OK ||
+        f == nullptr || f->pMethods == nullptr) {
+        throw sqlite::error(SQLITE_IOERR, "sync a new session file: no file");
     }
-    const int r = ::fsync(fd);
-    const int e = errno;
-    ::close(fd);
-    if (r != 0) {
-        throw sqlite::error(SQLITE_IOERR, "fsync " + path.string() + ": " + std::strerror(e));
+    if (const int rc = f->pMethods->xSync(f, SQLITE_SYNC_NORMAL); rc != SQLITE_OK) {
+        throw sqlite::error(rc, "sync a new session file");
     }
+}
+
+// The name a new file is linked at before it is renamed to its session's: hidden, never a
+// session's (no .sqlite), this process's and this call's alone. Only a process killed
+// between the link and the rename leaves one; the store removes them after a reboot.
+std::filesystem::path name_while_new(const std::filesystem::path& path) {
+    static std::atomic<std::uint64_t> made{0};
+    return path.parent_path() / ("." + path.filename().string() + "." +
+                                 std::to_string(::getpid()) + "." + std::to_string(made++) +
+                                 std::string(new_suffix));
 }
 
 }  // namespace
@@ -396,17 +452,32 @@ sqlite_store::new_file sqlite_store::write_new_file(const std::filesystem::path&
     if (options_.before_new_file_is_linked) {
         options_.before_new_file_is_linked();
     }
-    // Named in whole or not at all: another process that made the file first wins (EEXIST).
+    // Named in whole or not at all, and by no descriptor of this process once named: closing a
+    // descriptor of a file drops every fcntl lock the process holds on it, and another
+    // thread's connection may have opened the file (and locked it) the moment it was named. So
+    // it is linked at a name of its own, closed, and then renamed to the session's, unless
+    // another process made that first (EEXIST): that one wins.
     const auto self = "/proc/self/fd/" + std::to_string(fd);
-    auto made = new_file::linked;
-    if (::linkat(AT_FDCWD, self.c_str(), AT_FDCWD, path.c_str(), AT_SYMLINK_FOLLOW) != 0) {
-        if (errno != EEXIST) {
-            fail("link");
-        }
-        made = new_file::made_elsewhere;
+    const auto hidden = name_while_new(path);
+    if (::linkat(AT_FDCWD, self.c_str(), AT_FDCWD, hidden.c_str(), AT_SYMLINK_FOLLOW) != 0) {
+        fail("link");
     }
     ::close(fd);
-    return made;
+    const int renamed =
+        ::renameat2(AT_FDCWD, hidden.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE);
+    const int e = errno;
+    if (renamed == 0) {
+        return new_file::linked;
+    }
+    std::error_code ec;
+    std::filesystem::remove(hidden, ec);
+    if (e == EEXIST) {
+        return new_file::made_elsewhere;
+    }
+    if (e == EINVAL) {
+        return new_file::unsupported;  // no RENAME_NOREPLACE on this file system
+    }
+    throw sqlite::error(SQLITE_IOERR, "rename " + hidden.string() + ": " + std::strerror(e));
 }
 
 std::shared_ptr<sqlite_store::handle> sqlite_store::open_file(const std::filesystem::path& path,
@@ -459,7 +530,7 @@ std::shared_ptr<sqlite_store::handle> sqlite_store::open_file(const std::filesys
             h->db->exec("REPLACE INTO meta SELECT k, v FROM meta WHERE k = 'epoch'");
             h->fence_unsynced = true;
         } else {
-            sync_path(path);
+            sync_database(*h->db);
             h->db->exec("PRAGMA synchronous=" + options_.synchronous);
         }
     }

@@ -9,17 +9,26 @@
 //
 //   store_crash_child churn <store-url> <session-id> <rounds>
 //
-// With `share`, it loads and unloads one session until `items` items are acknowledged (share_rounds.hpp),
-// while the parent does the same; it prints each acknowledged item and exits 1 at the first
-// error of the store.
+// With `share`, it loads and unloads one session until `items` items are acknowledged, from
+// `start-ns` on (share_rounds.hpp), while the parent does the same; it prints each acknowledged
+// item, then on stderr how many rounds were fenced, and exits 1 at the first error of the store.
 //
-//   store_crash_child share <store-url> <session-id> <items>
+//   store_crash_child share <store-url> <session-id> <items> <start-ns>
+//
+// With `hold`, it opens one session (at epoch 1, making it), prints "opened", waits until the
+// file `go` exists (30 s at most), then enqueues an item and prints "acknowledged" or the
+// store's error code, and exits (1 if `go` never came).
+//
+//   store_crash_child hold <store-url> <session-id> <go>
 #include "session/reducer.hpp"
 #include "tests/storage/share_rounds.hpp"
 #include "tests/storage/store_for.hpp"
 
+#include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
+#include <thread>
 
 using namespace wuhu;
 
@@ -57,24 +66,60 @@ int churn(const std::string& url, const std::string& session, int rounds) {
     return 0;
 }
 
+int hold(const std::string& url, const std::string& session, const std::string& go) {
+    auto store = testing::store_for(url);
+    auto log = store->open(session::session_id::parse(session).value(), session::lease_epoch{1});
+    if (!log) {
+        std::cerr << "open: " << log.error().message() << "\n";
+        return 1;
+    }
+    auto state = (*log)->load();
+    if (!state) {
+        std::cerr << "load: " << state.error().message() << "\n";
+        return 1;
+    }
+    std::printf("opened\n");
+    std::fflush(stdout);
+    for (int waited = 0; !std::filesystem::exists(go); ++waited) {
+        if (waited == 3000) {
+            return 1;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    auto out = (*log)->enqueue(
+        *state,
+        session::enqueue_input{session::lane::steer, session::queue_item_id::parse("held").value(),
+                               session::user_input{session::unknown_author{}, "held"}},
+        session::unix_ms{1});
+    const std::string said =
+        out ? "acknowledged"
+            : std::string(storage::code_name(static_cast<storage::errc>(out.error().value())));
+    std::printf("%s\n", said.c_str());
+    return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     if (argc == 5 && std::string(argv[1]) == "churn") {
         return churn(argv[2], argv[3], std::stoi(argv[4]));
     }
-    if (argc == 5 && std::string(argv[1]) == "share") {
+    if (argc == 6 && std::string(argv[1]) == "share") {
         auto store = testing::store_for(argv[2]);
         auto out = testing::share_rounds(*store, session::session_id::parse(argv[3]).value(),
-                                         std::stoi(argv[4]), 0, "child-");
+                                         std::stoi(argv[4]), 0, "child-", std::stoull(argv[5]));
         for (const auto& item : out.acknowledged) {
             std::printf("%s\n", item.c_str());
         }
+        std::cerr << "fenced " << out.fenced << "\n";
         if (!out.failure.empty()) {
             std::cerr << out.failure << "\n";
             return 1;
         }
         return 0;
+    }
+    if (argc == 5 && std::string(argv[1]) == "hold") {
+        return hold(argv[2], argv[3], argv[4]);
     }
     if (argc != 5) {
         std::cerr << "usage: store_crash_child <store-url> <session-id> <epoch> <prefix>\n";

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace wuhu::testing {
@@ -22,26 +23,34 @@ struct shared_rounds {
     std::string failure;                    // the first error of the store, if any
 };
 
-// Rounds on session `sid` until `items` items are acknowledged (or 60 s went by: a failure),
-// each at an epoch from the host's monotonic clock (twice its nanoseconds plus `side`, 0 or 1:
-// two processes never take the same one, and a later round fences out every earlier one), its
-// item named `prefix` and a number.
+// The host's monotonic clock in nanoseconds: the same in every process.
+inline std::uint64_t host_ns() {
+    timespec ts{};
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u +
+           static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+// From `start_ns` (host_ns(): both processes start together), rounds on session `sid` until
+// `items` items are acknowledged (or 60 s went by: a failure), each at an epoch from the
+// host's clock (twice its nanoseconds plus `side`, 0 or 1: two processes never take the same
+// one, and a later round fences out every earlier one), its item named `prefix` and a number.
 inline shared_rounds share_rounds(storage::session_store& store, const session::session_id& sid,
-                                  int items, int side, const std::string& prefix) {
+                                  int items, int side, const std::string& prefix,
+                                  std::uint64_t start_ns) {
     shared_rounds out;
+    while (host_ns() < start_ns) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     auto now_epoch = [side] {
-        timespec ts{};
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        const auto ns = static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000u +
-                        static_cast<std::uint64_t>(ts.tv_nsec);
-        return session::lease_epoch{2 * ns + static_cast<std::uint64_t>(side)};
+        return session::lease_epoch{2 * host_ns() + static_cast<std::uint64_t>(side)};
     };
     const auto fenced = storage::make_error_code(storage::errc::lease_lost);
     const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
     while (out.acknowledged.size() < static_cast<std::size_t>(items) && out.failure.empty()) {
         if (std::chrono::steady_clock::now() > give_up) {
-            out.failure = std::to_string(out.acknowledged.size()) + " of " +
-                          std::to_string(items) + " items acknowledged in 60 s";
+            out.failure = std::to_string(out.acknowledged.size()) + " of " + std::to_string(items) +
+                          " items acknowledged in 60 s";
             break;
         }
         auto log = store.open(sid, now_epoch());

@@ -287,7 +287,8 @@ TEST(SqliteStore, AFileClosedToMakeRoomLeavesNoWalOnceItsSessionIsUnloaded) {
 // An unloaded session leaves its file alone on disk: its WAL and its shared memory (32 KiB
 // written, more than a short session's file) go with the file's last connection, as they do
 // with SQLite's own last connection. While another connection has the file open (another
-// worker's on this host, say) both stay, and that connection goes on as before.
+// worker's on this host, say) both stay, and that connection goes on as before; and when the
+// store is stopping.
 TEST(SqliteStore, AnUnloadedSessionLeavesOnlyItsFile) {
     temp_sqlite_store t;
     const auto id = session_id::parse("u").value();
@@ -322,6 +323,11 @@ TEST(SqliteStore, AnUnloadedSessionLeavesOnlyItsFile) {
     EXPECT_FALSE(there("-shm"));
     auto again = t.store.open(id, lease_epoch{4}).value();
     EXPECT_EQ(again->load().value().in(lane::steer).pending.size(), 3u);
+    // A store that is stopping closes its files as they are: a stop is not made longer.
+    t.store.stopping();
+    again.reset();
+    EXPECT_TRUE(there("-wal"));
+    EXPECT_TRUE(there("-shm"));
 }
 
 // Passivation: a session's file is closed once its log is (the session was unloaded), so a

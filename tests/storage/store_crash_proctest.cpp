@@ -8,9 +8,12 @@
 #include "tests/support/process.hpp"
 #include "tests/support/temp_dir.hpp"
 
+#include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
+#include <thread>
 
 namespace wuhu::testing {
 
@@ -68,29 +71,31 @@ TEST(StoreCrash, SqliteTwoProcessesLoadingAndUnloadingOneSessionLoseNothing) {
     const std::string url = "sqlite://" + dir.path().string();
     const auto sid = session::session_id::parse("shared").value();
     const std::string log = dir.path().string() + "/child.log";
-    constexpr int items = 100;
     const std::string out = dir.path().string() + "/child.out";
-    pid_t child = spawn(WUHU_CRASH_CHILD, {"share", url, sid.str(), std::to_string(items)},
+    constexpr int items = 100;
+    const auto start = host_ns() + 1'000'000'000u;  // both at once, a second from now
+    pid_t child = spawn(WUHU_CRASH_CHILD,
+                        {"share", url, sid.str(), std::to_string(items), std::to_string(start)},
                         spawn_options{log, std::nullopt, out});
     ASSERT_GT(child, 0);
     shared_rounds mine;
     {
         auto store = store_for(url);
-        mine = share_rounds(*store, sid, items, 1, "parent-");
+        mine = share_rounds(*store, sid, items, 1, "parent-", start);
     }
-    int st = 0;
-    ASSERT_EQ(waitpid(child, &st, 0), child);
+    const int status = wait_exit(child, std::chrono::seconds(90));
     std::ifstream f(log);
     const std::string said((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    ASSERT_EQ(status, 0) << said;
+    EXPECT_EQ(mine.failure, "");
     std::set<std::string> acknowledged(mine.acknowledged.begin(), mine.acknowledged.end());
     std::ifstream printed(out);
     for (std::string line; std::getline(printed, line);) {
         acknowledged.insert(line);
     }
-    ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << said;
-    EXPECT_EQ(mine.failure, "");
     EXPECT_EQ(acknowledged.size(), 2u * items);
-    EXPECT_GT(mine.fenced, 0) << "the two processes never met";
+    EXPECT_TRUE(mine.fenced > 0 || said.find("fenced 0") == std::string::npos)
+        << "the two processes never met: " << said;
     for (const char* left : {"-wal", "-shm"}) {
         EXPECT_FALSE(std::filesystem::exists(dir.path() / "sessions" /
                                              ("shared.sqlite" + std::string(left))))
@@ -105,6 +110,49 @@ TEST(StoreCrash, SqliteTwoProcessesLoadingAndUnloadingOneSessionLoseNothing) {
     }
     for (const auto& item : acknowledged) {
         EXPECT_TRUE(present.count(item) == 1) << item << " was acknowledged and is lost";
+    }
+}
+
+// A process keeps a session's file open (a stale owner, say) while another loads and unloads
+// the session. The unload leaves the WAL and shared memory, which the first still uses, and
+// that one's next command is fenced out. On files SQLite made too: their first sync went
+// through a descriptor of the store's own, and closing it dropped every lock the process held
+// on the file (fcntl locks are the process's), so the unload deleted the WAL under the other
+// connection, whose next command was then acknowledged into a WAL nobody would read.
+TEST(StoreCrash, SqliteAnUnloadNeverDeletesTheWalOfAFileAnotherProcessHasOpen) {
+    for (const std::string scheme : {"sqlite-no-image://", "sqlite://"}) {
+        SCOPED_TRACE(scheme);
+        temp_dir dir;
+        const std::string url = scheme + dir.path().string();
+        const auto sid = session::session_id::parse("held").value();
+        const std::string log = dir.path().string() + "/child.log";
+        const std::string out = dir.path().string() + "/child.out";
+        const std::string go = dir.path().string() + "/go";
+        pid_t child = spawn(WUHU_CRASH_CHILD, {"hold", url, sid.str(), go},
+                            spawn_options{log, std::nullopt, out});
+        ASSERT_GT(child, 0);
+        auto printed = [&] {
+            std::ifstream f(out);
+            return std::string((std::istreambuf_iterator<char>(f)),
+                               std::istreambuf_iterator<char>());
+        };
+        for (int waited = 0; printed().find("opened") == std::string::npos; ++waited) {
+            ASSERT_LT(waited, 3000) << "the child never opened the session";
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+        {
+            auto store = store_for(url);
+            auto mine = store->open(sid, session::lease_epoch{2}).value();
+            ASSERT_TRUE(mine->load());
+        }
+        for (const char* left : {"-wal", "-shm"}) {
+            EXPECT_TRUE(std::filesystem::exists(dir.path() / "sessions" /
+                                                ("held.sqlite" + std::string(left))))
+                << left << " deleted while another process had the file open";
+        }
+        std::ofstream(go).put('\n');
+        ASSERT_EQ(wait_exit(child, std::chrono::seconds(60)), 0);
+        EXPECT_EQ(printed(), "opened\nlease_lost\n");
     }
 }
 

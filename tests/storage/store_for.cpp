@@ -13,6 +13,12 @@ std::unique_ptr<storage::session_store> store_for(const std::string& url) {
         return std::make_unique<storage::sqlite_store>(
             storage::sqlite_options{url.substr(sqlite.size())});
     }
+    const std::string made_by_sqlite = "sqlite-no-image://";
+    if (url.rfind(made_by_sqlite, 0) == 0) {
+        storage::sqlite_options o{url.substr(made_by_sqlite.size())};
+        o.new_files_from_image = false;
+        return std::make_unique<storage::sqlite_store>(o);
+    }
     const std::string pg = "postgres:";
     if (url.rfind(pg, 0) == 0) {
         auto rest = url.substr(pg.size());
