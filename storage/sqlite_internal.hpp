@@ -7,6 +7,7 @@
 
 #include <sys/types.h>
 
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -53,6 +54,46 @@ struct sqlite_store::handle {
 };
 
 namespace sqlite_files {
+
+// The end of the hidden name a new session file has before it is named (sqlite_files.cpp).
+inline constexpr std::string_view new_file_suffix = ".new";
+
+// Whether `path` names the file (dev, ino).
+bool names(const std::filesystem::path& path, dev_t dev, ino_t ino);
+
+// Opening a session file and unlinking one take turns, across the processes of a host.
+// SQLite opens a database and, a moment later, its WAL and shared-memory files by name: were
+// the three unlinked in between (and the session created again), one connection would pair
+// the old database with the new session's shared memory, and the two would corrupt each other
+// (or die of SIGBUS when one truncates the memory the other has mapped). So an open holds a
+// shared lock until its connection has all three files open, and an unlink an exclusive one.
+// flock on a descriptor of its own: closing it never drops SQLite's fcntl locks, and two
+// threads of one process contend like two processes.
+class files_lock {
+  public:
+    // `exclusive_if_free`: an exclusive lock that does not wait for long (about a millisecond,
+    // in short tries): held() says whether it was had. Throws sqlite::error otherwise.
+    enum class mode { shared, exclusive, exclusive_if_free };
+    files_lock(const std::filesystem::path& file, mode m);
+    files_lock(const files_lock&) = delete;
+    files_lock& operator=(const files_lock&) = delete;
+    ~files_lock();
+    bool held() const { return fd_ >= 0; }
+
+  private:
+    int fd_;
+};
+
+// Unlinks the session's three files if `path` still names the file (dev, ino). Other
+// processes may hold connections to it: they keep their descriptors (and SQLite never deletes
+// a WAL or shared-memory file by name on close, PERSIST_WAL), and new connections get new
+// files. Another owner's new file at the same path is never touched.
+void unlink_if_same(const std::filesystem::path& lock_file, const std::filesystem::path& path,
+                    dev_t dev, ino_t ino);
+
+// fdatasync of a connection's database file through SQLite's own descriptor: opening and
+// closing another would drop every fcntl lock this process holds on the file, SQLite's.
+void sync_database(sqlite::db& db);
 
 // The `meta` row `key` of a session file ("" when there is none), and writing it.
 std::string meta(sqlite::db& db, const char* key);

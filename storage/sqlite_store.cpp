@@ -2,24 +2,21 @@
 
 #include "storage/sqlite_internal.hpp"
 
-#include <fcntl.h>
-#include <sys/file.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
-#include <atomic>
-#include <cerrno>
 #include <chrono>
-#include <cstdio>
-#include <cstring>
 #include <fstream>
 #include <stdexcept>
 #include <thread>
 
 namespace wuhu::storage {
 
+using sqlite_files::files_lock;
 using sqlite_files::meta;
+using sqlite_files::names;
 using sqlite_files::set_meta;
+using sqlite_files::sync_database;
+using sqlite_files::unlink_if_same;
 
 namespace {
 
@@ -34,95 +31,12 @@ const char* const session_migrations[] = {
                                ('has_work', '0'), ('settings', '');)",
 };
 
-
-}  // namespace
-
-
-namespace {
-
 // A removed session's file keeps a tombstone until it is unlinked: every old handle fails its
 // epoch check (no epoch is higher), and open() knows the file is on its way out.
 constexpr std::string_view tombstone_epoch = "9223372036854775807";
 
-// The end of the hidden name of a new session file before it is named (name_while_new).
-constexpr std::string_view new_suffix = ".new";
-
 bool is_tombstone(sqlite::db& db) {
     return meta(db, "epoch") == tombstone_epoch;
-}
-
-// Whether `path` names the file (dev, ino).
-bool names(const std::filesystem::path& path, dev_t dev, ino_t ino) {
-    struct stat st {};
-    return ::stat(path.c_str(), &st) == 0 && st.st_dev == dev && st.st_ino == ino;
-}
-
-// Opening a session file and unlinking one take turns, across the processes of a host.
-// SQLite opens a database and, a moment later, its WAL and shared-memory files by name: were
-// the three unlinked in between (and the session created again), one connection would pair
-// the old database with the new session's shared memory, and the two would corrupt each other
-// (or die of SIGBUS when one truncates the memory the other has mapped). So an open holds a
-// shared lock until its connection has all three files open, and an unlink an exclusive one.
-// flock on a descriptor of its own: closing it never drops SQLite's fcntl locks, and two
-// threads of one process contend like two processes.
-class files_lock {
-  public:
-    // `if_free`: an exclusive lock that does not wait for long (about a millisecond, in short
-    // tries): held() says whether it was had.
-    enum class mode { shared, exclusive, exclusive_if_free };
-    files_lock(const std::filesystem::path& file, mode m)
-        : fd_(::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644)) {
-        if (fd_ < 0) {
-            throw sqlite::error(SQLITE_CANTOPEN, "open " + file.string() + ": " +
-                                                     std::strerror(errno));
-        }
-        const int op = m == mode::shared ? LOCK_SH
-                       : m == mode::exclusive ? LOCK_EX
-                                              : LOCK_EX | LOCK_NB;
-        for (int tries = 1; ::flock(fd_, op) != 0;) {
-            if (errno == EWOULDBLOCK && tries++ < 10) {
-                std::this_thread::sleep_for(std::chrono::microseconds(100));
-            } else if (errno != EINTR) {
-                const int e = errno;
-                ::close(fd_);
-                fd_ = -1;
-                if (e == EWOULDBLOCK) {
-                    return;
-                }
-                throw sqlite::error(SQLITE_IOERR, "flock " + file.string() + ": " +
-                                                      std::strerror(e));
-            }
-        }
-    }
-    files_lock(const files_lock&) = delete;
-    files_lock& operator=(const files_lock&) = delete;
-    ~files_lock() {
-        if (fd_ >= 0) {
-            ::close(fd_);
-        }
-    }
-    bool held() const { return fd_ >= 0; }
-
-  private:
-    int fd_;
-};
-
-// Unlinks the session's three files if `path` still names the file (dev, ino). Other
-// processes may hold connections to it: they keep their descriptors (and SQLite never deletes
-// a WAL or shared-memory file by name on close, PERSIST_WAL), and new connections get new
-// files. Another owner's new file at the same path is never touched.
-void unlink_if_same(const std::filesystem::path& lock_file, const std::filesystem::path& path,
-                    dev_t dev, ino_t ino) {
-    files_lock exclusive(lock_file, files_lock::mode::exclusive);
-    if (!names(path, dev, ino)) {
-        return;
-    }
-    // The shared-memory index and the WAL first: a new connection must never pair the new
-    // file with the old ones (the file itself carries the tombstone meanwhile).
-    for (const char* suffix : {"-shm", "-wal", ""}) {
-        std::error_code ec;
-        std::filesystem::remove(path.string() + suffix, ec);
-    }
 }
 
 }  // namespace
@@ -161,7 +75,7 @@ void sqlite_store::check_after_reboot() {
     for (const auto& e : std::filesystem::directory_iterator(options_.data_dir / "sessions", ec)) {
         const auto& path = e.path();
         if (const auto name = path.filename().string();
-            name.starts_with(".") && name.ends_with(new_suffix)) {
+            name.starts_with(".") && name.ends_with(sqlite_files::new_file_suffix)) {
             // A new file its process never named (killed between the two), unless it is
             // another worker's of this host, starting at once (such a name lives microseconds).
             std::error_code old;
@@ -277,65 +191,10 @@ void sqlite_store::close_unused(const session_id& id) {
     }
 }
 
-// SQLite's last connection to a file (of any process: each holds a shared lock on it while
-// open) deletes its WAL and shared memory as it closes, unless they persist. Every connection
-// here sets them to persist (open_file), since a connection to a file another process removed
-// would delete the new session's by name; so they may go only when the path still names this
-// file, checked under the exclusive files lock: no removal, and no open that could pair a new
-// connection with them, runs until they are gone. Checkpointed first, outside the lock (its
-// fsyncs), so that the checkpoint as it closes has nothing left to do. Best effort, never a
-// wait: when the checkpoint could not copy every frame (another connection has the file
-// open), when the lock is not free, or when the store is stopping (a stop is not made longer
-// for this), ~handle closes it as before and the two stay for the session's next connection.
-void sqlite_store::retire(const session_id& id, std::shared_ptr<handle> h) {
-    if (!h->db || !h->checkpoint_on_close) {
-        return;  // closed already, or to make room: ~handle
-    }
-    {
-        std::lock_guard lock(mu_);
-        if (stopping_) {
-            return;
-        }
-    }
-    int in_wal = -1;
-    int copied = -1;
-    if (sqlite3_wal_checkpoint_v2(h->db->raw(), "main", SQLITE_CHECKPOINT_PASSIVE, &in_wal,
-                                  &copied) != SQLITE_OK ||
-        in_wal != copied) {
-        return;
-    }
-    try {
-        files_lock exclusive(lock_file(), files_lock::mode::exclusive_if_free);
-        if (exclusive.held() && names(path_of(id), h->dev, h->ino)) {
-            int persist = 0;
-            sqlite3_file_control(h->db->raw(), "main", SQLITE_FCNTL_PERSIST_WAL, &persist);
-            h.reset();  // under the lock
-        }
-    } catch (const sqlite::error&) {
-        // No lock file: ~handle closes it with its WAL and shared memory kept.
-    }
-}
-
 void sqlite_store::stopping() {
     std::lock_guard lock(mu_);
     stopping_ = true;
     wal_left_.clear();  // their next connection reads them back
-}
-
-// A file closed to make room kept its WAL, frames and working size, for its session's next
-// connection. Once the session is unloaded none may come for long: the WAL is checkpointed and
-// deleted now with the shared memory, as any unloaded session's are (retire), rather than left
-// on disk for as long as the session stays unused. A connection of its own, outside the open
-// files: closed at once.
-void sqlite_store::tidy_wal(const session_id& id) {
-    std::shared_ptr<handle> h;
-    try {
-        files_lock shared(lock_file(), files_lock::mode::shared);  // as every open
-        h = open_file(path_of(id), open_mode::existing);
-    } catch (const sqlite::error&) {
-        return;  // removed meanwhile, or busy past the busy timeout: its next connection reads it
-    }
-    retire(id, std::move(h));
 }
 
 std::shared_ptr<sqlite_store::handle> sqlite_store::acquire(const session_id& id, open_mode mode) {
@@ -393,91 +252,6 @@ std::shared_ptr<sqlite_store::handle> sqlite_store::acquire(const session_id& id
         it = prev;
     }
     return h;
-}
-
-namespace {
-
-// fdatasync of a connection's database file through SQLite's own descriptor: opening and
-// closing another would drop every fcntl lock this process holds on the file, SQLite's.
-void sync_database(sqlite::db& db) {
-    sqlite3_file* f = nullptr;
-    if (sqlite3_file_control(db.raw(), "main", SQLITE_FCNTL_FILE_POINTER, &f) != SQLITE_OK ||
-        f == nullptr || f->pMethods == nullptr) {
-        throw sqlite::error(SQLITE_IOERR, "sync a new session file: no file");
-    }
-    if (const int rc = f->pMethods->xSync(f, SQLITE_SYNC_NORMAL); rc != SQLITE_OK) {
-        throw sqlite::error(rc, "sync a new session file");
-    }
-}
-
-// The name a new file is linked at before it is renamed to its session's: hidden, never a
-// session's (no .sqlite), this process's and this call's alone. Only a process killed
-// between the link and the rename leaves one; the store removes them after a reboot.
-std::filesystem::path name_while_new(const std::filesystem::path& path) {
-    static std::atomic<std::uint64_t> made{0};
-    return path.parent_path() / ("." + path.filename().string() + "." +
-                                 std::to_string(::getpid()) + "." + std::to_string(made++) +
-                                 std::string(new_suffix));
-}
-
-}  // namespace
-
-sqlite_store::new_file sqlite_store::write_new_file(const std::filesystem::path& path) {
-    const int fd = ::open(path.parent_path().c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        if (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL) {
-            return new_file::unsupported;
-        }
-        throw sqlite::error(SQLITE_CANTOPEN,
-                            "create a file in " + path.parent_path().string() + ": " +
-                                std::strerror(errno));
-    }
-    auto fail = [&](const char* what) {
-        const int e = errno;
-        ::close(fd);
-        throw sqlite::error(SQLITE_IOERR, std::string(what) + " " + path.string() + ": " +
-                                              std::strerror(e));
-    };
-    for (std::size_t done = 0; done < new_file_.size();) {
-        const auto n = ::write(fd, new_file_.data() + done, new_file_.size() - done);
-        if (n < 0 && errno != EINTR) {
-            fail("write");
-        }
-        done += n > 0 ? static_cast<std::size_t>(n) : 0;
-    }
-    // Synced at every level: at NORMAL too, a WAL that outlived a power loss needs its file.
-    if (::fdatasync(fd) != 0) {
-        fail("fsync");
-    }
-    if (options_.before_new_file_is_linked) {
-        options_.before_new_file_is_linked();
-    }
-    // Named in whole or not at all, and by no descriptor of this process once named: closing a
-    // descriptor of a file drops every fcntl lock the process holds on it, and another
-    // thread's connection may have opened the file (and locked it) the moment it was named. So
-    // it is linked at a name of its own, closed, and then renamed to the session's, unless
-    // another process made that first (EEXIST): that one wins.
-    const auto self = "/proc/self/fd/" + std::to_string(fd);
-    const auto hidden = name_while_new(path);
-    if (::linkat(AT_FDCWD, self.c_str(), AT_FDCWD, hidden.c_str(), AT_SYMLINK_FOLLOW) != 0) {
-        fail("link");
-    }
-    ::close(fd);
-    const int renamed =
-        ::renameat2(AT_FDCWD, hidden.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE);
-    const int e = errno;
-    if (renamed == 0) {
-        return new_file::linked;
-    }
-    std::error_code ec;
-    std::filesystem::remove(hidden, ec);
-    if (e == EEXIST) {
-        return new_file::made_elsewhere;
-    }
-    if (e == EINVAL) {
-        return new_file::unsupported;  // no RENAME_NOREPLACE on this file system
-    }
-    throw sqlite::error(SQLITE_IOERR, "rename " + hidden.string() + ": " + std::strerror(e));
 }
 
 std::shared_ptr<sqlite_store::handle> sqlite_store::open_file(const std::filesystem::path& path,

@@ -1,6 +1,7 @@
 // The WALs of the session files (docs/storage.md): checkpointed by the store's own hook once
-// they hold wal_checkpoint_pages and then reused from their start, and given their working
-// size at FULL so that no commit extends the file.
+// they hold wal_checkpoint_pages and then reused from their start, given their working size at
+// FULL so that no commit extends the file, and deleted with the shared memory once the session
+// is unloaded.
 #include "storage/sqlite_internal.hpp"
 #include "storage/sqlite_store.hpp"
 
@@ -12,6 +13,9 @@
 #include <vector>
 
 namespace wuhu::storage {
+
+using sqlite_files::files_lock;
+using sqlite_files::names;
 
 // SQLite's own auto-checkpoint (which this hook replaces), and the WAL's size noted.
 int sqlite_store::on_wal_commit(void* arg, sqlite3* db, const char* name, int frames) {
@@ -59,6 +63,61 @@ void sqlite_store::size_wal(handle& h, const session_id& id) {
         }
     }
     ::close(fd);
+}
+
+// SQLite's last connection to a file (of any process: each holds a shared lock on it while
+// open) deletes its WAL and shared memory as it closes, unless they persist. Every connection
+// here sets them to persist (open_file), since a connection to a file another process removed
+// would delete the new session's by name; so they may go only when the path still names this
+// file, checked under the exclusive files lock: no removal, and no open that could pair a new
+// connection with them, runs until they are gone. Checkpointed first, outside the lock (its
+// fsyncs), so that the checkpoint as it closes has nothing left to do. Best effort, never a
+// wait: when the checkpoint could not copy every frame (another connection has the file
+// open), when the lock is not free, or when the store is stopping (a stop is not made longer
+// for this), ~handle closes it as before and the two stay for the session's next connection.
+void sqlite_store::retire(const session_id& id, std::shared_ptr<handle> h) {
+    if (!h->db || !h->checkpoint_on_close) {
+        return;  // closed already, or to make room: ~handle
+    }
+    {
+        std::lock_guard lock(mu_);
+        if (stopping_) {
+            return;
+        }
+    }
+    int in_wal = -1;
+    int copied = -1;
+    if (sqlite3_wal_checkpoint_v2(h->db->raw(), "main", SQLITE_CHECKPOINT_PASSIVE, &in_wal,
+                                  &copied) != SQLITE_OK ||
+        in_wal != copied) {
+        return;
+    }
+    try {
+        files_lock exclusive(lock_file(), files_lock::mode::exclusive_if_free);
+        if (exclusive.held() && names(path_of(id), h->dev, h->ino)) {
+            int persist = 0;
+            sqlite3_file_control(h->db->raw(), "main", SQLITE_FCNTL_PERSIST_WAL, &persist);
+            h.reset();  // under the lock
+        }
+    } catch (const sqlite::error&) {
+        // No lock file: ~handle closes it with its WAL and shared memory kept.
+    }
+}
+
+// A file closed to make room kept its WAL, frames and working size, for its session's next
+// connection. Once the session is unloaded none may come for long: the WAL is checkpointed and
+// deleted now with the shared memory, as any unloaded session's are (retire), rather than left
+// on disk for as long as the session stays unused. A connection of its own, outside the open
+// files: closed at once.
+void sqlite_store::tidy_wal(const session_id& id) {
+    std::shared_ptr<handle> h;
+    try {
+        files_lock shared(lock_file(), files_lock::mode::shared);  // as every open
+        h = open_file(path_of(id), open_mode::existing);
+    } catch (const sqlite::error&) {
+        return;  // removed meanwhile, or busy past the busy timeout: its next connection reads it
+    }
+    retire(id, std::move(h));
 }
 
 }  // namespace wuhu::storage
