@@ -28,6 +28,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <thread>
 
 using namespace wuhu;
@@ -66,16 +67,33 @@ int churn(const std::string& url, const std::string& session, int rounds) {
     return 0;
 }
 
-int hold(const std::string& url, const std::string& session, const std::string& go) {
-    auto store = testing::store_for(url);
-    auto log = store->open(session::session_id::parse(session).value(), session::lease_epoch{1});
+// A session's log, opened and loaded.
+struct loaded {
+    std::unique_ptr<storage::session_log> log;
+    session::session_state state;
+};
+
+// Opens and loads session `session` of `store` at `epoch`; nothing when either fails (said on
+// stderr).
+std::optional<loaded> open_and_load(storage::session_store& store, const std::string& session,
+                                    session::lease_epoch epoch) {
+    auto log = store.open(session::session_id::parse(session).value(), epoch);
     if (!log) {
         std::cerr << "open: " << log.error().message() << "\n";
-        return 1;
+        return std::nullopt;
     }
     auto state = (*log)->load();
     if (!state) {
         std::cerr << "load: " << state.error().message() << "\n";
+        return std::nullopt;
+    }
+    return loaded{std::move(*log), std::move(*state)};
+}
+
+int hold(const std::string& url, const std::string& session, const std::string& go) {
+    auto store = testing::store_for(url);
+    auto held = open_and_load(*store, session, session::lease_epoch{1});
+    if (!held) {
         return 1;
     }
     std::printf("opened\n");
@@ -86,8 +104,8 @@ int hold(const std::string& url, const std::string& session, const std::string& 
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-    auto out = (*log)->enqueue(
-        *state,
+    auto out = held->log->enqueue(
+        held->state,
         session::enqueue_input{session::lane::steer, session::queue_item_id::parse("held").value(),
                                session::user_input{session::unknown_author{}, "held"}},
         session::unix_ms{1});
@@ -126,28 +144,22 @@ int main(int argc, char** argv) {
         return 2;
     }
     auto store = testing::store_for(argv[1]);
-    auto sid = session::session_id::parse(argv[2]).value();
-    auto log = store->open(sid, session::lease_epoch{std::stoull(argv[3])});
-    if (!log) {
-        std::cerr << "open: " << log.error().message() << "\n";
+    auto opened = open_and_load(*store, argv[2], session::lease_epoch{std::stoull(argv[3])});
+    if (!opened) {
         return 1;
     }
-    auto state = (*log)->load();
-    if (!state) {
-        std::cerr << "load: " << state.error().message() << "\n";
-        return 1;
-    }
-    session::session_state s = std::move(*state);
+    auto& log = opened->log;
+    session::session_state s = std::move(opened->state);
     const std::string prefix = argv[4];
     for (std::uint64_t n = 0;; ++n) {
         // Alternate the operations a session sees most: enqueue, then drain.
         auto id = session::queue_item_id::parse(prefix + "-" + std::to_string(n)).value();
         auto out =
-            (*log)->enqueue(s,
-                            session::enqueue_input{
-                                session::lane::follow_up, id,
-                                session::user_input{session::unknown_author{}, "work " + id.str()}},
-                            session::unix_ms{static_cast<std::int64_t>(n)});
+            log->enqueue(s,
+                         session::enqueue_input{
+                             session::lane::follow_up, id,
+                             session::user_input{session::unknown_author{}, "work " + id.str()}},
+                         session::unix_ms{static_cast<std::int64_t>(n)});
         if (!out) {
             std::cerr << "enqueue: " << out.error().message() << "\n";
             return 1;
@@ -156,8 +168,8 @@ int main(int argc, char** argv) {
         std::printf("%s\n", id.str().c_str());
         std::fflush(stdout);
         if (n % 3 == 2) {
-            auto drained = (*log)->drain(s, session::checkpoint::follow_up,
-                                         session::unix_ms{static_cast<std::int64_t>(n)});
+            auto drained = log->drain(s, session::checkpoint::follow_up,
+                                      session::unix_ms{static_cast<std::int64_t>(n)});
             if (!drained) {
                 std::cerr << "drain: " << drained.error().message() << "\n";
                 return 1;
