@@ -32,17 +32,20 @@ files_lock::files_lock(const std::filesystem::path& file, mode m)
     }
     const int op = m == mode::shared ? LOCK_SH : m == mode::exclusive ? LOCK_EX : LOCK_EX | LOCK_NB;
     for (int tries = 1; ::flock(fd_, op) != 0;) {
-        if (errno == EWOULDBLOCK && tries++ < 10) {
-            std::this_thread::sleep_for(std::chrono::microseconds(100));
-        } else if (errno != EINTR) {
-            const int e = errno;
-            ::close(fd_);
-            fd_ = -1;
-            if (e == EWOULDBLOCK) {
-                return;
-            }
-            throw sqlite::error(SQLITE_IOERR, "flock " + file.string() + ": " + std::strerror(e));
+        const int e = errno;
+        if (e == EINTR) {
+            continue;
         }
+        if (m == mode::exclusive_if_free && e == EWOULDBLOCK && tries++ < 10) {
+            std::this_thread::sleep_for(std::chrono::microseconds(100));
+            continue;
+        }
+        ::close(fd_);
+        fd_ = -1;
+        if (m == mode::exclusive_if_free && e == EWOULDBLOCK) {
+            return;  // not free: held() is false
+        }
+        throw sqlite::error(SQLITE_IOERR, "flock " + file.string() + ": " + std::strerror(e));
     }
 }
 
@@ -97,6 +100,7 @@ sqlite_store::new_file sqlite_store::write_new_file(const std::filesystem::path&
     const int fd = ::open(path.parent_path().c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
     if (fd < 0) {
         if (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL) {
+            image_unsupported_ = true;  // no unnamed files here: SQLite makes the files from now
             return new_file::unsupported;
         }
         throw sqlite::error(SQLITE_CANTOPEN, "create a file in " + path.parent_path().string() +
@@ -144,8 +148,10 @@ sqlite_store::new_file sqlite_store::write_new_file(const std::filesystem::path&
     if (e == EEXIST) {
         return new_file::made_elsewhere;
     }
-    if (e == EINVAL) {
-        return new_file::unsupported;  // no RENAME_NOREPLACE on this file system
+    if (e == EINVAL || e == ENOSYS) {
+        // No RENAME_NOREPLACE on this file system (or kernel): SQLite makes the files from now.
+        image_unsupported_ = true;
+        return new_file::unsupported;
     }
     throw sqlite::error(SQLITE_IOERR, "rename " + hidden.string() + ": " + std::strerror(e));
 }

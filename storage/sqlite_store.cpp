@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <limits>
 #include <stdexcept>
 #include <thread>
 
@@ -37,6 +38,20 @@ constexpr std::string_view tombstone_epoch = "9223372036854775807";
 
 bool is_tombstone(sqlite::db& db) {
     return meta(db, "epoch") == tombstone_epoch;
+}
+
+// When the machine booted (`btime` in /proc/stat), as a file time; the earliest one when
+// unknown.
+std::filesystem::file_time_type boot_time() {
+    std::ifstream stat("/proc/stat");
+    for (std::string key; stat >> key;) {
+        if (std::int64_t seconds = 0; key == "btime" && stat >> seconds) {
+            return std::chrono::file_clock::from_sys(
+                std::chrono::sys_seconds{std::chrono::seconds{seconds}});
+        }
+        stat.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+    }
+    return std::filesystem::file_time_type::min();
 }
 
 }  // namespace
@@ -71,17 +86,20 @@ void sqlite_store::check_after_reboot() {
     if (seen == boot && boot != "unknown") {
         return;
     }
+    const auto booted = boot_time();
     std::error_code ec;
     for (const auto& e : std::filesystem::directory_iterator(options_.data_dir / "sessions", ec)) {
         const auto& path = e.path();
         if (const auto name = path.filename().string();
             name.starts_with(".") && name.ends_with(sqlite_files::new_file_suffix)) {
-            // A new file its process never named (killed between the two), unless it is
-            // another worker's of this host, starting at once (such a name lives microseconds).
+            // A new file its process never named (killed between the two): one written before
+            // the machine booted, or a minute ago (such a name lives microseconds; a younger
+            // one may be another worker's of this host, starting at once).
             std::error_code old;
-            if (std::filesystem::last_write_time(path, old) <
-                    std::filesystem::file_time_type::clock::now() - std::chrono::minutes(1) &&
-                !old) {
+            const auto written = std::filesystem::last_write_time(path, old);
+            if (!old &&
+                (written < booted || written < std::filesystem::file_time_type::clock::now() -
+                                                   std::chrono::minutes(1))) {
                 std::filesystem::remove(path, old);
             }
             continue;
@@ -269,8 +287,9 @@ std::shared_ptr<sqlite_store::handle> sqlite_store::open_file(const std::filesys
     // waiting for fsyncs (it would sync its rollback journal twice, the directory, the file,
     // and the WAL for the schema), and the file is then synced once (its header says WAL).
     const bool missing = mode == open_mode::create && !std::filesystem::exists(path);
-    const auto made = missing && options_.new_files_from_image ? write_new_file(path)
-                                                               : new_file::unsupported;
+    const auto made = missing && options_.new_files_from_image && !image_unsupported_
+                          ? write_new_file(path)
+                          : new_file::unsupported;
     const bool from_image = made == new_file::linked;
     // Another process's file is opened as any existing one: it may be in use already.
     const bool fresh =

@@ -27,6 +27,7 @@
 
 struct sqlite3;
 
+#include <atomic>
 #include <filesystem>
 #include <list>
 #include <functional>
@@ -148,11 +149,13 @@ class sqlite_store final : public session_store {
     // Writes a new session file at `path` from new_file_, synced, then linked in whole.
     enum class new_file { linked, made_elsewhere, unsupported };
     // made_elsewhere: another process made the file first (it is used as it is); unsupported:
-    // the file system cannot make an unnamed file (O_TMPFILE), and SQLite makes it.
+    // the file system cannot make an unnamed file (O_TMPFILE) or rename without replacing, and
+    // SQLite makes it (and every later one: image_unsupported_).
     new_file write_new_file(const std::filesystem::path& path);
 
     sqlite_options options_;
     std::string new_file_;  // a new session file's bytes (sqlite::new_wal_file_image)
+    std::atomic<bool> image_unsupported_{false};  // found out by write_new_file
     std::unique_ptr<sqlite::db> catalog_;
     std::mutex catalog_mu_;
     std::map<std::string, std::pair<lease_epoch, session::session_summary>> unwritten_;

@@ -9,11 +9,13 @@
 //
 //   store_crash_child churn <store-url> <session-id> <rounds>
 //
-// With `share`, it loads and unloads one session until `items` items are acknowledged, from
-// `start-ns` on (share_rounds.hpp), while the parent does the same; it prints each acknowledged
-// item, then on stderr how many rounds were fenced, and exits 1 at the first error of the store.
+// With `share`, it prints "ready" once its store is open and waits until the file `go` exists
+// (30 s at most); then it loads and unloads one session until `items` items are acknowledged
+// (share_rounds.hpp) while the parent does the same. It prints each acknowledged item, then
+// on stderr "fenced <rounds another epoch refused>", and exits 1 at the first error of the
+// store.
 //
-//   store_crash_child share <store-url> <session-id> <items> <start-ns>
+//   store_crash_child share <store-url> <session-id> <items> <go>
 //
 // With `hold`, it opens one session (at epoch 1, making it), prints "opened", waits until the
 // file `go` exists (30 s at most), then enqueues an item and prints "acknowledged" or the
@@ -67,6 +69,19 @@ int churn(const std::string& url, const std::string& session, int rounds) {
     return 0;
 }
 
+// Waits until the file `go` exists (30 s at most); whether it does.
+bool wait_for(const std::string& go) {
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (!std::filesystem::exists(go)) {
+        if (std::chrono::steady_clock::now() > give_up) {
+            std::cerr << go << " never came\n";
+            return false;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return true;
+}
+
 // A session's log, opened and loaded.
 struct loaded {
     std::unique_ptr<storage::session_log> log;
@@ -98,11 +113,8 @@ int hold(const std::string& url, const std::string& session, const std::string& 
     }
     std::printf("opened\n");
     std::fflush(stdout);
-    for (int waited = 0; !std::filesystem::exists(go); ++waited) {
-        if (waited == 3000) {
-            return 1;
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (!wait_for(go)) {
+        return 1;
     }
     auto out = held->log->enqueue(
         held->state,
@@ -124,8 +136,13 @@ int main(int argc, char** argv) {
     }
     if (argc == 6 && std::string(argv[1]) == "share") {
         auto store = testing::store_for(argv[2]);
+        std::printf("ready\n");
+        std::fflush(stdout);
+        if (!wait_for(argv[5])) {
+            return 1;
+        }
         auto out = testing::share_rounds(*store, session::session_id::parse(argv[3]).value(),
-                                         std::stoi(argv[4]), 0, "child-", std::stoull(argv[5]));
+                                         std::stoi(argv[4]), 0, "child-");
         for (const auto& item : out.acknowledged) {
             std::printf("%s\n", item.c_str());
         }

@@ -31,17 +31,13 @@ inline std::uint64_t host_ns() {
            static_cast<std::uint64_t>(ts.tv_nsec);
 }
 
-// From `start_ns` (host_ns(): both processes start together), rounds on session `sid` until
-// `items` items are acknowledged (or 60 s went by: a failure), each at an epoch from the
-// host's clock (twice its nanoseconds plus `side`, 0 or 1: two processes never take the same
-// one, and a later round fences out every earlier one), its item named `prefix` and a number.
+// Rounds on session `sid` until `items` items are acknowledged (or 60 s went by: a failure),
+// each at an epoch from the host's clock (twice its nanoseconds plus `side`, 0 or 1: two
+// processes never take the same one, and a later round fences out every earlier one), its item
+// named `prefix` and a number.
 inline shared_rounds share_rounds(storage::session_store& store, const session::session_id& sid,
-                                  int items, int side, const std::string& prefix,
-                                  std::uint64_t start_ns) {
+                                  int items, int side, const std::string& prefix) {
     shared_rounds out;
-    while (host_ns() < start_ns) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
     auto now_epoch = [side] {
         return session::lease_epoch{2 * host_ns() + static_cast<std::uint64_t>(side)};
     };

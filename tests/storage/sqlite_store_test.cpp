@@ -165,6 +165,10 @@ TEST(SqliteStore, ANewFileMadeElsewhereFirstIsOpenedAsItIs) {
     auto st = newer->load().value();  // still the owner, with what it wrote
     ASSERT_EQ(st.in(lane::steer).pending.size(), 1u);
     EXPECT_TRUE(newer->mark_idle(st).has_value());
+    // The file this one wrote, linked at a hidden name before its rename failed, is gone.
+    for (const auto& e : std::filesystem::directory_iterator(dir.path() / "sessions")) {
+        EXPECT_EQ(e.path().filename().string().rfind("raced.sqlite", 0), 0u) << e.path();
+    }
 }
 
 // Issue 16: a session at work commits to a WAL given its working size in written zeros, so
@@ -416,6 +420,15 @@ TEST(SqliteStore, AfterTheMachineRestartedTheCatalogIsCheckedAgainstTheSessionFi
         EXPECT_TRUE(listed(store).empty());
     }
     std::ofstream(boot) << "boot-b\n";
+    // New files a process never named (killed between their link and their rename): one from
+    // before, removed; one just written, perhaps another worker's now, kept.
+    const auto files = dir.path() / "data" / "sessions";
+    const auto stale = files / ".x.sqlite.1.0.new";
+    const auto young = files / ".y.sqlite.2.0.new";
+    std::ofstream(stale) << "x";
+    std::ofstream(young) << "y";
+    std::filesystem::last_write_time(
+        stale, std::filesystem::file_time_type::clock::now() - std::chrono::minutes(2));
     {
         storage::sqlite_store store(options());
         EXPECT_EQ(store.files_checked_at_start(), 4u);
@@ -423,6 +436,8 @@ TEST(SqliteStore, AfterTheMachineRestartedTheCatalogIsCheckedAgainstTheSessionFi
         EXPECT_EQ(store.open_files(), 0u) << "the check leaves no file open";
         EXPECT_EQ(listed(store), (std::vector<std::string>{"gone", "waiting", "working"}));
     }
+    EXPECT_FALSE(std::filesystem::exists(stale));
+    EXPECT_TRUE(std::filesystem::exists(young));
     // Checked once per boot.
     lose_rows();
     storage::sqlite_store store(options());
