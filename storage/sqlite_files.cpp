@@ -96,12 +96,12 @@ std::filesystem::path name_while_new(const std::filesystem::path& path) {
 
 }  // namespace
 
-sqlite_store::new_file sqlite_store::write_new_file(const std::filesystem::path& path) {
+std::filesystem::path sqlite_store::prepare_new_file(const std::filesystem::path& path) {
     const int fd = ::open(path.parent_path().c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
     if (fd < 0) {
         if (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL) {
             image_unsupported_ = true;  // no unnamed files here: SQLite makes the files from now
-            return new_file::unsupported;
+            return {};
         }
         throw sqlite::error(SQLITE_CANTOPEN, "create a file in " + path.parent_path().string() +
                                                  ": " + std::strerror(errno));
@@ -123,20 +123,24 @@ sqlite_store::new_file sqlite_store::write_new_file(const std::filesystem::path&
     if (::fdatasync(fd) != 0) {
         fail("fsync");
     }
-    if (options_.before_new_file_is_linked) {
-        options_.before_new_file_is_linked();
-    }
-    // Named in whole or not at all, and by no descriptor of this process once named: closing a
-    // descriptor of a file drops every fcntl lock the process holds on it, and another
-    // thread's connection may have opened the file (and locked it) the moment it was named. So
-    // it is linked at a name of its own, closed, and then renamed to the session's, unless
-    // another process made that first (EEXIST): that one wins.
+    // Linked at a name of its own and closed: closing a descriptor of a file drops every fcntl
+    // lock the process holds on it, and another thread's connection may open (and lock) the
+    // file the moment it has the session's name.
     const auto self = "/proc/self/fd/" + std::to_string(fd);
     const auto hidden = name_while_new(path);
     if (::linkat(AT_FDCWD, self.c_str(), AT_FDCWD, hidden.c_str(), AT_SYMLINK_FOLLOW) != 0) {
         fail("link");
     }
     ::close(fd);
+    return hidden;
+}
+
+sqlite_store::new_file sqlite_store::name_new_file(const std::filesystem::path& hidden,
+                                                   const std::filesystem::path& path) {
+    if (options_.before_new_file_is_linked) {
+        options_.before_new_file_is_linked();
+    }
+    // Named in whole or not at all: another process that made the file first wins (EEXIST).
     const int renamed =
         ::renameat2(AT_FDCWD, hidden.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE);
     const int e = errno;

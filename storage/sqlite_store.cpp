@@ -9,6 +9,7 @@
 #include <limits>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 
 namespace wuhu::storage {
 
@@ -224,8 +225,23 @@ std::shared_ptr<sqlite_store::handle> sqlite_store::acquire(const session_id& id
         }
     }
     // Opened without the lock: other sessions' files open (and are created, with their
-    // fsyncs) at the same time.
+    // fsyncs) at the same time. A new file is written and synced before the files lock is
+    // taken: an unload or a removal that waits for the lock exclusive waits for no fsync.
     auto path = path_of(id);
+    std::filesystem::path prepared;
+    struct drop_unnamed {
+        std::filesystem::path& file;
+        ~drop_unnamed() {
+            std::error_code ec;
+            if (!file.empty()) {
+                std::filesystem::remove(file, ec);
+            }
+        }
+    } unnamed{prepared};
+    if (mode == open_mode::create && options_.new_files_from_image && !image_unsupported_ &&
+        !std::filesystem::exists(path)) {
+        prepared = prepare_new_file(path);
+    }
     std::shared_ptr<handle> h;
     for (int attempt = 0; !h; ++attempt) {
         try {
@@ -233,7 +249,7 @@ std::shared_ptr<sqlite_store::handle> sqlite_store::acquire(const session_id& id
             if (mode == open_mode::existing && !std::filesystem::exists(path)) {
                 return nullptr;
             }
-            h = open_file(path, mode);
+            h = open_file(path, mode, &prepared);
         } catch (const sqlite::error& e) {
             // Another process removed the file while this one opened it (it may have created
             // the session again since): opening failed on a vanished file (an I/O error, or it
@@ -273,7 +289,8 @@ std::shared_ptr<sqlite_store::handle> sqlite_store::acquire(const session_id& id
 }
 
 std::shared_ptr<sqlite_store::handle> sqlite_store::open_file(const std::filesystem::path& path,
-                                                              open_mode mode) {
+                                                              open_mode mode,
+                                                              std::filesystem::path* prepared) {
     // A new file is written whole from new_file_, synced, and then given its name; its WAL's
     // header, a first frame and the fencing commit are written without a sync
     // (synced_from_now). The first commit of a command syncs the WAL with all of them, and
@@ -287,8 +304,8 @@ std::shared_ptr<sqlite_store::handle> sqlite_store::open_file(const std::filesys
     // waiting for fsyncs (it would sync its rollback journal twice, the directory, the file,
     // and the WAL for the schema), and the file is then synced once (its header says WAL).
     const bool missing = mode == open_mode::create && !std::filesystem::exists(path);
-    const auto made = missing && options_.new_files_from_image && !image_unsupported_
-                          ? write_new_file(path)
+    const auto made = missing && prepared != nullptr && !prepared->empty()
+                          ? name_new_file(std::exchange(*prepared, {}), path)
                           : new_file::unsupported;
     const bool from_image = made == new_file::linked;
     // Another process's file is opened as any existing one: it may be in use already.

@@ -64,7 +64,7 @@ struct sqlite_options {
     // A new session file is written whole from a prepared image (false: SQLite makes it, as
     // where the file system has no unnamed files; tests run both).
     bool new_files_from_image = true;
-    // Tests: runs after a new file is written and synced, before it is linked (another
+    // Tests: runs after a new file is written and synced, before it is named (another
     // process may make the file meanwhile).
     std::function<void()> before_new_file_is_linked = nullptr;
     // Where the machine's boot id is read (tests point it elsewhere): the catalog is checked
@@ -124,8 +124,11 @@ class sqlite_store final : public session_store {
     // Sets the connection's synchronous level after the unsynced fence of a new file.
     void synced_from_now(handle& h);
     // Opens the file at `path` as a handle (throws sqlite::error; SQLITE_CANTOPEN when it
-    // is missing and not to be created, or was removed while it was opened).
-    std::shared_ptr<handle> open_file(const std::filesystem::path& path, open_mode mode);
+    // is missing and not to be created, or was removed while it was opened). A file to be
+    // created is named from `prepared` (prepare_new_file) if there is one, which is then
+    // cleared.
+    std::shared_ptr<handle> open_file(const std::filesystem::path& path, open_mode mode,
+                                      std::filesystem::path* prepared = nullptr);
     // acquire(), but never a cached handle of a file that is no longer at the session's path.
     std::shared_ptr<handle> acquire_current(const session_id& id, open_mode mode);
     // The epoch the session was last removed at, if it was (the catalog's `removed`).
@@ -146,16 +149,21 @@ class sqlite_store final : public session_store {
     // After a restart of the machine: raises the index rows the session files contradict.
     void check_after_reboot();
 
-    // Writes a new session file at `path` from new_file_, synced, then linked in whole.
+    // A new session file for `path`, written from new_file_ and synced, at a hidden name of its
+    // own (no lock needed: nobody else knows it); empty when the file system cannot make an
+    // unnamed file (O_TMPFILE), and SQLite makes the file (and every later one:
+    // image_unsupported_).
+    std::filesystem::path prepare_new_file(const std::filesystem::path& path);
+    // Renames the prepared file `hidden` to `path` unless a file is there (under the shared
+    // files lock). made_elsewhere: another process made the file first (it is used as it is);
+    // unsupported: the file system cannot rename without replacing, and SQLite makes the file.
+    // Either way `hidden` is gone.
     enum class new_file { linked, made_elsewhere, unsupported };
-    // made_elsewhere: another process made the file first (it is used as it is); unsupported:
-    // the file system cannot make an unnamed file (O_TMPFILE) or rename without replacing, and
-    // SQLite makes it (and every later one: image_unsupported_).
-    new_file write_new_file(const std::filesystem::path& path);
+    new_file name_new_file(const std::filesystem::path& hidden, const std::filesystem::path& path);
 
     sqlite_options options_;
     std::string new_file_;  // a new session file's bytes (sqlite::new_wal_file_image)
-    std::atomic<bool> image_unsupported_{false};  // found out by write_new_file
+    std::atomic<bool> image_unsupported_{false};  // found out by prepare/name_new_file
     std::unique_ptr<sqlite::db> catalog_;
     std::mutex catalog_mu_;
     std::map<std::string, std::pair<lease_epoch, session::session_summary>> unwritten_;
