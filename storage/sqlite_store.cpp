@@ -94,8 +94,9 @@ void sqlite_store::check_after_reboot() {
         if (const auto name = path.filename().string();
             name.starts_with(".") && name.ends_with(sqlite_files::new_file_suffix)) {
             // A new file its process never named (killed between the two): one written before
-            // the machine booted, or a minute ago (such a name lives microseconds; a younger
-            // one may be another worker's of this host, starting at once).
+            // the machine booted, or a minute ago (such a name lives while its open waits for
+            // the files lock, normally well under a second; a younger one may be another
+            // worker's of this host, starting at once).
             std::error_code old;
             const auto written = std::filesystem::last_write_time(path, old);
             if (!old &&
@@ -238,13 +239,13 @@ std::shared_ptr<sqlite_store::handle> sqlite_store::acquire(const session_id& id
             }
         }
     } unnamed{prepared};
-    if (mode == open_mode::create && options_.new_files_from_image && !image_unsupported_ &&
-        !std::filesystem::exists(path)) {
-        prepared = prepare_new_file(path);
-    }
     std::shared_ptr<handle> h;
     for (int attempt = 0; !h; ++attempt) {
         try {
+            if (prepared.empty() && mode == open_mode::create && options_.new_files_from_image &&
+                !image_unsupported_ && !std::filesystem::exists(path)) {
+                prepared = prepare_new_file(path);
+            }
             files_lock shared(lock_file(), files_lock::mode::shared);
             if (mode == open_mode::existing && !std::filesystem::exists(path)) {
                 return nullptr;
@@ -294,16 +295,21 @@ std::shared_ptr<sqlite_store::handle> sqlite_store::open_file(const std::filesys
     // A new file is written whole from new_file_, synced, and then given its name; its WAL's
     // header, a first frame and the fencing commit are written without a sync
     // (synced_from_now). The first commit of a command syncs the WAL with all of them, and
-    // SQLite syncs the directory (which names the file) with the first sync of a WAL it
-    // created. No rollback journal is made and deleted on the way (an inode allocated and
+    // SQLite syncs the directory (which names the file) with the first sync of every WAL it
+    // opens. No rollback journal is made and deleted on the way (an inode allocated and
     // freed per session, which ext4's allocator pays for later). Nothing in the file is
     // acknowledged before that commit: a crash before it leaves a session nobody was told
     // about, or one at an older epoch, which its next owner fences again.
     //
-    // Where the file system cannot write an unnamed file, SQLite makes it, also without
+    // Where the file system cannot write an unnamed file (or where a file that was there when
+    // the open began is gone once it has the files lock), SQLite makes it, also without
     // waiting for fsyncs (it would sync its rollback journal twice, the directory, the file,
     // and the WAL for the schema), and the file is then synced once (its header says WAL).
     const bool missing = mode == open_mode::create && !std::filesystem::exists(path);
+    if (missing && prepared != nullptr && !prepared->empty() &&
+        options_.before_new_file_is_linked) {
+        options_.before_new_file_is_linked();
+    }
     const auto made = missing && prepared != nullptr && !prepared->empty()
                           ? name_new_file(std::exchange(*prepared, {}), path)
                           : new_file::unsupported;
