@@ -135,17 +135,17 @@ std::filesystem::path sqlite_store::prepare_new_file(const std::filesystem::path
     return hidden;
 }
 
-sqlite_store::new_file sqlite_store::name_new_file(const std::filesystem::path& hidden,
+sqlite_store::new_file sqlite_store::name_new_file(std::filesystem::path& hidden,
                                                    const std::filesystem::path& path) {
+    if (options_.before_new_file_is_linked) {
+        options_.before_new_file_is_linked();
+    }
     // Named in whole or not at all: another process that made the file first wins (EEXIST).
-    const int renamed =
-        ::renameat2(AT_FDCWD, hidden.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE);
-    const int e = errno;
-    if (renamed == 0) {
+    if (::renameat2(AT_FDCWD, hidden.c_str(), AT_FDCWD, path.c_str(), RENAME_NOREPLACE) == 0) {
+        hidden.clear();
         return new_file::linked;
     }
-    std::error_code ec;
-    std::filesystem::remove(hidden, ec);
+    const int e = errno;
     if (e == EEXIST) {
         return new_file::made_elsewhere;
     }

@@ -9,7 +9,6 @@
 #include <limits>
 #include <stdexcept>
 #include <thread>
-#include <utility>
 
 namespace wuhu::storage {
 
@@ -306,12 +305,8 @@ std::shared_ptr<sqlite_store::handle> sqlite_store::open_file(const std::filesys
     // waiting for fsyncs (it would sync its rollback journal twice, the directory, the file,
     // and the WAL for the schema), and the file is then synced once (its header says WAL).
     const bool missing = mode == open_mode::create && !std::filesystem::exists(path);
-    if (missing && prepared != nullptr && !prepared->empty() &&
-        options_.before_new_file_is_linked) {
-        options_.before_new_file_is_linked();
-    }
     const auto made = missing && prepared != nullptr && !prepared->empty()
-                          ? name_new_file(std::exchange(*prepared, {}), path)
+                          ? name_new_file(*prepared, path)
                           : new_file::unsupported;
     const bool from_image = made == new_file::linked;
     // Another process's file is opened as any existing one: it may be in use already.

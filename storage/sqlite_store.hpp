@@ -125,8 +125,7 @@ class sqlite_store final : public session_store {
     void synced_from_now(handle& h);
     // Opens the file at `path` as a handle (throws sqlite::error; SQLITE_CANTOPEN when it
     // is missing and not to be created, or was removed while it was opened). A file to be
-    // created is named from `prepared` (prepare_new_file) if there is one, which is then
-    // cleared.
+    // created is named from `prepared` (prepare_new_file) if there is one (see name_new_file).
     std::shared_ptr<handle> open_file(const std::filesystem::path& path, open_mode mode,
                                       std::filesystem::path* prepared = nullptr);
     // acquire(), but never a cached handle of a file that is no longer at the session's path.
@@ -155,11 +154,11 @@ class sqlite_store final : public session_store {
     // image_unsupported_).
     std::filesystem::path prepare_new_file(const std::filesystem::path& path);
     // Renames the prepared file `hidden` to `path` unless a file is there (under the shared
-    // files lock). made_elsewhere: another process made the file first (it is used as it is);
-    // unsupported: the file system cannot rename without replacing, and SQLite makes the file.
-    // Either way `hidden` is gone.
+    // files lock), and then clears `hidden`; otherwise leaves it to its preparer to remove.
+    // made_elsewhere: another process made the file first (it is used as it is); unsupported:
+    // the file system cannot rename without replacing, and SQLite makes the file.
     enum class new_file { linked, made_elsewhere, unsupported };
-    new_file name_new_file(const std::filesystem::path& hidden, const std::filesystem::path& path);
+    new_file name_new_file(std::filesystem::path& hidden, const std::filesystem::path& path);
 
     sqlite_options options_;
     std::string new_file_;  // a new session file's bytes (sqlite::new_wal_file_image)
