@@ -13,6 +13,7 @@
 #include "storage/memory_store.hpp"
 #include "storage/postgres_store.hpp"
 #include "storage/sqlite_store.hpp"
+#include "runtime/secrets.hpp"
 #include "worker/log.hpp"
 #include "worker/scripted_provider.hpp"
 
@@ -36,6 +37,11 @@ CLI::Validator subject_rule(bool (*valid)(std::string_view), std::string refusal
     return CLI::Validator(
         [valid, refusal](std::string& v) { return valid(v) ? std::string() : refusal + v; },
         std::move(name));
+}
+
+CLI::Validator subject_prefix_rule() {
+    return subject_rule(wuhu::protocol::valid_prefix,
+                        "must be tokens of [A-Za-z0-9_-] separated by dots: ", "PREFIX");
 }
 
 // The SQLite data directory of a sqlite:// store URL, or empty.
@@ -67,7 +73,8 @@ std::size_t session_files_allowed() {
 }
 
 std::unique_ptr<wuhu::storage::session_store> open_store(const std::string& url, std::size_t pool,
-                                                         const std::string& synchronous) {
+                                                         const std::string& synchronous,
+                                                         const std::string& pg_schema) {
     if (auto dir = sqlite_dir(url); !dir.empty()) {
         wuhu::storage::sqlite_options o{dir};
         o.synchronous = synchronous == "normal" ? "NORMAL" : "FULL";
@@ -81,6 +88,7 @@ std::unique_ptr<wuhu::storage::session_store> open_store(const std::string& url,
         wuhu::storage::postgres_options o;
         o.dsn = url;
         o.pool_size = pool;
+        o.schema = pg_schema;
         return std::make_unique<wuhu::storage::postgres_store>(o);
     }
     throw std::invalid_argument("--store must be sqlite:///<dir>, postgresql://... or memory");
@@ -97,12 +105,13 @@ bool postgres_url(const std::string& url) {
 // out epochs its sessions refuse; refused with a persistent store unless `force_memory`).
 std::unique_ptr<wuhu::ownership::lease_store> open_leases(const std::string& lease,
                                                           const std::string& store_url,
-                                                          bool force_memory) {
+                                                          bool force_memory,
+                                                          const std::string& pg_schema) {
     if (lease == "auto") {
         return open_leases(postgres_url(store_url) ? "postgres"
                            : store_url == "memory" ? "memory"
                                                    : "sqlite",
-                           store_url, force_memory || store_url == "memory");
+                           store_url, force_memory || store_url == "memory", pg_schema);
     }
     if (lease == "memory") {
         if (!force_memory && store_url != "memory") {
@@ -118,7 +127,7 @@ std::unique_ptr<wuhu::ownership::lease_store> open_leases(const std::string& lea
             throw std::invalid_argument("--lease postgres needs a postgresql:// store");
         }
         return std::make_unique<wuhu::ownership::postgres_lease>(
-            wuhu::ownership::postgres_lease_options{store_url, "wuhu", {}});
+            wuhu::ownership::postgres_lease_options{store_url, pg_schema, {}});
     }
     std::string dir = lease == "sqlite" ? sqlite_dir(store_url) : sqlite_dir(lease);
     if (dir.empty()) {
@@ -176,9 +185,28 @@ int main(int argc, char** argv) {
     const auto subject_token = subject_rule(wuhu::protocol::valid_worker_id,
                                             "must be 1-64 characters of [A-Za-z0-9_-]: ", "ID");
     app.add_option("--nats", nats_url,
-                   "NATS URL or comma-separated URLs; credentials go in the URL "
-                   "(nats://user:password@host:4222, nats://token@host:4222)")
+                   "NATS URL or comma-separated URLs; credentials may go in the URL "
+                   "(nats://user:password@host:4222, nats://token@host:4222) or in the flags "
+                   "below (docs/security.md)")
         ->envname("WUHU_NATS_URL");
+    wuhu::nats::credentials nats_auth;
+    app.add_option("--nats-user", nats_auth.user, "NATS user (with --nats-password)")
+        ->envname("WUHU_NATS_USER");
+    app.add_option("--nats-password", nats_auth.password,
+                   "NATS password (prefer the variable: a flag shows in the process list)")
+        ->envname("WUHU_NATS_PASSWORD");
+    app.add_option("--nats-token", nats_auth.token, "NATS token")->envname("WUHU_NATS_TOKEN");
+    app.add_option("--nats-creds", nats_auth.credentials_file,
+                   "NATS credentials file (a user JWT and its NKey seed)")
+        ->envname("WUHU_NATS_CREDS");
+    app.add_option("--nats-nkey", nats_auth.nkey_seed_file, "file holding the NATS user's NKey seed")
+        ->envname("WUHU_NATS_NKEY");
+    std::string inbox_prefix = "_INBOX";
+    app.add_option("--nats-inbox-prefix", inbox_prefix,
+                   "prefix of this worker's reply subjects (the fleet's own requests: the "
+                   "fleet view asking owners, tool calls)")
+        ->envname("WUHU_NATS_INBOX_PREFIX")
+        ->check(subject_prefix_rule());
     app.add_option("--store", store_url,
                    "sqlite:///<data-dir>, postgresql://..., or memory (development and "
                    "benchmarks: nothing survives the process)")
@@ -193,15 +221,18 @@ int main(int argc, char** argv) {
     app.add_option("--script", script_path,
                    "scripted provider script, see docs/scripted-provider.md")
         ->envname("WUHU_SCRIPT");
-    const auto subject_prefix = subject_rule(
-        wuhu::protocol::valid_prefix, "must be tokens of [A-Za-z0-9_-] separated by dots: ",
-        "PREFIX");
+    const auto subject_prefix = subject_prefix_rule();
     app.add_option("--prefix", prefix, "subject prefix (tokens separated by dots)")
         ->envname("WUHU_PREFIX")
         ->check(subject_prefix);
     app.add_option("--worker-id", worker_id, "this worker's id (default worker-<pid>)")
         ->envname("WUHU_WORKER_ID")
         ->check(subject_token);
+    std::string pg_schema = "wuhu";
+    app.add_option("--pg-schema", pg_schema,
+                   "the PostgreSQL schema of the sessions and leases ([a-z_][a-z0-9_]*, created "
+                   "if missing): fleets that share a database each use a schema of their own")
+        ->envname("WUHU_PG_SCHEMA");
     app.add_option("--pg-pool", pool, "PostgreSQL connections")
         ->envname("WUHU_PG_POOL")
         ->check(CLI::Range(std::size_t{1}, std::size_t{256}));
@@ -314,16 +345,22 @@ int main(int argc, char** argv) {
             }
             tool_services = std::move(*parsed);
         }
-        auto store = open_store(store_url, pool, synchronous);
-        auto leases = open_leases(lease, store_url, force_memory_lease);
-        wuhu::nats::connection nats(wuhu::nats::options{
-            nats_url, worker_id, [log](std::string_view event, std::string_view url) {
-                if (event == "disconnected") {
-                    log->warn("NATS connection lost; reconnecting");
-                } else {
-                    log->info("NATS {} {}", event, url);
-                }
-            }});
+        auto store = open_store(store_url, pool, synchronous, pg_schema);
+        auto leases = open_leases(lease, store_url, force_memory_lease, pg_schema);
+        wuhu::nats::options nats_options;
+        nats_options.url = nats_url;
+        nats_options.name = worker_id;
+        nats_options.auth = nats_auth;
+        nats_options.inbox_prefix = inbox_prefix;
+        // The URL libnats hands over is redacted in nats/ (runtime::redacted_url).
+        nats_options.on_connection = [log](std::string_view event, std::string_view url) {
+            if (event == "disconnected") {
+                log->warn("NATS connection lost; reconnecting");
+            } else {
+                log->info("NATS {} {}", event, url);
+            }
+        };
+        wuhu::nats::connection nats(nats_options);
         wuhu::app::node_options options;
         options.worker_id = worker_id;
         options.server.prefix = prefix;
@@ -354,7 +391,7 @@ int main(int argc, char** argv) {
         log->info(
             "serving {}.session.> on {} with store {} and {} leases (ttl {} ms, renewed every "
             "{} ms, stop margin {} ms)",
-            prefix, wuhu::nats::redacted_url(nats_url), std::string(store->backend()),
+            prefix, wuhu::runtime::redacted_url(nats_url), std::string(store->backend()),
             std::string(leases->backend()), lease_ttl_ms, lease_settings.renew_interval.count(),
             lease_settings.stop_margin.count());
         for (const auto& e : endpoints) {

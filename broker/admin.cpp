@@ -86,6 +86,62 @@ std::string local_page(const protocol::sessions_query& q, const std::vector<json
     }
 }
 
+namespace {
+
+bool is_uint(const json::value* v) {
+    return v != nullptr && (v->is_uint64() || (v->is_int64() && v->as_int64() >= 0));
+}
+
+bool is_int(const json::value* v) {
+    return v != nullptr && (v->is_int64() || (v->is_uint64() && v->as_uint64() <= INT64_MAX));
+}
+
+// An owner's row, every field of the shape loaded_row() writes and nothing else; nullopt when
+// a field is missing or of another type (another worker's answer is input like any other).
+std::optional<json::object> checked_row(const json::value& v) {
+    if (!v.is_object()) {
+        return std::nullopt;
+    }
+    const auto& r = v.as_object();
+    const auto* id = r.if_contains("id");
+    const auto* state = r.if_contains("state");
+    const auto* owner = r.if_contains("owner");
+    const auto* lanes = r.if_contains("lanes");
+    const auto* has_work = r.if_contains("has_work");
+    const auto* paused = r.if_contains("paused");
+    const auto* next_timer = r.if_contains("next_timer");
+    if (id == nullptr || !id->is_string() || !s::session_id::parse_key(id->as_string()) ||
+        state == nullptr || !state->is_string() || !is_loop_state(state->as_string()) ||
+        std::find(protocol::session_row_states.begin(), protocol::session_row_states.end(),
+                  std::string_view(state->as_string())) == protocol::session_row_states.end() ||
+        owner == nullptr || !owner->is_string() || !protocol::valid_worker_id(owner->as_string()) ||
+        !is_uint(r.if_contains("epoch")) || has_work == nullptr || !has_work->is_bool() ||
+        paused == nullptr || !paused->is_bool() || lanes == nullptr || !lanes->is_object() ||
+        !is_uint(r.if_contains("timers")) || !is_int(r.if_contains("last_activity")) ||
+        (next_timer != nullptr && !is_int(next_timer))) {
+        return std::nullopt;
+    }
+    json::object checked_lanes;
+    for (const auto* lane : {"system", "steer", "followUp"}) {
+        const auto* depth = lanes->as_object().if_contains(lane);
+        if (!is_uint(depth)) {
+            return std::nullopt;
+        }
+        checked_lanes[lane] = *depth;
+    }
+    json::object out{{"id", *id},         {"state", *state},
+                     {"owner", *owner},   {"epoch", r.at("epoch")},
+                     {"has_work", *has_work}, {"paused", *paused},
+                     {"lanes", std::move(checked_lanes)}, {"timers", r.at("timers")},
+                     {"last_activity", r.at("last_activity")}};
+    if (next_timer != nullptr) {
+        out["next_timer"] = *next_timer;
+    }
+    return out;
+}
+
+}  // namespace
+
 std::optional<owner_page> read_owner_page(std::string_view reply) {
     boost::system::error_code ec;
     auto v = json::parse(reply, ec);
@@ -100,17 +156,12 @@ std::optional<owner_page> read_owner_page(std::string_view reply) {
     }
     owner_page page;
     for (const auto& row : rows->as_array()) {
-        if (!row.is_object()) {
-            continue;
+        auto r = checked_row(row);
+        if (!r) {
+            return std::nullopt;  // not an owner's page: its sessions show "unreachable"
         }
-        const auto& r = row.as_object();
-        const auto* id = r.if_contains("id");
-        const auto* state = r.if_contains("state");
-        const auto* has_work = r.if_contains("has_work");
-        if (id != nullptr && id->is_string() && state != nullptr && state->is_string() &&
-            has_work != nullptr && has_work->is_bool()) {
-            page.rows[std::string(id->as_string())] = r;
-        }
+        auto id = json::value_to<std::string>(r->at("id"));
+        page.rows[std::move(id)] = std::move(*r);
     }
     if (!complete->as_bool()) {
         page.until = page.rows.empty() ? std::string() : page.rows.rbegin()->first;

@@ -68,7 +68,11 @@ std::map<std::string, std::optional<owner_page>> server::ask_owners(
     const std::vector<std::string>& owners, const std::vector<std::string>& bodies) {
     std::vector<std::string> subjects;
     for (const auto& owner : owners) {
-        subjects.push_back(protocol::local_sessions_subject(options_.prefix, owner));
+        // An owner id read from the lease store that is no subject token is asked nothing
+        // (an empty subject is never published to): its sessions show "unreachable".
+        subjects.push_back(protocol::valid_worker_id(owner)
+                               ? protocol::local_sessions_subject(options_.prefix, owner)
+                               : std::string());
     }
     auto answers = bodies.size() == 1 && owners.size() != 1
                        ? nats_.request_all(subjects, bodies.front(), options_.admin_timeout)

@@ -400,6 +400,11 @@ asio::awaitable<std::vector<std::string>> server::handle(worker::session_registr
             if (forwarded) {  // never forwarded twice: the client retries and is routed afresh
                 co_return replies{error_reply(ownership::errc::owner_changed)};
             }
+            if (!protocol::valid_worker_id(other->owner)) {
+                // The lease store names an owner that is no subject token: never put in a
+                // subject (it could name another one, or add a command to the protocol).
+                co_return replies{error_reply("internal", "the session's owner id is invalid")};
+            }
             ++forwarded_;
             const auto subject = protocol::request_subject(
                 protocol::worker_prefix(options_.prefix, other->owner), sid, what);

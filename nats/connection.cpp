@@ -1,6 +1,7 @@
 #include "nats/connection.hpp"
 
 #include "nats/socket_loop.hpp"
+#include "runtime/secrets.hpp"
 
 #include <nats/nats.h>
 
@@ -74,6 +75,57 @@ void check(natsStatus s, const char* what) {
     }
 }
 
+// A token of an inbox prefix or a subject's character (printable ASCII but space).
+bool subject_byte(char c) {
+    return c > ' ' && c < 0x7f;
+}
+
+bool valid_prefix(std::string_view prefix) {
+    if (prefix.empty() || prefix.size() > 200) {
+        return false;
+    }
+    for (;;) {
+        const auto dot = prefix.find('.');
+        const auto token = prefix.substr(0, dot);
+        if (token.empty() || token.size() > 64) {
+            return false;
+        }
+        for (char c : token) {
+            const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                            (c >= '0' && c <= '9') || c == '_' || c == '-';
+            if (!ok) {
+                return false;
+            }
+        }
+        if (dot == std::string_view::npos) {
+            return true;
+        }
+        prefix.remove_prefix(dot + 1);
+    }
+}
+
+// The servers of a comma-separated list, each trimmed of spaces.
+std::vector<std::string> servers_of(std::string_view list) {
+    std::vector<std::string> out;
+    for (;;) {
+        const auto comma = list.find(',');
+        auto one = list.substr(0, comma);
+        while (!one.empty() && one.front() == ' ') {
+            one.remove_prefix(1);
+        }
+        while (!one.empty() && one.back() == ' ') {
+            one.remove_suffix(1);
+        }
+        if (!one.empty()) {
+            out.emplace_back(one);
+        }
+        if (comma == std::string_view::npos) {
+            return out;
+        }
+        list.remove_prefix(comma + 1);
+    }
+}
+
 }  // namespace
 
 struct connection::events {
@@ -86,11 +138,13 @@ struct connection::events {
     template <const char* Event>
     static void forward(natsConnection* nc, void* closure) {
         auto* self = static_cast<events*>(closure);
-        char url[256] = "";
+        char url[1024] = "";
         natsConnection_GetConnectedUrl(nc, url, sizeof url);
+        // libnats gives the URL as connected to, credentials included: never handed on.
+        const auto shown = runtime::redacted_url(url);
         std::lock_guard lock(self->mu);
         if (!self->muted) {
-            self->on_connection(Event, url);
+            self->on_connection(Event, shown);
         }
     }
     static void on_closed(natsConnection*, void* closure) {
@@ -140,32 +194,75 @@ constexpr char disconnected[] = "disconnected";
 constexpr char reconnected[] = "reconnected";
 }  // namespace
 
-std::string redacted_url(std::string_view url) {
-    std::string out;
-    while (!url.empty()) {
-        auto comma = url.find(',');
-        std::string_view one = url.substr(0, comma);
-        const auto scheme = one.find("://");
-        const auto start = scheme == std::string_view::npos ? 0 : scheme + 3;
-        const auto at = one.rfind('@');
-        if (at != std::string_view::npos && at >= start) {
-            out.append(one.substr(0, start)).append("***").append(one.substr(at));
-        } else {
-            out.append(one);
-        }
-        if (comma == std::string_view::npos) {
-            break;
-        }
-        out += ',';
-        url.remove_prefix(comma + 1);
+bool valid_publish_subject(std::string_view subject) {
+    if (subject.empty() || subject.size() > 1024) {
+        return false;
     }
-    return out;
+    for (;;) {
+        const auto dot = subject.find('.');
+        const auto token = subject.substr(0, dot);
+        if (token.empty() || token == "*" || token == ">") {
+            return false;
+        }
+        for (char c : token) {
+            if (!subject_byte(c)) {
+                return false;
+            }
+        }
+        if (dot == std::string_view::npos) {
+            return true;
+        }
+        subject.remove_prefix(dot + 1);
+    }
 }
 
-connection::connection(options o) {
+connection::connection(options o) : inbox_prefix_(o.inbox_prefix) {
+    if (!valid_prefix(inbox_prefix_)) {
+        throw std::invalid_argument(
+            "the inbox prefix must be tokens of [A-Za-z0-9_-] separated by dots: " +
+            inbox_prefix_);
+    }
+    const auto& a = o.auth;
+    const int kinds = static_cast<int>(!a.user.empty() || !a.password.empty()) +
+                      static_cast<int>(!a.token.empty()) +
+                      static_cast<int>(!a.credentials_file.empty()) +
+                      static_cast<int>(!a.nkey_seed_file.empty());
+    if (kinds > 1) {
+        throw std::invalid_argument(
+            "NATS credentials: give one of a user and password, a token, a credentials file "
+            "or an NKey seed file");
+    }
+    const auto servers = servers_of(o.url);
+    if (servers.empty()) {
+        throw std::invalid_argument("no NATS server given");
+    }
     natsOptions* opts = nullptr;
     check(natsOptions_Create(&opts), "nats options");
-    natsOptions_SetURL(opts, o.url.c_str());
+    std::vector<const char*> list;
+    for (const auto& one : servers) {
+        list.push_back(one.c_str());
+    }
+    natsStatus set = natsOptions_SetServers(opts, list.data(), static_cast<int>(list.size()));
+    if (set == NATS_OK && (!a.user.empty() || !a.password.empty())) {
+        set = natsOptions_SetUserInfo(opts, a.user.c_str(), a.password.c_str());
+    }
+    if (set == NATS_OK && !a.token.empty()) {
+        set = natsOptions_SetToken(opts, a.token.c_str());
+    }
+    if (set == NATS_OK && !a.credentials_file.empty()) {
+        set = natsOptions_SetUserCredentialsFromFiles(opts, a.credentials_file.c_str(), nullptr);
+    }
+    if (set == NATS_OK && !a.nkey_seed_file.empty()) {
+        set = natsOptions_SetNKeyFromSeed(opts, nullptr, a.nkey_seed_file.c_str());
+    }
+    if (set == NATS_OK && inbox_prefix_ != "_INBOX") {
+        set = natsOptions_SetCustomInboxPrefix(opts, inbox_prefix_.c_str());
+    }
+    if (set != NATS_OK) {
+        natsOptions_Destroy(opts);
+        throw std::invalid_argument("NATS options for " + runtime::redacted_url(o.url) + ": " +
+                                    natsStatus_GetText(set));
+    }
     natsOptions_SetName(opts, o.name.c_str());
     natsOptions_SetSendAsap(opts, true);
     loop_ = std::make_shared<socket_loop>();
@@ -182,7 +279,17 @@ connection::connection(options o) {
     }
     natsStatus s = natsConnection_Connect(&nc_, opts);
     natsOptions_Destroy(opts);
-    check(s, ("nats connect to " + redacted_url(o.url)).c_str());
+    if (s != NATS_OK) {
+        // What the server said ("Authorization Violation"), with any secret it may echo out.
+        natsStatus last = NATS_OK;
+        const char* said = nats_GetLastError(&last);
+        std::string why = natsStatus_GetText(s);
+        if (said != nullptr && *said != '\0' && why != said) {
+            why += std::string(" (") + said + ")";
+        }
+        throw std::runtime_error("nats connect to " + runtime::redacted_url(o.url) + ": " +
+                                 runtime::scrubbed(why, o.url));
+    }
 }
 
 connection::~connection() {
@@ -215,7 +322,18 @@ connection::~connection() {
     }
 }
 
+std::string connection::new_inbox() const {
+    natsInbox* inbox = nullptr;
+    check(natsInbox_Create(&inbox), "nats inbox");
+    std::string unique(inbox);  // "_INBOX.<unique>"
+    natsInbox_Destroy(inbox);
+    return inbox_prefix_ + unique.substr(unique.find('.'));
+}
+
 bool connection::publish(const std::string& subject, std::string_view data) {
+    if (!valid_publish_subject(subject)) {
+        return false;
+    }
     return loop_->publishing([&] {
         return natsConnection_Publish(nc_, subject.c_str(), data.data(),
                                       static_cast<int>(data.size())) == NATS_OK;
@@ -226,6 +344,9 @@ bool connection::publish_request(const std::string& subject, const std::string& 
                                   std::string_view data) {
     if (reply.empty()) {
         return publish(subject, data);
+    }
+    if (!valid_publish_subject(subject) || !valid_publish_subject(reply)) {
+        return false;
     }
     return loop_->publishing([&] {
         return natsConnection_PublishRequest(nc_, subject.c_str(), reply.c_str(), data.data(),
@@ -283,12 +404,14 @@ void connection::unsubscribe(std::size_t token) {
 bool connection::request_many(const std::string& subject, std::string_view data,
                                std::chrono::milliseconds timeout,
                                const std::function<bool(std::string)>& more) {
-    natsInbox* inbox = nullptr;
-    check(natsInbox_Create(&inbox), "nats inbox");
+    if (!valid_publish_subject(subject)) {
+        return false;
+    }
+    const std::string inbox = new_inbox();
     natsSubscription* sub = nullptr;
-    natsStatus s = natsConnection_SubscribeSync(&sub, nc_, inbox);
+    natsStatus s = natsConnection_SubscribeSync(&sub, nc_, inbox.c_str());
     if (s == NATS_OK) {
-        s = natsConnection_PublishRequest(nc_, subject.c_str(), inbox, data.data(),
+        s = natsConnection_PublishRequest(nc_, subject.c_str(), inbox.c_str(), data.data(),
                                           static_cast<int>(data.size()));
     }
     bool done = false;
@@ -306,12 +429,14 @@ bool connection::request_many(const std::string& subject, std::string_view data,
         natsSubscription_Unsubscribe(sub);
         natsSubscription_Destroy(sub);
     }
-    natsInbox_Destroy(inbox);
     return done;
 }
 
 std::optional<std::string> connection::request(const std::string& subject, std::string_view data,
                                                 std::chrono::milliseconds timeout) {
+    if (!valid_publish_subject(subject)) {
+        return std::nullopt;
+    }
     natsMsg* reply = nullptr;
     natsStatus s = natsConnection_Request(&reply, nc_, subject.c_str(), data.data(),
                                           static_cast<int>(data.size()),
@@ -341,13 +466,13 @@ std::vector<std::optional<std::string>> connection::request_all(
     if (subjects.empty()) {
         return out;
     }
-    natsInbox* inbox = nullptr;
-    check(natsInbox_Create(&inbox), "nats inbox");
-    const std::string prefix = std::string(inbox) + ".";
-    natsInbox_Destroy(inbox);
+    const std::string prefix = new_inbox() + ".";
     natsSubscription* sub = nullptr;
     natsStatus s = natsConnection_SubscribeSync(&sub, nc_, (prefix + "*").c_str());
     for (std::size_t i = 0; s == NATS_OK && i < subjects.size(); ++i) {
+        if (!valid_publish_subject(subjects[i])) {
+            continue;  // no answer: nullopt
+        }
         s = natsConnection_PublishRequest(nc_, subjects[i].c_str(),
                                           (prefix + std::to_string(i)).c_str(),
                                           bodies[i].data(), static_cast<int>(bodies[i].size()));
@@ -407,7 +532,7 @@ std::uint64_t connection::request_async(const std::string& subject, const header
             return 0;
         }
     }
-    if (subject.find('\0') != std::string::npos) {
+    if (!valid_publish_subject(subject)) {
         return 0;
     }
     std::uint64_t token = 0;
@@ -416,12 +541,11 @@ std::uint64_t connection::request_async(const std::string& subject, const header
         std::lock_guard lock(pending_mu_);
         if (!pending_) {
             auto p = std::make_unique<pending>();
-            natsInbox* inbox = nullptr;
-            if (natsInbox_Create(&inbox) != NATS_OK) {
+            try {
+                p->prefix = new_inbox() + ".";
+            } catch (const std::runtime_error&) {
                 return 0;
             }
-            p->prefix = std::string(inbox) + ".";
-            natsInbox_Destroy(inbox);
             if (natsConnection_Subscribe(&p->sub, nc_, (p->prefix + "*").c_str(),
                                          pending::on_reply, p.get()) != NATS_OK) {
                 return 0;

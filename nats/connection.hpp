@@ -49,34 +49,62 @@ struct reply {
     std::string data;
 };
 
+// How a connection proves who it is (DESIGN.md "Tenancy and access control"). At most one
+// of a user and password, a token, a credentials file (a JWT and its seed) or an NKey seed
+// file; credentials in the URL (nats://user:password@host, nats://token@host) work too.
+struct credentials {
+    std::string user;
+    std::string password;
+    std::string token;
+    std::string credentials_file;  // a .creds file (JWT and seed)
+    std::string nkey_seed_file;    // a file holding an NKey seed (SU...); its public key is the user
+};
+
 struct options {
-    // The server; credentials go in it too (nats://user:password@host:4222, nats://token@host).
+    // The server, or a comma-separated list of servers (each tried, and reconnected to).
     std::string url = "nats://127.0.0.1:4222";
     std::string name;  // shown by the server (connz)
     // Runs on a libnats thread when the connection is lost ("disconnected") and when it is
-    // back ("reconnected", to `url`); not while the client closes. Must not block.
+    // back ("reconnected", to the server's URL with any credentials redacted); not while the
+    // client closes. Must not block.
     std::function<void(std::string_view event, std::string_view url)> on_connection;
+    credentials auth;
+    // The prefix of this connection's reply subjects (`_INBOX` by default): a user allowed to
+    // subscribe only to `_INBOX_<user>.>` sets `_INBOX_<user>`. Tokens of [A-Za-z0-9_-]
+    // separated by dots.
+    std::string inbox_prefix = "_INBOX";
 };
 
-// The URL (or comma-separated list of URLs) with any credentials replaced by "***", for logs
-// and error messages: nats://user:secret@host:4222 -> nats://***@host:4222.
-std::string redacted_url(std::string_view url);
+// Whether `subject` may be published to: tokens of printable ASCII without spaces, separated
+// by single dots, no wildcard token (`*`, `>`), at most 1,024 bytes. Checked by every publish
+// (a last guard: subjects are built and checked in protocol/): libnats writes subjects into
+// the protocol verbatim, so a CR or LF would end the PUB line and start another command.
+bool valid_publish_subject(std::string_view subject);
 
 class connection {
   public:
     using handler = std::function<void(message)>;
 
-    // Throws std::runtime_error when the server cannot be reached.
+    // Throws std::runtime_error when the server cannot be reached or refuses the credentials
+    // (the message names the server with its credentials redacted), std::invalid_argument when
+    // the options cannot work (two kinds of credentials, a bad inbox prefix).
     explicit connection(options o);
     connection(const std::string& url, const std::string& name)
-        : connection(options{url, name, {}}) {}
+        : connection([&] {
+              options o;
+              o.url = url;
+              o.name = name;
+              return o;
+          }()) {}
     ~connection();
     connection(const connection&) = delete;
     connection& operator=(const connection&) = delete;
 
-    // False when the message could not be handed to libnats.
+    // False when the message could not be handed to libnats, or the subject is not one
+    // (valid_publish_subject).
     bool publish(const std::string& subject, std::string_view data);
-    // Publishes with a reply subject (forwarding a request keeps the caller's reply subject).
+    // Publishes with a reply subject (forwarding a request keeps the caller's reply subject);
+    // false when either is not a valid subject.
     bool publish_request(const std::string& subject, const std::string& reply,
                          std::string_view data);
     // Subscriptions return a token for unsubscribe(). The handler stays alive until the
@@ -133,6 +161,10 @@ class connection {
     bool connected() const;
 
   private:
+    // A new unique reply subject under the inbox prefix.
+    std::string new_inbox() const;
+
+    std::string inbox_prefix_;
     // The connection callbacks' closure: it outlives the last callback (the destructor waits
     // for libnats's closed callback, which comes last, on a thread of its own).
     struct events;

@@ -1,5 +1,6 @@
 #include "ownership/postgres_lease.hpp"
 
+#include "runtime/secrets.hpp"
 #include "storage/pg_migrations.hpp"
 
 #include <pqxx/pqxx>
@@ -44,7 +45,7 @@ const char* const migrations[] = {
 constexpr const char* now_ms = "COALESCE($1::bigint, (extract(epoch FROM clock_timestamp()) * 1000)::bigint)";
 
 lease row_lease(const pqxx::row& r) {
-    return lease{session_id::parse(r[0].c_str()).value(), r[1].c_str(),
+    return lease{session_id::parse_key(r[0].c_str()).value(), r[1].c_str(),
                  lease_epoch{r[2].as<std::uint64_t>()}, unix_ms{r[3].as<std::int64_t>()}, {}};
 }
 
@@ -126,7 +127,9 @@ postgres_lease::postgres_lease(postgres_lease_options options) : options_(std::m
                                      std::size(migrations));
         w.commit();
     } catch (const pqxx::failure& e) {
-        throw std::runtime_error(std::string("postgres leases: ") + e.what());
+        // libpq may echo the connection string: its secrets never reach the message.
+        throw std::runtime_error("postgres leases at " + runtime::redacted_url(options_.dsn) +
+                                 ": " + runtime::scrubbed(e.what(), options_.dsn));
     }
 }
 
@@ -281,12 +284,12 @@ result<std::vector<lease>> postgres_lease::claim(const std::vector<session_id>& 
         std::vector<session_id> locked;
         for (const auto& r : w.exec_prepared("lease_claim_lock", now, ids, me,
                                              static_cast<std::int64_t>(limit))) {
-            locked.push_back(session_id::parse(r[0].c_str()).value());
+            locked.push_back(session_id::parse_key(r[0].c_str()).value());
             previous[r[0].c_str()] = r[1].c_str() == me ? std::string() : r[1].c_str();
         }
         auto add = [&](const pqxx::result& rows) {
             for (const auto& r : rows) {
-                auto id = session_id::parse(r[0].c_str()).value();
+                auto id = session_id::parse_key(r[0].c_str()).value();
                 out.push_back(lease{id, me, lease_epoch{r[1].as<std::uint64_t>()},
                                     unix_ms{r[2].as<std::int64_t>()}, previous[id.str()]});
             }

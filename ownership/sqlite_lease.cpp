@@ -36,7 +36,7 @@ auto guarded(F&& f) -> decltype(f()) {
 }
 
 lease row_lease(const sql::stmt& q) {
-    return lease{session_id::parse(q.text(0)).value(),
+    return lease{session_id::parse_key(q.text(0)).value(),
                  std::string(q.text(1)),
                  lease_epoch{static_cast<std::uint64_t>(q.int64(2))},
                  unix_ms{q.int64(3)},
@@ -49,6 +49,7 @@ sqlite_lease::sqlite_lease(const std::filesystem::path& data_dir, wall_clock now
                            int busy_timeout_ms)
     : now_(std::move(now)) {
     std::filesystem::create_directories(data_dir);
+    sql::keep_private(data_dir, 0700);
     db_ =
         std::make_unique<sql::db>((data_dir / "catalog.sqlite").string(), "FULL", busy_timeout_ms);
     sql::migrate_part(*db_, "leases", lease_migrations, std::size(lease_migrations));

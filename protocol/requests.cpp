@@ -179,6 +179,10 @@ decoded<sessions_query> decode_sessions_query(const json::value& body) {
     q.has_work = has_work;
     WUHU_TRY(owner, r.opt_str("owner"));
     if (owner) {
+        // A worker id: it becomes a token of the subject the owner is asked on.
+        if (!valid_worker_id(*owner)) {
+            return fail(errc::invalid_query, "owner");
+        }
         q.owner = std::string(*owner);
     }
     WUHU_TRY(limit, r.opt_u64("limit"));

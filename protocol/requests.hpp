@@ -68,7 +68,8 @@ inline constexpr std::array<std::string_view, 8> session_row_states{
     "compacting", "unloaded",  "unowned",   "unreachable"};
 
 // wuhu.admin.sessions: {state?, has_work?, owner?, limit?, after?, ids?}; limit 1-1000 (100);
-// state one of session_row_states; ids: 1-1000 session ids.
+// state one of session_row_states; owner a worker id (valid_worker_id); ids: 1-1000 session
+// ids.
 struct sessions_query {
     std::optional<std::string> state;
     std::optional<bool> has_work;

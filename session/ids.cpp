@@ -23,6 +23,35 @@ result<session_id> session_id::parse(std::string_view s) {
     return session_id(std::string(s));
 }
 
+result<session_id> session_id::parse_key(std::string_view key) {
+    const auto dot = key.find('.');
+    if (dot == std::string_view::npos) {
+        return parse(key);
+    }
+    return of_tenant(key.substr(0, dot), key.substr(dot + 1));
+}
+
+result<session_id> session_id::of_tenant(std::string_view tenant, std::string_view local) {
+    if (!is_id_token(tenant) || !is_id_token(local)) {
+        return errc::invalid_session_id;
+    }
+    std::string key;
+    key.reserve(tenant.size() + 1 + local.size());
+    key.append(tenant).append(".").append(local);
+    return session_id(std::move(key));
+}
+
+std::string_view session_id::tenant() const {
+    const auto dot = value_.find('.');
+    return dot == std::string::npos ? std::string_view() : std::string_view(value_).substr(0, dot);
+}
+
+std::string_view session_id::local() const {
+    const auto dot = value_.find('.');
+    return dot == std::string::npos ? std::string_view(value_)
+                                    : std::string_view(value_).substr(dot + 1);
+}
+
 queue_item_id make_uuid_v7(unix_ms at, const std::array<std::uint8_t, 10>& random) {
     std::array<std::uint8_t, 16> b{};
     auto ms = static_cast<std::uint64_t>(at.value);

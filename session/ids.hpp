@@ -46,11 +46,25 @@ struct unix_ms {
 // rule for the tokens Wuhu puts in subjects: session ids, worker ids, the tokens of a prefix.
 bool is_id_token(std::string_view s);
 
-// A session id: an id token.
+// A session's identity: its id (an id token, as clients name it) and, where tenancy is on, the
+// tenant it belongs to (an id token too). Two tenants' sessions of equal ids are different
+// sessions. Its key, str(), is what stores, leases, logs and the fleet's own messages keep:
+// the id alone for a session of no tenant, `<tenant>.<id>` for a tenant's. The key is safe as
+// a file name and as a subject token's text, and keys of one tenant sort together (a range:
+// from `<tenant>.` up to `<tenant>/`).
 class session_id {
   public:
+    // A session id as a client names it: an id token.
     static result<session_id> parse(std::string_view s);
+    // A session's key as str() gives it: an id, or `<tenant>.<id>`.
+    static result<session_id> parse_key(std::string_view key);
+    // The session `local` of tenant `tenant` (an id token).
+    static result<session_id> of_tenant(std::string_view tenant, std::string_view local);
+    // The key.
     const std::string& str() const { return value_; }
+    // The tenant ("" for a session of no tenant) and the id within it.
+    std::string_view tenant() const;
+    std::string_view local() const;
     auto operator<=>(const session_id&) const = default;
 
   private:

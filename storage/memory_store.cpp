@@ -102,7 +102,7 @@ result<std::vector<catalog_entry>> memory_store::sessions(const catalog_query& q
     std::lock_guard lock(mu_);
     std::vector<catalog_entry> out;
     auto add = [&](const std::string& id, const record& r) {
-        catalog_entry e{session_id::parse(id).value(), session::summarize(r.state)};
+        catalog_entry e{session_id::parse_key(id).value(), session::summarize(r.state)};
         if (matches(q, e) && (!q.after || e.id > *q.after) && out.size() < q.limit) {
             out.push_back(std::move(e));
         }

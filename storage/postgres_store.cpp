@@ -3,6 +3,7 @@
 #include "session/codec.hpp"
 #include "session/overloaded.hpp"
 #include "session/summary.hpp"
+#include "runtime/secrets.hpp"
 #include "storage/pg_batch.hpp"
 #include "storage/pg_migrations.hpp"
 #include "storage/postgres_schema.hpp"
@@ -149,7 +150,9 @@ postgres_store::postgres_store(postgres_options options) : options_(std::move(op
         apply_pg_migrations(w, options_.schema, "migrations", m.data(), m.size());
         w.commit();
     } catch (const pqxx::failure& e) {
-        throw std::runtime_error(std::string("postgres: ") + e.what());
+        // libpq may echo the connection string: its secrets never reach the message.
+        throw std::runtime_error("postgres at " + runtime::redacted_url(options_.dsn) + ": " +
+                                 runtime::scrubbed(e.what(), options_.dsn));
     }
 }
 
@@ -546,7 +549,7 @@ result<std::vector<catalog_entry>> postgres_store::sessions(const catalog_query&
                 after, q.has_work, by, ids, limit);
             std::vector<catalog_entry> out;
             for (const auto& row : rows) {
-                auto sid = session_id::parse(row[0].c_str());
+                auto sid = session_id::parse_key(row[0].c_str());
                 if (!sid) {
                     return errc::corrupt;
                 }

@@ -56,7 +56,7 @@ constexpr const char* needing_owner_after =
 // The catalog_entry of a row selected by one of the statements above, or nullopt if its id is
 // not one.
 std::optional<catalog_entry> read_entry(const sqlite::stmt& q) {
-    auto sid = session_id::parse(q.text(0));
+    auto sid = session_id::parse_key(q.text(0));
     if (!sid) {
         return std::nullopt;
     }

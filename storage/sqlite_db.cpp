@@ -2,6 +2,7 @@
 
 #include "storage/errc.hpp"
 
+#include <sys/stat.h>
 #include <algorithm>
 #include <chrono>
 #include <thread>
@@ -80,6 +81,8 @@ db::db(const std::string& path, std::string_view synchronous, int busy_timeout_m
         db_ = nullptr;
         throw error(rc, "open " + path + ": " + msg);
     }
+    // Before the switch to WAL: SQLite gives the WAL and the shared memory the file's mode.
+    keep_private(path, 0600);
     busy_timeout_ = std::chrono::milliseconds(busy_timeout_ms);
     sqlite3_busy_handler(db_, &db::on_busy, this);
     try {
@@ -110,6 +113,15 @@ db::db(const std::string& path, std::string_view synchronous, int busy_timeout_m
         sqlite3_close(db_);  // the destructor does not run for a constructor that throws
         db_ = nullptr;
         throw;
+    }
+}
+
+void keep_private(const std::filesystem::path& path, unsigned mode) {
+    // By path, never through a descriptor of the process's own: closing one would drop the
+    // fcntl locks SQLite holds on the file. A stat first: most opens change nothing.
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0 && (st.st_mode & 07777) != mode) {
+        ::chmod(path.c_str(), static_cast<mode_t>(mode));
     }
 }
 

@@ -6,6 +6,7 @@
 #include <boost/system/error_code.hpp>
 
 #include <chrono>
+#include <filesystem>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -78,6 +79,12 @@ class db {
     std::chrono::milliseconds busy_timeout_{0};
     std::chrono::steady_clock::time_point busy_since_{};
 };
+
+// Makes `path` (a file or a directory, if it exists) have exactly `mode` (0600, 0700), whatever
+// the umask: the data directory and the session files are the worker's user's alone. Opening
+// a db does it for its file (and so for its WAL and shared memory, which SQLite makes with the
+// file's mode).
+void keep_private(const std::filesystem::path& path, unsigned mode);
 
 // BEGIN IMMEDIATE ... COMMIT; rolls back when destroyed without commit().
 class transaction {

@@ -26,9 +26,12 @@ bool names(const std::filesystem::path& path, dev_t dev, ino_t ino) {
 }
 
 files_lock::files_lock(const std::filesystem::path& file, mode m)
-    : fd_(::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644)) {
+    : fd_(::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600)) {
     if (fd_ < 0) {
         throw sqlite::error(SQLITE_CANTOPEN, "open " + file.string() + ": " + std::strerror(errno));
+    }
+    if (struct stat st {}; ::fstat(fd_, &st) == 0 && (st.st_mode & 07777) != 0600) {
+        ::fchmod(fd_, 0600);  // the worker's user's alone, whatever the umask
     }
     const int op = m == mode::shared ? LOCK_SH : m == mode::exclusive ? LOCK_EX : LOCK_EX | LOCK_NB;
     for (int tries = 1; ::flock(fd_, op) != 0;) {
@@ -97,7 +100,7 @@ std::filesystem::path name_while_new(const std::filesystem::path& path) {
 }  // namespace
 
 std::filesystem::path sqlite_store::prepare_new_file(const std::filesystem::path& path) {
-    const int fd = ::open(path.parent_path().c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
+    const int fd = ::open(path.parent_path().c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
     if (fd < 0) {
         if (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL) {
             image_unsupported_ = true;  // no unnamed files here: SQLite makes the files from now
@@ -112,6 +115,9 @@ std::filesystem::path sqlite_store::prepare_new_file(const std::filesystem::path
         throw sqlite::error(SQLITE_IOERR,
                             std::string(what) + " " + path.string() + ": " + std::strerror(e));
     };
+    if (::fchmod(fd, 0600) != 0) {  // the worker's user's alone, whatever the umask
+        fail("chmod");
+    }
     for (std::size_t done = 0; done < new_file_.size();) {
         const auto n = ::write(fd, new_file_.data() + done, new_file_.size() - done);
         if (n < 0 && errno != EINTR) {

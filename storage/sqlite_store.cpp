@@ -62,6 +62,8 @@ sqlite_store::sqlite_store(sqlite_options options) : options_(std::move(options)
         throw std::invalid_argument("sqlite synchronous must be FULL, NORMAL or EXTRA");
     }
     std::filesystem::create_directories(options_.data_dir / "sessions");
+    sqlite::keep_private(options_.data_dir, 0700);
+    sqlite::keep_private(options_.data_dir / "sessions", 0700);
     new_file_ = sqlite::new_wal_file_image(session_migrations, std::size(session_migrations),
                                            options_.page_size);
     // The index rows are hints: no commit of theirs waits for an fsync (see the header).
@@ -108,7 +110,7 @@ void sqlite_store::check_after_reboot() {
         if (path.extension() != ".sqlite") {
             continue;
         }
-        auto id = session_id::parse(path.stem().string());
+        auto id = session_id::parse_key(path.stem().string());
         if (!id) {
             continue;
         }

@@ -90,41 +90,6 @@ bool says_context_overflow(std::string_view code_or_type, std::string_view messa
     return false;
 }
 
-std::string redacted(std::string_view text, std::string_view secret, std::size_t max) {
-    std::string out;
-    if (secret.empty()) {
-        out.assign(text);
-    } else {
-        for (std::size_t at = 0;;) {
-            const auto hit = text.find(secret, at);
-            out.append(text.substr(at, hit - at));
-            if (hit == std::string_view::npos) {
-                break;
-            }
-            out.append("***");
-            at = hit + secret.size();
-        }
-    }
-    // A body cut in the middle of the secret ends with its first part: hidden too.
-    for (std::size_t n = std::min(secret.size() - (secret.empty() ? 0 : 1), out.size()); n >= 4;
-         --n) {
-        if (out.ends_with(secret.substr(0, n))) {
-            out.resize(out.size() - n);
-            out.append("***");
-            break;
-        }
-    }
-    if (out.size() > max) {
-        std::size_t cut = max;
-        while (cut > 0 && (static_cast<unsigned char>(out[cut]) & 0xC0) == 0x80) {
-            --cut;  // not inside a UTF-8 sequence
-        }
-        out.resize(cut);
-        out.append("…");
-    }
-    return out;
-}
-
 provider_error classify_http(std::string_view provider, int status, std::string_view body,
                              std::optional<std::chrono::milliseconds> retry_after,
                              std::string_view redact) {

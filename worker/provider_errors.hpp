@@ -9,6 +9,7 @@
 // the start of the body; `redact` (an API key) never appears in it.
 #pragma once
 
+#include "runtime/secrets.hpp"
 #include "worker/provider.hpp"
 
 #include <chrono>
@@ -32,9 +33,9 @@ provider_error classify_stream_error(std::string_view provider, std::string_view
 // server, Anthropic, Ollama).
 bool says_context_overflow(std::string_view code_or_type, std::string_view message);
 
-// `text` with every occurrence of `secret` replaced by "***" (nothing when secret is empty),
-// cut to `max` bytes on a UTF-8 boundary.
-std::string redacted(std::string_view text, std::string_view secret, std::size_t max = 2000);
+// `text` with every occurrence of `secret` replaced by "***", cut to `max` bytes on a UTF-8
+// boundary: the one redaction of the runtime (runtime/secrets.hpp).
+using runtime::redacted;
 
 // An HTTP Retry-After value: delay-seconds (a decimal number) or an HTTP-date, relative to
 // `now_unix_ms`; nullopt if it is neither.

@@ -102,4 +102,57 @@ TEST(FleetView, AMergedPageNeverRepeatsWhatCameBeforeAfter) {
     EXPECT_FALSE(page.contains("next"));
 }
 
+// Issue 29: another worker's answer to admin.local is input like any other. A row of another
+// shape (a field missing, of another type, an id or owner that is no token) makes the answer
+// no page (its sessions show "unreachable"); nothing throws, and only the known fields of a
+// good row are taken.
+TEST(FleetView, AnOwnersAnswerOfAnotherShapeIsNoPageAndNeverThrows) {
+    const json::object good{{"id", "s1"},          {"state", "idle"},
+                            {"owner", "w1"},       {"epoch", 3},
+                            {"has_work", false},   {"paused", false},
+                            {"lanes", json::object{{"system", 0}, {"steer", 1}, {"followUp", 2}}},
+                            {"timers", 0},         {"last_activity", 1700000000000},
+                            {"injected", "field"}};
+    auto page_of = [](const json::object& row) {
+        return json::serialize(json::object{
+            {"ok", true}, {"sessions", json::array{row}}, {"complete", true}});
+    };
+    auto read = broker::read_owner_page(page_of(good));
+    ASSERT_TRUE(read.has_value());
+    ASSERT_EQ(read->rows.count("s1"), 1u);
+    EXPECT_EQ(read->rows.at("s1").at("lanes").at("followUp"), 2);
+    EXPECT_EQ(read->rows.at("s1").if_contains("injected"), nullptr);
+
+    const std::vector<std::pair<const char*, json::value>> bad{
+        {"id", 7},          {"id", "a b"},          {"id", "a.b.c"},
+        {"state", "nope"},  {"state", "unowned"},   {"state", 1},
+        {"owner", 5},       {"owner", "w1\r\nPUB x 0"}, {"owner", "*"},
+        {"epoch", -1},      {"epoch", "3"},         {"has_work", "yes"},
+        {"paused", nullptr}, {"lanes", json::array{}}, {"lanes", json::object{{"steer", 1}}},
+        {"timers", 1.5},    {"last_activity", "now"}, {"next_timer", "soon"}};
+    for (const auto& [field, value] : bad) {
+        auto row = good;
+        row[field] = value;
+        std::optional<owner_page> got;
+        EXPECT_NO_THROW(got = broker::read_owner_page(page_of(row)));
+        EXPECT_FALSE(got.has_value()) << field << ": " << json::serialize(value);
+    }
+    for (const char* field : {"id", "state", "owner", "epoch", "has_work", "lanes"}) {
+        auto row = good;
+        row.erase(field);
+        EXPECT_FALSE(broker::read_owner_page(page_of(row)).has_value()) << "without " << field;
+    }
+    for (const char* reply : {"", "[]", "{}", R"({"sessions":{},"complete":true})",
+                              R"({"sessions":[1],"complete":true})",
+                              R"({"sessions":[],"complete":"yes"})"}) {
+        EXPECT_FALSE(broker::read_owner_page(reply).has_value()) << reply;
+    }
+    // An owner whose answer is no page: its sessions are unreachable, and the page still comes.
+    protocol::sessions_query q;
+    q.state = "idle";
+    auto merged = json::parse(broker::merge_owner_pages(q, {{"w9", std::nullopt}}));
+    EXPECT_EQ(merged.at("ok"), true);
+    EXPECT_EQ(merged.at("unreachable").as_array().at(0), "w9");
+}
+
 }  // namespace wuhu::testing

@@ -124,14 +124,4 @@ TEST(Replies, StoreAndLeaseErrorsKeepTheirCode) {
     EXPECT_EQ(o.at("error").at("code"), "owner_changed");
 }
 
-TEST(RedactedUrl, CredentialsNeverReachALogLine) {
-    EXPECT_EQ(nats::redacted_url("nats://127.0.0.1:4222"), "nats://127.0.0.1:4222");
-    EXPECT_EQ(nats::redacted_url("nats://ann:s3cr@t@nats.internal:4222"),
-              "nats://***@nats.internal:4222");
-    EXPECT_EQ(nats::redacted_url("nats://tok3n@a:4222,tls://b:4222,nats://u:p@c"),
-              "nats://***@a:4222,tls://b:4222,nats://***@c");
-    EXPECT_EQ(nats::redacted_url("u:p@host:4222"), "***@host:4222");
-    EXPECT_EQ(nats::redacted_url(""), "");
-}
-
 }  // namespace wuhu::testing

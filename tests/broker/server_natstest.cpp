@@ -11,6 +11,7 @@
 #include <boost/asio/post.hpp>
 
 #include <unistd.h>
+#include <atomic>
 #include <condition_variable>
 #include <cstdlib>
 #include <future>
@@ -575,6 +576,48 @@ TEST_F(worker_fixture, AForwardedRequestIsNeverForwardedAgain) {
     auto r = request_raw(prefix_ + ".worker.w2.session.once.resume", "{}");
     EXPECT_EQ(r.at("ok"), false);
     EXPECT_EQ(r.at("error").at("code"), "owner_changed");
+}
+
+// Issue 29: the fleet view's `owner` filter went into the subject the owner is asked on
+// unchecked, and libnats writes subjects into the protocol verbatim: CR LF in it made the
+// worker publish anything under its own identity (here a delete of another session). Every
+// owner that is no worker id is refused as invalid_query, and nothing is published.
+TEST_F(worker_fixture, TheFleetViewsOwnerFilterCannotAddACommandToTheProtocol) {
+    ASSERT_EQ(request("victim", "enqueue", R"({"lane":"followUp","content":"keep me"})").at("ok"),
+              true);
+    nats::connection probe(nats_url(), "probe");
+    std::atomic<int> seen{0};
+    probe.subscribe("probe.>", [&](nats::message) { ++seen; });
+    probe.subscribe(prefix_ + ".session.victim.delete", [&](nats::message) { ++seen; });
+    probe.subscribe(prefix_ + ".worker.*.session.victim.delete", [&](nats::message) { ++seen; });
+    probe.flush();
+    const std::string injected = "x 0\r\n\r\nPUB probe.injected 5\r\nhello\r\nPUB " +
+                                 prefix_ + ".session.victim.delete 2\r\n{}\r\nPUB probe.tail";
+    const std::vector<std::string> owners{
+        injected, "w1\r\nPUB probe.x 0\r\n", "w 1", "w\t1", std::string("w1\0x", 4), "*", ">",
+        "w1.admin", "wörker", std::string(65, 'w'), ""};
+    for (const auto& owner : owners) {
+        for (const char* state : {"idle", "unowned", ""}) {
+            json::object q{{"owner", owner}};
+            if (*state != '\0') {
+                q["state"] = state;
+            }
+            auto r = request_raw(prefix_ + ".admin.sessions", json::serialize(q));
+            EXPECT_EQ(r.at("ok"), false) << json::serialize(q);
+            // (A NUL is refused by the text reader first, as in every field.)
+            EXPECT_EQ(r.at("error").at("code"),
+                      owner.find('\0') == std::string::npos ? "invalid_query" : "invalid_content")
+                << json::serialize(r);
+        }
+    }
+    probe.flush();
+    client_->flush();
+    std::this_thread::sleep_for(300ms);
+    EXPECT_EQ(seen.load(), 0) << "a refused query published something";
+    auto victim = request("victim", "subscribe", "{}");
+    ASSERT_EQ(victim.at("ok"), true);
+    EXPECT_FALSE(victim.at("patch").at("transcript").as_array().empty())
+        << "the victim session must keep its transcript";
 }
 
 TEST_F(worker_fixture, AdminSessionsListsTheFleetWithOwnersStatesAndLanes) {

@@ -89,6 +89,8 @@ TEST(WorkerProcess, ReconnectsToNatsAfterTheServerRestarts) {
     EXPECT_TRUE(logged(lines, "released 1 leases"));
 }
 
+// Issue 29: libnats hands the reconnected callback the URL with its credentials; the worker
+// logged it in clear after every restart of nats-server. The restart is the point of the test.
 TEST(WorkerProcess, ConnectsWithCredentialsInTheUrlAndNeverLogsThem) {
     own_nats nats({"--user", "wuhu", "--pass", "s3cret-pw"});
     ASSERT_TRUE(nats.up()) << "nats-server did not start on port " << nats.port();
@@ -97,13 +99,47 @@ TEST(WorkerProcess, ConnectsWithCredentialsInTheUrlAndNeverLogsThem) {
         << "the server must require the password";
     worker_process worker("c", R"({"responses":[{"text":"ok"}]})");
     worker.start(url);
-    nats::connection nc(url, "creds-client");
+    {
+        nats::connection nc(url, "creds-client");
+        EXPECT_EQ(subscribe_when_up(nc, worker.prefix()).at("ok"), true);
+    }
+    // nats-server restarts: the worker logs the outage and the reconnection.
+    ASSERT_GE(nats.stop(), 0);
+    ASSERT_TRUE(nats.start()) << "nats-server did not restart on port " << nats.port();
+    ASSERT_TRUE(worker.wait_logged("NATS reconnected", 30s)) << "no reconnection logged";
+    nats::connection nc(url, "creds-client-again");
     EXPECT_EQ(subscribe_when_up(nc, worker.prefix()).at("ok"), true);
     EXPECT_EQ(worker.stop(), 0);
     std::ifstream f(worker.log());
     const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
     EXPECT_EQ(text.find("s3cret-pw"), std::string::npos) << text;
-    EXPECT_NE(text.find("nats://***@127.0.0.1"), std::string::npos) << text;
+    EXPECT_NE(text.find("NATS reconnected nats://***@127.0.0.1"), std::string::npos) << text;
+}
+
+// The same credentials in flags and variables (--nats-user, WUHU_NATS_PASSWORD) rather than in
+// the URL; a wrong password is refused at start, with nothing of it in the log.
+TEST(WorkerProcess, TakesNatsCredentialsFromFlagsAndVariables) {
+    own_nats nats({"--user", "wuhu", "--pass", "fl4g-pw"});
+    ASSERT_TRUE(nats.up()) << "nats-server did not start on port " << nats.port();
+    worker_process::config c;
+    c.args = {"--nats-user", "wuhu"};
+    worker_process worker("cf", R"({"responses":[{"text":"ok"}]})", c);
+    setenv("WUHU_NATS_PASSWORD", "fl4g-pw", 1);
+    worker.start(nats.url());
+    unsetenv("WUHU_NATS_PASSWORD");
+    nats::connection nc(nats.url("wuhu:fl4g-pw"), "flags-client");
+    EXPECT_EQ(subscribe_when_up(nc, worker.prefix()).at("ok"), true);
+    EXPECT_EQ(worker.stop(), 0);
+
+    worker_process::config wrong;
+    wrong.args = {"--nats-user", "wuhu", "--nats-password", "not-the-fl4g-pw"};
+    worker_process refused("cw", R"({"responses":[{"text":"ok"}]})", wrong);
+    refused.start(nats.url());
+    EXPECT_EQ(refused.wait(15s), 1) << "a refused connection is fatal at start";
+    std::ifstream f(refused.log());
+    const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(text.find("not-the-fl4g-pw"), std::string::npos) << text;
+    EXPECT_NE(text.find("Authorization Violation"), std::string::npos) << text;
 }
 
 TEST(WorkerProcess, BadFlagsAndVariablesAreUsageErrors) {

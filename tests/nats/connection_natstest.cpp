@@ -4,6 +4,7 @@
 // batching ends or the connection closes.
 #include "nats/connection.hpp"
 #include "tests/support/env.hpp"
+#include "tests/support/process.hpp"
 
 #include <gtest/gtest.h>
 #include <boost/asio/io_context.hpp>
@@ -235,6 +236,140 @@ TEST(Connection, AConnectionTheServerClosedWithAnErrorCanBeDestroyed) {
     server.join();
     ::close(lfd);
     ASSERT_TRUE(gone) << "the connection's destructor hangs";
+}
+
+// Issue 29: libnats writes a subject into the protocol verbatim, so a subject with CR LF ends
+// the PUB line and starts a command of the caller's choosing. Every publish, request and
+// forwarded request checks its subject (and reply subject) first: nothing reaches the server.
+TEST(Connection, ASubjectThatIsNoSubjectIsNeverPublished) {
+    nats::connection nc(nats_url(), "subjects");
+    const std::string probe = unique_subject("probe");
+    inbox seen(nc, probe + ".>");
+    inbox whole(nc, probe);
+    const std::vector<std::string> bad{
+        probe + " 0\r\n\r\nPUB " + probe + ".injected 5\r\nhello",
+        probe + "\r\nPUB " + probe + ".x 0",
+        probe + ".a b",
+        probe + ".a\tb",
+        probe + ".a" + std::string(1, '\0') + "b",
+        probe + ".*",
+        probe + ".>",
+        probe + "..x",
+        probe + ".",
+        "." + probe,
+        probe + ".\xc3\xa9",
+        probe + "." + std::string(1100, 'x'),
+        "",
+    };
+    for (const auto& subject : bad) {
+        EXPECT_FALSE(nats::valid_publish_subject(subject)) << subject;
+        EXPECT_FALSE(nc.publish(subject, "x")) << subject;
+        if (!subject.empty()) {  // an empty reply subject is a plain publish
+            EXPECT_FALSE(nc.publish_request(probe + ".ok", subject, "x")) << subject;
+        }
+        EXPECT_FALSE(nc.publish_request(subject, "reply.to", "x")) << subject;
+        EXPECT_FALSE(nc.request(subject, "x", 50ms).has_value()) << subject;
+        EXPECT_EQ(nc.request_async(subject, {}, "x", [](nats::reply) {}), 0u) << subject;
+    }
+    EXPECT_TRUE(nats::valid_publish_subject(probe + ".ok"));
+    nc.flush();
+    EXPECT_TRUE(nc.publish(probe + ".last", "last"));  // delivered in order after the rest
+    EXPECT_EQ(seen.first(1), std::vector<std::string>{"last"});
+    std::this_thread::sleep_for(100ms);
+    EXPECT_EQ(seen.first(0).size(), 1u) << "a refused subject reached the server";
+    EXPECT_TRUE(whole.first(0).empty());
+}
+
+// A user allowed to subscribe only to `_INBOX_<user>.>` (docs/security.md) can make requests
+// with that inbox prefix, in every form the connection has (request, request_many, request_all,
+// request_async); with the default prefix the server refuses the inbox and nothing comes back.
+TEST(Connection, RequestsUseTheInboxPrefixTheUsersPermissionsAllow) {
+    own_nats server({}, R"(authorization {
+  users: [
+    {user: svc, password: svc-pw, permissions: {subscribe: "svc.>", publish: {allow: ["_INBOX_app.>", "_INBOX.>"]}}}
+    {user: app, password: app-pw, permissions: {publish: "svc.>", subscribe: "_INBOX_app.>"}}
+  ]
+})");
+    ASSERT_TRUE(server.up());
+    nats::connection svc(server.url("svc:svc-pw"), "svc");
+    svc.subscribe("svc.echo", [&svc](nats::message m) { svc.publish(m.reply, "echo:" + m.data); });
+    svc.flush();
+    nats::options o;
+    o.url = server.url();
+    o.auth.user = "app";
+    o.auth.password = "app-pw";
+    o.inbox_prefix = "_INBOX_app";
+    nats::connection app(o);
+    EXPECT_EQ(app.request("svc.echo", "a", 5s), std::optional<std::string>("echo:a"));
+    std::vector<std::string> many;
+    EXPECT_TRUE(app.request_many("svc.echo", "b", 5s, [&](std::string m) {
+        many.push_back(std::move(m));
+        return false;
+    }));
+    EXPECT_EQ(many, std::vector<std::string>{"echo:b"});
+    auto all = app.request_all({"svc.echo", "svc.echo"}, "c", 5s);
+    EXPECT_EQ(all[0], std::optional<std::string>("echo:c"));
+    EXPECT_EQ(all[1], std::optional<std::string>("echo:c"));
+    std::promise<std::string> answered;
+    ASSERT_NE(app.request_async("svc.echo", {}, "d",
+                                [&](nats::reply r) { answered.set_value(r.data); }),
+              0u);
+    auto got = answered.get_future();
+    ASSERT_EQ(got.wait_for(5s), std::future_status::ready);
+    EXPECT_EQ(got.get(), "echo:d");
+
+    // The default prefix: the server refuses the subscription to the inbox.
+    o.inbox_prefix = "_INBOX";
+    nats::connection plain(o);
+    EXPECT_FALSE(plain.request("svc.echo", "e", 1s).has_value());
+    // A prefix that is no subject is refused before connecting; so are two kinds of credentials.
+    o.inbox_prefix = "_INBOX app";
+    EXPECT_THROW(nats::connection{o}, std::invalid_argument);
+    o.inbox_prefix = "_INBOX_app";
+    o.auth.token = "t";
+    EXPECT_THROW(nats::connection{o}, std::invalid_argument);
+}
+
+// nats-server restarts with a password set: the connection's events name the server with its
+// credentials redacted, and the error of a refused connection holds no secret.
+TEST(Connection, EventsAndErrorsNeverCarryTheCredentials) {
+    own_nats server({"--user", "u", "--pass", "ev3nt-pw"});
+    ASSERT_TRUE(server.up());
+    std::mutex mu;
+    std::vector<std::string> said;
+    nats::options o;
+    o.url = server.url("u:ev3nt-pw");
+    o.on_connection = [&](std::string_view event, std::string_view url) {
+        std::lock_guard lock(mu);
+        said.push_back(std::string(event) + " " + std::string(url));
+    };
+    {
+        nats::connection nc(o);
+        ASSERT_GE(server.stop(), 0);
+        ASSERT_TRUE(server.start());
+        for (int i = 0; i < 200 && !nc.connected(); ++i) {
+            std::this_thread::sleep_for(50ms);
+        }
+        EXPECT_TRUE(nc.connected());
+    }
+    {
+        std::lock_guard lock(mu);
+        ASSERT_FALSE(said.empty());
+        bool reconnected = false;
+        for (const auto& s : said) {
+            EXPECT_EQ(s.find("ev3nt-pw"), std::string::npos) << s;
+            reconnected = reconnected || s.starts_with("reconnected nats://***@127.0.0.1");
+        }
+        EXPECT_TRUE(reconnected);
+    }
+    try {
+        nats::connection refused(server.url("u:wr0ng-pw"), "refused");
+        ADD_FAILURE() << "the wrong password was accepted";
+    } catch (const std::runtime_error& e) {
+        const std::string what = e.what();
+        EXPECT_EQ(what.find("wr0ng-pw"), std::string::npos) << what;
+        EXPECT_NE(what.find("nats://***@127.0.0.1"), std::string::npos) << what;
+    }
 }
 
 }  // namespace wuhu::testing

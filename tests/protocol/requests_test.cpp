@@ -176,6 +176,22 @@ TEST(EveryTextField, RefusesNulAndNamesTheFieldByItsPath) {
               errc::invalid_content);
 }
 
+// Issue 29: the owner filter becomes a token of the subject the owner is asked on; anything
+// that is no worker id (CR LF, spaces, wildcards, dots, non-ASCII, too long) is refused.
+TEST(SessionsQuery, TheOwnerFilterIsAWorkerIdOrRefused) {
+    for (const char* owner : {"x 0\r\n\r\nPUB probe.injected 5\r\nhello", "w 1", "w\t1", "*",
+                              ">", "w1.admin", "w\u00f6rker", ""}) {
+        const auto body = json::serialize(json::object{{"owner", owner}});
+        auto e = error_of(body, decode_sessions_query);
+        EXPECT_EQ(e.code, errc::invalid_query) << body;
+        EXPECT_EQ(e.field, "owner") << body;
+    }
+    const auto long_owner = json::serialize(json::object{{"owner", std::string(65, 'w')}});
+    EXPECT_EQ(error_of(long_owner, decode_sessions_query).code, errc::invalid_query);
+    EXPECT_EQ(decode_sessions_query(json::parse(R"({"owner":"worker-7_b"})")).value().owner,
+              "worker-7_b");
+}
+
 TEST(EmptyRequests, AcceptAnEmptyBodyOrEmptyObjectOnly) {
     EXPECT_TRUE(decode_empty(parse_body("", small_limits()).value()).has_value());
     EXPECT_TRUE(decode_empty(parse_body("{}", small_limits()).value()).has_value());

@@ -3,6 +3,7 @@
 #include "tests/storage/conformance.hpp"
 #include "tests/support/temp_dir.hpp"
 
+#include <sys/stat.h>
 #include <chrono>
 #include <fstream>
 #include <iostream>
@@ -213,6 +214,43 @@ TEST(SqliteStore, OneFilePerSessionUnderTheDataDirectory) {
     // Ids that could escape the directory or name a special database never become paths.
     for (const char* bad : {"../x", "..", ":memory:", "file:x?mode=memory", "a/b", ""}) {
         EXPECT_FALSE(session_id::parse(bad).has_value()) << bad;
+    }
+}
+
+// Issue 29: the data directory is the worker's user's alone (0700), and so are the session
+// files, their WALs and shared memory, the catalog and the lock file (0600), whatever the
+// umask; a directory made earlier with a wider mode is narrowed.
+TEST(SqliteStore, TheDataDirectoryAndEveryFileAreTheWorkersUsersAlone) {
+    auto mode_of = [](const std::filesystem::path& p) {
+        struct stat st {};
+        EXPECT_EQ(::stat(p.c_str(), &st), 0) << p;
+        return st.st_mode & 07777;
+    };
+    for (const mode_t mask : {mode_t{0}, mode_t{022}, mode_t{0277}}) {
+        temp_dir dir;
+        std::filesystem::create_directories(dir.path() / "data" / "sessions");
+        std::filesystem::permissions(dir.path() / "data", std::filesystem::perms::all);
+        const mode_t before = ::umask(mask);
+        {
+            storage::sqlite_store store(storage::sqlite_options{dir.path() / "data"});
+            auto log = store.open(session_id::parse("p1").value(), lease_epoch{1}).value();
+            auto st = log->load().value();
+            ASSERT_TRUE(log->enqueue(st, user_in(lane::steer, "i1", "text"), unix_ms{1}));
+            const auto data = dir.path() / "data";
+            EXPECT_EQ(mode_of(data), 0700u) << "umask " << mask;
+            EXPECT_EQ(mode_of(data / "sessions"), 0700u) << "umask " << mask;
+            EXPECT_EQ(mode_of(data / "catalog.sqlite"), 0600u) << "umask " << mask;
+            for (const auto& e : std::filesystem::directory_iterator(data / "sessions")) {
+                EXPECT_EQ(mode_of(e.path()), 0600u) << e.path() << " umask " << mask;
+            }
+            for (const auto& e : std::filesystem::directory_iterator(data)) {
+                if (e.is_regular_file()) {
+                    EXPECT_EQ(mode_of(e.path()), 0600u) << e.path() << " umask " << mask;
+                }
+            }
+            EXPECT_TRUE(std::filesystem::exists(data / "sessions" / "p1.sqlite-wal"));
+        }
+        ::umask(before);
     }
 }
 

@@ -283,6 +283,23 @@ class worker_process {
     }
     // Whether a log line so far contains `text`.
     bool has_logged(std::string_view text) const { return logged(json_lines(log()), text); }
+    // Waits (bounded) until a log line contains `text`.
+    bool wait_logged(std::string_view text, std::chrono::seconds limit) const {
+        const auto deadline = std::chrono::steady_clock::now() + limit;
+        while (!has_logged(text)) {
+            if (std::chrono::steady_clock::now() > deadline) {
+                return false;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+        return true;
+    }
+    // Waits (bounded) for the process to exit by itself; its status (-1: killed after `limit`).
+    int wait(std::chrono::seconds limit) {
+        const int status = wait_exit(pid_, limit);
+        pid_ = 0;
+        return status;
+    }
     // The subject of a request sent to this worker only (the forwarding subject).
     std::string direct(const std::string& sid, const std::string& verb) const {
         return prefix_ + ".worker." + config_.worker_id + ".session." + sid + "." + verb;
