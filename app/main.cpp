@@ -225,6 +225,16 @@ int main(int argc, char** argv) {
     app.add_option("--prefix", prefix, "subject prefix (tokens separated by dots)")
         ->envname("WUHU_PREFIX")
         ->check(subject_prefix);
+    bool tenancy = false;
+    app.add_flag("--tenancy", tenancy,
+                 "serve tenants: <prefix>.<tenant>.session.<sid>.<verb>, each tenant's sessions "
+                 "its own, isolated by nats-server accounts (docs/security.md)")
+        ->envname("WUHU_TENANCY");
+    std::string default_tenant;
+    app.add_option("--default-tenant", default_tenant,
+                   "with --tenancy: the tenant the sessions stored without one belong to (those "
+                   "made before tenancy was on); its new sessions are stored the same way")
+        ->envname("WUHU_DEFAULT_TENANT");
     app.add_option("--worker-id", worker_id, "this worker's id (default worker-<pid>)")
         ->envname("WUHU_WORKER_ID")
         ->check(subject_token);
@@ -345,6 +355,12 @@ int main(int argc, char** argv) {
             }
             tool_services = std::move(*parsed);
         }
+        // Checked before anything is opened: a bad default tenant is a usage error.
+        const wuhu::protocol::subject_layout subjects(
+            prefix, wuhu::protocol::tenancy{tenancy, default_tenant});
+        if (!subjects.valid_worker(worker_id)) {
+            throw std::invalid_argument("--worker-id cannot be \"session\" with --tenancy");
+        }
         auto store = open_store(store_url, pool, synchronous, pg_schema);
         auto leases = open_leases(lease, store_url, force_memory_lease, pg_schema);
         wuhu::nats::options nats_options;
@@ -364,6 +380,7 @@ int main(int argc, char** argv) {
         wuhu::app::node_options options;
         options.worker_id = worker_id;
         options.server.prefix = prefix;
+        options.server.tenancy = wuhu::protocol::tenancy{tenancy, default_tenant};
         options.lease = lease_settings;
         options.passivate_after = std::chrono::milliseconds(passivate_after_ms);
         options.max_loaded_sessions = max_loaded;
@@ -389,9 +406,13 @@ int main(int argc, char** argv) {
             }
         });
         log->info(
-            "serving {}.session.> on {} with store {} and {} leases (ttl {} ms, renewed every "
+            "serving {}{} on {} with store {} and {} leases (ttl {} ms, renewed every "
             "{} ms, stop margin {} ms)",
-            prefix, wuhu::runtime::redacted_url(nats_url), std::string(store->backend()),
+            subjects.requests(),
+            tenancy ? (default_tenant.empty() ? " (tenancy)"
+                                              : " (tenancy; default tenant " + default_tenant + ")")
+                    : std::string(),
+            wuhu::runtime::redacted_url(nats_url), std::string(store->backend()),
             std::string(leases->backend()), lease_ttl_ms, lease_settings.renew_interval.count(),
             lease_settings.stop_margin.count());
         for (const auto& e : endpoints) {
@@ -409,7 +430,7 @@ int main(int argc, char** argv) {
             log->info("metrics on http://{}/metrics (and /healthz, /readyz)", at);
         }
         for (const auto& t : tool_services) {
-            log->info("tool {}: served on {}{}", t.spec.name, wuhu::broker::subject_of(t, prefix),
+            log->info("tool {}: served on {}{}", t.spec.name, wuhu::broker::subject_of(t, subjects),
                       t.idempotent ? " (idempotent)" : "");
         }
         node.run();

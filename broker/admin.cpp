@@ -180,6 +180,9 @@ std::string local_query(const protocol::sessions_query& q) {
     if (q.has_work) {
         o["has_work"] = *q.has_work;
     }
+    if (q.tenant) {
+        o["tenant"] = *q.tenant;
+    }
     if (q.ids) {
         json::array ids;
         for (const auto& id : *q.ids) {

@@ -56,7 +56,8 @@ std::string local_page(const protocol::sessions_query& q,
                        const std::vector<boost::json::object>& loaded, std::size_t max_bytes);
 // Reads an owner's answer; nullopt if it is not one.
 std::optional<owner_page> read_owner_page(std::string_view reply);
-// The admin.local request body for `q`: {"limit", "after"?, "state"?, "has_work"?, "ids"?}.
+// The admin.local request body for `q`: {"limit", "after"?, "state"?, "has_work"?, "tenant"?,
+// "ids"?}, sessions named by their keys.
 std::string local_query(const protocol::sessions_query& q);
 
 // One chunk of the index joined: each entry's index row, with its owner's answer over it when

@@ -14,27 +14,64 @@ namespace {
 
 // A fleet-view query from a request body, or the error reply that refuses it.
 std::variant<protocol::sessions_query, std::string> read_query(
-    std::string_view data, const protocol::request_limits& limits) {
+    std::string_view data, const protocol::request_limits& limits,
+    protocol::session_names names) {
     auto body = protocol::parse_body(data, limits);
     if (!body) {
         return protocol::error_reply(body.error());
     }
-    auto q = protocol::decode_sessions_query(*body);
+    auto q = protocol::decode_sessions_query(*body, names);
     if (!q) {
         return protocol::error_reply(q.error());
     }
     return std::move(*q);
 }
 
+// The sessions a query names (`after`, `ids`), as they are kept: a tenant's ids within that
+// tenant; the fleet's own keys with the default tenant's sessions kept without one.
+s::result<void> as_kept(protocol::sessions_query& q, const protocol::subject_layout& subjects,
+                        const std::optional<std::string>& tenant) {
+    auto kept = [&](const s::session_id& named) -> s::result<s::session_id> {
+        if (tenant) {
+            return subjects.session_of(*tenant, named.str());
+        }
+        if (!named.tenant().empty()) {
+            return subjects.session_of(named.tenant(), named.local());
+        }
+        return named;
+    };
+    if (q.after) {
+        auto k = kept(*q.after);
+        if (!k) {
+            return k.error();
+        }
+        q.after = std::move(*k);
+    }
+    if (q.ids) {
+        for (auto& id : *q.ids) {
+            auto k = kept(id);
+            if (!k) {
+                return k.error();
+            }
+            id = std::move(*k);
+        }
+    }
+    return {};
+}
+
 }  // namespace
 
 std::string server::local_sessions(worker::session_registry& registry, const nats::message& m) {
-    auto read = read_query(m.data, options_.limits);
+    // Between workers, sessions are named by their keys.
+    auto read = read_query(m.data, options_.limits, protocol::session_names::keys);
     if (auto* refused = std::get_if<std::string>(&read)) {
         return std::move(*refused);
     }
     const auto* q = &std::get<protocol::sessions_query>(read);
     const auto& me = leases_.keeper().worker_id();
+    auto in_scope = [&](const s::session_id& id) {
+        return !q->tenant || subjects_.tenant_of(id) == *q->tenant;
+    };
     std::vector<boost::json::object> loaded;
     if (q->ids) {
         // The rows of these sessions that are loaded here, in id order.
@@ -44,7 +81,7 @@ std::string server::local_sessions(worker::session_registry& registry, const nat
             if (q->after && id <= *q->after) {
                 continue;
             }
-            if (const auto* loop = registry.find_running(id); loop != nullptr) {
+            if (const auto* loop = registry.find_running(id); loop != nullptr && in_scope(id)) {
                 loaded.push_back(loaded_row(*loop, me));
             }
         }
@@ -54,6 +91,9 @@ std::string server::local_sessions(worker::session_registry& registry, const nat
     }
     registry.each(
         [&](const worker::agent_loop& loop) {
+            if (!in_scope(loop.id())) {
+                return true;
+            }
             auto row = loaded_row(loop, me);
             if (row_matches(*q, row)) {
                 loaded.push_back(std::move(row));
@@ -70,9 +110,8 @@ std::map<std::string, std::optional<owner_page>> server::ask_owners(
     for (const auto& owner : owners) {
         // An owner id read from the lease store that is no subject token is asked nothing
         // (an empty subject is never published to): its sessions show "unreachable".
-        subjects.push_back(protocol::valid_worker_id(owner)
-                               ? protocol::local_sessions_subject(options_.prefix, owner)
-                               : std::string());
+        auto subject = subjects_.local_sessions(owner);
+        subjects.push_back(subject ? std::move(*subject) : std::string());
     }
     auto answers = bodies.size() == 1 && owners.size() != 1
                        ? nats_.request_all(subjects, bodies.front(), options_.admin_timeout)
@@ -85,11 +124,36 @@ std::map<std::string, std::optional<owner_page>> server::ask_owners(
 }
 
 std::string server::list_sessions(const nats::message& m) {
-    auto read = read_query(m.data, options_.limits);
+    // Whose sessions: a tenant's (its own view, nats-server put its name in the subject), or
+    // the whole fleet's (without tenancy; with it, the fleet's own account only).
+    auto scope = subjects_.parse_view(m.subject);
+    if (!scope) {
+        return protocol::error_reply(scope.error());
+    }
+    const auto& tenant = *scope;
+    const auto names = tenant || !subjects_.tenancy_on() ? protocol::session_names::ids
+                                                         : protocol::session_names::keys;
+    auto read = read_query(m.data, options_.limits, names);
     if (auto* refused = std::get_if<std::string>(&read)) {
         return std::move(*refused);
     }
-    const auto& q = std::get<protocol::sessions_query>(read);
+    auto& q = std::get<protocol::sessions_query>(read);
+    if (q.tenant && (tenant || !subjects_.tenancy_on())) {
+        return protocol::error_reply(
+            s::code_name(s::errc::invalid_query),
+            tenant ? "a tenant's view lists that tenant's sessions only (field: tenant)"
+                   : "this fleet has no tenants (field: tenant)");
+    }
+    if (tenant) {
+        q.tenant = *tenant;
+    }
+    if (auto kept = as_kept(q, subjects_, tenant); !kept) {
+        return protocol::error_reply(kept.error());
+    }
+    return presented(list_page(q), tenant);
+}
+
+std::string server::list_page(const protocol::sessions_query& q) {
     // The store and the lease store are thread-safe; the registry is only read by its owner's
     // executor (through admin.local, also for this worker).
     if (q.state && is_loop_state(*q.state)) {
@@ -130,6 +194,11 @@ std::string server::indexed_page(const protocol::sessions_query& q) {
     // few sessions pass must not keep the caller waiting: `next` tells where to go on).
     const auto give_up = clock::now() + options_.admin_timeout;
     const bool filtered = q.state.has_value() || (q.owner && q.has_work);
+    // A tenant's sessions are a range of keys in the index and the leases.
+    std::optional<std::string> scope;
+    if (q.tenant) {
+        scope = subjects_.scope_of(*q.tenant);
+    }
     boost::json::array rows;
     std::optional<s::session_id> cursor = q.after;
     bool exhausted = false;
@@ -144,6 +213,7 @@ std::string server::indexed_page(const protocol::sessions_query& q) {
             by_owner.owner = q.owner;
             by_owner.after = cursor;
             by_owner.limit = chunk;
+            by_owner.tenant = scope;
             auto got = leases.live(by_owner);
             if (!got) {
                 return protocol::error_reply(got.error());
@@ -168,6 +238,7 @@ std::string server::indexed_page(const protocol::sessions_query& q) {
             page.limit = q.ids ? std::numeric_limits<std::size_t>::max() : chunk;
             page.has_work = q.has_work;
             page.ids = q.ids;
+            page.tenant = scope;
             auto found = store_->sessions(page);
             if (!found) {
                 return protocol::error_reply(found.error());
@@ -240,6 +311,47 @@ std::string server::indexed_page(const protocol::sessions_query& q) {
                           : cursor->str();
     }
     return boost::json::serialize(out);
+}
+
+std::string server::presented(std::string page, const std::optional<std::string>& tenant) const {
+    if (!tenant && !subjects_.tenancy_on()) {
+        return page;  // keys are ids
+    }
+    boost::system::error_code ec;
+    auto v = boost::json::parse(page, ec);
+    if (ec || !v.is_object() || v.as_object().if_contains("sessions") == nullptr) {
+        return page;  // an error reply
+    }
+    auto& o = v.as_object();
+    // A key as the asker names it: the id within its tenant, or `<tenant>.<id>`.
+    auto named = [&](std::string_view key_text) -> std::string {
+        auto key = s::session_id::parse_key(key_text);
+        if (!key) {
+            return std::string(key_text);
+        }
+        if (tenant) {
+            return std::string(key->local());
+        }
+        const auto t = subjects_.tenant_of(*key);
+        return t.empty() ? key->str() : std::string(t) + "." + std::string(key->local());
+    };
+    for (auto& row : o.at("sessions").as_array()) {
+        auto& r = row.as_object();
+        const std::string key(r.at("id").as_string());
+        auto id = s::session_id::parse_key(key);
+        if (!id) {
+            continue;
+        }
+        if (!tenant) {
+            const auto t = subjects_.tenant_of(*id);
+            r["tenant"] = t.empty() ? boost::json::value(nullptr) : boost::json::value(t);
+        }
+        r["id"] = id->local();
+    }
+    if (auto* next = o.if_contains("next"); next != nullptr && next->is_string()) {
+        *next = named(next->as_string());
+    }
+    return boost::json::serialize(o);
 }
 
 }  // namespace wuhu::broker

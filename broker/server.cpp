@@ -99,6 +99,9 @@ std::string_view outcome_of(std::string_view reply) {
     return code.substr(0, end);
 }
 
+// The header that carries a forwarded request's reply subject (server.hpp).
+constexpr std::string_view reply_header = "Wuhu-Reply";
+
 // One request, answered on the executor (a named coroutine taking its arguments by value).
 asio::awaitable<void> serve(server* srv, worker::session_registry* reg, nats::message m) {
     const auto began = std::chrono::steady_clock::now();
@@ -108,6 +111,17 @@ asio::awaitable<void> serve(server* srv, worker::session_registry* reg, nats::me
         co_return;
     }
     std::string reply_to = m.reply;
+    if (srv->subjects().for_worker(m.subject, srv->worker_id())) {
+        // Forwarded by another worker (only the fleet reaches these subjects): the caller's
+        // reply subject is in the header (a worker of an earlier version kept it as the reply
+        // subject). It is published to as any reply subject: checked whole first (nats/).
+        for (const auto& [name, value] : m.headers) {
+            if (name == reply_header) {
+                reply_to = value;
+                break;
+            }
+        }
+    }
     std::string subject = m.subject;
     std::vector<std::string> replies;
     try {
@@ -140,11 +154,15 @@ server::server(asio::any_io_executor ex, nats::connection& nats, lease_desk& lea
       tools_(tools),
       options_(std::move(options)),
       log_(std::move(log)),
-      forward_prefix_(protocol::worker_prefix(options_.prefix, leases_.keeper().worker_id())),
+      subjects_(options_.prefix, options_.tenancy),
       patches_(std::make_shared<patch_batch>([this](const s::session_id& sid, const s::patch& p) {
-          publish(protocol::patch_subject(options_.prefix, sid), protocol::patch_event(p), "patch",
-                  sid.str());
+          publish(subjects_.patch(sid), protocol::patch_event(p), "patch", sid.str());
       })) {
+    if (!subjects_.valid_worker(worker_id())) {
+        throw std::invalid_argument(
+            "the worker id must be 1-64 characters of [A-Za-z0-9_-] (and not \"session\" with "
+            "tenancy): " + worker_id());
+    }
     auto max = nats_.max_payload();
     if (max > 0) {
         options_.limits.max_request_bytes = static_cast<std::size_t>(max);
@@ -219,7 +237,7 @@ worker::session_registry::event_forwarder server::publisher() {
             }
         } else if (auto d = delta_event(e)) {
             patches_->flush();  // in the order things happened
-            publish(protocol::delta_subject(options_.prefix, sid), *d, "stream delta", sid.str());
+            publish(subjects_.delta(sid), *d, "stream delta", sid.str());
         }
     };
 }
@@ -239,24 +257,33 @@ void server::start(worker::session_registry& registry, worker::work_gate& work) 
         asio::co_spawn(ex_, serve(this, &registry, std::move(m)),
                        [this, pass](const std::exception_ptr&) { --in_flight_; });
     };
-    taking_.push_back(
-        nats_.queue_subscribe(protocol::session_requests_subject(options_.prefix),
-                                            options_.queue_group, on_request));
+    taking_.push_back(nats_.queue_subscribe(subjects_.requests(), options_.queue_group, on_request));
     // The fleet view: any one worker answers, asking each owner for a page of its sessions.
-    taking_.push_back(nats_.queue_subscribe(
-        protocol::sessions_subject(options_.prefix), options_.queue_group, [this](nats::message m) {
-            if (m.reply.empty() || m.bad_reply) {
-                return;  // nobody to answer
+    auto on_view = [this](nats::message m) {
+        if (m.reply.empty() || m.bad_reply) {
+            return;  // nobody to answer
+        }
+        asio::post(admin_, [this, m = std::move(m)] {
+            std::string page;
+            try {
+                page = list_sessions(m);
+            } catch (const std::exception& e) {
+                // A bug, not bad input (that has its codes): the caller still gets an answer.
+                page = protocol::error_reply("internal", e.what());
             }
-            asio::post(admin_, [this, m = std::move(m)] {
-                for (const auto& part : protocol::chunked(list_sessions(m), options_.max_reply_bytes)) {
-                    publish(m.reply, part, "fleet view reply", "admin.sessions");
-                }
-            });
-        }));
-    forwarded_to_me_.push_back(nats_.subscribe(protocol::session_requests_subject(forward_prefix_), on_request));
+            for (const auto& part : protocol::chunked(page, options_.max_reply_bytes)) {
+                publish(m.reply, part, "fleet view reply", "admin.sessions");
+            }
+        });
+    };
+    taking_.push_back(nats_.queue_subscribe(subjects_.views(), options_.queue_group, on_view));
+    if (const auto all = subjects_.fleet_view()) {
+        taking_.push_back(nats_.queue_subscribe(*all, options_.queue_group, on_view));
+    }
     forwarded_to_me_.push_back(
-        nats_.subscribe(protocol::local_sessions_subject(options_.prefix, leases_.keeper().worker_id()),
+        nats_.subscribe(subjects_.forwarded_requests(worker_id()), on_request));
+    forwarded_to_me_.push_back(
+        nats_.subscribe(subjects_.local_sessions(worker_id()).value(),
                         [this, &registry](nats::message m) {
             if (m.reply.empty() || m.bad_reply) {
                 return;
@@ -317,10 +344,11 @@ asio::awaitable<std::vector<std::string>> server::handle(worker::session_registr
     using replies = std::vector<std::string>;
     using protocol::error_reply;
     // Bad input is answered by whichever worker received it, before any routing.
-    const bool forwarded = m.subject.starts_with(forward_prefix_ + ".");
-    const auto& prefix = forwarded ? forward_prefix_ : options_.prefix;
-    auto decoded = protocol::decode_request(m.subject, prefix, m.data, options_.limits,
-                                            [this] { return new_item_id(); });
+    const bool forwarded = subjects_.for_worker(m.subject, worker_id());
+    auto decoded = protocol::decode_request(
+        forwarded ? subjects_.parse_forwarded(m.subject, worker_id())
+                  : subjects_.parse_request(m.subject),
+        m.data, options_.limits, [this] { return new_item_id(); });
     if (!decoded) {
         co_return replies{error_reply(decoded.error())};
     }
@@ -400,15 +428,19 @@ asio::awaitable<std::vector<std::string>> server::handle(worker::session_registr
             if (forwarded) {  // never forwarded twice: the client retries and is routed afresh
                 co_return replies{error_reply(ownership::errc::owner_changed)};
             }
-            if (!protocol::valid_worker_id(other->owner)) {
+            const auto subject = subjects_.forward(other->owner, sid, what);
+            if (!subject) {
                 // The lease store names an owner that is no subject token: never put in a
                 // subject (it could name another one, or add a command to the protocol).
                 co_return replies{error_reply("internal", "the session's owner id is invalid")};
             }
             ++forwarded_;
-            const auto subject = protocol::request_subject(
-                protocol::worker_prefix(options_.prefix, other->owner), sid, what);
-            if (!nats_.publish_request(subject, m.reply, m.data)) {
+            // The caller's reply subject in a header, the message without one: nats-server
+            // refuses a publish carrying the reply subject of a request that came through an
+            // account import (`_R_.…`), and the owner answers the caller directly.
+            const nats::header_list headers{{std::string(reply_header), m.reply}};
+            if (m.reply.empty() ? !nats_.publish(*subject, m.data)
+                                : !nats_.publish(*subject, headers, m.data)) {
                 count_failure("forwarded request", sid.str(), m.data.size());
             }
             co_return replies{};

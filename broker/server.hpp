@@ -1,10 +1,13 @@
-// The request side of a worker: takes requests on `<prefix>.session.>` in the queue group
-// `wuhu-workers` and requests forwarded to it on `<prefix>.worker.<worker-id>.session.>`,
-// routes each by the session's lease (here, or forwarded to the live owner with the reply
-// subject unchanged), answers after the command is durable, and publishes every session's
-// committed patches, status changes and stream deltas. Any worker answers
-// `<prefix>.admin.sessions`. libnats callbacks only copy the message and post it to the
-// worker's executor; nothing blocks a libnats thread.
+// The request side of a worker: takes requests on `<prefix>.session.>` (with tenancy
+// `<prefix>.*.session.>`, protocol/subjects.hpp) in the queue group `wuhu-workers` and
+// requests forwarded to it on `<prefix>.worker.<worker-id>.…`, routes each by the session's
+// lease (here, or forwarded to the live owner, which answers the caller directly: the caller's
+// reply subject travels in the `Wuhu-Reply` header, because nats-server refuses a publish that
+// carries the reply subject of a request that came through an account import), answers after
+// the command is durable, and publishes every session's committed patches, status changes and
+// stream deltas. Any worker answers the fleet view (a tenant's, or every tenant's for the
+// fleet's own account). libnats callbacks only copy the message and post it to the worker's
+// executor; nothing blocks a libnats thread.
 //
 // Routing, per request: a command that creates a session (enqueue, system, configure) takes the
 // lease if nobody live holds it; any other (subscribe, cancel, abort, pause, resume, delete)
@@ -41,6 +44,9 @@ namespace asio = boost::asio;
 
 struct server_options {
     std::string prefix = "wuhu";
+    // Tenancy (DESIGN.md "Tenancy and access control"): the tenant is a token of every
+    // subject, and part of every session's identity.
+    protocol::tenancy tenancy;
     std::string queue_group = "wuhu-workers";
     protocol::request_limits limits;
     // The largest reply message; a larger subscribe reply goes out in ordered chunks. 0: the
@@ -101,6 +107,8 @@ class server {
                                                      nats::message m);
 
     const server_options& options() const { return options_; }
+    const protocol::subject_layout& subjects() const { return subjects_; }
+    const std::string& worker_id() const { return leases_.keeper().worker_id(); }
     // The answer to `<prefix>.admin.sessions` (blocking: it asks every owner; run it off the
     // executor).
     std::string list_sessions(const nats::message& m);
@@ -130,8 +138,15 @@ class server {
     std::vector<std::string> subscribe(worker::agent_loop& loop,
                                        const protocol::subscribe_request& req);
     std::string local_sessions(worker::session_registry& registry, const nats::message& m);
-    // The fleet view's page from the store's index (every query but a loop state's).
+    // A page of the fleet view for a query whose sessions are named by their keys.
+    std::string list_page(const protocol::sessions_query& q);
+    // The fleet view's page from the store's index (every query but a loop state's): rows
+    // with session keys as ids.
     std::string indexed_page(const protocol::sessions_query& q);
+    // A page as the asker sees it: `tenant` set (a tenant's view), each row's id is the
+    // session's id within the tenant; nullopt (the whole fleet's), with tenancy each row also
+    // names its tenant and `next` is a key.
+    std::string presented(std::string page, const std::optional<std::string>& tenant) const;
     // Asks each owner's admin.local at once: one body for all, or one each. Their pages by
     // owner (nullopt: no answer in time, or not a page).
     std::map<std::string, std::optional<owner_page>> ask_owners(
@@ -146,7 +161,7 @@ class server {
     const worker::tool_registry& tools_;
     server_options options_;
     std::shared_ptr<spdlog::logger> log_;
-    std::string forward_prefix_;  // <prefix>.worker.<worker-id>
+    protocol::subject_layout subjects_;
     std::shared_ptr<patch_batch> patches_;  // executor only
     worker::system_clock clock_;
     std::mt19937_64 rng_{std::random_device{}()};

@@ -200,14 +200,17 @@ boost::system::result<std::vector<tool_service>, std::string> parse_tools(
     return out;
 }
 
-std::string subject_of(const tool_service& service, const std::string& prefix) {
-    return service.subject.empty() ? prefix + ".tools." + service.spec.name : service.subject;
+std::string subject_of(const tool_service& service, const protocol::subject_layout& subjects) {
+    if (!service.subject.empty()) {
+        return service.subject;
+    }
+    return subjects.prefix() + (subjects.tenancy_on() ? ".<tenant>" : "") + ".tools." +
+           service.spec.name;
 }
 
-nats_tool::nats_tool(nats::connection& nc, tool_service service, const std::string& prefix)
-    : nc_(nc), service_(std::move(service)) {
-    service_.subject = subject_of(service_, prefix);
-}
+nats_tool::nats_tool(nats::connection& nc, tool_service service,
+                     protocol::subject_layout subjects)
+    : nc_(nc), service_(std::move(service)), subjects_(std::move(subjects)) {}
 
 asio::awaitable<worker::tool_output> nats_tool::execute(std::string arguments,
                                                        worker::tool_call_context ctx) {
@@ -220,9 +223,11 @@ asio::awaitable<worker::tool_output> nats_tool::execute(std::string arguments,
     auto left = [&] {
         return std::chrono::duration_cast<milliseconds>(deadline - steady::now());
     };
+    // The tool's own subject, or the session's tenant's service of that name.
+    const auto subject = service_.subject.empty() ? subjects_.tool(ctx.session, name).value()
+                                                  : service_.subject;
     auto failed = [&](const std::string& why) {
-        return worker::tool_output{"the service of tool " + name + " on " + service_.subject +
-                                       ": " + why,
+        return worker::tool_output{"the service of tool " + name + " on " + subject + ": " + why,
                                    true};
     };
     auto a = std::make_shared<answers>(co_await asio::this_coro::executor);
@@ -234,15 +239,18 @@ asio::awaitable<worker::tool_output> nats_tool::execute(std::string arguments,
         ++attempt;
         const milliseconds wait =
             service_.idempotent ? std::min(left(), service_.attempt_timeout) : left();
-        const nats::header_list headers{
-            {"Wuhu-Session", ctx.session.str()},
+        nats::header_list headers{
+            {"Wuhu-Session", std::string(ctx.session.local())},
             {"Wuhu-Tool", name},
             {"Wuhu-Tool-Call", ctx.call.str()},
             {"Wuhu-Deadline", std::to_string(clk.now().value + wait.count())},
             {"Wuhu-Attempt", std::to_string(attempt)},
         };
+        if (const auto tenant = subjects_.tenant_of(ctx.session); !tenant.empty()) {
+            headers.emplace_back("Wuhu-Tenant", std::string(tenant));
+        }
         bool retry_later = false;
-        if (!requests.send(service_.subject, headers, arguments)) {
+        if (!requests.send(subject, headers, arguments)) {
             if (!service_.idempotent) {
                 co_return failed("the call could not be sent (the NATS connection is closed)");
             }
@@ -279,9 +287,10 @@ asio::awaitable<worker::tool_output> nats_tool::execute(std::string arguments,
 }
 
 void add_tool_services(worker::tool_registry& r, nats::connection& nc,
-                       const std::vector<tool_service>& services, const std::string& prefix) {
+                       const std::vector<tool_service>& services,
+                       const protocol::subject_layout& subjects) {
     for (const auto& s : services) {
-        if (!r.add(std::make_shared<nats_tool>(nc, s, prefix))) {
+        if (!r.add(std::make_shared<nats_tool>(nc, s, subjects))) {
             throw std::invalid_argument("tools file: tool \"" + s.spec.name +
                                         "\" is a built-in tool's name");
         }

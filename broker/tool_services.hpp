@@ -10,10 +10,13 @@
 //                      "schema": {"type": "object"}, "subject": "ci.builds.start"}}}
 //
 // A tool's name is 1-64 of [A-Za-z0-9_-] (what the providers accept), and not a built-in's.
-// The request goes to `subject` (default `<prefix>.tools.<name>`), its body the arguments (a
-// JSON object that passed the schema), with the headers
+// The request goes to `subject` (default `<prefix>.tools.<name>`; with tenancy, the session's
+// tenant's own service, `<prefix>.<tenant>.tools.<name>`, which the fleet's account imports
+// from the tenant's: docs/security.md), its body the arguments (a JSON object that passed the
+// schema), with the headers
 //
-//   Wuhu-Session    the session id
+//   Wuhu-Session    the session id (within its tenant)
+//   Wuhu-Tenant     the session's tenant (with tenancy only)
 //   Wuhu-Tool       the tool's name
 //   Wuhu-Tool-Call  the call's id: the same for every attempt, the service's idempotency key
 //   Wuhu-Deadline   when the worker stops waiting for this attempt (Unix milliseconds)
@@ -36,6 +39,7 @@
 #pragma once
 
 #include "nats/connection.hpp"
+#include "protocol/subjects.hpp"
 #include "worker/tools.hpp"
 
 #include <boost/system/result.hpp>
@@ -61,19 +65,19 @@ struct tool_service {
 boost::system::result<std::vector<tool_service>, std::string> parse_tools(
     std::string_view json_text);
 
-// Where a tool's calls go: its `subject`, or <prefix>.tools.<name>.
-std::string subject_of(const tool_service& service, const std::string& prefix);
+// Where a tool's calls go, to be shown: its `subject`, or <prefix>.tools.<name> (with
+// tenancy <prefix>.<tenant>.tools.<name>, each tenant's own).
+std::string subject_of(const tool_service& service, const protocol::subject_layout& subjects);
 
 // A tool whose calls are requests to its service.
 class nats_tool final : public worker::tool {
   public:
-    // `prefix`: the worker's subject prefix (the default subject is <prefix>.tools.<name>).
-    nats_tool(nats::connection& nc, tool_service service, const std::string& prefix);
+    // `subjects`: the worker's (the default subject is the session's tools.<name>).
+    nats_tool(nats::connection& nc, tool_service service, protocol::subject_layout subjects);
 
     const worker::tool_spec& spec() const override { return service_.spec; }
     bool idempotent() const override { return service_.idempotent; }
     std::optional<std::chrono::milliseconds> timeout() const override { return service_.timeout; }
-    const std::string& subject() const { return service_.subject; }
 
     asio::awaitable<worker::tool_output> execute(std::string arguments,
                                                  worker::tool_call_context ctx) override;
@@ -81,11 +85,13 @@ class nats_tool final : public worker::tool {
   private:
     nats::connection& nc_;
     tool_service service_;
+    protocol::subject_layout subjects_;
 };
 
 // Registers a nats_tool for each service. Throws std::invalid_argument when a name is taken
 // (a built-in's).
 void add_tool_services(worker::tool_registry& r, nats::connection& nc,
-                       const std::vector<tool_service>& services, const std::string& prefix);
+                       const std::vector<tool_service>& services,
+                       const protocol::subject_layout& subjects);
 
 }  // namespace wuhu::broker

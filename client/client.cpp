@@ -52,7 +52,19 @@ using protocol::read_count;
 
 }  // namespace
 
-client::client(nats::connection& nats, options o) : nats_(nats), options_(std::move(o)) {}
+namespace {
+protocol::subject_layout layout_of(const options& o) {
+    if (!o.tenant.empty() && !protocol::valid_tenant(o.tenant)) {
+        throw std::invalid_argument(
+            "the tenant must be 1-64 characters of [A-Za-z0-9_-], and not session, admin, "
+            "events, tools or worker: " + o.tenant);
+    }
+    return protocol::subject_layout(o.tenant.empty() ? o.prefix : o.prefix + "." + o.tenant);
+}
+}  // namespace
+
+client::client(nats::connection& nats, options o)
+    : nats_(nats), options_(std::move(o)), layout_(layout_of(options_)) {}
 
 bool valid_session_id(std::string_view sid) {
     return session::is_id_token(sid);
@@ -77,7 +89,7 @@ outcome<json::object> client::call(const std::string& sid, std::string_view verb
                        make_error_code(session::errc::unknown_command).message() + ": \"" +
                            std::string(verb) + "\""};
     }
-    const auto subject = protocol::request_subject(options_.prefix, *id, *v);
+    const auto subject = layout_.request(*id, *v);
     const auto text = json::serialize(body);
     return with_retries(options_, [&]() -> outcome<json::object> {
         auto reply = nats_.request(subject, text, options_.timeout);
@@ -90,7 +102,7 @@ outcome<json::object> client::call(const std::string& sid, std::string_view verb
 
 outcome<json::object> client::sessions(const json::object& query) {
     // A page near the max payload may come in chunks, like a large subscribe reply.
-    return chunked_request(protocol::sessions_subject(options_.prefix), json::serialize(query));
+    return chunked_request(layout_.views(), json::serialize(query));
 }
 
 outcome<std::string> client::enqueue(const std::string& sid, std::string_view lane,
@@ -186,7 +198,7 @@ outcome<json::object> client::subscribe(const std::string& sid,
     if (since) {
         body["since"] = *since;
     }
-    const auto subject = protocol::request_subject(options_.prefix, *id, protocol::verb::subscribe);
+    const auto subject = layout_.request(*id, protocol::verb::subscribe);
     const auto request = json::serialize(body);
     return with_retries(options_, [&] { return chunked_request(subject, request); });
 }
@@ -417,7 +429,7 @@ outcome<std::unique_ptr<watch>> watch::open(client& c, const std::string& sid,
     }
     std::unique_ptr<watch> w(new watch(c, sid));
     // Events first, then the backfill: nothing falls between the two.
-    w->token_ = c.nats().subscribe(protocol::events_subject(c.opts().prefix, *id),
+    w->token_ = c.nats().subscribe(c.subjects().events(*id),
                                    [box = w->inbox_](nats::message m) {
                                        std::lock_guard lock(box->mu);
                                        box->queue.push_back(std::move(m));

@@ -50,10 +50,15 @@ bool valid_session_id(std::string_view sid);
 struct options {
     std::string prefix = "wuhu";
     std::chrono::milliseconds timeout{10000};
+    // A tenant's sessions seen from the fleet's own account (an operator, docs/security.md):
+    // its subjects are <prefix>.<tenant>.session.…, .events.… and .admin.sessions. A tenant's
+    // own clients leave it empty: nats-server adds their tenant.
+    std::string tenant;
 };
 
 class client {
   public:
+    // std::invalid_argument for a prefix or tenant that is no subject token.
     explicit client(nats::connection& nats, options o = {});
 
     // Returns the item id (the given one, or the server's UUIDv7) once durable. Without an
@@ -85,6 +90,8 @@ class client {
 
     nats::connection& nats() { return nats_; }
     const options& opts() const { return options_; }
+    // The subjects this client uses (the prefix, and the tenant when given).
+    const protocol::subject_layout& subjects() const { return layout_; }
 
   private:
     // One request whose reply may come in chunks (reassembled).
@@ -92,6 +99,7 @@ class client {
 
     nats::connection& nats_;
     options options_;
+    protocol::subject_layout layout_;
 };
 
 // The pure part of a watch: given the backfill and then the events in arrival order, decides

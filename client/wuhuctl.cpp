@@ -6,6 +6,11 @@
 //   wuhuctl abort|pause|resume|delete <sid>
 //   wuhuctl watch <sid> [--until-idle]   the live transcript, streaming text as it arrives
 //   wuhuctl sessions [--state S] [--owner W] [--has-work] [--limit N] [--after ID]
+//                    [--of-tenant T]
+//
+// Connection: --nats URL (credentials may go in it), --user/--password, --token, --creds FILE,
+// --nkey FILE, --inbox-prefix P (each also WUHU_NATS_*; docs/security.md), and --tenant T for
+// a tenant's sessions from the fleet's own account (an operator).
 //
 // --json prints replies as JSON. Exit codes: 0 ok, 1 the service refused (error reply),
 // 2 usage, 3 no reply (no worker, or NATS unreachable), 4 watch --until-idle timed out.
@@ -31,6 +36,9 @@ using wuhu::nats::connection;
 struct options {
     std::string nats = "nats://127.0.0.1:4222";
     std::string prefix = "wuhu";
+    std::string tenant;
+    wuhu::nats::credentials auth;
+    std::string inbox_prefix = "_INBOX";
     bool as_json = false;
 };
 
@@ -194,6 +202,14 @@ void print_sessions(const json::object& page) {
         const auto* v = row.if_contains(key);
         return v != nullptr && v->is_number() ? v->to_number<std::int64_t>() : 0;
     };
+    // The fleet's own view with tenancy names each session's tenant.
+    bool tenants = false;
+    for (const auto& value : page.at("sessions").as_array()) {
+        tenants = tenants || value.as_object().contains("tenant");
+    }
+    if (tenants) {
+        std::printf("%-16s ", "TENANT");
+    }
     std::printf("%-24s %-16s %-6s %-16s %-5s %-12s %-10s %s\n", "SESSION", "OWNER", "EPOCH",
                 "STATE", "WORK", "SYS/STR/FUP", "TIMERS", "ACTIVE");
     for (const auto& value : page.at("sessions").as_array()) {
@@ -211,6 +227,9 @@ void print_sessions(const json::object& page) {
         const auto last = number(row, "last_activity");
         const std::string active = last == 0 ? "-" : roughly(now - last) + " ago";
         const std::string epoch = row.contains("epoch") ? std::to_string(number(row, "epoch")) : "-";
+        if (tenants) {
+            std::printf("%-16s ", str(value, "tenant").empty() ? "-" : str(value, "tenant").c_str());
+        }
         std::printf("%-24s %-16s %-6s %-16s %-5s %-12s %-10s %s\n", str(value, "id").c_str(),
                     str(value, "owner").empty() ? "-" : str(value, "owner").c_str(), epoch.c_str(),
                     str(value, "state").c_str(), row.at("has_work").as_bool() ? "yes" : "no",
@@ -231,8 +250,26 @@ int main(int argc, char** argv) {
     options o;
     o.nats = env_or("WUHU_NATS_URL", o.nats);
     o.prefix = env_or("WUHU_PREFIX", o.prefix);
+    o.tenant = env_or("WUHU_TENANT", o.tenant);
+    o.auth.user = env_or("WUHU_NATS_USER", "");
+    o.auth.password = env_or("WUHU_NATS_PASSWORD", "");
+    o.auth.token = env_or("WUHU_NATS_TOKEN", "");
+    o.auth.credentials_file = env_or("WUHU_NATS_CREDS", "");
+    o.auth.nkey_seed_file = env_or("WUHU_NATS_NKEY", "");
+    o.inbox_prefix = env_or("WUHU_NATS_INBOX_PREFIX", o.inbox_prefix);
     app.add_option("--nats", o.nats, "NATS URL (WUHU_NATS_URL)");
     app.add_option("--prefix", o.prefix, "subject prefix (WUHU_PREFIX)");
+    app.add_option("--tenant", o.tenant,
+                   "a tenant's sessions, from the fleet's own account (WUHU_TENANT)");
+    app.add_option("--user", o.auth.user, "NATS user (WUHU_NATS_USER)");
+    app.add_option("--password", o.auth.password,
+                   "NATS password (WUHU_NATS_PASSWORD; the variable keeps it out of the process "
+                   "list)");
+    app.add_option("--token", o.auth.token, "NATS token (WUHU_NATS_TOKEN)");
+    app.add_option("--creds", o.auth.credentials_file, "NATS credentials file (WUHU_NATS_CREDS)");
+    app.add_option("--nkey", o.auth.nkey_seed_file, "NATS NKey seed file (WUHU_NATS_NKEY)");
+    app.add_option("--inbox-prefix", o.inbox_prefix,
+                   "prefix of reply subjects, e.g. _INBOX_<user> (WUHU_NATS_INBOX_PREFIX)");
     app.add_flag("--json", o.as_json, "print replies as JSON");
     app.require_subcommand(1);
 
@@ -279,6 +316,9 @@ int main(int argc, char** argv) {
     list->add_flag("--has-work", busy_only, "only sessions with work");
     list->add_option("--limit", limit, "page size (1-1000)");
     list->add_option("--after", after, "the page after this session id");
+    std::string of_tenant;
+    list->add_option("--of-tenant", of_tenant,
+                     "the fleet's own view with tenancy: only this tenant's sessions");
     auto* w = app.add_subcommand("watch", "the live transcript, streaming text as it arrives");
     with_sid(w);
     w->add_flag("--until-idle", until_idle,
@@ -291,8 +331,17 @@ int main(int argc, char** argv) {
     }
 
     try {
-        wuhu::nats::connection nc(o.nats, "wuhuctl");
-        wuhu::client::client c(nc, wuhu::client::options{o.prefix, 10s});
+        wuhu::nats::options nopts;
+        nopts.url = o.nats;
+        nopts.name = "wuhuctl";
+        nopts.auth = o.auth;
+        nopts.inbox_prefix = o.inbox_prefix;
+        wuhu::nats::connection nc(nopts);
+        wuhu::client::options copts;
+        copts.prefix = o.prefix;
+        copts.timeout = 10s;
+        copts.tenant = o.tenant;
+        wuhu::client::client c(nc, copts);
         json::object body;
         auto* cmd = app.get_subcommands().front();
         const std::string name = cmd->get_name();
@@ -363,6 +412,9 @@ int main(int argc, char** argv) {
             if (!after.empty()) {
                 q["after"] = after;
             }
+            if (!of_tenant.empty()) {
+                q["tenant"] = of_tenant;
+            }
             auto page = c.sessions(q);
             if (!page) {
                 return report(page.error(), o);
@@ -378,6 +430,9 @@ int main(int argc, char** argv) {
             return watch(c, o, sid, until_idle, timeout_s);
         }
         return call(c, o, sid, name, json::object{});
+    } catch (const std::invalid_argument& e) {
+        std::cerr << "wuhuctl: " << e.what() << "\n";  // options that cannot work: usage
+        return 2;
     } catch (const std::exception& e) {
         std::cerr << "wuhuctl: " << e.what() << "\n";
         return 3;

@@ -75,9 +75,10 @@ void check(natsStatus s, const char* what) {
     }
 }
 
-// A token of an inbox prefix or a subject's character (printable ASCII but space).
+// A byte a PUB line can carry in a subject: not a control byte, a space or DEL.
 bool subject_byte(char c) {
-    return c > ' ' && c < 0x7f;
+    const auto b = static_cast<unsigned char>(c);
+    return b > ' ' && b != 0x7f;
 }
 
 bool valid_prefix(std::string_view prefix) {
@@ -102,6 +103,31 @@ bool valid_prefix(std::string_view prefix) {
         }
         prefix.remove_prefix(dot + 1);
     }
+}
+
+bool header_name_ok(std::string_view n) {
+    if (n.empty()) {
+        return false;
+    }
+    for (char c : n) {
+        if (c <= ' ' || c > '~' || c == ':') {
+            return false;
+        }
+    }
+    return true;
+}
+
+bool header_value_ok(std::string_view v) {
+    return v.find_first_of(std::string_view("\r\n\0", 3)) == std::string_view::npos;
+}
+
+bool headers_ok(const header_list& headers) {
+    for (const auto& [name, value] : headers) {
+        if (!header_name_ok(name) || !header_value_ok(value)) {
+            return false;
+        }
+    }
+    return true;
 }
 
 // The servers of a comma-separated list, each trimmed of spaces.
@@ -198,22 +224,12 @@ bool valid_publish_subject(std::string_view subject) {
     if (subject.empty() || subject.size() > 1024) {
         return false;
     }
-    for (;;) {
-        const auto dot = subject.find('.');
-        const auto token = subject.substr(0, dot);
-        if (token.empty() || token == "*" || token == ">") {
+    for (char c : subject) {
+        if (!subject_byte(c)) {
             return false;
         }
-        for (char c : token) {
-            if (!subject_byte(c)) {
-                return false;
-            }
-        }
-        if (dot == std::string_view::npos) {
-            return true;
-        }
-        subject.remove_prefix(dot + 1);
     }
+    return true;
 }
 
 connection::connection(options o) : inbox_prefix_(o.inbox_prefix) {
@@ -338,6 +354,24 @@ bool connection::publish(const std::string& subject, std::string_view data) {
         return natsConnection_Publish(nc_, subject.c_str(), data.data(),
                                       static_cast<int>(data.size())) == NATS_OK;
     });
+}
+
+bool connection::publish(const std::string& subject, const header_list& headers,
+                         std::string_view data) {
+    if (!valid_publish_subject(subject) || !headers_ok(headers)) {
+        return false;
+    }
+    natsMsg* msg = nullptr;
+    natsStatus s = natsMsg_Create(&msg, subject.c_str(), nullptr, data.data(),
+                                  static_cast<int>(data.size()));
+    for (std::size_t i = 0; s == NATS_OK && i < headers.size(); ++i) {
+        s = natsMsgHeader_Set(msg, headers[i].first.c_str(), headers[i].second.c_str());
+    }
+    if (s == NATS_OK) {
+        s = loop_->publishing([&] { return natsConnection_PublishMsg(nc_, msg); });
+    }
+    natsMsg_Destroy(msg);
+    return s == NATS_OK;
 }
 
 bool connection::publish_request(const std::string& subject, const std::string& reply,
@@ -505,34 +539,9 @@ std::vector<std::optional<std::string>> connection::request_all(
     return out;
 }
 
-namespace {
-
-bool header_name_ok(std::string_view n) {
-    if (n.empty()) {
-        return false;
-    }
-    for (char c : n) {
-        if (c <= ' ' || c > '~' || c == ':') {
-            return false;
-        }
-    }
-    return true;
-}
-
-bool header_value_ok(std::string_view v) {
-    return v.find_first_of(std::string_view("\r\n\0", 3)) == std::string_view::npos;
-}
-
-}  // namespace
-
 std::uint64_t connection::request_async(const std::string& subject, const header_list& headers,
                                         std::string_view data, std::function<void(reply)> done) {
-    for (const auto& [name, value] : headers) {
-        if (!header_name_ok(name) || !header_value_ok(value)) {
-            return 0;
-        }
-    }
-    if (!valid_publish_subject(subject)) {
+    if (!headers_ok(headers) || !valid_publish_subject(subject)) {
         return 0;
     }
     std::uint64_t token = 0;

@@ -75,10 +75,12 @@ struct options {
     std::string inbox_prefix = "_INBOX";
 };
 
-// Whether `subject` may be published to: tokens of printable ASCII without spaces, separated
-// by single dots, no wildcard token (`*`, `>`), at most 1,024 bytes. Checked by every publish
-// (a last guard: subjects are built and checked in protocol/): libnats writes subjects into
-// the protocol verbatim, so a CR or LF would end the PUB line and start another command.
+// Whether `subject` can be written into a PUB line: 1-1,024 bytes, none a control byte, a
+// space or DEL. Checked by every publish, request and forwarded request, for the subject and
+// the reply subject (a last guard: what a worker builds is built and checked whole in
+// protocol/): libnats writes subjects into the protocol verbatim, so a CR or LF would end the
+// PUB line and start another command, and a NUL would cut the subject short. (A wildcard or
+// an empty token is no command: nats-server refuses to route it, and clients may send one.)
 bool valid_publish_subject(std::string_view subject);
 
 class connection {
@@ -103,8 +105,9 @@ class connection {
     // False when the message could not be handed to libnats, or the subject is not one
     // (valid_publish_subject).
     bool publish(const std::string& subject, std::string_view data);
-    // Publishes with a reply subject (forwarding a request keeps the caller's reply subject);
-    // false when either is not a valid subject.
+    // Publishes with headers (header_list's rules; false when one breaks them).
+    bool publish(const std::string& subject, const header_list& headers, std::string_view data);
+    // Publishes with a reply subject; false when either is not a valid subject.
     bool publish_request(const std::string& subject, const std::string& reply,
                          std::string_view data);
     // Subscriptions return a token for unsubscribe(). The handler stays alive until the

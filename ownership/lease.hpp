@@ -15,6 +15,7 @@
 #include "session/ids.hpp"
 #include "session/state.hpp"
 #include "storage/errc.hpp"
+#include "storage/store.hpp"
 
 #include <chrono>
 #include <functional>
@@ -71,6 +72,8 @@ struct lease_query {
     std::optional<std::string> owner;            // only this owner's
     std::optional<session_id> after;             // only ids after this one
     std::size_t limit = std::numeric_limits<std::size_t>::max();
+    // Only the sessions of this tenant; "": those of no tenant (storage::in_scope).
+    std::optional<std::string> tenant;
 };
 
 // Whether the query's filters (not `limit`) let a live lease through.

@@ -24,6 +24,7 @@ std::vector<result<acquisition>> lease_store::acquire_all(const std::vector<sess
 
 bool matches(const lease_query& q, const lease& l) {
     return (!q.owner || l.owner == *q.owner) && (!q.after || l.id > *q.after) &&
+           storage::in_scope(q.tenant, l.id) &&
            (!q.ids || std::find(q.ids->begin(), q.ids->end(), l.id) != q.ids->end());
 }
 

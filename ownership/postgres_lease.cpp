@@ -333,12 +333,16 @@ result<std::optional<lease>> postgres_lease::owner_of(const session_id& id) {
 result<std::vector<lease>> postgres_lease::live(const lease_query& q) {
     return with_connection([&](pqxx::connection& c) -> result<std::vector<lease>> {
         pqxx::nontransaction n(c);
-        std::optional<std::string> ids, after;
+        std::optional<std::string> ids, after, before;
         if (q.ids) {
             ids = array_of(*q.ids, [](const session_id& id) { return id.str(); });
         }
-        if (q.after) {
-            after = q.after->str();
+        const auto range = storage::range_of(q.tenant, q.after);
+        if (!range.after.empty()) {
+            after = range.after;
+        }
+        if (!range.before.empty()) {
+            before = range.before;
         }
         std::optional<std::int64_t> limit;
         if (q.limit != std::numeric_limits<std::size_t>::max()) {
@@ -350,10 +354,14 @@ result<std::vector<lease>> postgres_lease::live(const lease_query& q) {
                           std::string(now_ms);
         sql += q.ids ? " AND session_id = ANY($2::text[])" : " AND $2::text IS NULL";
         sql += q.owner ? " AND owner = $3" : " AND $3::text IS NULL";
-        sql += q.after ? " AND session_id > $4" : " AND $4::text IS NULL";
+        sql += after ? " AND session_id > $4" : " AND $4::text IS NULL";
+        sql += before ? " AND session_id < $6" : " AND $6::text IS NULL";
+        if (q.tenant && q.tenant->empty()) {
+            sql += " AND strpos(session_id, '.') = 0";  // sessions of no tenant
+        }
         sql += " ORDER BY session_id LIMIT $5";
         std::vector<lease> out;
-        for (const auto& r : n.exec_params(sql, test_now(), ids, q.owner, after, limit)) {
+        for (const auto& r : n.exec_params(sql, test_now(), ids, q.owner, after, limit, before)) {
             out.push_back(row_lease(r));
         }
         return out;

@@ -214,9 +214,13 @@ result<std::vector<lease>> sqlite_lease::live(const lease_query& q) {
     std::lock_guard lock(mu_);
     return guarded([&]() -> result<std::vector<lease>> {
         std::vector<lease> out;
+        const auto range = storage::range_of(q.tenant, q.after);
         auto take = [&](sql::stmt& st) {
             while (out.size() < q.limit && st.step()) {
                 auto l = row_lease(st);
+                if (!q.ids && !range.before.empty() && l.id.str() >= range.before) {
+                    break;  // past the tenant's keys
+                }
                 if (matches(q, l)) {
                     out.push_back(std::move(l));
                 }
@@ -235,7 +239,7 @@ result<std::vector<lease>> sqlite_lease::live(const lease_query& q) {
             }
             return out;
         }
-        const auto after = q.after ? q.after->str() : std::string();
+        const auto& after = range.after;
         if (q.owner) {
             auto& st = db_->prepare(
                 "SELECT id, owner, epoch, expires FROM leases WHERE owner = ?3 AND expires > ?1 "

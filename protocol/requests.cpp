@@ -164,7 +164,10 @@ decoded<abort_request> decode_abort(const json::value& body) {
     return out;
 }
 
-decoded<sessions_query> decode_sessions_query(const json::value& body) {
+decoded<sessions_query> decode_sessions_query(const json::value& body, session_names names) {
+    auto name = [names](std::string_view s) {
+        return names == session_names::keys ? session_id::parse_key(s) : session_id::parse(s);
+    };
     WUHU_TRY(r, object_reader::open(body, ""));
     sessions_query q;
     WUHU_TRY(state, r.opt_str("state"));
@@ -194,7 +197,7 @@ decoded<sessions_query> decode_sessions_query(const json::value& body) {
     }
     WUHU_TRY(after, r.opt_str("after"));
     if (after) {
-        auto id = session_id::parse(*after);
+        auto id = name(*after);
         if (!id) {
             return fail(errc::invalid_session_id, "after");
         }
@@ -209,12 +212,19 @@ decoded<sessions_query> decode_sessions_query(const json::value& body) {
         }
         q.ids.emplace();
         for (const auto& v : ids->as_array()) {
-            auto id = v.is_string() ? session_id::parse(v.as_string()) : session_id::parse("");
+            auto id = v.is_string() ? name(v.as_string()) : session_id::parse("");
             if (!id) {
                 return fail(errc::invalid_session_id, "ids");
             }
             q.ids->push_back(std::move(*id));
         }
+    }
+    WUHU_TRY(tenant, r.opt_str("tenant"));
+    if (tenant) {
+        if (!valid_tenant(*tenant)) {
+            return fail(errc::invalid_tenant, "tenant");
+        }
+        q.tenant = std::string(*tenant);
     }
     WUHU_CHECK(r.finish());
     return q;
@@ -225,10 +235,15 @@ decoded<void> decode_empty(const json::value& body) {
     return r.finish();
 }
 
-decoded<request> decode_request(std::string_view subject, std::string_view prefix,
+decoded<request> decode_request(std::string_view subject, const subject_layout& layout,
                                 std::string_view raw, const request_limits& limits,
                                 const std::function<queue_item_id()>& new_id) {
-    auto to = parse_subject(subject, prefix);
+    return decode_request(layout.parse_request(subject), raw, limits, new_id);
+}
+
+decoded<request> decode_request(session::result<route> to, std::string_view raw,
+                                const request_limits& limits,
+                                const std::function<queue_item_id()>& new_id) {
     if (!to) {
         return decode_error{static_cast<errc>(to.error().value()), ""};
     }

@@ -67,17 +67,24 @@ inline constexpr std::array<std::string_view, 8> session_row_states{
     "idle",       "preparing", "inferring", "executing_tools",
     "compacting", "unloaded",  "unowned",   "unreachable"};
 
-// wuhu.admin.sessions: {state?, has_work?, owner?, limit?, after?, ids?}; limit 1-1000 (100);
-// state one of session_row_states; owner a worker id (valid_worker_id); ids: 1-1000 session
-// ids.
+// wuhu.admin.sessions: {state?, has_work?, owner?, limit?, after?, ids?, tenant?}; limit
+// 1-1000 (100); state one of session_row_states; owner a worker id (valid_worker_id); ids:
+// 1-1000 session ids; tenant (the fleet's own view with tenancy, and admin.local): only that
+// tenant's sessions.
 struct sessions_query {
     std::optional<std::string> state;
     std::optional<bool> has_work;
     std::optional<std::string> owner;
     std::size_t limit = 100;
-    std::optional<session::session_id> after;  // the page starts after this id
+    std::optional<session::session_id> after;  // the page starts after this session (its key)
     std::optional<std::vector<session::session_id>> ids;  // only these sessions
+    std::optional<std::string> tenant;                    // only this tenant's sessions
 };
+
+// How a fleet view names sessions in `after` and `ids`: by their ids (a tenant's view, or a
+// fleet without tenancy), or by their keys (`<tenant>.<id>`: the fleet's own view of every
+// tenant, and admin.local between workers).
+enum class session_names { ids, keys };
 
 // Raw body -> JSON object: request_too_large is reported as content_too_large, then
 // invalid_utf8, invalid_json, and invalid_type when the body is not an object. An empty body
@@ -95,7 +102,8 @@ session::decoded<subscribe_request> decode_subscribe(const boost::json::value& b
 session::decoded<session::settings_update> decode_configure(const boost::json::value& body,
                                                             const request_limits& limits);
 session::decoded<abort_request> decode_abort(const boost::json::value& body);
-session::decoded<sessions_query> decode_sessions_query(const boost::json::value& body);
+session::decoded<sessions_query> decode_sessions_query(
+    const boost::json::value& body, session_names names = session_names::ids);
 session::decoded<void> decode_empty(const boost::json::value& body);
 
 // What a session request asks for. Enqueue and system both become the input to enqueue (an
@@ -109,9 +117,13 @@ struct request {
     request_body body;
 };
 
-// A whole request on `<prefix>.session.<sid>.<verb>`: the subject, then the body, each
-// checked once. The error is what the reply says (error_reply in protocol/replies.hpp).
-session::decoded<request> decode_request(std::string_view subject, std::string_view prefix,
+// A whole request: its subject read by the layout (`to`), then its body, each checked once.
+// The error is what the reply says (error_reply in protocol/replies.hpp).
+session::decoded<request> decode_request(session::result<route> to, std::string_view body,
+                                         const request_limits& limits,
+                                         const std::function<session::queue_item_id()>& new_id);
+// The same for a request on `subject` (subject_layout::parse_request).
+session::decoded<request> decode_request(std::string_view subject, const subject_layout& layout,
                                          std::string_view body, const request_limits& limits,
                                          const std::function<session::queue_item_id()>& new_id);
 

@@ -1,6 +1,7 @@
 #include "protocol/subjects.hpp"
 
 #include <array>
+#include <stdexcept>
 
 namespace wuhu::protocol {
 
@@ -18,6 +19,27 @@ constexpr std::array<std::pair<verb, std::string_view>, 9> verbs{{
     {verb::resume, "resume"},
     {verb::remove, "delete"},
 }};
+
+// The layout's own tokens: a tenant named so would make one subject mean two things.
+constexpr std::array<std::string_view, 5> layout_words{"session", "admin", "events", "tools",
+                                                       "worker"};
+
+bool id_byte(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '_' || c == '-';
+}
+
+// Splits off the first token of `rest` (up to a dot); nullopt when there is no dot.
+std::optional<std::string_view> take_token(std::string_view& rest) {
+    const auto dot = rest.find('.');
+    if (dot == std::string_view::npos) {
+        return std::nullopt;
+    }
+    auto token = rest.substr(0, dot);
+    rest.remove_prefix(dot + 1);
+    return token;
+}
+
 }  // namespace
 
 std::string_view verb_name(verb v) {
@@ -59,68 +81,234 @@ bool valid_prefix(std::string_view prefix) {
     }
 }
 
-s::result<route> parse_subject(std::string_view subject, std::string_view prefix) {
-    const std::string head = std::string(prefix) + ".session.";
-    if (subject.substr(0, head.size()) != head) {
-        return s::errc::unknown_command;
+bool valid_tenant(std::string_view tenant) {
+    if (!s::is_id_token(tenant)) {
+        return false;
     }
-    std::string_view rest = subject.substr(head.size());
+    for (auto word : layout_words) {
+        if (tenant == word) {
+            return false;
+        }
+    }
+    return true;
+}
+
+bool valid_subject(std::string_view subject) {
+    if (subject.empty() || subject.size() > 1024) {
+        return false;
+    }
+    for (;;) {
+        const auto dot = subject.find('.');
+        const auto token = subject.substr(0, dot);
+        if (token.empty() || token == "*" || token == ">") {
+            return false;
+        }
+        for (char c : token) {
+            if (c <= ' ' || c >= 0x7f) {
+                return false;
+            }
+        }
+        if (dot == std::string_view::npos) {
+            return true;
+        }
+        subject.remove_prefix(dot + 1);
+    }
+}
+
+subject_layout::subject_layout(std::string prefix, tenancy t)
+    : prefix_(std::move(prefix)), tenancy_(std::move(t)) {
+    if (!valid_prefix(prefix_)) {
+        throw std::invalid_argument("the subject prefix must be tokens of [A-Za-z0-9_-] "
+                                    "separated by dots: " + prefix_);
+    }
+    if (!tenancy_.default_tenant.empty() &&
+        (!tenancy_.on || !valid_tenant(tenancy_.default_tenant))) {
+        throw std::invalid_argument(
+            tenancy_.on ? "the default tenant must be 1-64 characters of [A-Za-z0-9_-], and not "
+                          "session, admin, events, tools or worker: " + tenancy_.default_tenant
+                        : std::string("a default tenant needs tenancy on"));
+    }
+}
+
+bool subject_layout::valid_worker(std::string_view worker_id) const {
+    return valid_worker_id(worker_id) && !(tenancy_.on && worker_id == "session");
+}
+
+std::string subject_layout::requests() const {
+    return prefix_ + (tenancy_.on ? ".*.session.>" : ".session.>");
+}
+
+std::string subject_layout::views() const {
+    return prefix_ + (tenancy_.on ? ".*.admin.sessions" : ".admin.sessions");
+}
+
+std::optional<std::string> subject_layout::fleet_view() const {
+    if (!tenancy_.on) {
+        return std::nullopt;
+    }
+    return prefix_ + ".admin.sessions";
+}
+
+std::string subject_layout::forwarded_requests(std::string_view worker_id) const {
+    return prefix_ + ".worker." + std::string(worker_id) +
+           (tenancy_.on ? ".*.session.>" : ".session.>");
+}
+
+bool subject_layout::for_worker(std::string_view subject, std::string_view worker_id) const {
+    const std::string head = prefix_ + ".worker." + std::string(worker_id) + ".";
+    return subject.starts_with(head);
+}
+
+s::result<std::string> subject_layout::local_sessions(std::string_view worker_id) const {
+    if (!valid_worker(worker_id)) {
+        return s::errc::invalid_query;
+    }
+    return prefix_ + ".worker." + std::string(worker_id) + ".admin.local";
+}
+
+s::result<route> subject_layout::parse_rest(std::string_view rest) const {
     // Read by length, byte by byte: nothing after a NUL (or any byte outside the alphabet of
     // ids and verbs) is ever dropped or allowed.
     for (char c : rest) {
-        const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-                        (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.';
-        if (!ok) {
+        if (!id_byte(c) && c != '.') {
             return s::errc::invalid_session_id;
         }
     }
-    auto dot = rest.rfind('.');
+    std::string_view tenant;
+    if (tenancy_.on) {
+        auto t = take_token(rest);
+        if (!t) {
+            return s::errc::unknown_command;
+        }
+        if (!valid_tenant(*t)) {
+            return s::errc::invalid_tenant;
+        }
+        tenant = *t;
+    }
+    auto word = take_token(rest);
+    if (!word || *word != "session") {
+        return s::errc::unknown_command;
+    }
+    const auto dot = rest.rfind('.');
     if (dot == std::string_view::npos) {
         return s::errc::invalid_session_id;
     }
-    std::string_view sid = rest.substr(0, dot);
-    std::string_view name = rest.substr(dot + 1);
-    auto id = s::session_id::parse(sid);  // a dot inside the id fails here
-    if (!id) {
+    const auto local = rest.substr(0, dot);
+    if (!s::is_id_token(local)) {  // a dot inside the id fails here
         return s::errc::invalid_session_id;
     }
-    auto v = verb_named(name);
+    auto v = verb_named(rest.substr(dot + 1));
     if (!v) {
         return s::errc::unknown_command;
     }
-    return route{std::move(*id), *v};
+    auto sid = tenancy_.on ? session_of(tenant, local) : s::session_id::parse(local);
+    if (!sid) {
+        return sid.error();
+    }
+    return route{std::move(*sid), *v};
 }
 
-std::string session_requests_subject(std::string_view prefix) {
-    return std::string(prefix) + ".session.>";
+s::result<route> subject_layout::parse_request(std::string_view subject) const {
+    if (subject.size() <= prefix_.size() || !subject.starts_with(prefix_) ||
+        subject[prefix_.size()] != '.') {
+        return s::errc::unknown_command;
+    }
+    return parse_rest(subject.substr(prefix_.size() + 1));
 }
 
-std::string request_subject(std::string_view prefix, const s::session_id& sid, verb v) {
-    return std::string(prefix) + ".session." + sid.str() + "." + std::string(verb_name(v));
+s::result<route> subject_layout::parse_forwarded(std::string_view subject,
+                                                 std::string_view worker_id) const {
+    const std::string head = prefix_ + ".worker." + std::string(worker_id) + ".";
+    if (!subject.starts_with(head)) {
+        return s::errc::unknown_command;
+    }
+    return parse_rest(subject.substr(head.size()));
 }
 
-std::string patch_subject(std::string_view prefix, const s::session_id& sid) {
-    return std::string(prefix) + ".events." + sid.str() + ".patch";
+s::result<std::optional<std::string>> subject_layout::parse_view(std::string_view subject) const {
+    if (subject.size() <= prefix_.size() || !subject.starts_with(prefix_) ||
+        subject[prefix_.size()] != '.') {
+        return s::errc::unknown_command;
+    }
+    std::string_view rest = subject.substr(prefix_.size() + 1);
+    if (rest == "admin.sessions") {
+        return std::optional<std::string>();
+    }
+    if (!tenancy_.on) {
+        return s::errc::unknown_command;
+    }
+    const auto dot = rest.find('.');
+    if (dot == std::string_view::npos || rest.substr(dot + 1) != "admin.sessions") {
+        return s::errc::unknown_command;
+    }
+    const auto tenant = rest.substr(0, dot);
+    if (!valid_tenant(tenant)) {
+        return s::errc::invalid_tenant;
+    }
+    return std::optional<std::string>(std::string(tenant));
 }
 
-std::string delta_subject(std::string_view prefix, const s::session_id& sid) {
-    return std::string(prefix) + ".events." + sid.str() + ".delta";
+std::string subject_layout::tenant_part(const s::session_id& sid) const {
+    const auto t = tenant_of(sid);
+    return t.empty() ? std::string() : std::string(t) + ".";
 }
 
-std::string events_subject(std::string_view prefix, const s::session_id& sid) {
-    return std::string(prefix) + ".events." + sid.str() + ".>";
+std::string subject_layout::request(const s::session_id& sid, verb v) const {
+    return prefix_ + "." + tenant_part(sid) + "session." + std::string(sid.local()) + "." +
+           std::string(verb_name(v));
 }
 
-std::string sessions_subject(std::string_view prefix) {
-    return std::string(prefix) + ".admin.sessions";
+s::result<std::string> subject_layout::forward(std::string_view worker_id,
+                                               const s::session_id& sid, verb v) const {
+    if (!valid_worker(worker_id)) {
+        return s::errc::invalid_query;
+    }
+    return prefix_ + ".worker." + std::string(worker_id) + "." + tenant_part(sid) + "session." +
+           std::string(sid.local()) + "." + std::string(verb_name(v));
 }
 
-std::string worker_prefix(std::string_view prefix, std::string_view worker_id) {
-    return std::string(prefix) + ".worker." + std::string(worker_id);
+std::string subject_layout::patch(const s::session_id& sid) const {
+    return prefix_ + "." + tenant_part(sid) + "events." + std::string(sid.local()) + ".patch";
 }
 
-std::string local_sessions_subject(std::string_view prefix, std::string_view worker_id) {
-    return worker_prefix(prefix, worker_id) + ".admin.local";
+std::string subject_layout::delta(const s::session_id& sid) const {
+    return prefix_ + "." + tenant_part(sid) + "events." + std::string(sid.local()) + ".delta";
+}
+
+std::string subject_layout::events(const s::session_id& sid) const {
+    return prefix_ + "." + tenant_part(sid) + "events." + std::string(sid.local()) + ".>";
+}
+
+s::result<std::string> subject_layout::tool(const s::session_id& sid,
+                                            std::string_view name) const {
+    if (!s::is_id_token(name)) {
+        return s::errc::invalid_query;
+    }
+    return prefix_ + "." + tenant_part(sid) + "tools." + std::string(name);
+}
+
+std::string_view subject_layout::tenant_of(const s::session_id& sid) const {
+    const auto t = sid.tenant();
+    if (!t.empty()) {
+        return t;
+    }
+    return tenancy_.on ? std::string_view(tenancy_.default_tenant) : std::string_view();
+}
+
+s::result<s::session_id> subject_layout::session_of(std::string_view tenant,
+                                                    std::string_view local) const {
+    if (!valid_tenant(tenant)) {
+        return s::errc::invalid_tenant;
+    }
+    if (tenancy_.on && tenant == tenancy_.default_tenant) {
+        return s::session_id::parse(local);
+    }
+    return s::session_id::of_tenant(tenant, local);
+}
+
+std::string subject_layout::scope_of(std::string_view tenant) const {
+    return tenancy_.on && tenant == tenancy_.default_tenant ? std::string()
+                                                            : std::string(tenant);
 }
 
 }  // namespace wuhu::protocol

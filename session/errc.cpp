@@ -34,6 +34,9 @@ constexpr std::array<error_text, errc_count> texts{{
     {"invalid_query", "a field of the sessions query is out of range"},
     {"unknown_command", "the subject names no command of this service"},
     {"session_not_found", "no such session: only enqueue, system and configure create one"},
+    {"invalid_tenant",
+     "tenant must be 1-64 characters of [A-Za-z0-9_-], and not session, admin, events, tools or "
+     "worker"},
 }};
 
 const table_category<errc_count>& category() {

@@ -42,9 +42,10 @@ enum class errc {
     invalid_query,
     unknown_command,
     session_not_found,
+    invalid_tenant,
 };
 
-inline constexpr int errc_count = static_cast<int>(errc::session_not_found) + 1;
+inline constexpr int errc_count = static_cast<int>(errc::invalid_tenant) + 1;
 
 // The stable wire name, e.g. "invalid_session_id". Never changes once released.
 std::string_view code_name(errc e);

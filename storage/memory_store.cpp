@@ -118,8 +118,11 @@ result<std::vector<catalog_entry>> memory_store::sessions(const catalog_query& q
         }
         return out;
     }
-    auto it = q.after ? sessions_.upper_bound(q.after->str()) : sessions_.begin();
-    for (; it != sessions_.end() && out.size() < q.limit; ++it) {
+    const auto range = range_of(q.tenant, q.after);
+    auto it = sessions_.upper_bound(range.after);
+    for (; it != sessions_.end() && out.size() < q.limit &&
+           (range.before.empty() || it->first < range.before);
+         ++it) {
         add(it->first, it->second);
     }
     return out;

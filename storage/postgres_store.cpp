@@ -519,9 +519,13 @@ result<std::vector<catalog_entry>> postgres_store::sessions(const catalog_query&
             pqxx::nontransaction n(*l);
             // $1 after, $2 has_work, $3 needing an owner by, $4 ids, $5 limit; a null one does
             // not filter.
-            std::optional<std::string> after;
-            if (q.after) {
-                after = q.after->str();
+            const auto range = range_of(q.tenant, q.after);
+            std::optional<std::string> after, before;
+            if (!range.after.empty()) {
+                after = range.after;
+            }
+            if (!range.before.empty()) {
+                before = range.before;
             }
             std::optional<std::int64_t> by;
             if (q.needing_owner_by) {
@@ -537,7 +541,11 @@ result<std::vector<catalog_entry>> postgres_store::sessions(const catalog_query&
             }
             // The conditions that can use an index are spelled out only when set.
             std::string where = "WHERE true";
-            where += q.after ? " AND session_id > $1" : " AND $1::text IS NULL";
+            where += after ? " AND session_id > $1" : " AND $1::text IS NULL";
+            where += before ? " AND session_id < $6" : " AND $6::text IS NULL";
+            if (q.tenant && q.tenant->empty()) {
+                where += " AND strpos(session_id, '.') = 0";  // sessions of no tenant
+            }
             where += q.has_work ? " AND has_work = $2" : " AND $2::boolean IS NULL";
             where += q.needing_owner_by ? " AND (has_work OR next_timer <= $3)"
                                         : " AND $3::bigint IS NULL";
@@ -546,7 +554,7 @@ result<std::vector<catalog_entry>> postgres_store::sessions(const catalog_query&
                 "SELECT session_id, has_work, paused, lane_system, lane_steer, lane_follow_up, "
                 "timers, next_timer, last_activity FROM sessions " +
                     where + " ORDER BY session_id LIMIT $5",
-                after, q.has_work, by, ids, limit);
+                after, q.has_work, by, ids, limit, before);
             std::vector<catalog_entry> out;
             for (const auto& row : rows) {
                 auto sid = session_id::parse_key(row[0].c_str());

@@ -211,12 +211,16 @@ result<std::vector<catalog_entry>> sqlite_store::sessions(const catalog_query& q
         std::lock_guard lock(catalog_mu_);
         write_unwritten();  // this process's rows are as new as its commits
         std::vector<catalog_entry> out;
+        const auto range = range_of(q.tenant, q.after);
         auto take = [&](sqlite::stmt& st) -> result<void> {
             while (out.size() < q.limit && st.step()) {
                 auto e = read_entry(st);
                 if (!e) {
                     st.reset();
                     return errc::corrupt;
+                }
+                if (!q.ids && !range.before.empty() && e->id.str() >= range.before) {
+                    break;  // past the tenant's keys
                 }
                 if (matches(q, *e) && (!q.after || e->id > *q.after)) {
                     out.push_back(std::move(*e));
@@ -243,7 +247,7 @@ result<std::vector<catalog_entry>> sqlite_store::sessions(const catalog_query& q
         auto& st = catalog_->prepare(q.needing_owner_by ? needing_owner_after
                                      : q.has_work == true ? working_after
                                                           : rows_after);
-        st.bind(1, q.after ? q.after->str() : std::string());
+        st.bind(1, range.after);
         if (q.needing_owner_by) {
             st.bind(2, q.needing_owner_by->value);
         }

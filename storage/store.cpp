@@ -17,7 +17,25 @@ bool matches(const catalog_query& q, const catalog_entry& e) {
         !(sum.next_timer && *sum.next_timer <= *q.needing_owner_by)) {
         return false;
     }
-    return !q.ids || std::find(q.ids->begin(), q.ids->end(), e.id) != q.ids->end();
+    return in_scope(q.tenant, e.id) &&
+           (!q.ids || std::find(q.ids->begin(), q.ids->end(), e.id) != q.ids->end());
+}
+
+bool in_scope(const std::optional<std::string>& tenant, const session_id& id) {
+    return !tenant || id.tenant() == *tenant;
+}
+
+key_range range_of(const std::optional<std::string>& tenant,
+                   const std::optional<session_id>& after) {
+    key_range r;
+    if (after) {
+        r.after = after->str();
+    }
+    if (tenant && !tenant->empty()) {
+        r.after = std::max(r.after, *tenant + ".");
+        r.before = *tenant + "/";  // '/' follows '.' in byte order
+    }
+    return r;
 }
 
 result<action_list> session_log::commit(const session_state& before, result<action_list> plan) {

@@ -58,10 +58,27 @@ struct catalog_query {
     std::optional<unix_ms> needing_owner_by;
     // Only these sessions (those that do not exist are left out).
     std::optional<std::vector<session_id>> ids;
+    // Only the sessions of this tenant (keys `<tenant>.<id>`); "": those of no tenant.
+    std::optional<std::string> tenant;
 };
 
 // Whether the query's filters (not `after` or `limit`) let the entry through.
 bool matches(const catalog_query& q, const catalog_entry& e);
+
+// Whether a session is in a tenant scope (catalog_query::tenant, ownership's lease_query):
+// nullopt every session; "" the sessions of no tenant; a name that tenant's.
+bool in_scope(const std::optional<std::string>& tenant, const session_id& id);
+
+// Where a scan in key order of the sessions after `after` in a scope starts and stops: keys
+// greater than `after` and, for a tenant, less than `before` (its keys are the range from
+// `<tenant>.` to `<tenant>/`). The sessions of no tenant are spread among the others: no
+// narrowing ("" before).
+struct key_range {
+    std::string after;
+    std::string before;
+};
+key_range range_of(const std::optional<std::string>& tenant,
+                   const std::optional<session_id>& after);
 
 class session_log {
   public:

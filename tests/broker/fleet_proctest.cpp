@@ -550,7 +550,7 @@ TEST(Fleet, APatchTooLargeToPublishIsLoggedWithItsSession) {
     }
     EXPECT_TRUE(logged_it) << "the dropped patch left no log line";
     // The state is whole all the same: subscribe's reply comes in chunks.
-    client::client c(nc, client::options{worker.prefix(), 30s});
+    client::client c(nc, client::options{worker.prefix(), 30s, {}});
     auto whole = c.subscribe("big");
     ASSERT_TRUE(whole) << whole.error().message;
     EXPECT_GE(whole->at("patch").at("transcript").as_array().size(), 3u);
@@ -985,7 +985,7 @@ TEST(Fleet, TheFleetViewPagesAtEveryLevelAndShowsEveryRowState) {
         ASSERT_TRUE(ok(r)) << json::serialize(r);
     }
 
-    client::client c(nc, client::options{a.prefix(), 30s});
+    client::client c(nc, client::options{a.prefix(), 30s, {}});
     // Every page of a query, in order.
     auto all_pages = [&](json::object query, std::size_t* pages = nullptr) {
         std::vector<json::object> rows;

@@ -310,7 +310,7 @@ TEST_F(worker_fixture, ReadsOfAnUnknownSessionCreateNothing) {
     }
     EXPECT_FALSE(node_->leases().owner_of(ghost).value().has_value());
     nats::connection nc(nats_url(), "ghost-client");
-    client::client c(nc, client::options{prefix_, 30s});
+    client::client c(nc, client::options{prefix_, 30s, {}});
     auto page = c.sessions();
     ASSERT_TRUE(page) << page.error().message;
     for (const auto& r : page->at("sessions").as_array()) {
@@ -400,7 +400,7 @@ TEST_F(tool_worker_fixture, CancelBeforeMaterializationAndASystemCallback) {
 // and the last status it holds is what subscribe returns.
 TEST_F(tool_worker_fixture, WatchersSeeEveryLoopStateAndEndWithTheStatusSubscribeReturns) {
     nats::connection nc(nats_url(), "status-client");
-    client::client c(nc, client::options{prefix_, 30s});
+    client::client c(nc, client::options{prefix_, 30s, {}});
     auto w = client::watch::open(c, "st");
     ASSERT_TRUE(w) << w.error().message;
     ASSERT_TRUE(c.enqueue("st", "followUp", "go", std::nullopt, "f1"));
@@ -630,7 +630,7 @@ TEST_F(worker_fixture, AdminSessionsListsTheFleetWithOwnersStatesAndLanes) {
     // Paused sessions keep their queued input: lane depths show it.
     request("adm-b", "enqueue", R"({"lane":"steer","id":"s1","content":"wait"})");
     nats::connection nc(nats_url(), "admin-client");
-    client::client c(nc, client::options{prefix_, 30s});
+    client::client c(nc, client::options{prefix_, 30s, {}});
     auto page = c.sessions();
     ASSERT_TRUE(page) << page.error().message;
     const auto& rows = page->at("sessions").as_array();
@@ -792,7 +792,7 @@ TEST_F(worker_fixture, AStoppingOwnerAnswersWhatIsForwardedToItUntilItsLeasesAre
 
 TEST_F(worker_fixture, TheClientLibraryRetriesWhatAStoppingWorkerRefused) {
     nats::connection nc(nats_url(), "retry-client");
-    client::client c(nc, client::options{prefix_, 30s});
+    client::client c(nc, client::options{prefix_, 30s, {}});
     executor_hold hold(*node_);
     node_->node().stop();  // runs once released: w1 then refuses sessions it has not loaded
     auto sent = std::async(std::launch::async, [&] {
@@ -824,7 +824,7 @@ TEST_F(worker_fixture, TheFleetViewListsEverySessionOnceWhateverThePageSize) {
             ASSERT_TRUE(r && r->find("\"ok\":true") != std::string::npos) << r.value_or("none");
         }
     }
-    client::client c(nc, client::options{prefix_, 30s});
+    client::client c(nc, client::options{prefix_, 30s, {}});
     for (std::size_t limit : {7u, 49u, 60u, 100u, 1000u}) {
         std::vector<std::string> seen;
         json::object q{{"limit", limit}};
@@ -852,7 +852,7 @@ TEST_F(worker_fixture, ALargeSubscribeReplyArrivesInOrderedChunks) {
     node_.reset();
     node_ = start_node("w1", 4096);
     nats::connection nc(nats_url(), "chunk-client");
-    client::client c(nc, client::options{prefix_, 30s});
+    client::client c(nc, client::options{prefix_, 30s, {}});
     const std::string content(1500, 'y');
     for (int i = 0; i < 6; ++i) {
         ASSERT_TRUE(c.system("big", "asyncTaskNotification", content + std::to_string(i),
@@ -895,7 +895,7 @@ TEST_F(worker_fixture, ALargeSubscribeReplyArrivesInOrderedChunks) {
 
 TEST_F(worker_fixture, TheClientLibraryEnqueuesAndWatchesWithoutGaps) {
     nats::connection nc(nats_url(), "lib-client");
-    client::client c(nc, client::options{prefix_, 30s});
+    client::client c(nc, client::options{prefix_, 30s, {}});
     auto w = client::watch::open(c, "lib");
     ASSERT_TRUE(w) << w.error().message;
     auto id = c.enqueue("lib", "followUp", "hi", client::author{"u1", "Ann", "", "human"}, "f1");

@@ -87,12 +87,13 @@ class ToolService : public ::testing::Test {
     // tool's deadline, cancelled by `abort` when it is given.
     worker::tool_output call(broker::nats_tool& t, const std::string& args,
                              asio::cancellation_signal* stop = nullptr,
-                             milliseconds abort_after = milliseconds(0)) {
+                             milliseconds abort_after = milliseconds(0),
+                             const std::string& session_key = "s-1") {
         asio::io_context io;
         std::optional<worker::tool_output> out;
         std::exception_ptr failed;
         const session::unix_ms deadline{services_.time().now().value + t.timeout()->count()};
-        worker::tool_call_context ctx{session::session_id::parse("s-1").value(),
+        worker::tool_call_context ctx{session::session_id::parse_key(session_key).value(),
                                       session::tool_call_id::parse("call_7").value(), deadline,
                                       services_};
         auto run = [&t, args, ctx]() { return t.execute(args, ctx); };
@@ -136,7 +137,7 @@ TEST_F(ToolService, ACallIsARequestWithTheSessionTheCallAndTheDeadlineInItsHeade
         service_nc_.publish(reply, R"({"output":"found 3 rows","is_error":false})");
     });
     service_nc_.flush();
-    broker::nats_tool t(worker_nc_, service("lookup", false, 5000ms), prefix_);
+    broker::nats_tool t(worker_nc_, service("lookup", false, 5000ms), protocol::subject_layout(prefix_));
     const auto before = services_.time().now().value;
     auto out = call(t, R"({"table":"users"})");
     EXPECT_EQ(out.text, "found 3 rows");
@@ -154,6 +155,32 @@ TEST_F(ToolService, ACallIsARequestWithTheSessionTheCallAndTheDeadlineInItsHeade
     EXPECT_LE(deadline, before + 5000 + 1000);
 }
 
+// With tenancy, a call of a tenant's session goes to that tenant's own service (the fleet's
+// account imports <prefix>.<tenant>.tools.> from the tenant's, docs/security.md), with the
+// session's id within its tenant and the tenant in the headers; another tenant's service of
+// the same name never hears it.
+TEST_F(ToolService, ATenantsCallGoesToThatTenantsOwnService) {
+    received acme, globex, plain;
+    for (auto [who, tenant] : {std::pair{&acme, ".acme"}, std::pair{&globex, ".globex"},
+                               std::pair{&plain, ""}}) {
+        service_nc_.subscribe(prefix_ + tenant + ".tools.lookup", [this, who](nats::message m) {
+            const std::string reply = m.reply;
+            who->add(std::move(m));
+            service_nc_.publish(reply, R"({"output":"ok"})");
+        });
+    }
+    service_nc_.flush();
+    broker::nats_tool t(worker_nc_, service("lookup", false, 5000ms),
+                        protocol::subject_layout(prefix_, protocol::tenancy{true, ""}));
+    auto out = call(t, "{}", nullptr, milliseconds(0), "acme.s-1");
+    EXPECT_EQ(out.text, "ok");
+    ASSERT_EQ(acme.size(), 1u);
+    EXPECT_EQ(globex.size(), 0u);
+    EXPECT_EQ(plain.size(), 0u);
+    EXPECT_EQ(header(acme.requests[0], "Wuhu-Session"), "s-1");
+    EXPECT_EQ(header(acme.requests[0], "Wuhu-Tenant"), "acme");
+}
+
 TEST_F(ToolService, AnErrorAnswerIsAnErrorResultAndAMalformedOneIsExplained) {
     int n = 0;
     service_nc_.subscribe(subject("flaky"), [&](nats::message m) {
@@ -161,7 +188,7 @@ TEST_F(ToolService, AnErrorAnswerIsAnErrorResultAndAMalformedOneIsExplained) {
                                               : "plain text, not the answer's shape");
     });
     service_nc_.flush();
-    broker::nats_tool t(worker_nc_, service("flaky", false, 5000ms), prefix_);
+    broker::nats_tool t(worker_nc_, service("flaky", false, 5000ms), protocol::subject_layout(prefix_));
     auto first = call(t, "{}");
     EXPECT_EQ(first.text, "disk full");
     EXPECT_TRUE(first.is_error);
@@ -172,7 +199,7 @@ TEST_F(ToolService, AnErrorAnswerIsAnErrorResultAndAMalformedOneIsExplained) {
 }
 
 TEST_F(ToolService, NoRespondersGiveAnErrorResultAtOnce) {
-    broker::nats_tool t(worker_nc_, service("nobody", false, 20000ms), prefix_);
+    broker::nats_tool t(worker_nc_, service("nobody", false, 20000ms), protocol::subject_layout(prefix_));
     const auto start = std::chrono::steady_clock::now();
     auto out = call(t, "{}");
     const auto took = std::chrono::steady_clock::now() - start;
@@ -186,7 +213,7 @@ TEST_F(ToolService, ACallNobodyAnswersTimesOutWithAnErrorResult) {
     received got;
     service_nc_.subscribe(subject("silent"), [&](nats::message m) { got.add(std::move(m)); });
     service_nc_.flush();
-    broker::nats_tool t(worker_nc_, service("silent", false, 400ms), prefix_);
+    broker::nats_tool t(worker_nc_, service("silent", false, 400ms), protocol::subject_layout(prefix_));
     const auto start = std::chrono::steady_clock::now();
     auto out = call(t, "{}");
     const auto took = std::chrono::steady_clock::now() - start;
@@ -197,7 +224,7 @@ TEST_F(ToolService, ACallNobodyAnswersTimesOutWithAnErrorResult) {
 }
 
 TEST_F(ToolService, AnIdempotentCallIsTriedAgainWhileNobodyServesIt) {
-    broker::nats_tool t(worker_nc_, service("late", true, 10000ms), prefix_);
+    broker::nats_tool t(worker_nc_, service("late", true, 10000ms), protocol::subject_layout(prefix_));
     received got;
     std::thread starter([&] {
         std::this_thread::sleep_for(700ms);  // the service starts late (a restart)
@@ -227,7 +254,7 @@ TEST_F(ToolService, AnIdempotentCallIsTriedAgainAfterAnAttemptTimedOutWithTheSam
         }
     });
     service_nc_.flush();
-    broker::nats_tool t(worker_nc_, service("slow", true, 5000ms, 300ms), prefix_);
+    broker::nats_tool t(worker_nc_, service("slow", true, 5000ms, 300ms), protocol::subject_layout(prefix_));
     auto out = call(t, "{}");
     EXPECT_EQ(out.text, "second time lucky");
     ASSERT_EQ(got.size(), 2u);
@@ -249,7 +276,7 @@ TEST_F(ToolService, AnEarlierAttemptsLateAnswerIsAsGoodAsTheLastOnes) {
         got.add(std::move(m));
     });
     service_nc_.flush();
-    broker::nats_tool t(worker_nc_, service("sluggish", true, 5000ms, 300ms), prefix_);
+    broker::nats_tool t(worker_nc_, service("sluggish", true, 5000ms, 300ms), protocol::subject_layout(prefix_));
     auto out = call(t, "{}");
     for (auto& th : late) {
         th.join();
@@ -261,7 +288,7 @@ TEST_F(ToolService, AnEarlierAttemptsLateAnswerIsAsGoodAsTheLastOnes) {
 }
 
 TEST_F(ToolService, AnIdempotentCallThatNobodyServesFailsAtItsTimeout) {
-    broker::nats_tool t(worker_nc_, service("gone", true, 800ms), prefix_);
+    broker::nats_tool t(worker_nc_, service("gone", true, 800ms), protocol::subject_layout(prefix_));
     auto out = call(t, "{}");
     EXPECT_TRUE(out.is_error);
     EXPECT_NE(out.text.find("timed out after 800 ms"), std::string::npos) << out.text;
@@ -281,7 +308,7 @@ TEST_F(ToolService, AnAbortWithdrawsTheRequestAndALateAnswerIsDropped) {
         got.add(std::move(m));
     });
     service_nc_.flush();
-    broker::nats_tool t(worker_nc_, service("stuck", false, 10000ms), prefix_);
+    broker::nats_tool t(worker_nc_, service("stuck", false, 10000ms), protocol::subject_layout(prefix_));
     asio::cancellation_signal stop;
     const auto start = std::chrono::steady_clock::now();
     auto out = call(t, "{}", &stop, 300ms);
@@ -299,13 +326,13 @@ TEST_F(ToolService, ABuiltInToolsNameIsRefused) {
     worker::tool_registry r;
     worker::add_builtin_tools(r);
     try {
-        broker::add_tool_services(r, worker_nc_, {service("echo", false, 1000ms)}, prefix_);
+        broker::add_tool_services(r, worker_nc_, {service("echo", false, 1000ms)}, protocol::subject_layout(prefix_));
         FAIL() << "a built-in's name was taken";
     } catch (const std::invalid_argument& e) {
         EXPECT_NE(std::string(e.what()).find("\"echo\" is a built-in"), std::string::npos)
             << e.what();
     }
-    broker::add_tool_services(r, worker_nc_, {service("lookup", false, 1000ms)}, prefix_);
+    broker::add_tool_services(r, worker_nc_, {service("lookup", false, 1000ms)}, protocol::subject_layout(prefix_));
     EXPECT_NE(r.find("lookup", {}), nullptr);
 }
 

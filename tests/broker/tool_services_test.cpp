@@ -41,8 +41,8 @@ TEST(ToolsFile, TheDefaultSubjectIsThePrefixsToolsSubject) {
         R"({"tools": {"lookup": {"description": "d", "schema": {"type": "object"}},
                       "other": {"description": "d", "schema": {"type": "object"}, "subject": "x.y"}}})");
     ASSERT_TRUE(tools) << tools.error();
-    EXPECT_EQ(broker::subject_of((*tools)[0], "acme.wuhu"), "acme.wuhu.tools.lookup");
-    EXPECT_EQ(broker::subject_of((*tools)[1], "acme.wuhu"), "x.y");
+    EXPECT_EQ(broker::subject_of((*tools)[0], protocol::subject_layout("acme.wuhu")), "acme.wuhu.tools.lookup");
+    EXPECT_EQ(broker::subject_of((*tools)[1], protocol::subject_layout("acme.wuhu")), "x.y");
 }
 
 TEST(ToolsFile, BadFilesAreRefusedWithTheFieldNamed) {

@@ -71,6 +71,7 @@ struct node_options {
     std::optional<worker::loop_options> loop{};  // none: the node's defaults
     std::string metrics_addr{};                   // none: no metrics port
     std::shared_ptr<spdlog::logger> log{};        // none: JSON lines on stderr
+    protocol::tenancy tenancy{};                  // none: no tenants
 };
 
 class worker_node {
@@ -105,7 +106,7 @@ class worker_node {
 
     bool has_loaded(const std::string& sid) {
         return on_executor(
-            [&] { return node_.registry().contains(session::session_id::parse(sid).value()); });
+            [&] { return node_.registry().contains(session::session_id::parse_key(sid).value()); });
     }
     std::size_t forwarded() const { return node_.requests().forwarded(); }
     const std::string& id() const { return options_.worker_id; }
@@ -128,6 +129,7 @@ class worker_node {
         o.worker_id = options_.worker_id;
         o.server.prefix = options_.prefix;
         o.server.max_reply_bytes = options_.max_reply_bytes;
+        o.server.tenancy = options_.tenancy;
         o.drain_timeout = options_.drain_timeout;
         o.store_threads = 2;
         if (options_.loop) {

@@ -241,6 +241,8 @@ TEST(Connection, AConnectionTheServerClosedWithAnErrorCanBeDestroyed) {
 // Issue 29: libnats writes a subject into the protocol verbatim, so a subject with CR LF ends
 // the PUB line and starts a command of the caller's choosing. Every publish, request and
 // forwarded request checks its subject (and reply subject) first: nothing reaches the server.
+// (Wildcards and empty tokens are no command: clients may send them, and nats-server refuses
+// to route them; the worker's own subjects never hold one, protocol/subjects.hpp.)
 TEST(Connection, ASubjectThatIsNoSubjectIsNeverPublished) {
     nats::connection nc(nats_url(), "subjects");
     const std::string probe = unique_subject("probe");
@@ -252,12 +254,8 @@ TEST(Connection, ASubjectThatIsNoSubjectIsNeverPublished) {
         probe + ".a b",
         probe + ".a\tb",
         probe + ".a" + std::string(1, '\0') + "b",
-        probe + ".*",
-        probe + ".>",
-        probe + "..x",
-        probe + ".",
-        "." + probe,
-        probe + ".\xc3\xa9",
+        probe + ".a\x7f",
+        probe + ".a\x1b",
         probe + "." + std::string(1100, 'x'),
         "",
     };

@@ -22,7 +22,7 @@ using session::session_id;
 using session::unix_ms;
 
 inline session_id sid(const char* s) {
-    return session_id::parse(s).value();
+    return session_id::parse_key(s).value();
 }
 
 // A backend over a manual clock.

@@ -161,6 +161,37 @@ TEST_P(LeaseConformance, LivePagesByIdsOwnerAndAfterInByteOrder) {
     EXPECT_EQ(store().owners().value(), (strings{"w1", "w2"}));
 }
 
+// Issue 29: a tenant's leases are keys `<tenant>.<id>`: equal ids of two tenants are two
+// leases, and live() lists one tenant's (or those of no tenant), by owner and after a key too.
+TEST_P(LeaseConformance, EqualIdsOfTwoTenantsAreTwoLeasesAndLiveListsOneTenant) {
+    granted(store().acquire(sid("acme.s1"), "w1", 10s));
+    granted(store().acquire(sid("globex.s1"), "w2", 10s));
+    granted(store().acquire(sid("s1"), "w1", 10s));
+    granted(store().acquire(sid("acme.s2"), "w2", 10s));
+    granted(store().acquire(sid("acme-x.s1"), "w1", 10s));
+    auto ids_of = [](const std::vector<lease>& ls) {
+        std::vector<std::string> out;
+        for (const auto& l : ls) {
+            out.push_back(l.id.str());
+        }
+        return out;
+    };
+    using strings = std::vector<std::string>;
+    ownership::lease_query q;
+    q.tenant = "acme";
+    EXPECT_EQ(ids_of(store().live(q).value()), (strings{"acme.s1", "acme.s2"}));
+    q.owner = "w2";
+    EXPECT_EQ(ids_of(store().live(q).value()), (strings{"acme.s2"}));
+    q.owner.reset();
+    q.after = sid("acme.s1");
+    EXPECT_EQ(ids_of(store().live(q).value()), (strings{"acme.s2"}));
+    ownership::lease_query none;
+    none.tenant = "";
+    EXPECT_EQ(ids_of(store().live(none).value()), (strings{"s1"}));
+    EXPECT_EQ(store().owner_of(sid("globex.s1")).value()->owner, "w2");
+    EXPECT_EQ(store().owner_of(sid("acme.s1")).value()->owner, "w1");
+}
+
 // N concurrent contenders for one session: exactly one wins, and each round's winner (after
 // the last one's lease expired) holds a higher epoch than the round before; no epoch is
 // handed out twice.

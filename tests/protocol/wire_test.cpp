@@ -13,27 +13,134 @@ namespace json = boost::json;
 using protocol::verb;
 
 TEST(Subjects, ParseSessionAndVerb) {
-    auto r = protocol::parse_subject("wuhu.session.abc-1_X.enqueue", "wuhu").value();
+    const protocol::subject_layout wuhu;
+    auto r = wuhu.parse_request("wuhu.session.abc-1_X.enqueue").value();
     EXPECT_EQ(r.sid.str(), "abc-1_X");
     EXPECT_EQ(r.what, verb::enqueue);
-    EXPECT_EQ(protocol::parse_subject("acme.wuhu.session.s.delete", "acme.wuhu").value().what,
+    EXPECT_EQ(protocol::subject_layout("acme.wuhu").parse_request("acme.wuhu.session.s.delete")
+                  .value()
+                  .what,
               verb::remove);
-    EXPECT_EQ(protocol::request_subject("wuhu", r.sid, verb::cancel),
-              "wuhu.session.abc-1_X.cancel");
-    EXPECT_EQ(protocol::patch_subject("wuhu", r.sid), "wuhu.events.abc-1_X.patch");
-    EXPECT_EQ(protocol::delta_subject("wuhu", r.sid), "wuhu.events.abc-1_X.delta");
+    EXPECT_EQ(wuhu.request(r.sid, verb::cancel), "wuhu.session.abc-1_X.cancel");
+    EXPECT_EQ(wuhu.patch(r.sid), "wuhu.events.abc-1_X.patch");
+    EXPECT_EQ(wuhu.delta(r.sid), "wuhu.events.abc-1_X.delta");
+    EXPECT_EQ(wuhu.events(r.sid), "wuhu.events.abc-1_X.>");
+    EXPECT_EQ(wuhu.requests(), "wuhu.session.>");
+    EXPECT_EQ(wuhu.views(), "wuhu.admin.sessions");
+    EXPECT_FALSE(wuhu.fleet_view().has_value());
+    EXPECT_EQ(wuhu.forwarded_requests("w1"), "wuhu.worker.w1.session.>");
+    EXPECT_EQ(wuhu.forward("w1", r.sid, verb::pause).value(),
+              "wuhu.worker.w1.session.abc-1_X.pause");
+    EXPECT_EQ(wuhu.parse_forwarded("wuhu.worker.w1.session.abc-1_X.pause", "w1").value().sid,
+              r.sid);
+    EXPECT_EQ(wuhu.local_sessions("w1").value(), "wuhu.worker.w1.admin.local");
+    EXPECT_EQ(wuhu.tool(r.sid, "lookup").value(), "wuhu.tools.lookup");
+    EXPECT_EQ(wuhu.parse_view("wuhu.admin.sessions").value(), std::nullopt);
 }
 
 TEST(Subjects, BadSessionIdsAreInvalidSessionId) {
+    const protocol::subject_layout wuhu;
     for (const char* bad :
          {"wuhu.session.a.b.enqueue", "wuhu.session.*.enqueue", "wuhu.session.>.enqueue",
           "wuhu.session.a b.enqueue", "wuhu.session.enqueue", "wuhu.session..enqueue"}) {
-        auto r = protocol::parse_subject(bad, "wuhu");
+        auto r = wuhu.parse_request(bad);
         ASSERT_FALSE(r.has_value()) << bad;
         EXPECT_EQ(r.error(), make_error_code(errc::invalid_session_id)) << bad;
     }
-    EXPECT_EQ(protocol::parse_subject("wuhu.session.s.explode", "wuhu").error(),
+    EXPECT_EQ(wuhu.parse_request("wuhu.session.s.explode").error(),
               make_error_code(errc::unknown_command));
+    EXPECT_EQ(wuhu.parse_request("wuhux.session.s.enqueue").error(),
+              make_error_code(errc::unknown_command));
+}
+
+// With tenancy the tenant is the token after the prefix, and part of the session's identity:
+// equal ids of two tenants are two sessions, and every subject of a session names its tenant.
+TEST(Subjects, WithTenancyTheTenantIsInEverySubjectAndInTheSessionsKey) {
+    const protocol::subject_layout t("wuhu", protocol::tenancy{true, ""});
+    auto acme = t.parse_request("wuhu.acme.session.s1.enqueue").value();
+    auto globex = t.parse_request("wuhu.globex.session.s1.enqueue").value();
+    EXPECT_EQ(acme.sid.str(), "acme.s1");
+    EXPECT_EQ(acme.sid.tenant(), "acme");
+    EXPECT_EQ(acme.sid.local(), "s1");
+    EXPECT_NE(acme.sid, globex.sid);
+    EXPECT_EQ(t.request(acme.sid, verb::enqueue), "wuhu.acme.session.s1.enqueue");
+    EXPECT_EQ(t.patch(acme.sid), "wuhu.acme.events.s1.patch");
+    EXPECT_EQ(t.delta(globex.sid), "wuhu.globex.events.s1.delta");
+    EXPECT_EQ(t.events(acme.sid), "wuhu.acme.events.s1.>");
+    EXPECT_EQ(t.tool(acme.sid, "lookup").value(), "wuhu.acme.tools.lookup");
+    EXPECT_EQ(t.requests(), "wuhu.*.session.>");
+    EXPECT_EQ(t.views(), "wuhu.*.admin.sessions");
+    EXPECT_EQ(t.fleet_view(), std::optional<std::string>("wuhu.admin.sessions"));
+    EXPECT_EQ(t.forwarded_requests("w1"), "wuhu.worker.w1.*.session.>");
+    const auto fwd = t.forward("w1", acme.sid, verb::remove).value();
+    EXPECT_EQ(fwd, "wuhu.worker.w1.acme.session.s1.delete");
+    EXPECT_TRUE(t.for_worker(fwd, "w1"));
+    EXPECT_FALSE(t.for_worker(fwd, "w2"));
+    EXPECT_EQ(t.parse_forwarded(fwd, "w1").value().sid, acme.sid);
+    EXPECT_EQ(t.parse_view("wuhu.acme.admin.sessions").value(), std::optional<std::string>("acme"));
+    EXPECT_EQ(t.parse_view("wuhu.admin.sessions").value(), std::nullopt);
+    // The plain layout is not served with tenancy: a tenant's clients reach the fleet through
+    // their account's imports, which add the tenant.
+    EXPECT_FALSE(t.parse_request("wuhu.session.s1.enqueue").has_value());
+    // The layout's own words are no tenants.
+    for (const char* word : {"session", "admin", "events", "tools", "worker"}) {
+        const auto subject = "wuhu." + std::string(word) + ".session.s1.enqueue";
+        EXPECT_EQ(t.parse_request(subject).error(), make_error_code(errc::invalid_tenant))
+            << subject;
+        EXPECT_FALSE(protocol::valid_tenant(word)) << word;
+    }
+    EXPECT_FALSE(t.valid_worker("session"));
+    EXPECT_TRUE(protocol::subject_layout().valid_worker("session"));
+    EXPECT_FALSE(t.local_sessions("session").has_value());
+}
+
+// The sessions stored without a tenant (before tenancy) belong to the default tenant, whose
+// sessions keep being stored without one; without a default tenant they have no tenant's
+// subjects (the plain layout, which no tenant can reach).
+TEST(Subjects, TheDefaultTenantsSessionsKeepTheirKeys) {
+    const protocol::subject_layout t("wuhu", protocol::tenancy{true, "legacy"});
+    auto r = t.parse_request("wuhu.legacy.session.s1.enqueue").value();
+    EXPECT_EQ(r.sid.str(), "s1");
+    EXPECT_EQ(t.tenant_of(r.sid), "legacy");
+    EXPECT_EQ(t.patch(r.sid), "wuhu.legacy.events.s1.patch");
+    EXPECT_EQ(t.session_of("legacy", "s1").value().str(), "s1");
+    EXPECT_EQ(t.session_of("acme", "s1").value().str(), "acme.s1");
+    EXPECT_EQ(t.scope_of("legacy"), "");
+    EXPECT_EQ(t.scope_of("acme"), "acme");
+    const protocol::subject_layout none("wuhu", protocol::tenancy{true, ""});
+    EXPECT_EQ(none.patch(session_id::parse("s1").value()), "wuhu.events.s1.patch");
+    EXPECT_THROW(protocol::subject_layout("wuhu", protocol::tenancy{false, "legacy"}),
+                 std::invalid_argument);
+    EXPECT_THROW(protocol::subject_layout("wuhu", protocol::tenancy{true, "worker"}),
+                 std::invalid_argument);
+    EXPECT_THROW(protocol::subject_layout("wuhu.>"), std::invalid_argument);
+}
+
+// Issue 29: every value that reaches a subject is checked as a token first. The builders
+// refuse what is not one, and a session id or tenant cannot be made of anything else.
+TEST(Subjects, EveryTokenABuilderTakesIsCheckedWhole) {
+    const protocol::subject_layout t("wuhu", protocol::tenancy{true, ""});
+    const auto sid = session_id::parse("s1").value();
+    const std::vector<std::string> bad{
+        "w1\r\nPUB x 0", "w 1", "w\t1", std::string("w1\0x", 4), "*", ">", "w.1",
+        "w\xc3\xa9", std::string(65, 'w'), "", "\x7f"};
+    for (const auto& token : bad) {
+        EXPECT_FALSE(t.forward(token, sid, verb::enqueue).has_value()) << token;
+        EXPECT_FALSE(t.local_sessions(token).has_value()) << token;
+        EXPECT_FALSE(t.tool(sid, token).has_value()) << token;
+        EXPECT_FALSE(session_id::parse(token).has_value()) << token;
+        EXPECT_FALSE(session_id::of_tenant(token, "s1").has_value()) << token;
+        EXPECT_FALSE(session_id::of_tenant("acme", token).has_value()) << token;
+        EXPECT_FALSE(t.session_of(token, "s1").has_value()) << token;
+        EXPECT_FALSE(protocol::valid_tenant(token)) << token;
+        EXPECT_FALSE(protocol::valid_worker_id(token)) << token;
+        const auto subject = "wuhu." + token + ".session.s1.enqueue";
+        EXPECT_FALSE(t.parse_request(subject).has_value()) << token;
+    }
+    EXPECT_TRUE(protocol::valid_subject("ci.builds.start"));
+    for (const char* bad_subject : {"a b", "a.*", "a.>", "a..b", "", "a\r\nPUB"}) {
+        EXPECT_FALSE(protocol::valid_subject(bad_subject)) << bad_subject;
+    }
 }
 
 TEST(Subjects, WorkerIdsAndPrefixesFollowTheSessionIdRule) {
@@ -64,7 +171,8 @@ namespace {
 session::decoded<protocol::request> decode(verb v, const char* body,
                                            const protocol::request_limits& limits = {}) {
     return protocol::decode_request("wuhu.session.s." + std::string(protocol::verb_name(v)),
-                                    "wuhu", body, limits, [] { return item("generated"); });
+                                    protocol::subject_layout(), body, limits,
+                                    [] { return item("generated"); });
 }
 
 }  // namespace
@@ -80,7 +188,8 @@ TEST(Requests, EnqueueWithoutAnIdGetsTheGeneratedOne) {
     EXPECT_EQ(std::get<enqueue_input>(k.body).in, lane::system);
     // An id the request brings costs no generated one.
     auto given = protocol::decode_request(
-        "wuhu.session.s.enqueue", "wuhu", R"({"lane":"steer","id":"mine","content":"x"})", {},
+        "wuhu.session.s.enqueue", protocol::subject_layout(),
+        R"({"lane":"steer","id":"mine","content":"x"})", {},
         []() -> queue_item_id {
             ADD_FAILURE() << "an id was generated for a request that had one";
             return item("unused");
@@ -115,10 +224,11 @@ TEST(Requests, EveryVerbDecodesAndBadBodiesGetTheirCode) {
 
 TEST(Requests, TheSubjectIsReadBeforeTheBody) {
     const protocol::request_limits limits;
-    auto bad_id = protocol::decode_request("wuhu.session.a*.enqueue", "wuhu", "not json", limits,
+    const protocol::subject_layout wuhu;
+    auto bad_id = protocol::decode_request("wuhu.session.a*.enqueue", wuhu, "not json", limits,
                                            [] { return item("g"); });
     EXPECT_EQ(bad_id.error().code, errc::invalid_session_id);
-    auto bad_verb = protocol::decode_request("wuhu.session.a.explode", "wuhu", "not json", limits,
+    auto bad_verb = protocol::decode_request("wuhu.session.a.explode", wuhu, "not json", limits,
                                              [] { return item("g"); });
     EXPECT_EQ(bad_verb.error().code, errc::unknown_command);
     EXPECT_EQ(decode(verb::enqueue, "not json").error().code, errc::invalid_json);

@@ -74,7 +74,7 @@ class StoreConformance : public ::testing::TestWithParam<store_factory> {
     void SetUp() override { store_ = GetParam().make(); }
     storage::session_store& store() { return *store_; }
     std::unique_ptr<storage::session_log> open(const std::string& sid, std::uint64_t epoch) {
-        return store_->open(session_id::parse(sid).value(), lease_epoch{epoch}).value();
+        return store_->open(session_id::parse_key(sid).value(), lease_epoch{epoch}).value();
     }
 
   private:

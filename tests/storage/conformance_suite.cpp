@@ -411,6 +411,53 @@ TEST_P(StoreConformance, SessionsPagesThroughTheIndexInByteOrder) {
     EXPECT_EQ(got[1].summary.lanes, (std::array<std::uint32_t, 3>{0, 1, 0}));
 }
 
+// Issue 29: a tenant's sessions are keys `<tenant>.<id>`: equal ids of two tenants are two
+// sessions, each with its own state, and the index lists one tenant's (a range of keys, paged
+// like the rest) or those of no tenant, never another's.
+TEST_P(StoreConformance, EqualIdsOfTwoTenantsAreTwoSessionsAndTheIndexListsOneTenant) {
+    for (const char* key : {"acme.s1", "globex.s1", "s1", "acme.s2", "acme-x.s1", "acmf.s0",
+                            "acme_.s1", "acm.s9"}) {
+        auto log = open(key, 1);
+        session_state st = log->load().value();
+        ASSERT_TRUE(log->enqueue(st, user_in(lane::steer, "i", key), unix_ms{5}));
+    }
+    auto acme = open("acme.s1", 1)->load().value();
+    auto globex = open("globex.s1", 1)->load().value();
+    ASSERT_EQ(acme.in(lane::steer).pending.size(), 1u);
+    EXPECT_NE(acme, globex) << "each tenant's session has its own content";
+    auto ids_of = [](const std::vector<storage::catalog_entry>& es) {
+        std::vector<std::string> out;
+        for (const auto& e : es) {
+            out.push_back(e.id.str());
+        }
+        return out;
+    };
+    using strings = std::vector<std::string>;
+    storage::catalog_query q;
+    q.tenant = "acme";
+    EXPECT_EQ(ids_of(store().sessions(q).value()), (strings{"acme.s1", "acme.s2"}));
+    q.limit = 1;
+    EXPECT_EQ(ids_of(store().sessions(q).value()), (strings{"acme.s1"}));
+    q.after = session_id::parse_key("acme.s1").value();
+    EXPECT_EQ(ids_of(store().sessions(q).value()), (strings{"acme.s2"}));
+    q.after = session_id::parse_key("acme.s2").value();
+    EXPECT_TRUE(store().sessions(q).value().empty());
+    q.after = session_id::parse_key("acm.s9").value();  // before the tenant's range
+    EXPECT_EQ(ids_of(store().sessions(q).value()), (strings{"acme.s1"}));
+    storage::catalog_query mine;
+    mine.tenant = "acme";
+    mine.has_work = true;
+    mine.ids = std::vector<session_id>{session_id::parse_key("globex.s1").value(),
+                                       session_id::parse_key("acme.s2").value()};
+    EXPECT_EQ(ids_of(store().sessions(mine).value()), (strings{"acme.s2"}));
+    storage::catalog_query untenanted;
+    untenanted.tenant = "";
+    EXPECT_EQ(ids_of(store().sessions(untenanted).value()), (strings{"s1"}));
+    ASSERT_TRUE(store().remove(session_id::parse_key("acme.s1").value(), lease_epoch{1}));
+    EXPECT_FALSE(open("globex.s1", 2)->load().value().in(lane::steer).pending.empty())
+        << "removing one tenant's session leaves the other's";
+}
+
 // A request that waited behind a removal carries the removal's epoch (or an older one): it must
 // not bring the session back. An owner with a later lease starts a new, empty session.
 TEST_P(StoreConformance, ARemovalRefusesOpensAtItsEpochOrOlder) {
