@@ -1,7 +1,8 @@
 # Starts and stops a throwaway nats-server for tests: 127.0.0.1, a free port, stopped by PID.
 #
 #   source scripts/lib/nats.sh
-#   nats_start            # exports WUHU_TEST_NATS_URL; exits the shell with an error if it cannot
+#   nats_start [ARGS...]  # exports WUHU_TEST_NATS_URL (and NATS_PORT); exits the shell with an
+#                         # error if it cannot; ARGS go to nats-server (-c <config>)
 #   nats_stop
 
 nats_start() {
@@ -12,11 +13,11 @@ nats_start() {
         if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
             continue
         fi
-        nats-server -a 127.0.0.1 -p "$port" -l "$NATS_DIR/nats.log" -P "$NATS_DIR/nats.pid" &
+        nats-server "$@" -a 127.0.0.1 -p "$port" -l "$NATS_DIR/nats.log" -P "$NATS_DIR/nats.pid" &
         NATS_PID=$!
         for _ in $(seq 50); do
             if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-                export WUHU_TEST_NATS_URL="nats://127.0.0.1:$port"
+                export WUHU_TEST_NATS_URL="nats://127.0.0.1:$port" NATS_PORT=$port
                 echo "nats: started on 127.0.0.1:$port (pid $NATS_PID)"
                 return 0
             fi

@@ -7,7 +7,9 @@
 // tests/broker/tenancy_proctest.cpp.)
 #include "client/client.hpp"
 #include "tests/broker/worker_node.hpp"
+#include "storage/sqlite_db.hpp"
 #include "tests/support/env.hpp"
+#include "tests/support/raw_nats.hpp"
 #include "tests/support/temp_dir.hpp"
 
 #include <gtest/gtest.h>
@@ -228,6 +230,103 @@ TEST_F(tenancy_fixture, TheSessionsOfBeforeTenancyBelongToTheDefaultTenant) {
     }
     EXPECT_EQ(ask(prefix_ + ".admin.sessions", R"({"tenant":"legacy","limit":1})").at("next"),
               "legacy.new");
+}
+
+// Issue 29: every path by which a value reaches a subject refuses one that is no token (CR,
+// LF, space, tab, NUL, `*`, `>`, `.`, non-ASCII, over 64 bytes), with a clear error, and a
+// probe subscriber sees nothing published: the session and tenant of a request's subject (sent
+// over a raw socket, bytes no library sends), the fleet view's owner, tenant, after and ids, and
+// an owner id read from the lease store (a request forwarded to it, and the fleet view asking
+// it).
+TEST_F(tenancy_fixture, EveryPathThatBuildsASubjectRefusesWhatIsNoToken) {
+    start("w1");
+    ASSERT_EQ(on("acme", "victim", "enqueue", enqueue("keep me")).at("ok"), true);
+    for (int i = 0; i < 300; ++i) {  // its turn ends (its events are the test's own)
+        const auto st = on("acme", "victim", "subscribe", "{}").at("status");
+        if (st.at("state") == "idle" && st.at("has_work") == false) {
+            break;
+        }
+        std::this_thread::sleep_for(20ms);
+    }
+    nats::connection probe(nats_url(), "probe");
+    std::mutex seen_mu;
+    std::vector<std::string> seen;
+    for (const std::string& subject :
+         {std::string("probe.>"), prefix_ + ".acme.session.victim.delete",
+          prefix_ + ".worker.*.acme.session.victim.delete", prefix_ + ".*.events.victim.>"}) {
+        probe.subscribe(subject, [&](nats::message m) {
+            std::lock_guard lock(seen_mu);
+            seen.push_back(m.subject + " " + m.data);
+        });
+    }
+    probe.flush();
+    const std::string inject = "x\r\nPUB probe.injected 5\r\nhello\r\nPUB " + prefix_ +
+                               ".acme.session.victim.delete 2\r\n{}\r\nPUB probe.tail";
+    // Bytes a raw socket can put in a subject token (whitespace and CR LF end the subject: a
+    // client sending them only writes its own protocol commands).
+    const std::vector<std::string> bad_tokens{
+        std::string("a\0b", 3), "*", ">", "a\xc3\xa9", std::string(65, 'x'), "a\x7f", "a\x01"};
+    raw_nats raw(nats_url());
+    for (const auto& token : bad_tokens) {
+        for (const auto& [subject, code] :
+             {std::pair{prefix_ + ".acme.session." + token + ".enqueue", "invalid_session_id"},
+              std::pair{prefix_ + "." + token + ".session.s1.enqueue", "invalid_tenant"}}) {
+            auto r = raw.request(subject, enqueue("x"), 10s);
+            if (token == "*" || token == ">") {
+                // A wildcard token: `*` as a session id is refused like any other byte; a
+                // subject with `>` in the middle is no subject nats-server delivers.
+                if (!r) {
+                    continue;
+                }
+            }
+            ASSERT_TRUE(r.has_value()) << "no reply to " << subject;
+            const auto v = json::parse(*r);
+            EXPECT_EQ(v.at("ok"), false) << subject;
+            const auto got = v.at("error").at("code").as_string();
+            EXPECT_TRUE(got == code || got == "invalid_session_id") << subject << ": " << got;
+        }
+    }
+    // The fleet view's fields, in a tenant's view and in the fleet's own.
+    for (const auto& token : {inject, std::string("w 1"), std::string("w\t1"),
+                              std::string("w\0x", 3), std::string("*"), std::string(">"),
+                              std::string("a.b.c"), std::string("w\xc3\xa9"),
+                              std::string(65, 'w')}) {
+        for (const char* field : {"owner", "after", "tenant"}) {
+            const auto body = json::serialize(json::object{{field, token}, {"state", "idle"}});
+            for (const auto& view : {prefix_ + ".acme.admin.sessions", prefix_ + ".admin.sessions"}) {
+                auto r = ask(view, body);
+                EXPECT_EQ(r.at("ok"), false) << view << " " << body;
+            }
+        }
+        const auto ids = json::serialize(json::object{{"ids", json::array{json::string(token)}}});
+        EXPECT_EQ(ask(prefix_ + ".acme.admin.sessions", ids).at("ok"), false) << ids;
+    }
+    // An owner id in the lease store that is no token (a row another process wrote): the
+    // request is refused rather than forwarded, and the fleet view asks it nothing.
+    nodes_.clear();  // w1 stops and releases the lease
+    {
+        const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+        storage::sqlite::db catalog((dir_.path() / "catalog.sqlite").string(), "FULL", 5000);
+        auto& row = catalog.prepare(
+            "INSERT OR REPLACE INTO leases (id, owner, epoch, expires) VALUES (?1, ?2, 99, ?3)");
+        row.bind(1, std::string_view("acme.victim"))
+            .bind(2, std::string_view("w9\r\nPUB probe.injected 5\r\nhello"))
+            .bind(3, static_cast<std::int64_t>(now + 60000));
+        row.run();
+    }
+    start("w2");
+    auto forwarded = on("acme", "victim", "enqueue", enqueue("x"));
+    EXPECT_EQ(forwarded.at("ok"), false) << json::serialize(forwarded);
+    EXPECT_EQ(forwarded.at("error").at("code"), "internal") << json::serialize(forwarded);
+    auto view = ask(prefix_ + ".acme.admin.sessions", "{}");
+    EXPECT_EQ(view.at("ok"), true) << json::serialize(view);
+    probe.flush();
+    client_->flush();
+    std::this_thread::sleep_for(300ms);
+    std::lock_guard lock(seen_mu);
+    EXPECT_TRUE(seen.empty()) << "a refused value published " << seen.front();
 }
 
 }  // namespace wuhu::testing

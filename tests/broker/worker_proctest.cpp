@@ -156,6 +156,13 @@ TEST(WorkerProcess, BadFlagsAndVariablesAreUsageErrors) {
         {"--lease-ttl-ms", "1000", "--lease-stop-margin-ms", "700"},
         {"--sweep-batch", "0"},
         {"--sqlite-synchronous", "off"}, {"--sqlite-synchronous", "extra"},
+        // Issue 29: every value that becomes a subject token is checked at start.
+        {"--worker-id", "w1\r\nPUB x 0"}, {"--worker-id", "w\t1"}, {"--worker-id", "*"},
+        {"--worker-id", std::string(65, 'w')}, {"--prefix", "wuhu\r\n"},
+        {"--tenancy", "--worker-id", "session"}, {"--default-tenant", "acme"},
+        {"--tenancy", "--default-tenant", "worker"}, {"--tenancy", "--default-tenant", "a.b"},
+        {"--tenancy", "--default-tenant", "a\r\nb"}, {"--nats-inbox-prefix", "_INBOX x"},
+        {"--nats-inbox-prefix", "_INBOX.>"}, {"--nats-user", "u", "--nats-token", "t"},
     };
     for (auto args : bad) {
         args.insert(args.end(), {"--store", data});
@@ -229,6 +236,19 @@ TEST(Wuhuctl, ExitCodesTellOkRefusedUsageAndNoReply) {
     EXPECT_EQ(ctl({"send", "p1"}, prefix), 2);
     EXPECT_EQ(ctl({"frobnicate", "p1"}, prefix), 2);
     EXPECT_EQ(ctl({"status", "p1"}, prefix + "_nobody"), 3);
+    // Issue 29: a tenant, an inbox prefix or credentials that cannot work are usage errors,
+    // refused before anything is sent; a session id that is no token is refused as such.
+    for (const auto& bad : std::vector<std::vector<std::string>>{
+             {"--tenant", "a.b", "status", "p1"},
+             {"--tenant", "worker", "status", "p1"},
+             {"--tenant", "a\r\nPUB x 0", "status", "p1"},
+             {"--inbox-prefix", "_INBOX x", "status", "p1"},
+             {"--inbox-prefix", "_INBOX.*", "status", "p1"},
+             {"--user", "u", "--token", "t", "status", "p1"}}) {
+        EXPECT_EQ(ctl(bad, prefix), 2) << bad[0] << " " << bad[1];
+    }
+    EXPECT_EQ(ctl({"send", "p1\r\nPUB x 0", "hi"}, prefix), 1);
+    EXPECT_EQ(ctl({"--inbox-prefix", "_INBOX_ctl", "status", "p1"}, prefix), 0);
     EXPECT_EQ(worker.stop(), 0);
 }
 

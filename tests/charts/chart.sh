@@ -79,7 +79,7 @@ kinds = {}
 for d in docs:
     check({"apiVersion", "kind", "metadata"} <= d.keys(), f"a document without apiVersion/kind/metadata: {d}")
     kinds.setdefault(d["kind"], []).append(d)
-config = next(c for c in kinds["ConfigMap"] if not c["metadata"]["name"].endswith(("-files", "-dashboard")))
+config = next(c for c in kinds["ConfigMap"] if not c["metadata"]["name"].endswith(("-files", "-dashboard", "-nats-accounts")))
 metrics_port = int(config["data"]["WUHU_METRICS_ADDR"].rsplit(":", 1)[1])
 for k in config["data"]:
     check(k in known_env, f"the ConfigMap sets {k}, which wuhu-worker does not read")
@@ -122,7 +122,20 @@ for d in kinds.get("ConfigMap", []):
         check(d["metadata"]["labels"].get("grafana_dashboard") == "1", "the sidecar's label")
         named = set(re.findall(r"wuhu_[a-z_]+", json.dumps(dash)))
         check(named and named <= exported, f"the dashboard names metrics the worker does not export: {sorted(named - exported)}")
+if case == "tenants":
+    check(config["data"].get("WUHU_TENANCY") == "true", "tenancy is on")
+    check(config["data"].get("WUHU_NATS_USER") == "fleet", "the fleet's NATS user")
+    check(config["data"].get("WUHU_NATS_INBOX_PREFIX") == "_INBOX_fleet", "the fleet's inbox prefix")
+    (w,) = workers
+    env = {e["name"]: e for e in w["spec"]["template"]["spec"]["containers"][0]["env"]}
+    check(env.get("WUHU_NATS_PASSWORD", {}).get("valueFrom", {}).get("secretKeyRef", {}).get("name") == "wuhu-nats-fleet",
+          "the fleet's NATS password from its Secret")
+    accounts = [c for c in kinds["ConfigMap"] if c["metadata"]["name"].endswith("-nats-accounts")]
+    check(len(accounts) == 1 and "password" not in json.dumps(accounts[0]["data"]).replace("password: $", ""),
+          "one nats accounts ConfigMap, with no password in it")
+    open(sys.argv[1] + ".accounts.conf", "w").write(accounts[0]["data"]["accounts.conf"])
 expected = {"default": {"Deployment", "PodDisruptionBudget"}, "sqlite": {"StatefulSet"},
+            "tenants": {"Deployment", "ConfigMap"},
             "postgres": {"Deployment", "HorizontalPodAutoscaler", "ServiceMonitor", "PrometheusRule", "PodDisruptionBudget"}}[case]
 check(expected <= kinds.keys(), f"{case}: expected {sorted(expected)}, rendered {sorted(kinds)}")
 if failures:
@@ -143,6 +156,61 @@ render_case postgres '{"postgres": {"existingSecret": "wuhu-postgres"}, "replica
                                          "api_key_env": "OPENAI_API_KEY"}}},
   "providerSecrets": [{"name": "OPENAI_API_KEY", "secretName": "wuhu-openai", "key": "api-key"}],
   "tools": {"tools": {"get_weather": {"description": "The weather", "schema": {"type": "object"}}}}}'
+
+render_case tenants '{"postgres": {"existingSecret": "wuhu-postgres"},
+  "nats": {"user": "fleet", "passwordSecret": {"name": "wuhu-nats-fleet", "key": "password"},
+           "inboxPrefix": "_INBOX_fleet"},
+  "tenancy": {"enabled": true, "tenants": ["acme", "globex-2"]}}'
+
+# The rendered accounts, as a NATS deployment includes them: nats-server loads them, and a
+# worker with tenancy behind them keeps the two tenants apart (wuhuctl as each tenant's
+# application, and as the operator).
+echo "chart: starting nats-server with the rendered accounts"
+printf 'include "accounts.conf"\n' > "$work/nats.conf"
+cp "$work/tenants.yaml.accounts.conf" "$work/accounts.conf"
+export WUHU_FLEET_PASSWORD=fleet-pw WUHU_OPERATOR_PASSWORD=operator-pw ACME_APP_PASSWORD=acme-pw \
+    ACME_TOOLS_PASSWORD=acme-tools-pw GLOBEX_2_APP_PASSWORD=globex-pw GLOBEX_2_TOOLS_PASSWORD=globex-tools-pw
+nats-server -c "$work/nats.conf" -t > "$work/nats-check.log" 2>&1 || { cat "$work/nats-check.log" >&2; exit 1; }
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+nats-server -c "$work/nats.conf" -a 127.0.0.1 -p "$port" > "$work/nats.log" 2>&1 &
+nats_pid=$!
+wuhuctl=$(dirname "$worker")/../client/wuhuctl
+WUHU_NATS_PASSWORD=fleet-pw "$worker" --nats "nats://127.0.0.1:$port" --nats-user fleet \
+    --nats-inbox-prefix _INBOX_fleet --tenancy --store "sqlite://$work/tenant-data" \
+    --worker-id chart-tenants --metrics-addr off 2>"$work/tenant-worker.log" &
+tenant_pid=$!
+as() {  # user password, then wuhuctl's arguments
+    local user=$1 password=$2; shift 2
+    WUHU_NATS_PASSWORD=$password "$wuhuctl" --nats "nats://127.0.0.1:$port" --user "$user" "$@"
+}
+up=
+for _ in $(seq 1 100); do
+    if as acme-app acme-pw send s1 "for acme" >/dev/null 2>&1; then up=1; break; fi
+    sleep 0.1
+done
+status=0
+if [ -z "$up" ]; then
+    echo "FAIL (tenants): no answer through the rendered accounts" >&2; status=1
+else
+    as globex-2-app globex-pw send s1 "for globex" >/dev/null
+    acme_view=$(as acme-app acme-pw --json sessions)
+    globex_view=$(as globex-2-app globex-pw --json status s1)
+    fleet_view=$(as operator operator-pw --inbox-prefix _INBOX_operator --json sessions)
+    python3 - "$acme_view" "$fleet_view" <<'PYEOF' || status=1
+import json, sys
+acme, fleet = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+ids = [r["id"] for r in acme["sessions"]]
+assert ids == ["s1"], f"acme sees {ids}"
+named = sorted(f'{r["tenant"]}/{r["id"]}' for r in fleet["sessions"])
+assert named == ["acme/s1", "globex-2/s1"], f"the operator sees {named}"
+PYEOF
+    if as acme-app acme-pw --prefix wuhu.globex-2 status s1 >/dev/null 2>&1; then
+        echo "FAIL (tenants): acme-app reached globex-2's subjects" >&2; status=1
+    fi
+    echo "chart (tenants): the rendered accounts keep acme and globex-2 apart"
+fi
+kill -TERM "$tenant_pid" "$nats_pid"; wait "$tenant_pid" "$nats_pid" 2>/dev/null || true
+[ "$status" -eq 0 ] || { cat "$work/tenant-worker.log" >&2; exit 1; }
 
 # postgres mode without the store's Secret is refused, with the reason.
 if "$work/render" "$root/charts/wuhu" "$work/default.values.json" test >/dev/null 2>&1; then :; fi

@@ -68,6 +68,13 @@ spec:
               name: {{ .Values.nats.existingSecret }}
               key: {{ .Values.nats.key }}
         {{- end }}
+        {{- if .Values.nats.passwordSecret.name }}
+        - name: WUHU_NATS_PASSWORD
+          valueFrom:
+            secretKeyRef:
+              name: {{ .Values.nats.passwordSecret.name }}
+              key: {{ .Values.nats.passwordSecret.key }}
+        {{- end }}
         {{- if eq .Values.mode "postgres" }}
         - name: WUHU_STORE
           valueFrom:
@@ -117,10 +124,24 @@ spec:
         - name: data
           mountPath: /data
         {{- end }}
+        {{- if .Values.nats.credsSecret.name }}
+        - name: nats-creds
+          mountPath: /etc/wuhu-nats
+          readOnly: true
+        {{- end }}
   volumes:
     - name: config
       configMap:
         name: {{ include "wuhu.fullname" . }}-files
+    {{- if .Values.nats.credsSecret.name }}
+    - name: nats-creds
+      secret:
+        secretName: {{ .Values.nats.credsSecret.name }}
+        defaultMode: 0400
+        items:
+          - key: {{ .Values.nats.credsSecret.key }}
+            path: fleet.creds
+    {{- end }}
     - name: tmp
       emptyDir: {}
   {{- with .Values.nodeSelector }}
@@ -142,6 +163,21 @@ spec:
 WUHU_PREFIX: {{ .Values.worker.prefix | quote }}
 {{- if not .Values.nats.existingSecret }}
 WUHU_NATS_URL: {{ .Values.nats.url | quote }}
+{{- end }}
+{{- with .Values.nats.user }}
+WUHU_NATS_USER: {{ . | quote }}
+{{- end }}
+{{- if .Values.nats.credsSecret.name }}
+WUHU_NATS_CREDS: "/etc/wuhu-nats/fleet.creds"
+{{- end }}
+{{- with .Values.nats.inboxPrefix }}
+WUHU_NATS_INBOX_PREFIX: {{ . | quote }}
+{{- end }}
+{{- if .Values.tenancy.enabled }}
+WUHU_TENANCY: "true"
+{{- with .Values.tenancy.defaultTenant }}
+WUHU_DEFAULT_TENANT: {{ . | quote }}
+{{- end }}
 {{- end }}
 {{- if eq .Values.mode "sqlite" }}
 WUHU_STORE: "sqlite:///data"
