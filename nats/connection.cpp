@@ -1,5 +1,6 @@
 #include "nats/connection.hpp"
 
+#include "nats/nkey.hpp"
 #include "nats/socket_loop.hpp"
 #include "runtime/secrets.hpp"
 
@@ -8,6 +9,8 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -269,7 +272,17 @@ connection::connection(options o) : inbox_prefix_(o.inbox_prefix) {
         set = natsOptions_SetUserCredentialsFromFiles(opts, a.credentials_file.c_str(), nullptr);
     }
     if (set == NATS_OK && !a.nkey_seed_file.empty()) {
-        set = natsOptions_SetNKeyFromSeed(opts, nullptr, a.nkey_seed_file.c_str());
+        // libnats signs with the seed file, but sends the public key it is given.
+        std::ifstream f(a.nkey_seed_file);
+        std::string seed((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+        const auto public_key = nkey_public_of_seed(seed);
+        std::fill(seed.begin(), seed.end(), '\0');
+        if (!public_key) {
+            natsOptions_Destroy(opts);
+            throw std::invalid_argument("the NKey seed file " + a.nkey_seed_file +
+                                        " holds no NKey seed");
+        }
+        set = natsOptions_SetNKeyFromSeed(opts, public_key->c_str(), a.nkey_seed_file.c_str());
     }
     if (set == NATS_OK && inbox_prefix_ != "_INBOX") {
         set = natsOptions_SetCustomInboxPrefix(opts, inbox_prefix_.c_str());

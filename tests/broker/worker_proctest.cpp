@@ -142,6 +142,64 @@ TEST(WorkerProcess, TakesNatsCredentialsFromFlagsAndVariables) {
     EXPECT_NE(text.find("Authorization Violation"), std::string::npos) << text;
 }
 
+// The other kinds of NATS credentials, for the worker and wuhuctl alike: a token, an NKey seed
+// file, and a credentials file (a user JWT and its seed) against an operator-mode nats-server;
+// the identities are made by the NATS team's nkeys.js and jwt.js (tests/external).
+TEST(WorkerProcess, LogsInWithATokenAnNKeyOrACredentialsFile) {
+    temp_dir ids;
+    const pid_t made = spawn("node", {std::string(WUHU_SOURCE_DIR) + "/tests/external/nats_identities.mjs",
+                                      ids.path().string()},
+                             (ids.path() / "node.log").string());
+    ASSERT_EQ(wait_exit(made, 60s), 0) << "tests/external/nats_identities.mjs failed (npm install "
+                                          "in tests/external: scripts/test does it)";
+    struct kind {
+        std::string name;
+        std::vector<std::string> server;   // nats-server's arguments
+        std::vector<std::string> worker;   // the worker's flags
+        std::vector<std::string> wuhuctl;  // wuhuctl's
+    };
+    const std::string seed = (ids.path() / "nkey.seed").string();
+    const std::string creds = (ids.path() / "user.creds").string();
+    const std::vector<kind> kinds{
+        {"token", {"--auth", "t0ken-s3cret"}, {"--nats-token", "t0ken-s3cret"},
+         {"--token", "t0ken-s3cret"}},
+        {"nkey", {"-c", (ids.path() / "nkey.conf").string()}, {"--nats-nkey", seed},
+         {"--nkey", seed}},
+        {"creds", {"-c", (ids.path() / "operator.conf").string()}, {"--nats-creds", creds},
+         {"--creds", creds}},
+    };
+    for (const auto& k : kinds) {
+        own_nats nats(k.server);
+        ASSERT_TRUE(nats.up()) << k.name << ": nats-server did not start";
+        EXPECT_THROW(nats::connection(nats.url(), "anonymous"), std::runtime_error)
+            << k.name << ": the server must require the credentials";
+        worker_process::config c;
+        c.args = k.worker;
+        worker_process worker("k" + k.name, R"({"responses":[{"text":"ok"}]})", c);
+        worker.start(nats.url());
+        auto ctl = [&](std::vector<std::string> args) {
+            std::vector<std::string> all{"--nats", nats.url(), "--prefix", worker.prefix()};
+            all.insert(all.end(), k.wuhuctl.begin(), k.wuhuctl.end());
+            all.insert(all.end(), args.begin(), args.end());
+            return wait_exit(spawn(WUHUCTL_BIN, all, (worker.dir() / "ctl.log").string()), 30s);
+        };
+        int sent = -1;
+        for (int i = 0; i < 100 && sent != 0; ++i) {
+            sent = ctl({"send", "k1", "hello"});
+            if (sent != 0) {
+                std::this_thread::sleep_for(100ms);
+            }
+        }
+        EXPECT_EQ(sent, 0) << k.name << ": wuhuctl and the worker could not talk";
+        EXPECT_EQ(ctl({"status", "k1"}), 0) << k.name;
+        EXPECT_EQ(worker.stop(), 0) << k.name;
+        std::ifstream f(worker.log());
+        const std::string text((std::istreambuf_iterator<char>(f)),
+                               std::istreambuf_iterator<char>());
+        EXPECT_EQ(text.find("t0ken-s3cret"), std::string::npos) << text;
+    }
+}
+
 TEST(WorkerProcess, BadFlagsAndVariablesAreUsageErrors) {
     temp_dir dir;
     const std::string data = "sqlite://" + (dir.path() / "data").string();
