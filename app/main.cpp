@@ -359,9 +359,29 @@ int main(int argc, char** argv) {
         const wuhu::protocol::subject_layout subjects(
             prefix, wuhu::protocol::tenancy{tenancy, default_tenant});
         if (!subjects.valid_worker(worker_id)) {
-            throw std::invalid_argument("--worker-id cannot be \"session\" with --tenancy");
+            throw std::invalid_argument(
+                "--worker-id cannot be session, admin, events, tools or worker with --tenancy");
         }
         auto store = open_store(store_url, pool, synchronous, pg_schema);
+        if (tenancy && !default_tenant.empty()) {
+            // The default tenant's sessions are kept without a tenant: sessions already kept
+            // as that tenant's (<tenant>.<id>) would be hidden behind them, and share their
+            // subjects.
+            wuhu::storage::catalog_query q;
+            q.tenant = default_tenant;
+            q.limit = 1;
+            auto found = store->sessions(q);
+            if (!found) {
+                throw std::runtime_error("reading the store's sessions: " +
+                                         found.error().message());
+            }
+            if (!found->empty()) {
+                throw std::invalid_argument(
+                    "--default-tenant " + default_tenant + ": the store already holds sessions "
+                    "of that tenant (" + found->front().id.str() + "); the default tenant must "
+                    "be one whose sessions were all made before tenancy");
+            }
+        }
         auto leases = open_leases(lease, store_url, force_memory_lease, pg_schema);
         wuhu::nats::options nats_options;
         nats_options.url = nats_url;

@@ -131,8 +131,10 @@ std::string server::list_sessions(const nats::message& m) {
         return protocol::error_reply(scope.error());
     }
     const auto& tenant = *scope;
-    const auto names = tenant || !subjects_.tenancy_on() ? protocol::session_names::ids
-                                                         : protocol::session_names::keys;
+    // A tenant names its sessions by their ids; the whole fleet's view by their keys (with
+    // tenancy `<tenant>.<id>`; without, ids, and the keys of tenants' sessions left from when
+    // tenancy was on).
+    const auto names = tenant ? protocol::session_names::ids : protocol::session_names::keys;
     auto read = read_query(m.data, options_.limits, names);
     if (auto* refused = std::get_if<std::string>(&read)) {
         return std::move(*refused);
@@ -168,7 +170,20 @@ std::string server::list_page(const protocol::sessions_query& q) {
             }
             owners = std::move(*live);
         }
-        return merge_owner_pages(q, ask_owners(owners, {local_query(q)}));
+        auto pages = ask_owners(owners, {local_query(q)});
+        if (q.tenant) {
+            // Another worker's answer is input: a row of another tenant is never shown.
+            for (auto& [owner, page] : pages) {
+                if (!page) {
+                    continue;
+                }
+                std::erase_if(page->rows, [&](const auto& row) {
+                    auto key = s::session_id::parse_key(row.first);
+                    return !key || subjects_.tenant_of(*key) != *q.tenant;
+                });
+            }
+        }
+        return merge_owner_pages(q, pages);
     }
     return indexed_page(q);
 }

@@ -122,6 +122,13 @@ asio::awaitable<void> serve(server* srv, worker::session_registry* reg, nats::me
             }
         }
     }
+    if (!srv->answerable(reply_to)) {
+        // A reply subject among the fleet's own: answering would publish there as the fleet
+        // (an event, a tool call, another worker's subject). The request is still served.
+        srv->count_failure("reply (the reply subject is one of the fleet's own subjects)",
+                           m.subject, 0);
+        reply_to.clear();
+    }
     std::string subject = m.subject;
     std::vector<std::string> replies;
     try {
@@ -160,8 +167,8 @@ server::server(asio::any_io_executor ex, nats::connection& nats, lease_desk& lea
       })) {
     if (!subjects_.valid_worker(worker_id())) {
         throw std::invalid_argument(
-            "the worker id must be 1-64 characters of [A-Za-z0-9_-] (and not \"session\" with "
-            "tenancy): " + worker_id());
+            "the worker id must be 1-64 characters of [A-Za-z0-9_-] (and with tenancy not "
+            "session, admin, events, tools or worker): " + worker_id());
     }
     auto max = nats_.max_payload();
     if (max > 0) {
@@ -260,8 +267,8 @@ void server::start(worker::session_registry& registry, worker::work_gate& work) 
     taking_.push_back(nats_.queue_subscribe(subjects_.requests(), options_.queue_group, on_request));
     // The fleet view: any one worker answers, asking each owner for a page of its sessions.
     auto on_view = [this](nats::message m) {
-        if (m.reply.empty() || m.bad_reply) {
-            return;  // nobody to answer
+        if (m.reply.empty() || m.bad_reply || !answerable(m.reply)) {
+            return;  // nobody to answer (or a reply subject of the fleet's own)
         }
         asio::post(admin_, [this, m = std::move(m)] {
             std::string page;
@@ -285,7 +292,7 @@ void server::start(worker::session_registry& registry, worker::work_gate& work) 
     forwarded_to_me_.push_back(
         nats_.subscribe(subjects_.local_sessions(worker_id()).value(),
                         [this, &registry](nats::message m) {
-            if (m.reply.empty() || m.bad_reply) {
+            if (m.reply.empty() || m.bad_reply || !answerable(m.reply)) {
                 return;
             }
             ++in_flight_;
@@ -435,12 +442,15 @@ asio::awaitable<std::vector<std::string>> server::handle(worker::session_registr
                 co_return replies{error_reply("internal", "the session's owner id is invalid")};
             }
             ++forwarded_;
-            // The caller's reply subject in a header, the message without one: nats-server
-            // refuses a publish carrying the reply subject of a request that came through an
-            // account import (`_R_.…`), and the owner answers the caller directly.
+            // The caller's reply subject in a header: nats-server refuses a publish carrying
+            // the reply subject of a request that came through an account import (`_R_.…`),
+            // and the owner answers the caller directly. Any other reply subject is also the
+            // message's own, for an owner of an earlier release (a rolling upgrade).
             const nats::header_list headers{{std::string(reply_header), m.reply}};
+            const bool imported = m.reply.starts_with("_R_.");
             if (m.reply.empty() ? !nats_.publish(*subject, m.data)
-                                : !nats_.publish(*subject, headers, m.data)) {
+                                : !nats_.publish_request(*subject, imported ? "" : m.reply,
+                                                         headers, m.data)) {
                 count_failure("forwarded request", sid.str(), m.data.size());
             }
             co_return replies{};

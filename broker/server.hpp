@@ -109,6 +109,10 @@ class server {
     const server_options& options() const { return options_; }
     const protocol::subject_layout& subjects() const { return subjects_; }
     const std::string& worker_id() const { return leases_.keeper().worker_id(); }
+    // Whether a reply may be published to `reply`: not one of the fleet's own subjects
+    // (`<prefix>.…`), where a reply would be published as the fleet (nats-server does not
+    // check a reply subject against its sender's permissions).
+    bool answerable(std::string_view reply) const { return !subjects_.within_prefix(reply); }
     // The answer to `<prefix>.admin.sessions` (blocking: it asks every owner; run it off the
     // executor).
     std::string list_sessions(const nats::message& m);

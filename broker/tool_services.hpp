@@ -18,7 +18,8 @@
 //   Wuhu-Session    the session id (within its tenant)
 //   Wuhu-Tenant     the session's tenant (with tenancy only)
 //   Wuhu-Tool       the tool's name
-//   Wuhu-Tool-Call  the call's id: the same for every attempt, the service's idempotency key
+//   Wuhu-Tool-Call  the call's id: the same for every attempt; with the session (and the
+//                   tenant), the service's idempotency key
 //   Wuhu-Deadline   when the worker stops waiting for this attempt (Unix milliseconds)
 //   Wuhu-Attempt    1, 2, ...
 //

@@ -269,7 +269,14 @@ int main(int argc, char** argv) {
     app.add_option("--creds", o.auth.credentials_file, "NATS credentials file (WUHU_NATS_CREDS)");
     app.add_option("--nkey", o.auth.nkey_seed_file, "NATS NKey seed file (WUHU_NATS_NKEY)");
     app.add_option("--inbox-prefix", o.inbox_prefix,
-                   "prefix of reply subjects, e.g. _INBOX_<user> (WUHU_NATS_INBOX_PREFIX)");
+                   "prefix of reply subjects, e.g. _INBOX_<user> (WUHU_NATS_INBOX_PREFIX)")
+        ->check(CLI::Validator(
+            [](std::string& v) {
+                return wuhu::protocol::valid_prefix(v)
+                           ? std::string()
+                           : "must be tokens of [A-Za-z0-9_-] separated by dots: " + v;
+            },
+            "PREFIX"));
     app.add_flag("--json", o.as_json, "print replies as JSON");
     app.require_subcommand(1);
 

@@ -84,22 +84,17 @@ bool subject_byte(char c) {
     return b > ' ' && b != 0x7f;
 }
 
-bool valid_prefix(std::string_view prefix) {
-    if (prefix.empty() || prefix.size() > 200) {
+// An inbox prefix: a subject that can be published to, without an empty or a wildcard token
+// (libnats's rule).
+bool valid_inbox_prefix(std::string_view prefix) {
+    if (!valid_publish_subject(prefix) || prefix.size() > 200) {
         return false;
     }
     for (;;) {
         const auto dot = prefix.find('.');
         const auto token = prefix.substr(0, dot);
-        if (token.empty() || token.size() > 64) {
+        if (token.empty() || token == "*" || token == ">") {
             return false;
-        }
-        for (char c : token) {
-            const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-                            (c >= '0' && c <= '9') || c == '_' || c == '-';
-            if (!ok) {
-                return false;
-            }
         }
         if (dot == std::string_view::npos) {
             return true;
@@ -236,9 +231,9 @@ bool valid_publish_subject(std::string_view subject) {
 }
 
 connection::connection(options o) : inbox_prefix_(o.inbox_prefix) {
-    if (!valid_prefix(inbox_prefix_)) {
+    if (!valid_inbox_prefix(inbox_prefix_)) {
         throw std::invalid_argument(
-            "the inbox prefix must be tokens of [A-Za-z0-9_-] separated by dots: " +
+            "the inbox prefix must be a subject without wildcards or empty tokens: " +
             inbox_prefix_);
     }
     const auto& a = o.auth;
@@ -275,12 +270,13 @@ connection::connection(options o) : inbox_prefix_(o.inbox_prefix) {
         // libnats signs with the seed file, but sends the public key it is given.
         std::ifstream f(a.nkey_seed_file);
         std::string seed((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-        const auto public_key = nkey_public_of_seed(seed);
+        const auto public_key = f ? nkey_public_of_seed(seed) : std::nullopt;
         std::fill(seed.begin(), seed.end(), '\0');
-        if (!public_key) {
+        if (!public_key || !public_key->starts_with("U")) {
             natsOptions_Destroy(opts);
-            throw std::invalid_argument("the NKey seed file " + a.nkey_seed_file +
-                                        " holds no NKey seed");
+            throw std::invalid_argument(
+                !f ? "cannot read the NKey seed file " + a.nkey_seed_file
+                   : "the NKey seed file " + a.nkey_seed_file + " holds no user's NKey seed");
         }
         set = natsOptions_SetNKeyFromSeed(opts, public_key->c_str(), a.nkey_seed_file.c_str());
     }
@@ -374,8 +370,22 @@ bool connection::publish(const std::string& subject, const header_list& headers,
     if (!valid_publish_subject(subject) || !headers_ok(headers)) {
         return false;
     }
+    return publish_message(subject, nullptr, headers, data);
+}
+
+bool connection::publish_request(const std::string& subject, const std::string& reply,
+                                 const header_list& headers, std::string_view data) {
+    if (!valid_publish_subject(subject) || (!reply.empty() && !valid_publish_subject(reply)) ||
+        !headers_ok(headers)) {
+        return false;
+    }
+    return publish_message(subject, reply.empty() ? nullptr : reply.c_str(), headers, data);
+}
+
+bool connection::publish_message(const std::string& subject, const char* reply,
+                                 const header_list& headers, std::string_view data) {
     natsMsg* msg = nullptr;
-    natsStatus s = natsMsg_Create(&msg, subject.c_str(), nullptr, data.data(),
+    natsStatus s = natsMsg_Create(&msg, subject.c_str(), reply, data.data(),
                                   static_cast<int>(data.size()));
     for (std::size_t i = 0; s == NATS_OK && i < headers.size(); ++i) {
         s = natsMsgHeader_Set(msg, headers[i].first.c_str(), headers[i].second.c_str());
@@ -579,17 +589,7 @@ std::uint64_t connection::request_async(const std::string& subject, const header
         pending_->waiting.emplace(token, std::move(done));
         reply_to = pending_->prefix + std::to_string(token);
     }
-    natsMsg* msg = nullptr;
-    natsStatus s = natsMsg_Create(&msg, subject.c_str(), reply_to.c_str(), data.data(),
-                                  static_cast<int>(data.size()));
-    for (std::size_t i = 0; s == NATS_OK && i < headers.size(); ++i) {
-        s = natsMsgHeader_Set(msg, headers[i].first.c_str(), headers[i].second.c_str());
-    }
-    if (s == NATS_OK) {
-        s = loop_->publishing([&] { return natsConnection_PublishMsg(nc_, msg); });
-    }
-    natsMsg_Destroy(msg);
-    if (s != NATS_OK) {
+    if (!publish_message(subject, reply_to.c_str(), headers, data)) {
         cancel_request(token);
         return 0;
     }

@@ -70,8 +70,8 @@ struct options {
     std::function<void(std::string_view event, std::string_view url)> on_connection;
     credentials auth;
     // The prefix of this connection's reply subjects (`_INBOX` by default): a user allowed to
-    // subscribe only to `_INBOX_<user>.>` sets `_INBOX_<user>`. Tokens of [A-Za-z0-9_-]
-    // separated by dots.
+    // subscribe only to `_INBOX_<user>.>` sets `_INBOX_<user>`. A subject without wildcards or
+    // empty tokens.
     std::string inbox_prefix = "_INBOX";
 };
 
@@ -107,6 +107,9 @@ class connection {
     bool publish(const std::string& subject, std::string_view data);
     // Publishes with headers (header_list's rules; false when one breaks them).
     bool publish(const std::string& subject, const header_list& headers, std::string_view data);
+    // The same with a reply subject ("": none).
+    bool publish_request(const std::string& subject, const std::string& reply,
+                         const header_list& headers, std::string_view data);
     // Publishes with a reply subject; false when either is not a valid subject.
     bool publish_request(const std::string& subject, const std::string& reply,
                          std::string_view data);
@@ -166,6 +169,10 @@ class connection {
   private:
     // A new unique reply subject under the inbox prefix.
     std::string new_inbox() const;
+    // Publishes a message with headers (and a reply subject, or nullptr), both checked by the
+    // caller.
+    bool publish_message(const std::string& subject, const char* reply, const header_list& headers,
+                         std::string_view data);
 
     std::string inbox_prefix_;
     // The connection callbacks' closure: it outlives the last callback (the destructor waits

@@ -3,6 +3,7 @@
 #include <openssl/evp.h>
 
 #include <array>
+#include <cctype>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -67,10 +68,10 @@ std::string base32_encode(const std::vector<std::uint8_t>& data) {
 }  // namespace
 
 std::optional<std::string> nkey_public_of_seed(std::string_view seed) {
-    while (!seed.empty() && (seed.back() == '\n' || seed.back() == '\r' || seed.back() == ' ')) {
+    while (!seed.empty() && std::isspace(static_cast<unsigned char>(seed.back())) != 0) {
         seed.remove_suffix(1);
     }
-    while (!seed.empty() && (seed.front() == ' ' || seed.front() == '\n')) {
+    while (!seed.empty() && std::isspace(static_cast<unsigned char>(seed.front())) != 0) {
         seed.remove_prefix(1);
     }
     auto raw = base32_decode(seed);

@@ -1,5 +1,6 @@
 #include "protocol/subjects.hpp"
 
+#include <algorithm>
 #include <array>
 #include <stdexcept>
 
@@ -93,28 +94,6 @@ bool valid_tenant(std::string_view tenant) {
     return true;
 }
 
-bool valid_subject(std::string_view subject) {
-    if (subject.empty() || subject.size() > 1024) {
-        return false;
-    }
-    for (;;) {
-        const auto dot = subject.find('.');
-        const auto token = subject.substr(0, dot);
-        if (token.empty() || token == "*" || token == ">") {
-            return false;
-        }
-        for (char c : token) {
-            if (c <= ' ' || c >= 0x7f) {
-                return false;
-            }
-        }
-        if (dot == std::string_view::npos) {
-            return true;
-        }
-        subject.remove_prefix(dot + 1);
-    }
-}
-
 subject_layout::subject_layout(std::string prefix, tenancy t)
     : prefix_(std::move(prefix)), tenancy_(std::move(t)) {
     if (!valid_prefix(prefix_)) {
@@ -131,7 +110,11 @@ subject_layout::subject_layout(std::string prefix, tenancy t)
 }
 
 bool subject_layout::valid_worker(std::string_view worker_id) const {
-    return valid_worker_id(worker_id) && !(tenancy_.on && worker_id == "session");
+    // With tenancy, `<prefix>.worker.<id>.…` must match no tenant's subject pattern
+    // (`<prefix>.*.session.>`, `<prefix>.*.events.>`, …): the id is none of the layout's words.
+    return valid_worker_id(worker_id) &&
+           !(tenancy_.on && std::find(layout_words.begin(), layout_words.end(), worker_id) !=
+                                layout_words.end());
 }
 
 std::string subject_layout::requests() const {
@@ -154,9 +137,30 @@ std::string subject_layout::forwarded_requests(std::string_view worker_id) const
            (tenancy_.on ? ".*.session.>" : ".session.>");
 }
 
+namespace {
+// What follows `<prefix>.worker.<id>.` in `subject`, or nullopt when it does not start so (no
+// allocation: every request a worker takes is asked this).
+std::optional<std::string_view> after_worker(std::string_view subject, std::string_view prefix,
+                                             std::string_view worker_id) {
+    constexpr std::string_view worker = ".worker.";
+    if (!subject.starts_with(prefix)) {
+        return std::nullopt;
+    }
+    subject.remove_prefix(prefix.size());
+    if (!subject.starts_with(worker)) {
+        return std::nullopt;
+    }
+    subject.remove_prefix(worker.size());
+    if (!subject.starts_with(worker_id) || subject.size() <= worker_id.size() ||
+        subject[worker_id.size()] != '.') {
+        return std::nullopt;
+    }
+    return subject.substr(worker_id.size() + 1);
+}
+}  // namespace
+
 bool subject_layout::for_worker(std::string_view subject, std::string_view worker_id) const {
-    const std::string head = prefix_ + ".worker." + std::string(worker_id) + ".";
-    return subject.starts_with(head);
+    return after_worker(subject, prefix_, worker_id).has_value();
 }
 
 s::result<std::string> subject_layout::local_sessions(std::string_view worker_id) const {
@@ -218,11 +222,11 @@ s::result<route> subject_layout::parse_request(std::string_view subject) const {
 
 s::result<route> subject_layout::parse_forwarded(std::string_view subject,
                                                  std::string_view worker_id) const {
-    const std::string head = prefix_ + ".worker." + std::string(worker_id) + ".";
-    if (!subject.starts_with(head)) {
+    const auto rest = after_worker(subject, prefix_, worker_id);
+    if (!rest) {
         return s::errc::unknown_command;
     }
-    return parse_rest(subject.substr(head.size()));
+    return parse_rest(*rest);
 }
 
 s::result<std::optional<std::string>> subject_layout::parse_view(std::string_view subject) const {
@@ -248,14 +252,30 @@ s::result<std::optional<std::string>> subject_layout::parse_view(std::string_vie
     return std::optional<std::string>(std::string(tenant));
 }
 
-std::string subject_layout::tenant_part(const s::session_id& sid) const {
+namespace {
+// The parts one after the other, in one allocation.
+std::string joined(std::initializer_list<std::string_view> parts) {
+    std::size_t n = 0;
+    for (auto p : parts) {
+        n += p.size();
+    }
+    std::string out;
+    out.reserve(n);
+    for (auto p : parts) {
+        out.append(p);
+    }
+    return out;
+}
+}  // namespace
+
+std::string subject_layout::of_session(const s::session_id& sid, std::string_view kind,
+                                       std::string_view last) const {
     const auto t = tenant_of(sid);
-    return t.empty() ? std::string() : std::string(t) + ".";
+    return joined({prefix_, ".", t, t.empty() ? "" : ".", kind, ".", sid.local(), ".", last});
 }
 
 std::string subject_layout::request(const s::session_id& sid, verb v) const {
-    return prefix_ + "." + tenant_part(sid) + "session." + std::string(sid.local()) + "." +
-           std::string(verb_name(v));
+    return of_session(sid, "session", verb_name(v));
 }
 
 s::result<std::string> subject_layout::forward(std::string_view worker_id,
@@ -263,20 +283,21 @@ s::result<std::string> subject_layout::forward(std::string_view worker_id,
     if (!valid_worker(worker_id)) {
         return s::errc::invalid_query;
     }
-    return prefix_ + ".worker." + std::string(worker_id) + "." + tenant_part(sid) + "session." +
-           std::string(sid.local()) + "." + std::string(verb_name(v));
+    const auto t = tenant_of(sid);
+    return joined({prefix_, ".worker.", worker_id, ".", t, t.empty() ? "" : ".", "session.",
+                   sid.local(), ".", verb_name(v)});
 }
 
 std::string subject_layout::patch(const s::session_id& sid) const {
-    return prefix_ + "." + tenant_part(sid) + "events." + std::string(sid.local()) + ".patch";
+    return of_session(sid, "events", "patch");
 }
 
 std::string subject_layout::delta(const s::session_id& sid) const {
-    return prefix_ + "." + tenant_part(sid) + "events." + std::string(sid.local()) + ".delta";
+    return of_session(sid, "events", "delta");
 }
 
 std::string subject_layout::events(const s::session_id& sid) const {
-    return prefix_ + "." + tenant_part(sid) + "events." + std::string(sid.local()) + ".>";
+    return of_session(sid, "events", ">");
 }
 
 s::result<std::string> subject_layout::tool(const s::session_id& sid,
@@ -284,7 +305,8 @@ s::result<std::string> subject_layout::tool(const s::session_id& sid,
     if (!s::is_id_token(name)) {
         return s::errc::invalid_query;
     }
-    return prefix_ + "." + tenant_part(sid) + "tools." + std::string(name);
+    const auto t = tenant_of(sid);
+    return joined({prefix_, ".", t, t.empty() ? "" : ".", "tools.", name});
 }
 
 std::string_view subject_layout::tenant_of(const s::session_id& sid) const {

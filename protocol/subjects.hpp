@@ -28,7 +28,7 @@
 // A session id, a worker id, a tenant id, a tool name and each token of a prefix follow one
 // rule, the rule of a session id (session::is_id_token): 1-64 of [A-Za-z0-9_-], so none can
 // add a token, a wildcard or a protocol command. A tenant is also none of the layout's own
-// words (session, admin, events, tools, worker), and with tenancy on no worker id is "session".
+// words (session, admin, events, tools, worker), and with tenancy on neither is a worker id.
 //
 // A session's tenant is part of its identity (session::session_id's key `<tenant>.<id>`). With
 // tenancy on, the sessions stored without a tenant (made before tenancy was turned on) belong
@@ -63,9 +63,6 @@ bool valid_worker_id(std::string_view id);
 bool valid_prefix(std::string_view prefix);
 // A tenant id: one subject token that is not a word of the layout.
 bool valid_tenant(std::string_view tenant);
-// A subject one may publish to, as a whole: tokens of printable ASCII but space, separated by
-// single dots, none a wildcard (a tools file's own `subject`).
-bool valid_subject(std::string_view subject);
 
 struct tenancy {
     bool on = false;
@@ -83,7 +80,8 @@ class subject_layout {
     const std::string& prefix() const { return prefix_; }
     bool tenancy_on() const { return tenancy_.on; }
     const std::string& default_tenant() const { return tenancy_.default_tenant; }
-    // A worker id this layout can route to (valid_worker_id, and not "session" with tenancy).
+    // A worker id this layout can route to (valid_worker_id, and with tenancy none of the
+    // layout's words).
     bool valid_worker(std::string_view worker_id) const;
 
     // ---- what a worker subscribes to
@@ -98,6 +96,11 @@ class subject_layout {
     std::string forwarded_requests(std::string_view worker_id) const;
     // Whether `subject` is one only that worker takes (<prefix>.worker.<id>.…).
     bool for_worker(std::string_view subject, std::string_view worker_id) const;
+    // Whether `subject` is under the prefix (one of the fleet's subjects).
+    bool within_prefix(std::string_view subject) const {
+        return subject.size() > prefix_.size() && subject.starts_with(prefix_) &&
+               subject[prefix_.size()] == '.';
+    }
     // An owner's page of the fleet view: <prefix>.worker.<id>.admin.local; invalid_query when
     // the worker id cannot be routed to.
     session::result<std::string> local_sessions(std::string_view worker_id) const;
@@ -141,8 +144,9 @@ class subject_layout {
     std::string scope_of(std::string_view tenant) const;
 
   private:
-    // "<tenant>." for a session of a tenant, or "".
-    std::string tenant_part(const session::session_id& sid) const;
+    // <prefix>.[<tenant>.]<kind>.<sid>.<last>
+    std::string of_session(const session::session_id& sid, std::string_view kind,
+                           std::string_view last) const;
     // What follows "<prefix>." (or "<prefix>.worker.<id>."): [<tenant>.]session.<sid>.<verb>.
     session::result<route> parse_rest(std::string_view rest) const;
 

@@ -95,34 +95,49 @@ void keyword_secrets(std::string_view text, std::vector<span>& out) {
     }
 }
 
+// Whether a URL (`scheme://`) starts at `at`.
+bool url_at(std::string_view text, std::size_t at) {
+    std::size_t i = at;
+    if (i >= text.size() || std::isalpha(static_cast<unsigned char>(text[i])) == 0) {
+        return false;
+    }
+    while (i < text.size() && scheme_char(text[i])) {
+        ++i;
+    }
+    return text.substr(i, 3) == "://";
+}
+
+// The secrets of text that holds no URL: a keyword string, or `user:password@host`.
+void plain_secrets(std::string_view text, std::vector<span>& out) {
+    if (text.find('=') != std::string_view::npos) {
+        keyword_secrets(text, out);
+    } else if (const auto at = text.rfind('@'); at != std::string_view::npos && at > 0) {
+        out.push_back({0, at});  // user:password@host:4222
+    }
+}
+
 // Every secret of a URL, a list of URLs or a keyword string, in order, not overlapping.
 std::vector<span> find_secrets(std::string_view text) {
     std::vector<span> out;
-    // Where each URL starts (its scheme): a list is cut there, never at a comma (a password
-    // may hold one).
+    // Where each URL starts: at the start of the text or of an item of a list (after a comma),
+    // never at a `://` inside a password or a keyword's value.
     std::vector<std::size_t> starts;
-    for (auto at = text.find("://"); at != std::string_view::npos; at = text.find("://", at + 3)) {
-        auto begin = at;
-        while (begin > 0 && scheme_char(text[begin - 1])) {
-            --begin;
+    for (std::size_t at = 0;;) {
+        auto item = at;
+        while (item < text.size() && text[item] == ' ') {
+            ++item;
         }
-        starts.push_back(begin);
-    }
-    if (starts.empty()) {
-        if (text.find('=') != std::string_view::npos) {
-            keyword_secrets(text, out);
-        } else if (const auto at = text.rfind('@'); at != std::string_view::npos && at > 0) {
-            out.push_back({0, at});  // user:password@host:4222
+        if (url_at(text, item)) {
+            starts.push_back(item);
         }
-        return out;
-    }
-    if (starts.front() > 0) {
-        // Text before the first URL (another list item without a scheme, or a prefix).
-        const auto head = text.substr(0, starts.front());
-        if (const auto at = head.rfind('@'); at != std::string_view::npos && at > 0) {
-            out.push_back({0, at});
+        const auto comma = text.find(',', at);
+        if (comma == std::string_view::npos) {
+            break;
         }
+        at = comma + 1;
     }
+    // What comes before the first URL (all of it when there is none).
+    plain_secrets(text.substr(0, starts.empty() ? text.size() : starts.front()), out);
     for (std::size_t k = 0; k < starts.size(); ++k) {
         const auto end = k + 1 < starts.size() ? starts[k + 1] : text.size();
         const auto authority = text.find("://", starts[k]) + 3;

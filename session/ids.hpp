@@ -50,8 +50,8 @@ bool is_id_token(std::string_view s);
 // tenant it belongs to (an id token too). Two tenants' sessions of equal ids are different
 // sessions. Its key, str(), is what stores, leases, logs and the fleet's own messages keep:
 // the id alone for a session of no tenant, `<tenant>.<id>` for a tenant's. The key is safe as
-// a file name and as a subject token's text, and keys of one tenant sort together (a range:
-// from `<tenant>.` up to `<tenant>/`).
+// a file name (its tokens are each safe as a subject token), and keys of one tenant sort
+// together (a range: from `<tenant>.` up to `<tenant>/`).
 class session_id {
   public:
     // A session id as a client names it: an id token.

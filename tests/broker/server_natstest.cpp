@@ -620,6 +620,40 @@ TEST_F(worker_fixture, TheFleetViewsOwnerFilterCannotAddACommandToTheProtocol) {
         << "the victim session must keep its transcript";
 }
 
+// Found in review (issue 29): nats-server does not check a reply subject against its sender's
+// permissions, so a client allowed to request a session could name one of the fleet's own
+// subjects as the reply subject (an event of another session, a worker's own subject) and make
+// the worker publish there as the fleet. Such a request is served, and not answered.
+TEST_F(worker_fixture, AReplySubjectAmongTheFleetsOwnIsNeverAnswered) {
+    nats::connection probe(nats_url(), "reply-probe");
+    std::atomic<int> seen{0};
+    probe.subscribe(prefix_ + ".>", [&](nats::message m) {
+        if (m.subject.starts_with(prefix_ + ".events.victim") ||
+            m.subject.starts_with(prefix_ + ".worker.") || m.subject.ends_with(".forged")) {
+            ++seen;
+        }
+    });
+    probe.flush();
+    raw_nats raw(nats_url());
+    for (const auto& reply : {prefix_ + ".events.victim.patch", prefix_ + ".worker.w1.admin.local",
+                              prefix_ + ".session.victim.forged"}) {
+        EXPECT_FALSE(raw.request_to(prefix_ + ".session.mine.enqueue", reply, "_RAW.inbox.x",
+                                    R"({"lane":"followUp","content":"x"})", 300ms)
+                         .has_value());
+        EXPECT_FALSE(
+            raw.request_to(prefix_ + ".admin.sessions", reply, "_RAW.inbox.x", "{}", 300ms)
+                .has_value());
+    }
+    probe.flush();
+    std::this_thread::sleep_for(200ms);
+    EXPECT_EQ(seen.load(), 0) << "the worker published a reply on one of the fleet's subjects";
+    // The requests were served: the session holds them (their answers went nowhere).
+    auto mine = request("mine", "subscribe", "{}");
+    EXPECT_FALSE(mine.at("patch").at("transcript").as_array().empty()) << json::serialize(mine);
+    EXPECT_EQ(request("victim", "subscribe", "{}").at("patch").at("transcript").as_array().size(),
+              0u);
+}
+
 TEST_F(worker_fixture, AdminSessionsListsTheFleetWithOwnersStatesAndLanes) {
     auto second = start_node("w2");
     for (const auto& [w, sid] : {std::pair{"w1", "adm-a"}, std::pair{"w2", "adm-b"}}) {

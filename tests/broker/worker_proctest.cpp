@@ -200,6 +200,31 @@ TEST(WorkerProcess, LogsInWithATokenAnNKeyOrACredentialsFile) {
     }
 }
 
+// The default tenant's sessions are kept without a tenant: a tenant that already has sessions
+// of its own (`<tenant>.<id>`) cannot become the default, or they would be hidden behind those
+// kept without one (and share their subjects).
+TEST(WorkerProcess, ATenantWithSessionsOfItsOwnCannotBecomeTheDefault) {
+    worker_process::config c;
+    c.args = {"--tenancy"};
+    worker_process worker("dt", R"({"responses":[{"text":"ok"}]})", c);
+    worker.start();
+    nats::connection nc(nats_url(), "dt-client");
+    ASSERT_EQ(answer_when_up(nc, worker.prefix() + ".acme.session.s1.configure").at("ok"), true);
+    EXPECT_EQ(worker.stop(), 0);
+    worker_process::config d;
+    d.data_dir = worker.data();
+    d.args = {"--tenancy", "--default-tenant", "acme"};
+    worker_process again("dt2", R"({"responses":[{"text":"ok"}]})", d);
+    again.start();
+    EXPECT_EQ(again.wait(30s), 2);
+    EXPECT_TRUE(again.has_logged("--default-tenant acme: the store already holds sessions"));
+    d.args = {"--tenancy", "--default-tenant", "globex"};
+    worker_process other("dt3", R"({"responses":[{"text":"ok"}]})", d);
+    other.start();
+    EXPECT_EQ(answer_when_up(nc, other.prefix() + ".acme.session.s1.subscribe").at("ok"), true);
+    EXPECT_EQ(other.stop(), 0);
+}
+
 TEST(WorkerProcess, BadFlagsAndVariablesAreUsageErrors) {
     temp_dir dir;
     const std::string data = "sqlite://" + (dir.path() / "data").string();
@@ -217,7 +242,8 @@ TEST(WorkerProcess, BadFlagsAndVariablesAreUsageErrors) {
         // Issue 29: every value that becomes a subject token is checked at start.
         {"--worker-id", "w1\r\nPUB x 0"}, {"--worker-id", "w\t1"}, {"--worker-id", "*"},
         {"--worker-id", std::string(65, 'w')}, {"--prefix", "wuhu\r\n"},
-        {"--tenancy", "--worker-id", "session"}, {"--default-tenant", "acme"},
+        {"--tenancy", "--worker-id", "session"}, {"--tenancy", "--worker-id", "events"},
+        {"--default-tenant", "acme"},
         {"--tenancy", "--default-tenant", "worker"}, {"--tenancy", "--default-tenant", "a.b"},
         {"--tenancy", "--default-tenant", "a\r\nb"}, {"--nats-inbox-prefix", "_INBOX x"},
         {"--nats-inbox-prefix", "_INBOX.>"}, {"--nats-user", "u", "--nats-token", "t"},

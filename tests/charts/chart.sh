@@ -212,6 +212,17 @@ fi
 kill -TERM "$tenant_pid" "$nats_pid"; wait "$tenant_pid" "$nats_pid" 2>/dev/null || true
 [ "$status" -eq 0 ] || { cat "$work/tenant-worker.log" >&2; exit 1; }
 
+# Two tenants whose password variables would be one are refused, with the reason.
+python3 - "$work/tenants.values.json" > "$work/collide.values.json" <<'EOF'
+import json, sys
+v = json.load(open(sys.argv[1])); v["values"]["tenancy"]["tenants"] = ["acme-x", "acme_x"]; print(json.dumps(v))
+EOF
+if "$work/render" "$root/charts/wuhu" "$work/collide.values.json" test > /dev/null 2> "$work/collide.err"; then
+    echo "FAIL: tenants acme-x and acme_x rendered with one password variable" >&2
+    exit 1
+fi
+grep -q "would share the password variables" "$work/collide.err" || { cat "$work/collide.err" >&2; exit 1; }
+
 # postgres mode without the store's Secret is refused, with the reason.
 if "$work/render" "$root/charts/wuhu" "$work/default.values.json" test >/dev/null 2>&1; then :; fi
 python3 - "$work/default.values.json" > "$work/nosecret.values.json" <<'EOF'

@@ -25,6 +25,15 @@ TEST(RedactedUrl, APasswordWithACommaOrSlashIsHiddenWhole) {
     EXPECT_EQ(redacted_url("postgresql://u:a/b@db:5432/wuhu"), "postgresql://***@db:5432/wuhu");
 }
 
+// A `://` inside a password or a keyword's value starts no URL: the text is read as what it
+// starts as (found in review: a keyword string with a URL in a value kept its password).
+TEST(RedactedUrl, ASchemeInsideAValueStartsNoUrl) {
+    EXPECT_EQ(redacted_url("host=db password=hunter2 application_name=svc://x"),
+              "host=db password=*** application_name=svc://x");
+    EXPECT_EQ(redacted_url("postgresql://u:pa://ss@db/wuhu"), "postgresql://***@db/wuhu");
+    EXPECT_EQ(redacted_url("host=db password=a1, nats://u:p@h"), "host=db password=*** nats://***@h");
+}
+
 TEST(RedactedUrl, PostgresUrlsAndKeywordStrings) {
     EXPECT_EQ(redacted_url("postgresql://wuhu:pw@db:5432/wuhu?sslmode=require"),
               "postgresql://***@db:5432/wuhu?sslmode=require");

@@ -183,6 +183,7 @@ WUHU_DEFAULT_TENANT: {{ . | quote }}
 WUHU_STORE: "sqlite:///data"
 {{- else }}
 WUHU_PG_POOL: {{ .Values.postgres.pool | quote }}
+WUHU_PG_SCHEMA: {{ .Values.postgres.schema | quote }}
 {{- end }}
 WUHU_LEASE_TTL_MS: {{ .Values.worker.leaseTtlMs | quote }}
 WUHU_PASSIVATE_AFTER: {{ .Values.worker.passivateAfter | quote }}
