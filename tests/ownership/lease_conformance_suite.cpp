@@ -10,6 +10,17 @@
 
 namespace wuhu::testing {
 
+namespace {
+// The keys of leases, in their order.
+std::vector<std::string> ids_of(const std::vector<lease>& ls) {
+    std::vector<std::string> out;
+    for (const auto& l : ls) {
+        out.push_back(l.id.str());
+    }
+    return out;
+}
+}  // namespace
+
 TEST_P(LeaseConformance, AcquireFreeSessionGrantsLeaseUntilNowPlusTtl) {
     auto l = granted(store().acquire(sid("s1"), "w1", 10s));
     EXPECT_EQ(l.id, sid("s1"));
@@ -140,13 +151,6 @@ TEST_P(LeaseConformance, LivePagesByIdsOwnerAndAfterInByteOrder) {
                                              : "w1",
                                 10s));
     }
-    auto ids_of = [](const std::vector<lease>& ls) {
-        std::vector<std::string> out;
-        for (const auto& l : ls) {
-            out.push_back(l.id.str());
-        }
-        return out;
-    };
     using strings = std::vector<std::string>;
     EXPECT_EQ(ids_of(store().live({}).value()), (strings{"B", "a-1", "a0", "b", "z"}));
     ownership::lease_query q;
@@ -169,13 +173,6 @@ TEST_P(LeaseConformance, EqualIdsOfTwoTenantsAreTwoLeasesAndLiveListsOneTenant) 
     granted(store().acquire(sid("s1"), "w1", 10s));
     granted(store().acquire(sid("acme.s2"), "w2", 10s));
     granted(store().acquire(sid("acme-x.s1"), "w1", 10s));
-    auto ids_of = [](const std::vector<lease>& ls) {
-        std::vector<std::string> out;
-        for (const auto& l : ls) {
-            out.push_back(l.id.str());
-        }
-        return out;
-    };
     using strings = std::vector<std::string>;
     ownership::lease_query q;
     q.tenant = "acme";

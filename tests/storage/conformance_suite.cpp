@@ -12,6 +12,17 @@ namespace {
 using storage::errc;
 }
 
+namespace {
+// The keys of index entries, in their order.
+std::vector<std::string> ids_of(const std::vector<storage::catalog_entry>& es) {
+    std::vector<std::string> out;
+    for (const auto& e : es) {
+        out.push_back(e.id.str());
+    }
+    return out;
+}
+}  // namespace
+
 TEST_P(StoreConformance, ANewSessionLoadsEmpty) {
     auto log = open("fresh", 1);
     EXPECT_EQ(log->load().value(), session_state{});
@@ -377,13 +388,6 @@ TEST_P(StoreConformance, SessionsPagesThroughTheIndexInByteOrder) {
         }
     }
     std::sort(names.begin(), names.end());
-    auto ids_of = [](const std::vector<storage::catalog_entry>& es) {
-        std::vector<std::string> out;
-        for (const auto& e : es) {
-            out.push_back(e.id.str());
-        }
-        return out;
-    };
     EXPECT_EQ(ids_of(store().sessions({}).value()), names);
     storage::catalog_query page;
     page.limit = 3;
@@ -425,13 +429,6 @@ TEST_P(StoreConformance, EqualIdsOfTwoTenantsAreTwoSessionsAndTheIndexListsOneTe
     auto globex = open("globex.s1", 1)->load().value();
     ASSERT_EQ(acme.in(lane::steer).pending.size(), 1u);
     EXPECT_NE(acme, globex) << "each tenant's session has its own content";
-    auto ids_of = [](const std::vector<storage::catalog_entry>& es) {
-        std::vector<std::string> out;
-        for (const auto& e : es) {
-            out.push_back(e.id.str());
-        }
-        return out;
-    };
     using strings = std::vector<std::string>;
     storage::catalog_query q;
     q.tenant = "acme";
