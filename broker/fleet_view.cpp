@@ -70,7 +70,7 @@ std::string server::local_sessions(worker::session_registry& registry, const nat
     const auto* q = &std::get<protocol::sessions_query>(read);
     const auto& me = leases_.keeper().worker_id();
     auto in_scope = [&](const s::session_id& id) {
-        return !q->tenant || subjects_.tenant_of(id) == *q->tenant;
+        return !q->tenant || subjects_.belongs_to(id, *q->tenant);
     };
     std::vector<boost::json::object> loaded;
     if (q->ids) {
@@ -179,7 +179,7 @@ std::string server::list_page(const protocol::sessions_query& q) {
                 }
                 std::erase_if(page->rows, [&](const auto& row) {
                     auto key = s::session_id::parse_key(row.first);
-                    return !key || subjects_.tenant_of(*key) != *q.tenant;
+                    return !key || !subjects_.belongs_to(*key, *q.tenant);
                 });
             }
         }

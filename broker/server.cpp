@@ -446,11 +446,12 @@ asio::awaitable<std::vector<std::string>> server::handle(worker::session_registr
             // the reply subject of a request that came through an account import (`_R_.…`),
             // and the owner answers the caller directly. Any other reply subject is also the
             // message's own, for an owner of an earlier release (a rolling upgrade).
-            const nats::header_list headers{{std::string(reply_header), m.reply}};
+            nats::header_list headers;
+            if (!m.reply.empty()) {
+                headers.emplace_back(reply_header, m.reply);
+            }
             const bool imported = m.reply.starts_with("_R_.");
-            if (m.reply.empty() ? !nats_.publish(*subject, m.data)
-                                : !nats_.publish_request(*subject, imported ? "" : m.reply,
-                                                         headers, m.data)) {
+            if (!nats_.publish_request(*subject, imported ? "" : m.reply, headers, m.data)) {
                 count_failure("forwarded request", sid.str(), m.data.size());
             }
             co_return replies{};

@@ -266,14 +266,6 @@ bool connection::publish(const std::string& subject, std::string_view data) {
     });
 }
 
-bool connection::publish(const std::string& subject, const header_list& headers,
-                         std::string_view data) {
-    if (!valid_publish_subject(subject) || !headers_ok(headers)) {
-        return false;
-    }
-    return publish_message(subject, nullptr, headers, data);
-}
-
 bool connection::publish_request(const std::string& subject, const std::string& reply,
                                  const header_list& headers, std::string_view data) {
     if (!valid_publish_subject(subject) || (!reply.empty() && !valid_publish_subject(reply)) ||

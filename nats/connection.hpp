@@ -105,9 +105,8 @@ class connection {
     // False when the message could not be handed to libnats, or the subject is not one
     // (valid_publish_subject).
     bool publish(const std::string& subject, std::string_view data);
-    // Publishes with headers (header_list's rules; false when one breaks them).
-    bool publish(const std::string& subject, const header_list& headers, std::string_view data);
-    // The same with a reply subject ("": none).
+    // Publishes with a reply subject ("": none) and headers (header_list's rules; false when
+    // one breaks them).
     bool publish_request(const std::string& subject, const std::string& reply,
                          const header_list& headers, std::string_view data);
     // Publishes with a reply subject; false when either is not a valid subject.

@@ -136,6 +136,10 @@ class subject_layout {
     // The tenant a session's subjects name: its key's, or with tenancy the default tenant for
     // a session stored without one ("" when there is none, or without tenancy).
     std::string_view tenant_of(const session::session_id& sid) const;
+    // Whether a session is `tenant`'s (tenant_of).
+    bool belongs_to(const session::session_id& sid, std::string_view tenant) const {
+        return tenant_of(sid) == tenant;
+    }
     // The session `local` of `tenant` as it is kept (the default tenant's without a tenant).
     session::result<session::session_id> session_of(std::string_view tenant,
                                                     std::string_view local) const;
