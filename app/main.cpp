@@ -72,9 +72,9 @@ std::size_t session_files_allowed() {
     return static_cast<std::size_t>(std::clamp<rlim_t>(spare, 256, 2000));
 }
 
-std::unique_ptr<wuhu::storage::session_store> open_store(const std::string& url, std::size_t pool,
-                                                         const std::string& synchronous,
-                                                         const std::string& pg_schema) {
+std::unique_ptr<wuhu::storage::session_store> open_store(
+    const std::string& url, std::size_t pool, const std::string& synchronous,
+    const std::string& pg_schema, const wuhu::storage::pg_timeouts& timeouts) {
     if (auto dir = sqlite_dir(url); !dir.empty()) {
         wuhu::storage::sqlite_options o{dir};
         o.synchronous = synchronous == "normal" ? "NORMAL" : "FULL";
@@ -89,6 +89,7 @@ std::unique_ptr<wuhu::storage::session_store> open_store(const std::string& url,
         o.dsn = url;
         o.pool_size = pool;
         o.schema = pg_schema;
+        o.timeouts = timeouts;
         return std::make_unique<wuhu::storage::postgres_store>(o);
     }
     throw std::invalid_argument("--store must be sqlite:///<dir>, postgresql://... or memory");
@@ -103,15 +104,14 @@ bool postgres_url(const std::string& url) {
 // catalog of the SQLite store's data directory), `sqlite://<dir>`, `postgres` (the PostgreSQL
 // store's database), or `memory` (tests only: nothing is shared, and a restarted worker hands
 // out epochs its sessions refuse; refused with a persistent store unless `force_memory`).
-std::unique_ptr<wuhu::ownership::lease_store> open_leases(const std::string& lease,
-                                                          const std::string& store_url,
-                                                          bool force_memory,
-                                                          const std::string& pg_schema) {
+std::unique_ptr<wuhu::ownership::lease_store> open_leases(
+    const std::string& lease, const std::string& store_url, bool force_memory,
+    const std::string& pg_schema, const wuhu::storage::pg_timeouts& timeouts) {
     if (lease == "auto") {
         return open_leases(postgres_url(store_url) ? "postgres"
                            : store_url == "memory" ? "memory"
                                                    : "sqlite",
-                           store_url, force_memory || store_url == "memory", pg_schema);
+                           store_url, force_memory || store_url == "memory", pg_schema, timeouts);
     }
     if (lease == "memory") {
         if (!force_memory && store_url != "memory") {
@@ -127,7 +127,7 @@ std::unique_ptr<wuhu::ownership::lease_store> open_leases(const std::string& lea
             throw std::invalid_argument("--lease postgres needs a postgresql:// store");
         }
         return std::make_unique<wuhu::ownership::postgres_lease>(
-            wuhu::ownership::postgres_lease_options{store_url, pg_schema, {}});
+            wuhu::ownership::postgres_lease_options{store_url, pg_schema, {}, timeouts});
     }
     std::string dir = lease == "sqlite" ? sqlite_dir(store_url) : sqlite_dir(lease);
     if (dir.empty()) {
@@ -296,6 +296,12 @@ int main(int argc, char** argv) {
                        "free one; \"off\": nowhere). When the default port is taken (another "
                        "worker of this host), a free one")
             ->envname("WUHU_METRICS_ADDR");
+    std::size_t metrics_max_connections = 64;
+    app.add_option("--metrics-max-connections", metrics_max_connections,
+                   "connections the metrics port holds open at once; one past it is closed "
+                   "unread")
+        ->envname("WUHU_METRICS_MAX_CONNECTIONS")
+        ->check(CLI::Range(std::size_t{1}, std::size_t{100000}));
     std::string tools_path;
     app.add_option("--tools", tools_path,
                    "tools served over NATS (docs/tools.md), besides the built-in ones")
@@ -306,12 +312,93 @@ int main(int argc, char** argv) {
                    "half lease TTL)")
         ->envname("WUHU_SWEEP_BATCH")
         ->check(CLI::Range(std::size_t{1}, std::size_t{100000}));
+    // Bounds (DESIGN.md "Bounds"; docs/operations.md "Limits").
+    wuhu::storage::pg_timeouts pg_timeouts;
+    const auto duration = CLI::AsNumberWithUnit(
+        std::map<std::string, long>{{"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000}});
+    long pg_statement_ms = pg_timeouts.statement.count();
+    long pg_lock_ms = pg_timeouts.lock.count();
+    long pg_idle_ms = pg_timeouts.idle_in_transaction.count();
+    app.add_option("--pg-statement-timeout", pg_statement_ms,
+                   "PostgreSQL: the longest a statement of the worker's may run (unavailable "
+                   "past it; milliseconds, or a number with a unit; 0: no limit)")
+        ->envname("WUHU_PG_STATEMENT_TIMEOUT")
+        ->transform(duration)
+        ->check(CLI::Range(0L, 86400000L));
+    app.add_option("--pg-lock-timeout", pg_lock_ms,
+                   "PostgreSQL: the longest a statement waits for a row lock (a frozen previous "
+                   "owner's, say); 0: no limit")
+        ->envname("WUHU_PG_LOCK_TIMEOUT")
+        ->transform(duration)
+        ->check(CLI::Range(0L, 86400000L));
+    app.add_option("--pg-idle-in-transaction-timeout", pg_idle_ms,
+                   "PostgreSQL: a session of the worker's left idle inside a transaction this "
+                   "long is ended by the server, and its locks released; 0: no limit")
+        ->envname("WUHU_PG_IDLE_IN_TRANSACTION_TIMEOUT")
+        ->transform(duration)
+        ->check(CLI::Range(0L, 86400000L));
+    std::size_t max_in_flight = 1024;
+    app.add_option("--max-requests-in-flight", max_in_flight,
+                   "requests taken and not answered yet, at most: past it a request is "
+                   "refused at once with overloaded (0: no limit)")
+        ->envname("WUHU_MAX_REQUESTS_IN_FLIGHT");
+    std::size_t max_waiting_commands = 64;
+    app.add_option("--max-commands-per-session", max_waiting_commands,
+                   "commands waiting for one session, at most (overloaded past it; 0: no "
+                   "limit)")
+        ->envname("WUHU_MAX_COMMANDS_PER_SESSION");
+    wuhu::session::lane_limits lanes;
+    app.add_option("--lane-max-items", lanes.max_items,
+                   "pending items one lane of a session may hold (lane_full past it; 0: no "
+                   "limit)")
+        ->envname("WUHU_LANE_MAX_ITEMS");
+    app.add_option("--lane-max-bytes", lanes.max_bytes,
+                   "bytes of content one lane's pending items may hold (lane_full past it; a "
+                   "number with a unit: 4MiB, 512KiB; 0: no limit)")
+        ->envname("WUHU_LANE_MAX_BYTES")
+        ->transform(CLI::AsSizeValue(false));
+    std::size_t max_content = wuhu::session::default_max_content_bytes;
+    app.add_option("--max-content-bytes", max_content,
+                   "the content of one queued message, at most (content_too_large past it; "
+                   "a number with a unit: 256KiB)")
+        ->envname("WUHU_MAX_CONTENT_BYTES")
+        ->transform(CLI::AsSizeValue(false))
+        ->check(CLI::Range(std::size_t{1}, std::size_t{64} << 20));
+    std::size_t max_entry = 1024 * 1024;
+    app.add_option("--max-entry-bytes", max_entry,
+                   "a provider's answer or a tool's output stored in one entry, at most: past "
+                   "it, stored cut with a note (a number with a unit: 1MiB; 0: no limit)")
+        ->envname("WUHU_MAX_ENTRY_BYTES")
+        ->transform(CLI::AsSizeValue(false));
+    long retry_after_ms = 100;
+    app.add_option("--retry-after-ms", retry_after_ms,
+                   "the wait an overloaded or lane_full refusal suggests to the client")
+        ->envname("WUHU_RETRY_AFTER_MS")
+        ->check(CLI::Range(1L, 600000L));
+    wuhu::broker::tenant_limits tenant_limits;
+    app.add_option("--tenant-requests-per-second", tenant_limits.requests_per_second,
+                   "requests per second each tenant (the fleet, without tenancy) may send to "
+                   "this worker (rate_limited past it; 0: no limit)")
+        ->envname("WUHU_TENANT_REQUESTS_PER_SECOND")
+        ->check(CLI::Range(0.0, 1e9));
+    app.add_option("--tenant-new-sessions-per-second", tenant_limits.new_sessions_per_second,
+                   "new sessions per second each tenant may create through this worker "
+                   "(rate_limited past it; 0: no limit)")
+        ->envname("WUHU_TENANT_NEW_SESSIONS_PER_SECOND")
+        ->check(CLI::Range(0.0, 1e9));
+    app.add_option("--tenant-max-sessions", tenant_limits.max_sessions,
+                   "sessions each tenant may keep in the store (quota_exceeded for a new one "
+                   "past it; 0: no limit)")
+        ->envname("WUHU_TENANT_MAX_SESSIONS");
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
         return app.exit(e) == 0 ? 0 : 2;  // --help is 0; every usage error is 2
     }
 
+    pg_timeouts.statement = std::chrono::milliseconds(pg_statement_ms);
+    pg_timeouts.lock = std::chrono::milliseconds(pg_lock_ms);
+    pg_timeouts.idle_in_transaction = std::chrono::milliseconds(pg_idle_ms);
     auto log = wuhu::worker::json_logger(worker_id);
     try {
         const auto lease_settings = lease_settings_of(lease_ttl_ms, renew_ms, stop_margin_ms);
@@ -362,7 +449,7 @@ int main(int argc, char** argv) {
             throw std::invalid_argument(
                 "--worker-id cannot be session, admin, events, tools or worker with --tenancy");
         }
-        auto store = open_store(store_url, pool, synchronous, pg_schema);
+        auto store = open_store(store_url, pool, synchronous, pg_schema, pg_timeouts);
         if (tenancy && !default_tenant.empty()) {
             // The default tenant's sessions are kept without a tenant: sessions already kept
             // as that tenant's (<tenant>.<id>) would be hidden behind them, and share their
@@ -382,7 +469,7 @@ int main(int argc, char** argv) {
                     "be one whose sessions were all made before tenancy");
             }
         }
-        auto leases = open_leases(lease, store_url, force_memory_lease, pg_schema);
+        auto leases = open_leases(lease, store_url, force_memory_lease, pg_schema, pg_timeouts);
         wuhu::nats::options nats_options;
         nats_options.url = nats_url;
         nats_options.name = worker_id;
@@ -405,10 +492,24 @@ int main(int argc, char** argv) {
         options.passivate_after = std::chrono::milliseconds(passivate_after_ms);
         options.max_loaded_sessions = max_loaded;
         options.sweep_batch = sweep_batch;
+        if (lanes.max_bytes > 0 && lanes.max_bytes < max_content) {
+            throw std::invalid_argument(
+                "--lane-max-bytes (" + std::to_string(lanes.max_bytes) +
+                ") must be 0 or at least --max-content-bytes (" + std::to_string(max_content) +
+                "): a message of the largest size must fit an empty lane");
+        }
+        options.server.max_in_flight = max_in_flight;
+        options.server.retry_after = std::chrono::milliseconds(retry_after_ms);
+        options.server.limits.max_content_bytes = max_content;
+        options.server.tenants = tenant_limits;
+        options.loop.lanes = lanes;
+        options.loop.max_waiting_commands = max_waiting_commands;
+        options.loop.max_entry_bytes = max_entry;
         options.store_threads = store_threads;
         options.endpoints = endpoints;
         options.tool_services = tool_services;
         options.metrics_addr = metrics_addr == "off" ? std::string() : metrics_addr;
+        options.metrics_max_connections = metrics_max_connections;
         options.metrics_addr_is_default = metrics_flag->count() == 0 &&
                                           std::getenv("WUHU_METRICS_ADDR") == nullptr;
         options.nats_connected = [&nats] { return nats.connected(); };

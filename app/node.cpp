@@ -66,6 +66,7 @@ node::node(storage::session_store& store, ownership::lease_store& leases, nats::
             metrics_.command(verb, result, std::chrono::duration<double>(took).count());
         };
         options_.server.on_fenced = [this] { metrics_.lease_event("fenced"); };
+        options_.server.on_refused = [this](std::string_view reason) { metrics_.refused(reason); };
     }
     for (auto v : {protocol::verb::enqueue, protocol::verb::cancel, protocol::verb::system,
                    protocol::verb::subscribe, protocol::verb::configure, protocol::verb::abort,
@@ -137,7 +138,8 @@ node::node(storage::session_store& store, ownership::lease_store& leases, nats::
             [this](std::chrono::milliseconds within) { return turning(within); },
             [this] { return unready(); }};
         try {
-            http_ = std::make_unique<metrics::http_endpoint>(options_.metrics_addr, handlers);
+            http_ = std::make_unique<metrics::http_endpoint>(options_.metrics_addr, handlers,
+                                                            options_.metrics_max_connections);
         } catch (const std::runtime_error& e) {
             if (!options_.metrics_addr_is_default) {
                 throw;
@@ -145,7 +147,8 @@ node::node(storage::session_store& store, ownership::lease_store& leases, nats::
             // Several workers on one host: the first has the default port, the others a free
             // one each (in a container each has the default).
             const auto host = options_.metrics_addr.substr(0, options_.metrics_addr.rfind(':'));
-            http_ = std::make_unique<metrics::http_endpoint>(host + ":0", handlers);
+            http_ = std::make_unique<metrics::http_endpoint>(host + ":0", handlers,
+                                                            options_.metrics_max_connections);
             log_->warn("{}; metrics on {} instead", e.what(), http_->address());
         }
     }

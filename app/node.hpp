@@ -89,6 +89,8 @@ struct node_options {
     // `metrics_addr_is_default`: then a free port of that host is used (and logged).
     std::string metrics_addr;
     bool metrics_addr_is_default = false;
+    // Connections the metrics port holds open at once (one past it is closed unread).
+    std::size_t metrics_max_connections = 64;
     // Whether the NATS connection is up (/readyz); none: always.
     std::function<bool()> nats_connected;
 };

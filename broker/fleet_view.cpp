@@ -113,12 +113,28 @@ std::map<std::string, std::optional<owner_page>> server::ask_owners(
         auto subject = subjects_.local_sessions(owner);
         subjects.push_back(subject ? std::move(*subject) : std::string());
     }
-    auto answers = bodies.size() == 1 && owners.size() != 1
-                       ? nats_.request_all(subjects, bodies.front(), options_.admin_timeout)
-                       : nats_.request_all(subjects, bodies, options_.admin_timeout);
+    // In waves of at most max_fanout owners: what one listing has in flight (requests, and
+    // answers of up to a max payload each) is bounded whatever the size of the fleet.
+    const std::size_t wave = std::max<std::size_t>(1, options_.max_fanout);
     std::map<std::string, std::optional<owner_page>> pages;
-    for (std::size_t i = 0; i < owners.size(); ++i) {
-        pages[owners[i]] = answers[i] ? read_owner_page(*answers[i]) : std::nullopt;
+    for (std::size_t from = 0; from < owners.size(); from += wave) {
+        const std::size_t to = std::min(owners.size(), from + wave);
+        std::vector<std::string> some(subjects.begin() + static_cast<std::ptrdiff_t>(from),
+                                      subjects.begin() + static_cast<std::ptrdiff_t>(to));
+        std::vector<std::optional<std::string>> answers;
+        if (bodies.size() == 1) {
+            answers = nats_.request_all(some, std::string_view(bodies.front()),
+                                        options_.admin_timeout);
+        } else {
+            answers = nats_.request_all(
+                some,
+                std::vector<std::string>(bodies.begin() + static_cast<std::ptrdiff_t>(from),
+                                         bodies.begin() + static_cast<std::ptrdiff_t>(to)),
+                options_.admin_timeout);
+        }
+        for (std::size_t i = from; i < to; ++i) {
+            pages[owners[i]] = answers[i - from] ? read_owner_page(*answers[i - from]) : std::nullopt;
+        }
     }
     return pages;
 }

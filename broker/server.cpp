@@ -110,25 +110,7 @@ asio::awaitable<void> serve(server* srv, worker::session_registry* reg, nats::me
         srv->count_failure("reply (the reply subject has a NUL byte)", m.subject, 0);
         co_return;
     }
-    std::string reply_to = m.reply;
-    if (srv->subjects().for_worker(m.subject, srv->worker_id())) {
-        // Forwarded by another worker (only the fleet reaches these subjects): the caller's
-        // reply subject is in the header (a worker of an earlier version kept it as the reply
-        // subject). It is published to as any reply subject: checked whole first (nats/).
-        for (const auto& [name, value] : m.headers) {
-            if (name == reply_header) {
-                reply_to = value;
-                break;
-            }
-        }
-    }
-    if (!srv->answerable(reply_to)) {
-        // A reply subject among the fleet's own: answering would publish there as the fleet
-        // (an event, a tool call, another worker's subject). The request is still served.
-        srv->count_failure("reply (the reply subject is one of the fleet's own subjects)",
-                           m.subject, 0);
-        reply_to.clear();
-    }
+    const std::string reply_to = srv->reply_target(m);
     std::string subject = m.subject;
     std::vector<std::string> replies;
     try {
@@ -152,6 +134,36 @@ asio::awaitable<void> serve(server* srv, worker::session_registry* reg, nats::me
 
 }  // namespace
 
+std::string server::reply_target(const nats::message& m) {
+    std::string to = m.reply;
+    if (subjects_.for_worker(m.subject, worker_id())) {
+        // Forwarded by another worker (only the fleet reaches these subjects): the caller's
+        // reply subject is in the header (a worker of an earlier version kept it as the reply
+        // subject). It is published to as any reply subject: checked whole first (nats/).
+        for (const auto& [name, value] : m.headers) {
+            if (name == reply_header) {
+                to = value;
+                break;
+            }
+        }
+    }
+    if (!answerable(to)) {
+        // A reply subject among the fleet's own: answering would publish there as the fleet
+        // (an event, a tool call, another worker's subject). The request is still served.
+        count_failure("reply (the reply subject is one of the fleet's own subjects)", m.subject,
+                      0);
+        to.clear();
+    }
+    return to;
+}
+
+std::string server::refusal(s::errc why, std::optional<std::chrono::milliseconds> retry_after) {
+    if (options_.on_refused) {
+        options_.on_refused(s::code_name(why));
+    }
+    return protocol::error_reply(make_error_code(why), retry_after);
+}
+
 server::server(asio::any_io_executor ex, nats::connection& nats, lease_desk& leases,
                const worker::tool_registry& tools, server_options options,
                std::shared_ptr<spdlog::logger> log)
@@ -164,7 +176,8 @@ server::server(asio::any_io_executor ex, nats::connection& nats, lease_desk& lea
       subjects_(options_.prefix, options_.tenancy),
       patches_(std::make_shared<patch_batch>([this](const s::session_id& sid, const s::patch& p) {
           publish(subjects_.patch(sid), protocol::patch_event(p), "patch", sid.str());
-      })) {
+      })),
+      admission_(options_.tenants) {
     if (!subjects_.valid_worker(worker_id())) {
         throw std::invalid_argument(
             "the worker id must be 1-64 characters of [A-Za-z0-9_-] (and with tenancy not "
@@ -259,6 +272,17 @@ void server::start(worker::session_registry& registry, worker::work_gate& work) 
     // Counted from the libnats callback to the reply, so that a stopping worker can wait for
     // every request it has taken.
     auto on_request = [this, &registry](nats::message m) {
+        if (options_.max_in_flight > 0 && in_flight_.load() >= options_.max_in_flight) {
+            // Admission: refused here, on the NATS thread, before anything of it is kept (a
+            // coroutine, a pass). Nothing changed; the client retries after the hint.
+            if (!m.bad_reply) {
+                if (const auto to = reply_target(m); !to.empty()) {
+                    publish(to, refusal(s::errc::overloaded, options_.retry_after), "reply",
+                            m.subject);
+                }
+            }
+            return;
+        }
         ++in_flight_;
         auto pass = std::make_shared<worker::work_gate::pass>(work_->enter());
         asio::co_spawn(ex_, serve(this, &registry, std::move(m)),
@@ -270,6 +294,12 @@ void server::start(worker::session_registry& registry, worker::work_gate& work) 
         if (m.reply.empty() || m.bad_reply || !answerable(m.reply)) {
             return;  // nobody to answer (or a reply subject of the fleet's own)
         }
+        if (options_.max_pending_views > 0 && views_pending_.load() >= options_.max_pending_views) {
+            publish(m.reply, refusal(s::errc::overloaded, options_.retry_after), "fleet view reply",
+                    "admin.sessions");
+            return;
+        }
+        ++views_pending_;
         asio::post(admin_, [this, m = std::move(m)] {
             std::string page;
             try {
@@ -281,6 +311,7 @@ void server::start(worker::session_registry& registry, worker::work_gate& work) 
             for (const auto& part : protocol::chunked(page, options_.max_reply_bytes)) {
                 publish(m.reply, part, "fleet view reply", "admin.sessions");
             }
+            --views_pending_;
         });
     };
     taking_.push_back(nats_.queue_subscribe(subjects_.views(), options_.queue_group, on_view));
@@ -365,6 +396,19 @@ asio::awaitable<std::vector<std::string>> server::handle(worker::session_registr
     }
     const s::session_id& sid = req.to.sid;
     const verb what = req.to.what;
+    if (!forwarded) {  // a forwarded request was admitted by the worker that took it
+        if (auto wait = admission_.request(sid.tenant(), std::chrono::steady_clock::now())) {
+            co_return replies{refusal(s::errc::rate_limited, wait)};
+        }
+    }
+    // An error reply; a refusal of a bound carries its retry hint.
+    auto failed = [&](const boost::system::error_code& ec) {
+        if (ec.category() == s::session_category() &&
+            s::is_refusal(static_cast<s::errc>(ec.value()))) {
+            return refusal(static_cast<s::errc>(ec.value()), options_.retry_after);
+        }
+        return error_reply(ec);
+    };
     const auto mode =
         protocol::creates_session(what) ? storage::open_mode::create : storage::open_mode::existing;
     // The store refused this worker's epoch (a newer owner, or a deletion at that epoch or
@@ -471,6 +515,15 @@ asio::awaitable<std::vector<std::string>> server::handle(worker::session_registr
             auto l = co_await std::move(forgetting);
             co_return replies{l ? protocol::ok_reply(what, {}) : error_reply(l.error())};
         }
+        if (mode == storage::open_mode::create && !registry.contains(sid)) {
+            auto admitting = admit_creation(registry, sid);
+            if (auto refused = co_await std::move(admitting)) {
+                if (!registry.contains(sid)) {
+                    leases_.release(sid, epoch);  // taken for a session that is not made
+                }
+                co_return replies{std::move(*refused)};
+            }
+        }
         auto getting = registry.get(sid, epoch, mode);
         auto loop = co_await std::move(getting);
         if (!loop) {
@@ -496,11 +549,46 @@ asio::awaitable<std::vector<std::string>> server::handle(worker::session_registr
             if (route_again(r.error(), epoch)) {
                 continue;
             }
-            co_return replies{error_reply(r.error())};
+            co_return replies{failed(r.error())};
         }
         co_return replies{protocol::ok_reply(what, result_of(*r))};
     }
     co_return replies{error_reply(ownership::errc::owner_changed)};
+}
+
+asio::awaitable<std::optional<std::string>> server::admit_creation(
+    worker::session_registry& registry, const s::session_id& sid) {
+    const auto& limits = admission_.limits();
+    if (limits.new_sessions_per_second <= 0 && limits.max_sessions == 0) {
+        co_return std::nullopt;
+    }
+    auto checking = registry.exists(sid);
+    auto there = co_await std::move(checking);
+    if (!there) {
+        co_return protocol::error_reply(there.error());
+    }
+    if (*there) {
+        co_return std::nullopt;  // not a new session
+    }
+    const std::string tenant(sid.tenant());
+    if (admission_.count_needed(tenant, std::chrono::steady_clock::now())) {
+        storage::catalog_query q;
+        q.tenant = tenant;
+        auto listing = registry.catalog(std::move(q));
+        auto rows = co_await std::move(listing);
+        if (!rows) {
+            co_return protocol::error_reply(rows.error());
+        }
+        admission_.counted(tenant, rows->size(), std::chrono::steady_clock::now());
+    }
+    if (admission_.at_quota(tenant)) {
+        co_return refusal(s::errc::quota_exceeded, std::nullopt);
+    }
+    if (auto wait = admission_.new_session(tenant, std::chrono::steady_clock::now())) {
+        co_return refusal(s::errc::rate_limited, wait);
+    }
+    admission_.created(tenant);
+    co_return std::nullopt;
 }
 
 std::optional<std::string> server::refused_settings(const protocol::request_body& body) const {

@@ -21,6 +21,7 @@
 #pragma once
 
 #include "broker/admin.hpp"
+#include "broker/admission.hpp"
 #include "broker/lease_desk.hpp"
 #include "broker/patch_batch.hpp"
 #include "nats/connection.hpp"
@@ -66,6 +67,22 @@ struct server_options {
     // Told when the store refused this worker's epoch for a request (a newer owner, or a
     // deletion): the lease is dropped and the request routed again.
     std::function<void()> on_fenced;
+    // Bounds (DESIGN.md "Bounds"; docs/operations.md "Limits"). Requests taken and not yet
+    // answered, at most: past it a request is answered `overloaded` at once, from the NATS
+    // thread, before anything of it is kept (0: no limit).
+    std::size_t max_in_flight = 1024;
+    // The wait an `overloaded` or `lane_full` refusal suggests (retry_after_ms).
+    std::chrono::milliseconds retry_after{100};
+    // Per tenant (the fleet's "" without tenancy): requests and new sessions per second, and
+    // the sessions kept.
+    tenant_limits tenants;
+    // The fleet view: owners asked at once by one listing, at most (more are asked in waves),
+    // and listings waiting for this worker's admin thread, at most (overloaded past it).
+    std::size_t max_fanout = 32;
+    std::size_t max_pending_views = 64;
+    // Told of each refusal of a bound (its code: overloaded, lane_full, rate_limited,
+    // quota_exceeded), from any thread.
+    std::function<void(std::string_view reason)> on_refused;
 };
 
 // The payload a loop event publishes on `<prefix>.events.<sid>.delta` (protocol/events.hpp),
@@ -133,8 +150,19 @@ class server {
         }
     }
 
+    // Where the answer to `m` goes: its reply subject, or the Wuhu-Reply header's of a request
+    // forwarded to this worker; empty when nobody may be answered (none, or one of the fleet's
+    // own subjects: counted as a failure).
+    std::string reply_target(const nats::message& m);
+    // Answers a refusal of a bound (an error reply with its retry hint) and counts it.
+    std::string refusal(session::errc why, std::optional<std::chrono::milliseconds> retry_after);
+
   private:
     session::queue_item_id new_item_id();
+    // A request of a session not loaded here that would create it: nullopt when the session
+    // exists or its tenant may have one more (its token is taken), else the refusal.
+    asio::awaitable<std::optional<std::string>> admit_creation(worker::session_registry& registry,
+                                                               const session::session_id& sid);
     // The refusal of a configure that names a tool this worker does not have, or a model
     // that names none of its endpoints.
     std::optional<std::string> refused_settings(const protocol::request_body& body) const;
@@ -172,6 +200,8 @@ class server {
     std::atomic<std::size_t> forwarded_{0};
     std::atomic<std::size_t> in_flight_{0};
     std::atomic<std::size_t> publish_failures_{0};
+    std::atomic<std::size_t> views_pending_{0};
+    admission admission_;  // executor only
     bool stopping_ = false;                     // executor only
     std::vector<std::size_t> taking_;           // queue-group subscriptions (drained first)
     std::vector<std::size_t> forwarded_to_me_;  // this worker's own subjects (drained last)

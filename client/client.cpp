@@ -19,10 +19,14 @@ outcome<json::object> decode_reply(std::string_view text) {
     return protocol::read_reply(text);
 }
 
-// Refusals that change nothing and that another try, routed afresh, gets past: the session
-// changed owner while the request was forwarded, or the worker that took it is stopping.
+// Refusals that change nothing and that another try gets past: the session changed owner
+// while the request was forwarded, the worker that took it is stopping, or a bound of the
+// fleet's was reached for now (overloaded, rate_limited: after the wait the reply suggests).
+// lane_full and quota_exceeded are the caller's to act on (the session has to take its input,
+// or sessions have to go): not retried.
 bool retryable(const failure& f) {
-    return f.code == "owner_changed" || f.code == "worker_stopping";
+    return f.code == "owner_changed" || f.code == "worker_stopping" || f.code == "overloaded" ||
+           f.code == "rate_limited";
 }
 
 // Runs `attempt` until it succeeds, fails otherwise, or the timeout would pass.
@@ -31,7 +35,10 @@ auto with_retries(const options& o, F attempt) -> decltype(attempt()) {
     const auto deadline = std::chrono::steady_clock::now() + o.timeout;
     for (int tries = 1;; ++tries) {
         auto r = attempt();
-        const auto pause = std::chrono::milliseconds(std::min(20 * tries, 200));
+        auto pause = std::chrono::milliseconds(std::min(20 * tries, 200));
+        if (!r && r.error().retry_after) {
+            pause = std::max(pause, *r.error().retry_after);
+        }
         if (r || !retryable(r.error()) || std::chrono::steady_clock::now() + pause >= deadline) {
             return r;
         }

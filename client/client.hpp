@@ -9,7 +9,8 @@
 // Every call returns an outcome: the value, or a failure with the service's error `code` and
 // `message` ("no_reply" when no worker answered in time). A request refused with
 // `owner_changed` or `worker_stopping` (nothing changed; the session is moving to another
-// worker) is sent again until `timeout`. A session id that is not 1-64 of
+// worker), `overloaded` or `rate_limited` (nothing changed; after the reply's retry hint) is
+// sent again until `timeout`. A session id that is not 1-64 of
 // [A-Za-z0-9_-] fails with "invalid_session_id" before anything is sent (it would otherwise
 // change the subject). Subscribe replies that come in chunks are reassembled.
 //

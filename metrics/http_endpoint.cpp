@@ -9,6 +9,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
+#include <atomic>
 #include <stdexcept>
 
 namespace wuhu::metrics {
@@ -22,6 +23,9 @@ struct http_endpoint::impl {
     asio::io_context io;
     tcp::acceptor acceptor{io};
     endpoint_handlers handlers;
+    std::size_t max_connections = 64;
+    std::size_t open = 0;  // the endpoint's thread only
+    std::atomic<std::size_t> turned_away{0};
 };
 
 namespace {
@@ -62,7 +66,11 @@ http::response<http::string_body> answer(const endpoint_handlers& h,
     return res;
 }
 
-asio::awaitable<void> serve(tcp::socket socket, const endpoint_handlers* h) {
+asio::awaitable<void> serve(tcp::socket socket, const endpoint_handlers* h, std::size_t* open) {
+    struct counted {
+        std::size_t* n;
+        ~counted() { --*n; }
+    } const held{open};
     beast::tcp_stream stream(std::move(socket));
     beast::flat_buffer buffer;
     for (;;) {
@@ -87,7 +95,10 @@ asio::awaitable<void> serve(tcp::socket socket, const endpoint_handlers* h) {
     }
 }
 
-asio::awaitable<void> accept(tcp::acceptor* acceptor, const endpoint_handlers* h) {
+// `Impl`: http_endpoint::impl (private: deduced, never named here).
+template <class Impl>
+asio::awaitable<void> accept(Impl* self) {
+    auto* acceptor = &self->acceptor;
     for (;;) {
         boost::system::error_code ec;
         tcp::socket socket = co_await acceptor->async_accept(
@@ -95,17 +106,29 @@ asio::awaitable<void> accept(tcp::acceptor* acceptor, const endpoint_handlers* h
         if (ec == asio::error::operation_aborted) {
             co_return;
         }
-        if (!ec) {
-            asio::co_spawn(acceptor->get_executor(), serve(std::move(socket), h), asio::detached);
+        if (ec) {
+            continue;
         }
+        if (self->open >= self->max_connections) {
+            // A cap on what one client can hold open: closed unread (Prometheus retries at its
+            // next scrape).
+            ++self->turned_away;
+            socket.close(ec);
+            continue;
+        }
+        ++self->open;
+        asio::co_spawn(acceptor->get_executor(), serve(std::move(socket), &self->handlers, &self->open),
+                       asio::detached);
     }
 }
 
 }  // namespace
 
-http_endpoint::http_endpoint(const std::string& address, endpoint_handlers handlers)
+http_endpoint::http_endpoint(const std::string& address, endpoint_handlers handlers,
+                             std::size_t max_connections)
     : impl_(std::make_unique<impl>()) {
     impl_->handlers = std::move(handlers);
+    impl_->max_connections = max_connections;
     const auto colon = address.rfind(':');
     if (colon == std::string::npos || colon == 0) {
         throw std::invalid_argument("metrics address must be host:port, not \"" + address + "\"");
@@ -136,7 +159,7 @@ http_endpoint::http_endpoint(const std::string& address, endpoint_handlers handl
         throw std::runtime_error("cannot listen on " + address + " for metrics: " +
                                  e.code().message());
     }
-    asio::co_spawn(impl_->io, accept(&impl_->acceptor, &impl_->handlers), asio::detached);
+    asio::co_spawn(impl_->io, accept(impl_.get()), asio::detached);
     thread_ = std::thread([this] { impl_->io.run(); });
 }
 
@@ -145,6 +168,10 @@ http_endpoint::~http_endpoint() {
     if (thread_.joinable()) {
         thread_.join();
     }
+}
+
+std::size_t http_endpoint::turned_away() const {
+    return impl_->turned_away.load();
 }
 
 std::string http_endpoint::address() const {

@@ -6,7 +6,8 @@
 //                  lease backend answer, not stopping; 503 with the reason otherwise
 //
 // It runs on a thread of its own, so a worker whose executor is stuck still answers (/healthz
-// then says so). Connections are served one request at a time, each bounded by a timeout.
+// then says so). Connections are served one request at a time, each bounded by a timeout; at
+// most `max_connections` are open at once (one past it is closed at once, unread).
 #pragma once
 
 #include <chrono>
@@ -32,13 +33,16 @@ class http_endpoint {
     // Listens on `address` ("host:port"; port 0 picks a free one). Throws
     // std::invalid_argument for an address it cannot parse, std::runtime_error when it cannot
     // listen.
-    http_endpoint(const std::string& address, endpoint_handlers handlers);
+    http_endpoint(const std::string& address, endpoint_handlers handlers,
+                  std::size_t max_connections = 64);
     ~http_endpoint();
     http_endpoint(const http_endpoint&) = delete;
     http_endpoint& operator=(const http_endpoint&) = delete;
 
     // "127.0.0.1:9464", with the real port.
     std::string address() const;
+    // Connections closed at once because `max_connections` were open.
+    std::size_t turned_away() const;
 
   private:
     struct impl;

@@ -122,6 +122,13 @@ worker_metrics::worker_metrics(std::string_view store_backend)
                              .Help("Replies and events that could not be published")
                              .Register(r)
                              .Add({});
+    auto& refused = BuildCounter()
+                        .Name("wuhu_requests_refused_total")
+                        .Help("Requests refused by a bound (docs/operations.md, Limits), by reason")
+                        .Register(r);
+    for (const char* reason : {"overloaded", "lane_full", "rate_limited", "quota_exceeded"}) {
+        refused_[reason] = &refused.Add({{"reason", reason}});
+    }
     stuck_ = &BuildGauge()
                   .Name("wuhu_loop_stuck_sessions")
                   .Help("Sessions in one loop state for longer than its timeout")
@@ -194,6 +201,12 @@ void worker_metrics::commit(double seconds) {
 void worker_metrics::lease_event(std::string_view event, std::uint64_t n) {
     if (auto it = lease_events_.find(event); it != lease_events_.end() && n > 0) {
         it->second->Increment(static_cast<double>(n));
+    }
+}
+
+void worker_metrics::refused(std::string_view reason) {
+    if (auto it = refused_.find(reason); it != refused_.end()) {
+        it->second->Increment();
     }
 }
 

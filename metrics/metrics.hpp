@@ -11,8 +11,8 @@
 //
 // Threads: command(), tool(), transition(), tokens(), inference() and published() are called
 // on the node's executor (their series of unbounded-looking sets, verbs and tool names, are
-// made there on first use, without a lock); commit() and lease_event() from any thread (their
-// series are all made at construction); text() from any thread.
+// made there on first use, without a lock); commit(), lease_event() and refused() from any
+// thread (their series are all made at construction); text() from any thread.
 #pragma once
 
 #include "session/settings.hpp"
@@ -59,6 +59,9 @@ class worker_metrics {
     void commit(double seconds);
     // acquired, renewed, lost, released, fenced (others are not counted).
     void lease_event(std::string_view event, std::uint64_t n = 1);
+    // A request refused by a bound: overloaded, lane_full, rate_limited, quota_exceeded (others
+    // are not counted).
+    void refused(std::string_view reason);
     void compaction();
     void recovery();
     // Sessions with work (or a timer due) and no live owner that the last sweep round found
@@ -91,6 +94,7 @@ class worker_metrics {
     prometheus::Histogram* commit_seconds_;
     prometheus::Gauge* leases_held_;
     std::map<std::string, prometheus::Counter*, std::less<>> lease_events_;
+    std::map<std::string, prometheus::Counter*, std::less<>> refused_;
     prometheus::Counter* compactions_;
     prometheus::Counter* recoveries_;
     prometheus::Gauge* without_owner_;

@@ -2,6 +2,7 @@
 
 #include "runtime/secrets.hpp"
 #include "storage/pg_migrations.hpp"
+#include "storage/postgres_schema.hpp"
 
 #include <pqxx/pqxx>
 
@@ -155,6 +156,7 @@ auto postgres_lease::with_connection(F&& f) {
         if (!c_ || !c_->c.is_open()) {
             c_.reset();
             auto c = std::make_unique<connection>(options_.dsn);
+            storage::set_pg_timeouts(c->c, options_.timeouts);
             prepare(c->c, options_.schema);
             c_ = std::move(c);
         }

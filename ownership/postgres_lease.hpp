@@ -14,6 +14,7 @@
 #pragma once
 
 #include "ownership/lease.hpp"
+#include "storage/postgres_store.hpp"
 
 #include <memory>
 #include <mutex>
@@ -25,6 +26,7 @@ struct postgres_lease_options {
     std::string schema = "wuhu";  // the session store's schema
     // Tests only: read this clock instead of the database's.
     wall_clock test_clock;
+    storage::pg_timeouts timeouts = {};  // storage/postgres_store.hpp
 };
 
 class postgres_lease final : public lease_store {

@@ -21,6 +21,15 @@ std::string error_reply(const boost::system::error_code& ec) {
     return error_reply(s::wire_code(ec), ec.message());
 }
 
+std::string error_reply(const boost::system::error_code& ec,
+                        std::optional<std::chrono::milliseconds> retry_after) {
+    json::object error{{"code", s::wire_code(ec)}, {"message", ec.message()}};
+    if (retry_after) {
+        error["retry_after_ms"] = retry_after->count();
+    }
+    return json::serialize(json::object{{"ok", false}, {"error", std::move(error)}});
+}
+
 std::string error_reply(const s::decode_error& e) {
     return error_reply(s::code_name(e.code), e.message());
 }
@@ -111,7 +120,14 @@ boost::system::result<json::object, reply_error> read_reply(std::string_view tex
             const auto* x = e->as_object().if_contains(k);
             return x != nullptr && x->is_string() ? std::string(x->as_string()) : std::string();
         };
-        return reply_error{str("code"), str("message")};
+        reply_error out{str("code"), str("message"), std::nullopt};
+        // A hint is read only within reason (0 ms to 10 minutes): the worker's answer is not
+        // trusted to make a client wait for ever.
+        if (const auto* r = e->as_object().if_contains("retry_after_ms");
+            r != nullptr && r->is_int64() && r->as_int64() >= 0 && r->as_int64() <= 600'000) {
+            out.retry_after = std::chrono::milliseconds(r->as_int64());
+        }
+        return out;
     }
     return boost::system::result<json::object, reply_error>(boost::system::in_place_value,
                                                             std::move(o));

@@ -8,6 +8,7 @@
 
 #include <boost/json.hpp>
 
+#include <chrono>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -18,6 +19,10 @@ namespace wuhu::protocol {
 // {"ok":false,"error":{"code":"...","message":"..."}}
 std::string error_reply(std::string_view code, std::string_view message);
 std::string error_reply(const boost::system::error_code& ec);
+// A refusal to retry later: {"ok":false,"error":{code, message, retry_after_ms}} (no hint:
+// nullopt).
+std::string error_reply(const boost::system::error_code& ec,
+                        std::optional<std::chrono::milliseconds> retry_after);
 std::string error_reply(const session::decode_error& e);
 
 // What a command's ok reply carries: the item id (enqueue, system), whether it was canceled
@@ -54,6 +59,8 @@ std::vector<std::string> chunked(std::string reply, std::size_t max_bytes);
 struct reply_error {
     std::string code;
     std::string message;
+    // The wait a refusal suggests before a retry (retry_after_ms), if it does.
+    std::optional<std::chrono::milliseconds> retry_after = std::nullopt;
 };
 // For result<T, reply_error>::value(): throws std::runtime_error("code: message").
 [[noreturn]] void throw_exception_from_error(const reply_error& e, const boost::source_location&);

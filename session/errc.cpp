@@ -37,6 +37,12 @@ constexpr std::array<error_text, errc_count> texts{{
     {"invalid_tenant",
      "tenant must be 1-64 characters of [A-Za-z0-9_-], and not session, admin, events, tools or "
      "worker"},
+    {"lane_full",
+     "the lane holds as many pending items (or bytes) as it may: retry once the session has "
+     "taken some"},
+    {"overloaded", "too many requests are waiting (in this worker, or for this session): retry"},
+    {"rate_limited", "more requests (or new sessions) per second than allowed: retry"},
+    {"quota_exceeded", "the tenant has as many sessions as it may: delete some first"},
 }};
 
 const table_category<errc_count>& category() {

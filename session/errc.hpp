@@ -43,9 +43,20 @@ enum class errc {
     unknown_command,
     session_not_found,
     invalid_tenant,
+    // Bounds (DESIGN.md "Bounds"): refusals that change nothing, retried by the client.
+    lane_full,       // the lane holds its limit of pending items or bytes
+    overloaded,      // the worker or the session has its limit of requests waiting
+    rate_limited,    // the tenant's (or fleet's) requests or new sessions per second
+    quota_exceeded,  // the tenant's (or fleet's) limit of sessions
 };
 
-inline constexpr int errc_count = static_cast<int>(errc::invalid_tenant) + 1;
+inline constexpr int errc_count = static_cast<int>(errc::quota_exceeded) + 1;
+
+// Whether a refusal is one of the bounds' (retried later, nothing changed).
+inline bool is_refusal(errc e) {
+    return e == errc::lane_full || e == errc::overloaded || e == errc::rate_limited ||
+           e == errc::quota_exceeded;
+}
 
 // The stable wire name, e.g. "invalid_session_id". Never changes once released.
 std::string_view code_name(errc e);

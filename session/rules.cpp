@@ -72,6 +72,30 @@ result<enqueue_outcome> plan_enqueue(const session_state& s, enqueue_input in, u
     return out;
 }
 
+std::size_t content_bytes(const std::variant<user_input, system_input>& payload) {
+    return std::visit([](const auto& x) { return x.content.size(); }, payload);
+}
+
+errc lane_room(const session_state& s, const enqueue_input& in, const lane_limits& limits) {
+    if (s.find_item(in.id.str()) != nullptr) {
+        return errc::ok;
+    }
+    const auto& pending = s.in(in.in).pending;
+    if (limits.max_items > 0 && pending.size() >= limits.max_items) {
+        return errc::lane_full;
+    }
+    if (limits.max_bytes > 0) {
+        std::size_t bytes = content_bytes(in.payload);
+        for (const auto& q : pending) {
+            bytes += content_bytes(q.payload);
+        }
+        if (bytes > limits.max_bytes) {
+            return errc::lane_full;
+        }
+    }
+    return errc::ok;
+}
+
 result<cancel_outcome> plan_cancel(const session_state& s, lane l, const queue_item_id& id,
                                    unix_ms at) {
     if (l == lane::system) {

@@ -30,6 +30,20 @@ struct enqueue_outcome {
 // the same operation when it was false. An id that exists already changes nothing.
 result<enqueue_outcome> plan_enqueue(const session_state& s, enqueue_input in, unix_ms at);
 
+// How much one lane may hold pending (DESIGN.md "Bounds"): items, and the bytes of their
+// content. 0: no limit.
+struct lane_limits {
+    std::size_t max_items = 100;
+    std::size_t max_bytes = 4 * 1024 * 1024;
+};
+
+// Whether a command may enqueue `in` (checked before plan_enqueue, for what clients send; the
+// loop's own timers are never refused): lane_full when the lane would hold more than `limits`
+// allow. An item whose id exists already is no new item (its duplicate reply is not refused).
+errc lane_room(const session_state& s, const enqueue_input& in, const lane_limits& limits);
+// The bytes a queued payload's content holds.
+std::size_t content_bytes(const std::variant<user_input, system_input>& payload);
+
 struct cancel_outcome {
     action_list actions;
     bool canceled = false;  // false when the item was materialized first

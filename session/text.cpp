@@ -81,6 +81,25 @@ std::string sanitized(std::string_view s) {
     return out;
 }
 
+std::string cut_note(std::size_t max_bytes, std::string_view what) {
+    return "\n\n[cut by the runtime: this " + std::string(what) + " passed the limit of " +
+           std::to_string(max_bytes) + " bytes]";
+}
+
+std::string cut_to(std::string text, std::size_t max_bytes, std::string_view what, bool was_cut) {
+    if (max_bytes == 0 || (text.size() <= max_bytes && !was_cut)) {
+        return text;
+    }
+    const std::string note = cut_note(max_bytes, what);
+    std::size_t keep = std::min(text.size(), max_bytes > note.size() ? max_bytes - note.size() : 0);
+    while (keep > 0 && (static_cast<unsigned char>(text[keep]) & 0xC0) == 0x80) {
+        --keep;  // not inside a UTF-8 sequence
+    }
+    text.resize(keep);
+    text += note;
+    return text;
+}
+
 std::uint64_t estimate_tokens(std::string_view s) noexcept {
     return (s.size() + 3) / 4;
 }

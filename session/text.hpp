@@ -23,6 +23,16 @@ result<void> check_content(std::string_view s, std::size_t max_bytes);
 // NUL characters become U+FFFD. Valid text is unchanged.
 std::string sanitized(std::string_view s);
 
+// Text past `max_bytes` (a provider's answer, a tool's output: DESIGN.md "Bounds") cut at a
+// character boundary, with a note of what was cut appended (the model and the clients read
+// it), the whole within `max_bytes` (for a limit of at least 256 bytes). Text within the limit,
+// or a limit of 0, is unchanged, unless `was_cut` (what it belongs to was stopped past the
+// limit: the note is added, the text cut as needed). `what`: "answer", "tool output".
+std::string cut_to(std::string text, std::size_t max_bytes, std::string_view what,
+                   bool was_cut = false);
+// The note cut_to() appends.
+std::string cut_note(std::size_t max_bytes, std::string_view what);
+
 // Rough token estimate used by compaction planning: ceil(bytes / 4).
 std::uint64_t estimate_tokens(std::string_view s) noexcept;
 

@@ -84,6 +84,14 @@ std::span<const char* const> postgres_migrations() {
     return migrations;
 }
 
+void set_pg_timeouts(pqxx::connection& c, const pg_timeouts& t) {
+    pqxx::nontransaction n(c);
+    n.exec0("SET statement_timeout = " + std::to_string(t.statement.count()));
+    n.exec0("SET lock_timeout = " + std::to_string(t.lock.count()));
+    n.exec0("SET idle_in_transaction_session_timeout = " +
+            std::to_string(t.idle_in_transaction.count()));
+}
+
 void prepare_postgres_statements(pqxx::connection& c) {
     // Opening in one statement (one round trip, its own transaction): the removal floor, read
     // under a share lock (a removal holds that row's lock until it commits); the open, unless

@@ -2,6 +2,8 @@
 // every pooled connection prepares (by name: the store's operations run them).
 #pragma once
 
+#include "storage/postgres_store.hpp"
+
 #include <pqxx/pqxx>
 
 #include <span>
@@ -12,5 +14,8 @@ namespace wuhu::storage {
 std::span<const char* const> postgres_migrations();
 
 void prepare_postgres_statements(pqxx::connection& c);
+
+// Sets `t` (postgres_store.hpp) on the connection.
+void set_pg_timeouts(pqxx::connection& c, const pg_timeouts& t);
 
 }  // namespace wuhu::storage

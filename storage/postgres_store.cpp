@@ -95,6 +95,7 @@ std::unique_ptr<postgres_store::connection> postgres_store::connect() {
         n.exec0("SET search_path TO " + options_.schema);
         n.exec0("SET synchronous_commit TO on");
     }
+    set_pg_timeouts(c->c, options_.timeouts);
     prepare_postgres_statements(c->c);
     return c;
 }
@@ -547,7 +548,7 @@ result<std::vector<catalog_entry>> postgres_store::sessions(const catalog_query&
                 where += " AND strpos(session_id, '.') = 0";  // sessions of no tenant
             }
             where += q.has_work ? " AND has_work = $2" : " AND $2::boolean IS NULL";
-            where += q.needing_owner_by ? " AND (has_work OR next_timer <= $3)"
+            where += q.needing_owner_by ? " AND ((has_work AND NOT paused) OR next_timer <= $3)"
                                         : " AND $3::bigint IS NULL";
             where += q.ids ? " AND session_id = ANY($4::text[])" : " AND $4::text IS NULL";
             auto rows = n.exec_params(

@@ -21,11 +21,24 @@
 
 namespace wuhu::storage {
 
+// How long the server lets one of the worker's connections wait (DESIGN.md "Bounds"), set on
+// each connection the store and the lease store open: a statement (statement_timeout), a row
+// lock (lock_timeout: a frozen or cut-off owner's transaction never blocks its successor
+// longer), a transaction left open and idle (idle_in_transaction_session_timeout: the server
+// ends such a session and its locks go). Past one, the operation fails with `unavailable`
+// (nothing committed) and is retried by the next request or the loop's next owner. 0: none.
+struct pg_timeouts {
+    std::chrono::milliseconds statement{30'000};
+    std::chrono::milliseconds lock{5'000};
+    std::chrono::milliseconds idle_in_transaction{60'000};
+};
+
 struct postgres_options {
     std::string dsn;              // libpq connection string or URL
     std::string schema = "wuhu";  // [a-z_][a-z0-9_]*, created if missing
     std::size_t pool_size = 8;
     std::chrono::milliseconds acquire_timeout{10'000};
+    pg_timeouts timeouts = {};
 };
 
 class postgres_store final : public session_store {

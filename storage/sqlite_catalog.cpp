@@ -49,7 +49,7 @@ constexpr const char* row_of = WUHU_INDEX_ROW "WHERE id = ?1";
 constexpr const char* rows_after = WUHU_INDEX_ROW "WHERE id > ?1 ORDER BY id";
 constexpr const char* working_after = WUHU_INDEX_ROW "WHERE has_work = 1 AND id > ?1 ORDER BY id";
 constexpr const char* needing_owner_after =
-    WUHU_INDEX_ROW "WHERE has_work = 1 AND id > ?1 UNION " WUHU_INDEX_ROW
+    WUHU_INDEX_ROW "WHERE has_work = 1 AND paused = 0 AND id > ?1 UNION " WUHU_INDEX_ROW
                    "WHERE next_timer <= ?2 AND id > ?1 ORDER BY id";
 #undef WUHU_INDEX_ROW
 

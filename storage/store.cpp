@@ -13,7 +13,7 @@ bool matches(const catalog_query& q, const catalog_entry& e) {
     if (q.has_work && sum.has_work != *q.has_work) {
         return false;
     }
-    if (q.needing_owner_by && !sum.has_work &&
+    if (q.needing_owner_by && !(sum.has_work && !sum.paused) &&
         !(sum.next_timer && *sum.next_timer <= *q.needing_owner_by)) {
         return false;
     }

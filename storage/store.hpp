@@ -54,7 +54,8 @@ struct catalog_query {
     std::size_t limit = std::numeric_limits<std::size_t>::max();
     std::optional<bool> has_work;
     // Only sessions that need an owner by this time even when nobody asks for them: work to
-    // do, or a timer due by then.
+    // do and not paused (a paused session makes no progress until `resume`, which loads
+    // it), or a timer due by then.
     std::optional<unix_ms> needing_owner_by;
     // Only these sessions (those that do not exist are left out).
     std::optional<std::vector<session_id>> ids;

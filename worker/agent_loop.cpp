@@ -31,7 +31,8 @@ agent_loop::agent_loop(asio::any_io_executor ex, std::unique_ptr<storage::sessio
       timers_changed_(ex),
       abort_(ex),
       turns_(*this, p, tools, clk, opts_, abort_, *hub_),
-      tools_run_(*this, tools, clk, opts_.tool_timeout, opts_.tool_result_linger, abort_) {}
+      tools_run_(*this, tools, clk, opts_.tool_timeout, opts_.tool_result_linger,
+                 opts_.max_entry_bytes, abort_) {}
 
 agent_loop::~agent_loop() = default;
 
@@ -185,11 +186,16 @@ asio::awaitable<boost::system::result<command_reply>> agent_loop::send(command c
         reply.aborted = !failed_ && abort_.fire(a->reason);
         co_return reply;
     }
+    if (opts_.max_waiting_commands > 0 && commands_waiting_ >= opts_.max_waiting_commands) {
+        co_return s::errc::overloaded;  // nothing is held for it: the client retries later
+    }
     command_reply reply;
     bool wake = false;
     operation op = [this, &c, &reply, &wake] { return run_command(c, reply, wake); };
+    ++commands_waiting_;
     auto task = persist(std::move(op));
     const auto ec = co_await std::move(task);
+    --commands_waiting_;
     if (ec) {
         co_return ec;
     }
@@ -209,6 +215,10 @@ agent_loop::written agent_loop::run_command(command& c, command_reply& reply, bo
     };
     std::visit(s::overloaded{
                    [&](enqueue_command& x) {
+                       if (const auto full = s::lane_room(state_, x.in, opts_.lanes);
+                           full != s::errc::ok) {
+                           return take(full);
+                       }
                        // Into a session whose loop waits for work, the item is materialized
                        // at once when the loop's next step would be the checkpoint that
                        // drains it: one commit instead of two (docs/agent-loop.md, "Fused

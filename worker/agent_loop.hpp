@@ -64,8 +64,9 @@ class agent_loop final : private session_writer {
     // The same, after the commands already waiting for the serialized section have run.
     asio::awaitable<void> close_after_pending(boost::system::error_code why);
 
-    // A command, acknowledged after it is durable. Errors: the rule's (session::errc), or the
-    // store's (storage::errc; the session has then failed).
+    // A command, acknowledged after it is durable. Errors: the rule's (session::errc; lane_full
+    // past loop_options::lanes), overloaded when loop_options::max_waiting_commands commands
+    // wait already, or the store's (storage::errc; the session has then failed).
     asio::awaitable<boost::system::result<command_reply>> send(command c);
 
     // A gap-free observation: the state, the loop state and the inflight message now, and a
@@ -144,6 +145,7 @@ class agent_loop final : private session_writer {
     session::loop_state loop_ = session::loop_state::idle;
     std::uint64_t step_ = 0;               // assistant messages in the transcript
     std::uint64_t status_seq_ = 0;         // the last status stamp's seq
+    std::size_t commands_waiting_ = 0;     // send()s in or waiting for the section
     session::entry_seq compaction_tried_;  // the response whose compaction was last tried
     bool loaded_ = false;
     // The calls this loop started with the newest response (worker/writer.hpp).

@@ -4,6 +4,7 @@
 
 #include "session/context.hpp"
 #include "session/loop_policy.hpp"
+#include "session/rules.hpp"
 #include "worker/clock.hpp"
 
 #include <boost/asio/any_io_executor.hpp>
@@ -29,6 +30,15 @@ struct loop_options {
     // Where store operations run (a bounded pool shared by the sessions), so that one
     // session's commit does not block the others; none: inline on the loop's executor.
     std::optional<boost::asio::any_io_executor> store_executor;
+    // Bounds (DESIGN.md "Bounds"): what one lane may hold pending (lane_full past it), and how
+    // many commands may wait for the session's serialized section (overloaded past it; 0: no
+    // limit). Each waiting command holds its request, so the bound is also one on memory.
+    session::lane_limits lanes;
+    // The largest provider answer (its text and tool calls as streamed) or tool output stored
+    // in one entry: past it, an answer's stream is stopped and the answer stored cut, ending
+    // the turn; a tool's output is stored cut. Each with a note (session::cut_to). 0: none.
+    std::size_t max_entry_bytes = 1024 * 1024;
+    std::size_t max_waiting_commands = 64;
 };
 
 }  // namespace wuhu::worker

@@ -1,6 +1,7 @@
 #include "worker/tool_runner.hpp"
 
 #include "session/loop_policy.hpp"
+#include "session/text.hpp"
 #include "worker/json_schema.hpp"
 
 #include <boost/asio/as_tuple.hpp>
@@ -54,8 +55,15 @@ asio::awaitable<tool_output> guarded_execute(tool& t, std::string args, tool_cal
 }  // namespace
 
 tool_runner::tool_runner(session_writer& w, const tool_registry& tools, clock& clk,
-                         milliseconds timeout, milliseconds linger, abort_signal& abort)
-    : writer_(w), tools_(tools), clock_(clk), timeout_(timeout), linger_(linger), abort_(abort) {}
+                         milliseconds timeout, milliseconds linger, std::size_t max_output,
+                         abort_signal& abort)
+    : writer_(w),
+      tools_(tools),
+      clock_(clk),
+      timeout_(timeout),
+      linger_(linger),
+      max_output_(max_output),
+      abort_(abort) {}
 
 asio::awaitable<bool> tool_runner::schedule_timer(s::timer t) {
     auto task = writer_.record(std::move(t));
@@ -154,8 +162,9 @@ asio::awaitable<void> tool_runner::run() {
             r.index() == 0
                 ? std::get<0>(std::move(r))
                 : tool_output{"timed out after " + std::to_string(limit.count()) + " ms", true};
-        pending.push_back(
-            s::tool_result{tc.call.id, tc.call.name, std::move(out.text), out.is_error});
+        pending.push_back(s::tool_result{tc.call.id, tc.call.name,
+                                         s::cut_to(std::move(out.text), max_output_, "tool output"),
+                                         out.is_error});
     }
     if (!pending.empty()) {
         // The last results, with the steer checkpoint's drain that follows them.

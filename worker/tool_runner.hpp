@@ -17,8 +17,9 @@ namespace wuhu::worker {
 
 class tool_runner final : private tool_services {
   public:
+    // `max_output`: a tool's output past it is stored cut, with a note (0: no limit).
     tool_runner(session_writer& w, const tool_registry& tools, clock& clk, milliseconds timeout,
-                milliseconds linger, abort_signal& abort);
+                milliseconds linger, std::size_t max_output, abort_signal& abort);
 
     asio::awaitable<void> run();
 
@@ -36,6 +37,7 @@ class tool_runner final : private tool_services {
     clock& clock_;
     milliseconds timeout_;
     milliseconds linger_;
+    std::size_t max_output_;
     abort_signal& abort_;
 };
 

@@ -2,6 +2,7 @@
 
 #include "session/compaction.hpp"
 #include "session/loop_policy.hpp"
+#include "session/text.hpp"
 
 #include <boost/asio/experimental/awaitable_operators.hpp>
 
@@ -161,8 +162,13 @@ asio::awaitable<turn_runner::attempt> turn_runner::infer_once() {
     abort_.arm();
     inflight_ = inflight_message{step, {}, {}, 0};
     hub_.emit(stream_began_event{step});
+    // An answer that streams past the entry limit (or without end) is stopped there.
+    async_event cut(co_await asio::this_coro::executor);
+    cut_ = &cut;
+    streamed_ = 0;
     auto r = co_await (guarded_infer(provider_, std::move(req), *sink_) || abort_.wait() ||
-                       clock_.timeout(opts_.inference_timeout));
+                       clock_.timeout(opts_.inference_timeout) || cut.wait_or_cancelled());
+    cut_ = nullptr;
     abort_.disarm();
     attempt a;
     if (writer_.failed()) {
@@ -182,6 +188,13 @@ asio::awaitable<turn_runner::attempt> turn_runner::infer_once() {
         case 1:
             a.kind = attempt::aborted;
             break;
+        case 3:
+            // Stored cut, with the note, as a final answer: its calls (perhaps cut too) are
+            // dropped, and the turn ends.
+            a.kind = attempt::ok;
+            a.message.text = s::cut_to(inflight_->text, opts_.max_entry_bytes, "answer", true);
+            a.message.model = writer_.state().config.model;
+            co_return a;
         default:
             a.err = {provider_error_kind::transient,
                      "inference timed out after " +
@@ -228,6 +241,14 @@ void turn_runner::on_text(std::string_view delta) {
     inflight_->text.append(delta);
     hub_.emit(
         stream_delta_event{inflight_->step, ++inflight_->deltas, std::string(delta), std::nullopt});
+    count_streamed(delta.size());
+}
+
+void turn_runner::count_streamed(std::size_t bytes) {
+    streamed_ += bytes;
+    if (opts_.max_entry_bytes > 0 && streamed_ > opts_.max_entry_bytes && cut_ != nullptr) {
+        cut_->notify();
+    }
 }
 
 void turn_runner::on_tool_call(const tool_call_delta& d) {
@@ -236,6 +257,7 @@ void turn_runner::on_tool_call(const tool_call_delta& d) {
     }
     inflight_->tool_calls.push_back(d);
     hub_.emit(stream_delta_event{inflight_->step, ++inflight_->deltas, {}, d});
+    count_streamed(d.id.size() + d.name.size() + d.arguments.size());
 }
 
 double turn_runner::jitter() {

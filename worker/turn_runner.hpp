@@ -47,6 +47,8 @@ class turn_runner {
     asio::awaitable<bool> abortable_sleep(milliseconds d);
     void on_text(std::string_view delta);
     void on_tool_call(const tool_call_delta& d);
+    // Counts what the attempt streamed; past the entry limit, stops it.
+    void count_streamed(std::size_t bytes);
     double jitter();
 
     session_writer& writer_;
@@ -58,6 +60,10 @@ class turn_runner {
     event_hub& hub_;
     std::unique_ptr<sink> sink_;
     std::optional<inflight_message> inflight_;
+    // The attempt streaming now: what it streamed (bytes of text and tool calls), and its
+    // signal to stop past loop_options::max_entry_bytes.
+    std::size_t streamed_ = 0;
+    async_event* cut_ = nullptr;
     std::vector<session::llm_message> context_;  // projection built by fits(), if still current
     session::version_vector context_version_;
     std::mt19937_64 rng_;

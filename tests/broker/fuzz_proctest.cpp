@@ -34,7 +34,8 @@ const std::set<std::string> documented_codes = {
     "content_too_large",  "invalid_content",  "invalid_settings", "invalid_version",
     "not_cancelable",     "item_not_found",   "lease_lost",       "unavailable",
     "conflict",           "corrupt",          "owner_changed",    "worker_stopping",
-    "invalid_query",      "session_not_found"};
+    "invalid_query",      "session_not_found", "lane_full",        "overloaded",
+    "rate_limited",       "quota_exceeded"};
 
 enum class kind { valid_write, valid_read, malformed };
 

@@ -1,6 +1,7 @@
 // The metrics' watchdog (app/node_metrics.cpp): a session in one loop state longer than that state's
 // timeout is counted in wuhu_loop_stuck_sessions and logged once; it is no longer counted once
 // it moves on. A worker in-process against a real nats-server (scripts/test starts it).
+#include "metrics/http_endpoint.hpp"
 #include "tests/broker/worker_node.hpp"
 #include "tests/support/env.hpp"
 #include "tests/support/http_get.hpp"
@@ -10,6 +11,7 @@
 #include <spdlog/sinks/ostream_sink.h>
 
 #include <sstream>
+#include <thread>
 
 namespace wuhu::testing {
 
@@ -62,6 +64,59 @@ TEST(MetricsWatchdog, ASessionPastItsStatesTimeoutIsCountedAndLoggedOnce) {
     const std::string line = "session slow has been inferring for";
     ASSERT_NE(text.find(line), std::string::npos) << text;
     EXPECT_EQ(text.find(line, text.find(line) + 1), std::string::npos) << "logged once: " << text;
+}
+
+}  // namespace wuhu::testing
+
+namespace wuhu::testing {
+
+namespace {
+// A TCP connection to 127.0.0.1:port that sends nothing (a client holding the port); -1 if
+// it could not connect.
+int idle_connection(const std::string& address) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    timeval tv{5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<std::uint16_t>(std::stoi(address.substr(address.rfind(':') + 1))));
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+}  // namespace
+
+// Bounds (issue 30): the metrics port holds at most its cap of connections; one past it is
+// closed at once, and once the idle ones go, scrapes are served again.
+TEST(MetricsEndpoint, ConnectionsPastTheCapAreClosedAtOnce) {
+    metrics::http_endpoint http("127.0.0.1:0",
+                                {[] { return std::string("up 1\n"); }, [](auto) { return true; },
+                                 [] { return std::optional<std::string>(); }},
+                                2);
+    const auto at = http.address();
+    const int a = idle_connection(at);
+    const int b = idle_connection(at);
+    ASSERT_GE(a, 0);
+    ASSERT_GE(b, 0);
+    // Accepted in the order they came: the two idle ones first, then this one.
+    EXPECT_EQ(http_get(at, "/metrics").status, 0) << "a third connection was served";
+    EXPECT_EQ(http.turned_away(), 1u);
+    const int c = idle_connection(at);
+    char byte = 0;
+    EXPECT_EQ(recv(c, &byte, 1, 0), 0) << "closed at once, without waiting for its request";
+    close(c);
+    close(a);
+    close(b);
+    auto served = http_get(at, "/metrics");
+    for (int i = 0; i < 100 && served.status == 0; ++i) {
+        std::this_thread::sleep_for(10ms);  // the endpoint sees the idle ones go
+        served = http_get(at, "/metrics");
+    }
+    EXPECT_EQ(served.status, 200);
+    EXPECT_EQ(served.body, "up 1\n");
 }
 
 }  // namespace wuhu::testing

@@ -72,6 +72,8 @@ struct node_options {
     std::string metrics_addr{};                   // none: no metrics port
     std::shared_ptr<spdlog::logger> log{};        // none: JSON lines on stderr
     protocol::tenancy tenancy{};                  // none: no tenants
+    // Changes the node's options last (bounds, say).
+    std::function<void(app::node_options&)> tune{};
 };
 
 class worker_node {
@@ -136,6 +138,9 @@ class worker_node {
             o.loop = *options_.loop;
         }
         o.metrics_addr = options_.metrics_addr;
+        if (options_.tune) {
+            options_.tune(o);
+        }
         return o;
     }
 

@@ -54,6 +54,24 @@ TEST(Enqueue, AnExistingIdReturnsTheSameResultAndChangesNothing) {
     EXPECT_TRUE(plan_enqueue(s, user_in(lane::steer, "k1", "x"), unix_ms{3})->duplicate);
 }
 
+TEST(Enqueue, ALaneIsFullPastItsLimitOfItemsOrBytesButADuplicateIsNot) {
+    session_state s = enqueued({}, user_in(lane::follow_up, "a", "12345"), 1);
+    s = enqueued(s, user_in(lane::follow_up, "b", "123"), 2);
+    EXPECT_EQ(lane_room(s, user_in(lane::follow_up, "c", "x"), {2, 0}), errc::lane_full);
+    EXPECT_EQ(lane_room(s, user_in(lane::follow_up, "c", "x"), {3, 0}), errc::ok);
+    EXPECT_EQ(lane_room(s, user_in(lane::follow_up, "a", "x"), {2, 0}), errc::ok)
+        << "an id the session has is a duplicate, answered as before";
+    EXPECT_EQ(lane_room(s, user_in(lane::steer, "c", "x"), {2, 0}), errc::ok)
+        << "each lane has its own limit";
+    EXPECT_EQ(lane_room(s, user_in(lane::follow_up, "c", "12"), {0, 10}), errc::ok);
+    EXPECT_EQ(lane_room(s, user_in(lane::follow_up, "c", "123"), {0, 10}), errc::lane_full);
+    EXPECT_EQ(lane_room(s, system_in("c", std::string(100, 'x')), {0, 10}), errc::lane_full)
+        << "the system lane too, for what clients send";
+    s = drained(s, checkpoint::follow_up);
+    EXPECT_EQ(lane_room(s, user_in(lane::follow_up, "c", "x"), {1, 1}), errc::ok)
+        << "materialized items are no longer pending";
+}
+
 TEST(Enqueue, SystemLaneTakesSourcesAndUserLanesTakeAuthors) {
     session_state s;
     auto wrong = system_in("s", "x");

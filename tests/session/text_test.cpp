@@ -54,3 +54,29 @@ TEST(Sanitize, ReplacesNulAndInvalidUtf8AndKeepsValidText) {
 }
 
 }  // namespace wuhu::session
+
+namespace wuhu::session {
+
+// Bounds (DESIGN.md "Bounds"): an answer or a tool output past the entry limit is stored cut,
+// with a note, the whole within the limit, never inside a UTF-8 character.
+TEST(CutTo, TextPastTheLimitIsCutWithANoteAndTheWholeFits) {
+    EXPECT_EQ(cut_to("short", 300, "answer"), "short");
+    EXPECT_EQ(cut_to(std::string(5000, 'x'), 0, "answer").size(), 5000u) << "0: no limit";
+    const std::string long_text(1000, 'x');
+    const auto cut = cut_to(long_text, 300, "tool output");
+    EXPECT_EQ(cut.size(), 300u);
+    EXPECT_TRUE(cut.ends_with(cut_note(300, "tool output")));
+    EXPECT_TRUE(cut.ends_with("[cut by the runtime: this tool output passed the limit of 300 bytes]"));
+    std::string accents;
+    for (int i = 0; i < 400; ++i) {
+        accents += "\xC3\xA9";  // é, two bytes each
+    }
+    const auto utf8 = cut_to(accents, 301, "answer");
+    EXPECT_LE(utf8.size(), 301u);
+    EXPECT_TRUE(is_valid_utf8(utf8)) << "never cut inside a character";
+    const auto stopped = cut_to("partial", 300, "answer", true);
+    EXPECT_EQ(stopped, "partial" + cut_note(300, "answer"))
+        << "an answer stopped at the limit says so even when its text fits";
+}
+
+}  // namespace wuhu::session

@@ -376,6 +376,40 @@ TEST_P(StoreConformance, SessionsListsStoredSessionsInIdOrderWithHasWork) {
     ASSERT_EQ(store().sessions({}).value().size(), 1u);
 }
 
+// A paused session with queued work makes no progress until resume (which loads it): the
+// sweep's query leaves it out, so that paused backlogs do not pin memory in every worker. Its
+// timers still need an owner.
+TEST_P(StoreConformance, APausedSessionWithWorkNeedsNoOwnerButItsTimersDo) {
+    auto log = open("paused-work", 1);
+    session_state st = log->load().value();
+    auto queued = log->enqueue(st, user_in(lane::follow_up, "f", "work"), unix_ms{1});
+    ASSERT_TRUE(queued);
+    session::apply_actions(queued->actions, st);
+    auto paused = log->set_paused(st, true);
+    ASSERT_TRUE(paused);
+    session::apply_actions(*paused, st);
+    storage::catalog_query needing;
+    needing.needing_owner_by = unix_ms{1000};
+    EXPECT_TRUE(store().sessions(needing).value().empty());
+    storage::catalog_query working;
+    working.has_work = true;
+    EXPECT_EQ(ids_of(store().sessions(working).value()),
+              (std::vector<std::string>{"paused-work"}))
+        << "it still has work (the fleet view shows it)";
+    const timer tick{item("t1"), unix_ms{500}, system_source::parse("scheduledCallback").value(),
+                     "tick"};
+    auto scheduled = log->schedule_timer(st, tick);
+    ASSERT_TRUE(scheduled) << scheduled.error().message();
+    session::apply_actions(*scheduled, st);
+    EXPECT_EQ(ids_of(store().sessions(needing).value()),
+              (std::vector<std::string>{"paused-work"}));
+    auto resumed = log->set_paused(st, false);
+    ASSERT_TRUE(resumed);
+    needing.needing_owner_by = unix_ms{100};  // the timer is not due by then: the work is
+    EXPECT_EQ(ids_of(store().sessions(needing).value()),
+              (std::vector<std::string>{"paused-work"}));
+}
+
 // The fleet view pages through the index: after an id, at most a limit, by has_work, or just
 // some ids; always in byte order of the ids (uppercase before lowercase, '-' before digits).
 TEST_P(StoreConformance, SessionsPagesThroughTheIndexInByteOrder) {

@@ -1,6 +1,7 @@
 // The PostgreSQL store against a real server (scripts/test starts it).
 #include "storage/postgres_store.hpp"
 #include "storage/pg_batch.hpp"
+#include "storage/postgres_schema.hpp"
 #include "tests/storage/conformance.hpp"
 #include "session/codec.hpp"
 #include "session/reducer.hpp"
@@ -344,6 +345,51 @@ TEST(PostgresStore, NulInModelTextIsStoredAsAReplacementCharacter) {
     EXPECT_EQ(std::get<assistant_message>(st.transcript[0].body).text,
               "a\xEF\xBF\xBD"
               "b");
+}
+
+// A previous owner's backend frozen inside a transaction that holds the session's row lock (a
+// worker stopped by SIGSTOP mid-commit, a cut-off network) blocks the next owner at most the
+// lock timeout: its open fails `unavailable` (nothing written) instead of waiting for ever; and
+// the server ends the frozen session after the idle-in-transaction timeout, so that the next
+// try takes the session (and the frozen owner is fenced out).
+TEST(PostgresStore, AFrozenBackendHoldingTheRowLockBlocksTheNextOwnerAtMostTheLockTimeout) {
+    using namespace std::chrono_literals;
+    storage::postgres_options o{pg_dsn(), fresh_schema("t"), 2};
+    o.timeouts.lock = 300ms;
+    o.timeouts.idle_in_transaction = 1500ms;
+    {
+        storage::postgres_store store(o);
+        const auto sid = session_id::parse("frozen").value();
+        auto first = store.open(sid, lease_epoch{1}).value();
+        session_state st = first->load().value();
+        auto queued = first->enqueue(st, user_in(lane::follow_up, "f1", "kept"), unix_ms{1});
+        ASSERT_TRUE(queued);
+        apply_actions(queued->actions, st);
+
+        // The frozen owner: a connection with the worker's settings, in a transaction that took
+        // the session's row lock, and then nothing.
+        pqxx::connection frozen(pg_dsn());
+        storage::set_pg_timeouts(frozen, o.timeouts);
+        pqxx::work w(frozen);
+        w.exec("SELECT 1 FROM " + o.schema + ".sessions WHERE session_id = 'frozen' FOR UPDATE");
+
+        const auto asked = std::chrono::steady_clock::now();
+        auto second = store.open(sid, lease_epoch{2});
+        const auto waited = std::chrono::steady_clock::now() - asked;
+        ASSERT_FALSE(second) << "the next owner got past a lock held by a live transaction";
+        EXPECT_EQ(second.error(), storage::errc::unavailable);
+        EXPECT_LT(waited, 5s) << "bounded by the lock timeout (300 ms), not by the frozen owner";
+
+        std::this_thread::sleep_for(2s);  // past the idle-in-transaction timeout
+        auto third = store.open(sid, lease_epoch{2});
+        ASSERT_TRUE(third) << "the server ended the frozen session: " << third.error().message();
+        session_state now = (*third)->load().value();
+        EXPECT_EQ(now, st) << "the acknowledged item is kept";
+        EXPECT_EQ(first->enqueue(st, user_in(lane::follow_up, "f2", "late"), unix_ms{2}).error(),
+                  storage::errc::lease_lost)
+            << "the old owner is fenced out";
+    }
+    drop_schema(o.schema);
 }
 
 TEST(PostgresStore, ConcurrentSessionsShareThePool) {

@@ -2,6 +2,7 @@
 // a deterministic test: in-memory store, scripted provider, manual clock.
 #include "session/context.hpp"
 #include "session/reducer.hpp"
+#include "session/text.hpp"
 #include "storage/faulty_store.hpp"
 #include "tests/worker/loop_harness.hpp"
 
@@ -431,6 +432,129 @@ TEST(Timeouts, AToolsOwnTimeoutReplacesTheLoopsAndTheToolHearsItsDeadline) {
         // nothing else can run, so the call started at the time of the tool_started entry).
         EXPECT_EQ(seen->deadline.value, h.state().transcript[2].at.value + 300);
     }
+}
+
+// Bounds (DESIGN.md "Bounds"): a lane holds at most its limit of pending items and bytes; past
+// it an enqueue is refused with lane_full and changes nothing; a retry of an item it holds is
+// still its duplicate; once the session takes items (or they are canceled) there is room.
+TEST(Bounds, ALaneHoldsAtMostItsLimitOfPendingItemsAndBytes) {
+    auto opts = loop_harness::default_options();
+    opts.lanes = session::lane_limits{2, 0};
+    loop_harness h(R"({"responses":[{"text":"one"},{"text":"two"}]})", nullptr, 1, opts);
+    h.start();
+    ASSERT_TRUE(h.send(worker::pause_command{}));
+    ASSERT_TRUE(h.follow_up("f1", "a"));
+    ASSERT_TRUE(h.follow_up("f2", "b"));
+    const auto before = h.state().version();
+    auto full = h.follow_up("f3", "c");
+    ASSERT_FALSE(full);
+    EXPECT_EQ(full.error(), session::errc::lane_full);
+    EXPECT_EQ(h.state().version(), before) << "a refusal changes nothing";
+    auto again = h.follow_up("f1", "a");
+    ASSERT_TRUE(again) << "the retry of an item the lane holds is answered as before";
+    EXPECT_TRUE(again->duplicate);
+    ASSERT_TRUE(h.steer("s1", "another lane has its own limit"));
+    ASSERT_TRUE(h.send(worker::cancel_command{lane::follow_up, item("f2")}));
+    EXPECT_TRUE(h.follow_up("f3", "c")) << "a canceled item makes room";
+
+    auto bytes = loop_harness::default_options();
+    bytes.lanes = session::lane_limits{0, 10};
+    loop_harness b(R"({"responses":[]})", nullptr, 1, bytes);
+    b.start();
+    ASSERT_TRUE(b.send(worker::pause_command{}));
+    ASSERT_TRUE(b.follow_up("f1", "123456"));
+    EXPECT_EQ(b.follow_up("f2", "12345").error(), session::errc::lane_full) << "11 bytes > 10";
+    EXPECT_TRUE(b.follow_up("f2", "1234")) << "10 bytes fit";
+}
+
+// At most max_waiting_commands commands wait for one session's serialized section; the others
+// are refused at once with overloaded (nothing of them is kept).
+TEST(Bounds, CommandsPastTheSessionsWaitingLimitAreRefusedOverloaded) {
+    auto opts = loop_harness::default_options();
+    opts.max_waiting_commands = 4;
+    loop_harness h(R"({"responses":[]})", nullptr, 1, opts);
+    h.start();
+    ASSERT_TRUE(h.send(worker::pause_command{}));
+    std::vector<command> burst;
+    for (int i = 0; i < 10; ++i) {
+        burst.push_back(worker::enqueue_command{
+            user_in(lane::follow_up, "f" + std::to_string(i), "x", human("u1", "Ann"))});
+    }
+    auto replies = h.send_all(std::move(burst));
+    std::size_t ok = 0;
+    std::size_t overloaded = 0;
+    for (const auto& r : replies) {
+        if (r) {
+            ++ok;
+        } else if (r.error() == session::errc::overloaded) {
+            ++overloaded;
+        } else {
+            ADD_FAILURE() << r.error().message();
+        }
+    }
+    EXPECT_EQ(ok, 4u);
+    EXPECT_EQ(overloaded, 6u);
+    EXPECT_EQ(h.state().in(lane::follow_up).pending.size(), ok) << "each ok is kept, no other";
+    EXPECT_TRUE(h.follow_up("later", "x")) << "once they are answered, commands go in again";
+}
+
+// Bounds: an answer that streams past the entry limit (a provider that would stream without
+// end) is stopped there and stored cut with a note, as the turn's final answer: its tool calls
+// are dropped and the loop goes idle; a tool's output past the limit is stored cut.
+TEST(Bounds, AnAnswerStreamingPastTheEntryLimitIsStoppedAndStoredCut) {
+    auto opts = loop_harness::default_options();
+    opts.max_entry_bytes = 400;
+    const std::string chunk(100, 'a');
+    std::string chunks;
+    for (int i = 0; i < 1000; ++i) {
+        chunks += (i == 0 ? "\"" : ",\"") + chunk + "\"";
+    }
+    loop_harness h(R"({"responses":[{"chunks":[)" + chunks +
+                       R"(],"chunk_delay_ms":1,"tool_calls":[{"name":"clock"}]},{"text":"next"}]})",
+                   nullptr, 1, opts);
+    h.start();
+    h.follow_up("f1", "talk for ever");
+    h.settle();
+    const auto& last = h.state().transcript.back();
+    const auto* answer = std::get_if<session::assistant_message>(&last.body);
+    ASSERT_NE(answer, nullptr);
+    EXPECT_LE(answer->text.size(), 400u);
+    EXPECT_TRUE(answer->text.ends_with(session::cut_note(400, "answer"))) << answer->text;
+    EXPECT_TRUE(answer->tool_calls.empty()) << "the turn ends with the cut answer";
+    EXPECT_LT(events_of<worker::stream_delta_event>(h).size(), 10u) << "the stream was stopped";
+    EXPECT_EQ(h.loop().current(), loop_state::idle);
+    EXPECT_EQ(h.provider().calls(), 1u);
+}
+
+// A tool whose output is far larger than what it was asked (a file dump, a search).
+class verbose_tool final : public worker::tool {
+  public:
+    const worker::tool_spec& spec() const override { return spec_; }
+    bool idempotent() const override { return true; }
+    asio::awaitable<worker::tool_output> execute(std::string, worker::tool_call_context) override {
+        co_return worker::tool_output{std::string(2000, 'z'), false};
+    }
+
+  private:
+    worker::tool_spec spec_{"dump", "Dumps a lot.", R"({"type":"object"})"};
+};
+
+TEST(Bounds, AToolOutputPastTheEntryLimitIsStoredCutWithANote) {
+    auto opts = loop_harness::default_options();
+    opts.max_entry_bytes = 300;
+    loop_harness h(R"({"responses":[{"tool_calls":[{"name":"dump"}]},{"text":"ok"}]})", nullptr,
+                   1, opts);
+    h.tools().add(std::make_shared<verbose_tool>());
+    h.start();
+    h.follow_up("f1", "echo it");
+    h.settle();
+    const auto texts = h.transcript_texts();
+    const auto result = std::find_if(texts.begin(), texts.end(),
+                                     [](const auto& t) { return t.starts_with("result:"); });
+    ASSERT_NE(result, texts.end());
+    EXPECT_LE(result->size(), std::string("result:").size() + 300);
+    EXPECT_TRUE(result->ends_with(session::cut_note(300, "tool output"))) << *result;
+    EXPECT_EQ(texts.back(), "assistant:ok") << "the model went on with the cut output";
 }
 
 TEST(Tools, UnknownOrDisabledToolsGetAnErrorResult) {

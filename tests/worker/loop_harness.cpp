@@ -78,6 +78,28 @@ boost::system::result<command_reply> loop_harness::send(command c) {
         boost::system::result<command_reply>(make_error_code(storage::errc::unavailable)));
 }
 
+std::vector<boost::system::result<command_reply>> loop_harness::send_all(
+    std::vector<command> cs) {
+    std::vector<std::optional<boost::system::result<command_reply>>> outs(cs.size());
+    for (std::size_t i = 0; i < cs.size(); ++i) {
+        asio::co_spawn(io_, loop_->send(std::move(cs[i])),
+                       [&outs, i](std::exception_ptr e, boost::system::result<command_reply> r) {
+                           EXPECT_FALSE(e) << "send() threw";
+                           outs[i] = std::move(r);
+                       });
+    }
+    EXPECT_TRUE(run_until(
+        [&] { return std::all_of(outs.begin(), outs.end(), [](auto& o) { return o.has_value(); }); },
+        false))
+        << "a send() did not complete";
+    std::vector<boost::system::result<command_reply>> replies;
+    for (auto& o : outs) {
+        replies.push_back(o.value_or(
+            boost::system::result<command_reply>(make_error_code(storage::errc::unavailable))));
+    }
+    return replies;
+}
+
 void loop_harness::settle() {
     EXPECT_TRUE(run_until([this] { return loop_->quiescent(); })) << "the loop did not settle";
 }

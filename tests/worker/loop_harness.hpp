@@ -37,6 +37,9 @@ class loop_harness {
     void start();
     // Sends a command and runs until its reply, without moving the clock.
     boost::system::result<command_reply> send(command c);
+    // Sends the commands at once (each waits for the loop as concurrent requests do) and runs
+    // until every reply, without moving the clock. The replies in the commands' order.
+    std::vector<boost::system::result<command_reply>> send_all(std::vector<command> cs);
     // Runs until the loop is quiescent, moving the clock as needed (bounded).
     void settle();
     // Runs ready work without moving the clock.

@@ -1,0 +1,93 @@
+#include "broker/admission.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace wuhu::broker {
+
+namespace {
+// Buckets kept at most (one per tenant that sent lately): past it, the full ones are dropped
+// (a full bucket is what a new one would be).
+constexpr std::size_t max_buckets = 10'000;
+}  // namespace
+
+void token_bucket::refill(clock::time_point now) {
+    if (now > last_) {
+        tokens_ = std::min(burst_, tokens_ + rate_ * std::chrono::duration<double>(now - last_).count());
+        last_ = now;
+    }
+}
+
+std::optional<std::chrono::milliseconds> token_bucket::take(clock::time_point now) {
+    refill(now);
+    if (tokens_ >= 1.0) {
+        tokens_ -= 1.0;
+        return std::nullopt;
+    }
+    const double seconds = (1.0 - tokens_) / rate_;
+    return std::chrono::milliseconds(std::max<long long>(1, std::llround(std::ceil(seconds * 1000))));
+}
+
+bool token_bucket::full(clock::time_point now) {
+    refill(now);
+    return tokens_ >= burst_;
+}
+
+std::optional<std::chrono::milliseconds> admission::take(buckets& from, std::string_view tenant,
+                                                         double rate, clock::time_point now) {
+    if (rate <= 0) {
+        return std::nullopt;
+    }
+    auto it = from.find(tenant);
+    if (it == from.end()) {
+        if (from.size() >= max_buckets) {
+            for (auto b = from.begin(); b != from.end();) {
+                b = b->second.full(now) ? from.erase(b) : std::next(b);
+            }
+        }
+        it = from.emplace(std::string(tenant), token_bucket(rate, std::max(1.0, rate), now)).first;
+    }
+    return it->second.take(now);
+}
+
+std::optional<std::chrono::milliseconds> admission::request(std::string_view tenant,
+                                                            clock::time_point now) {
+    return take(requests_, tenant, limits_.requests_per_second, now);
+}
+
+std::optional<std::chrono::milliseconds> admission::new_session(std::string_view tenant,
+                                                                clock::time_point now) {
+    return take(creations_, tenant, limits_.new_sessions_per_second, now);
+}
+
+bool admission::count_needed(std::string_view tenant, clock::time_point now) const {
+    if (limits_.max_sessions == 0) {
+        return false;
+    }
+    const auto it = counts_.find(tenant);
+    return it == counts_.end() || now - it->second.read >= limits_.count_ttl;
+}
+
+void admission::counted(std::string_view tenant, std::size_t sessions, clock::time_point now) {
+    if (limits_.max_sessions == 0) {
+        return;
+    }
+    if (counts_.size() >= max_buckets) {
+        std::erase_if(counts_, [&](auto& c) { return now - c.second.read >= limits_.count_ttl; });
+    }
+    counts_.insert_or_assign(std::string(tenant), count{sessions, now});
+}
+
+bool admission::at_quota(std::string_view tenant) const {
+    const auto it = counts_.find(tenant);
+    return limits_.max_sessions > 0 && it != counts_.end() &&
+           it->second.sessions >= limits_.max_sessions;
+}
+
+void admission::created(std::string_view tenant) {
+    if (auto it = counts_.find(tenant); it != counts_.end()) {
+        ++it->second.sessions;
+    }
+}
+
+}  // namespace wuhu::broker

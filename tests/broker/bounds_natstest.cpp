@@ -1,0 +1,201 @@
+// Bounds seen from a client (DESIGN.md "Bounds", issue 30), against the nats-server scripts/test
+// starts: a worker past its requests in flight answers `overloaded` at once with a retry hint,
+// a tenant past its rates is `rate_limited` while the others are served, a tenant at its
+// sessions quota gets `quota_exceeded` for a new session while its sessions are served, and a
+// full lane answers `lane_full`. Every refusal changes nothing.
+#include "client/client.hpp"
+#include "tests/broker/worker_node.hpp"
+#include "tests/support/env.hpp"
+#include "tests/support/temp_dir.hpp"
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+#include <future>
+#include <thread>
+
+namespace wuhu::testing {
+
+namespace json = boost::json;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr const char* script = R"({"responses":[{"text":"one"},{"text":"two"}]})";
+
+std::string item(const std::string& id, const std::string& content = "hi") {
+    return R"({"lane":"followUp","id":")" + id +
+           R"(","author":{"id":"u1","name":"Ann","kind":"human"},"content":")" + content + R"("})";
+}
+
+class bounds_fixture : public ::testing::Test {
+  protected:
+    void SetUp() override { client_ = std::make_unique<nats::connection>(nats_url(), "bounds"); }
+    void TearDown() override {
+        node_.reset();
+        client_.reset();
+    }
+
+    void start(std::function<void(app::node_options&)> tune, bool tenancy = false) {
+        node_options o{nats_url(), prefix_, dir_.path(), "w1", script};
+        o.tenancy = protocol::tenancy{tenancy, ""};
+        o.tune = std::move(tune);
+        node_ = std::make_unique<worker_node>(std::move(o));
+    }
+    json::value ask(const std::string& subject, const std::string& body) {
+        auto r = client_->request(subject, body, 30s);
+        if (!r) {
+            ADD_FAILURE() << "no reply to " << subject;
+            return json::object{};
+        }
+        return json::parse(*r);
+    }
+    json::value on(const std::string& sid, const std::string& verb, const std::string& body) {
+        return ask(prefix_ + ".session." + sid + "." + verb, body);
+    }
+    json::value on(const std::string& tenant, const std::string& sid, const std::string& verb,
+                   const std::string& body) {
+        return ask(prefix_ + "." + tenant + ".session." + sid + "." + verb, body);
+    }
+    static std::string code_of(const json::value& reply) {
+        const auto* e = reply.as_object().if_contains("error");
+        return e != nullptr ? std::string(e->at("code").as_string()) : std::string("ok");
+    }
+    static std::int64_t retry_hint(const json::value& reply) {
+        return reply.at("error").at("retry_after_ms").as_int64();
+    }
+    // The follow-up items pending, from the fleet view.
+    std::size_t pending(const std::string& sid) {
+        auto r = ask(prefix_ + ".admin.sessions", R"({"ids":[")" + sid + R"("]})");
+        return static_cast<std::size_t>(
+            r.at("sessions").at(0).at("lanes").at("followUp").as_int64());
+    }
+
+    temp_dir dir_;
+    std::string prefix_ = "wuhu_b" + std::to_string(getpid());
+    std::unique_ptr<nats::connection> client_;
+    std::unique_ptr<worker_node> node_;
+};
+
+}  // namespace
+
+TEST_F(bounds_fixture, RequestsPastTheWorkersInFlightLimitAreRefusedOverloadedAtOnce) {
+    start([](app::node_options& o) {
+        o.server.max_in_flight = 2;
+        o.server.retry_after = 250ms;
+    });
+    ASSERT_EQ(code_of(on("warm", "configure", "{}")), "ok");
+    ASSERT_EQ(code_of(on("warm", "pause", "{}")), "ok");  // its items stay pending
+    ASSERT_EQ(code_of(on("warm", "enqueue", item("w1"))), "ok");
+    // Two requests for new sessions wait for their leases: the worker holds two in flight.
+    node_->lease_gate().hold();
+    auto cold1 = std::async(std::launch::async, [&] { return on("cold1", "enqueue", item("c1")); });
+    auto cold2 = std::async(std::launch::async, [&] { return on("cold2", "enqueue", item("c2")); });
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (node_->node().requests().in_flight() < 2 && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(1ms);
+    }
+    ASSERT_EQ(node_->node().requests().in_flight(), 2u);
+    const auto asked = std::chrono::steady_clock::now();
+    const auto refused = on("warm", "enqueue", item("w2"));
+    EXPECT_LT(std::chrono::steady_clock::now() - asked, 5s) << "refused at once, not queued";
+    EXPECT_EQ(code_of(refused), "overloaded");
+    EXPECT_EQ(retry_hint(refused), 250);
+    node_->lease_gate().let_go();
+    EXPECT_EQ(code_of(cold1.get()), "ok");
+    EXPECT_EQ(code_of(cold2.get()), "ok");
+    EXPECT_EQ(pending("warm"), 1u) << "the refused item was not kept";
+    EXPECT_EQ(code_of(on("warm", "enqueue", item("w2"))), "ok") << "a retry gets in";
+
+    // The client library waits as the hint says and retries until it gets in.
+    node_->lease_gate().hold();
+    auto cold3 = std::async(std::launch::async, [&] { return on("cold3", "enqueue", item("c3")); });
+    auto cold4 = std::async(std::launch::async, [&] { return on("cold4", "enqueue", item("c4")); });
+    while (node_->node().requests().in_flight() < 2) {
+        std::this_thread::sleep_for(1ms);
+    }
+    client::options co;
+    co.prefix = prefix_;
+    co.timeout = 20s;
+    client::client c(*client_, co);
+    std::thread release([&] {
+        std::this_thread::sleep_for(300ms);
+        node_->lease_gate().let_go();
+    });
+    auto sent = c.call("warm", "enqueue", json::parse(item("w3")).as_object());
+    release.join();
+    EXPECT_TRUE(sent) << (sent ? "" : sent.error().code);
+    EXPECT_EQ(code_of(cold3.get()), "ok");
+    EXPECT_EQ(code_of(cold4.get()), "ok");
+}
+
+TEST_F(bounds_fixture, AFullLaneAnswersLaneFullAndKeepsWhatItHolds) {
+    start([](app::node_options& o) { o.loop.lanes = session::lane_limits{3, 0}; });
+    ASSERT_EQ(code_of(on("s", "pause", "{}")), "session_not_found");
+    ASSERT_EQ(code_of(on("s", "configure", "{}")), "ok");
+    ASSERT_EQ(code_of(on("s", "pause", "{}")), "ok");
+    for (int i = 0; i < 3; ++i) {
+        ASSERT_EQ(code_of(on("s", "enqueue", item("f" + std::to_string(i)))), "ok");
+    }
+    const auto full = on("s", "enqueue", item("f3"));
+    EXPECT_EQ(code_of(full), "lane_full");
+    EXPECT_GT(retry_hint(full), 0);
+    EXPECT_EQ(code_of(on("s", "enqueue", item("f0"))), "ok") << "a retried item is no new one";
+    EXPECT_EQ(pending("s"), 3u);
+    ASSERT_EQ(code_of(on("s", "resume", "{}")), "ok");
+    const auto deadline = std::chrono::steady_clock::now() + 20s;
+    while (pending("s") > 0 && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(10ms);
+    }
+    EXPECT_EQ(code_of(on("s", "enqueue", item("f3"))), "ok") << "room again once taken";
+}
+
+TEST_F(bounds_fixture, ATenantPastItsRatesIsRateLimitedWhileOthersAreServed) {
+    start(
+        [](app::node_options& o) {
+            o.server.tenants.requests_per_second = 4;
+            o.server.tenants.new_sessions_per_second = 2;
+        },
+        true);
+    // New sessions: two a second for acme (its burst), then rate_limited, not made.
+    EXPECT_EQ(code_of(on("acme", "a1", "enqueue", item("i"))), "ok");
+    EXPECT_EQ(code_of(on("acme", "a2", "enqueue", item("i"))), "ok");
+    const auto third = on("acme", "a3", "enqueue", item("i"));
+    EXPECT_EQ(code_of(third), "rate_limited");
+    EXPECT_GT(retry_hint(third), 0);
+    EXPECT_LE(retry_hint(third), 1000);
+    EXPECT_EQ(code_of(on("acme", "a1", "subscribe", "{}")), "ok") << "acme's fourth request";
+    EXPECT_EQ(code_of(on("acme", "a1", "subscribe", "{}")), "rate_limited")
+        << "acme's requests: 4 a second";
+    // Another tenant has rates of its own.
+    EXPECT_EQ(code_of(on("globex", "g1", "enqueue", item("i"))), "ok");
+    EXPECT_EQ(code_of(on("globex", "g1", "subscribe", "{}")), "ok");
+    std::this_thread::sleep_for(1100ms);
+    const auto a3 = on("acme", "a3", "subscribe", "{}");
+    ASSERT_EQ(code_of(a3), "ok");
+    EXPECT_EQ(a3.at("patch").at("transcript").as_array().size(), 0u)
+        << "the refused creation made nothing";
+    EXPECT_EQ(code_of(on("acme", "a3", "enqueue", item("i"))), "ok") << "within the rate again";
+}
+
+TEST_F(bounds_fixture, ATenantAtItsSessionsQuotaCannotCreateOneButUsesItsOwn) {
+    start(
+        [](app::node_options& o) {
+            o.server.tenants.max_sessions = 2;
+            o.server.tenants.count_ttl = 200ms;
+        },
+        true);
+    EXPECT_EQ(code_of(on("acme", "a1", "enqueue", item("i"))), "ok");
+    EXPECT_EQ(code_of(on("acme", "a2", "configure", "{}")), "ok");
+    const auto third = on("acme", "a3", "enqueue", item("i"));
+    EXPECT_EQ(code_of(third), "quota_exceeded");
+    EXPECT_FALSE(third.at("error").as_object().contains("retry_after_ms"))
+        << "no wait helps: sessions have to go";
+    EXPECT_EQ(code_of(on("acme", "a1", "enqueue", item("j"))), "ok") << "its own are served";
+    EXPECT_EQ(code_of(on("globex", "g1", "enqueue", item("i"))), "ok") << "a quota per tenant";
+    EXPECT_EQ(code_of(on("acme", "a2", "delete", "{}")), "ok");
+    std::this_thread::sleep_for(300ms);  // the count is read again
+    EXPECT_EQ(code_of(on("acme", "a3", "enqueue", item("i"))), "ok");
+}
+
+}  // namespace wuhu::testing
