@@ -386,6 +386,15 @@ int main(int argc, char** argv) {
                    "(rate_limited past it; 0: no limit)")
         ->envname("WUHU_TENANT_NEW_SESSIONS_PER_SECOND")
         ->check(CLI::Range(0.0, 1e9));
+    wuhu::worker::inference_slots::limits inferences;
+    app.add_option("--max-inferences", inferences.total,
+                   "inferences this worker runs at once; more wait their turn, fairly across "
+                   "tenants (0: no limit)")
+        ->envname("WUHU_MAX_INFERENCES");
+    app.add_option("--tenant-max-inferences", inferences.per_tenant,
+                   "inferences one tenant (the fleet, without tenancy) runs at once on this "
+                   "worker (0: no limit)")
+        ->envname("WUHU_TENANT_MAX_INFERENCES");
     app.add_option("--tenant-max-sessions", tenant_limits.max_sessions,
                    "sessions each tenant may keep in the store (quota_exceeded for a new one "
                    "past it; 0: no limit)")
@@ -505,6 +514,7 @@ int main(int argc, char** argv) {
         options.loop.lanes = lanes;
         options.loop.max_waiting_commands = max_waiting_commands;
         options.loop.max_entry_bytes = max_entry;
+        options.inferences = inferences;
         options.store_threads = store_threads;
         options.endpoints = endpoints;
         options.tool_services = tool_services;

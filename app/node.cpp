@@ -57,6 +57,9 @@ node::node(storage::session_store& store, ownership::lease_store& leases, nats::
     if (store.backend() != "memory") {
         loop.store_executor = store_pool_.get_executor();
     }
+    if (options_.inferences.total > 0 || options_.inferences.per_tenant > 0) {
+        loop.inferences = &inferences_;
+    }
     for (const auto& e : options_.endpoints) {
         options_.server.model_endpoints.push_back(e.name);
     }

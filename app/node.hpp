@@ -79,6 +79,9 @@ struct node_options {
     std::size_t max_loaded_sessions = 10000;
     std::size_t passivate_batch = 1000;
     worker::loop_options loop;  // its store_executor is the node's pool (none: memory store)
+    // Concurrent inferences of this worker, and of each tenant (worker/inference_slots.hpp);
+    // both 0: no limit.
+    worker::inference_slots::limits inferences;
     // The model endpoints of the providers file: a session whose model names one infers
     // there; the others use the node's provider factory (the scripted model).
     std::vector<worker::endpoint_config> endpoints;
@@ -170,6 +173,8 @@ class node {
     ownership::keeper keeper_;
     broker::lease_desk leases_;  // lease-store IO on a strand of store_pool_
     std::unique_ptr<broker::server> server_;
+    // Before the sessions that hold its slots.
+    worker::inference_slots inferences_{options_.inferences};
     // The endpoints' providers (their connections): after io_, before the sessions that use
     // them.
     std::map<std::string, std::unique_ptr<worker::provider>> endpoint_owners_;

@@ -6,6 +6,7 @@
 #include "session/loop_policy.hpp"
 #include "session/rules.hpp"
 #include "worker/clock.hpp"
+#include "worker/inference_slots.hpp"
 
 #include <boost/asio/any_io_executor.hpp>
 
@@ -38,6 +39,10 @@ struct loop_options {
     // in one entry: past it, an answer's stream is stopped and the answer stored cut, ending
     // the turn; a tool's output is stored cut. Each with a note (session::cut_to). 0: none.
     std::size_t max_entry_bytes = 1024 * 1024;
+    // The worker's inference slots (per worker and per tenant), shared by its loops; none: no
+    // limit. Each attempt holds one from before its request until its stream ends; the loop
+    // state is `inferring` while it waits.
+    inference_slots* inferences = nullptr;
     std::size_t max_waiting_commands = 64;
 };
 

@@ -151,6 +151,21 @@ bool turn_runner::fits() {
 }
 
 asio::awaitable<turn_runner::attempt> turn_runner::infer_once() {
+    abort_.arm();
+    std::optional<inference_slots::slot> held;
+    if (opts_.inferences != nullptr) {
+        // The worker's (and the tenant's) share of the provider: an abort also ends the wait.
+        auto waiting = opts_.inferences->acquire(std::string(writer_.sid().tenant()));
+        auto got = co_await (std::move(waiting) || abort_.wait());
+        if (got.index() == 1 || writer_.failed()) {
+            abort_.disarm();
+            attempt a;
+            a.kind = attempt::aborted;
+            co_return a;
+        }
+        held.emplace(std::get<0>(std::move(got)));
+    }
+    // After the wait: what arrived meanwhile (a steer) is in this attempt's context.
     const auto& st = writer_.state();
     if (context_version_ != st.version() || context_.empty()) {
         context_ = s::project_context(st, opts_.roles);
@@ -159,7 +174,6 @@ asio::awaitable<turn_runner::attempt> turn_runner::infer_once() {
     inference_request req{std::move(context_), tools_.specs(st.config.tools), st.config.model,
                           step, writer_.sid().str()};
     context_.clear();
-    abort_.arm();
     inflight_ = inflight_message{step, {}, {}, 0};
     hub_.emit(stream_began_event{step});
     // An answer that streams past the entry limit (or without end) is stopped there.

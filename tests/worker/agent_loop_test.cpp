@@ -557,6 +557,44 @@ TEST(Bounds, AToolOutputPastTheEntryLimitIsStoredCutWithANote) {
     EXPECT_EQ(texts.back(), "assistant:ok") << "the model went on with the cut output";
 }
 
+// Bounds: an inference waits for the worker's (and its tenant's) slot; meanwhile the loop is
+// `inferring` and the provider is not called; an abort ends the wait with an interruption; a
+// slot that frees lets the turn go on.
+TEST(Bounds, AnInferenceWaitsForItsSlotAndAnAbortEndsTheWait) {
+    auto opts = loop_harness::default_options();
+    worker::inference_slots slots({1, 0});
+    opts.inferences = &slots;
+    loop_harness h(R"({"responses":[{"text":"one"},{"text":"two"}]})", nullptr, 1, opts);
+    std::optional<worker::inference_slots::slot> taken;
+    asio::co_spawn(
+        h.io(),
+        [](worker::inference_slots* s, std::optional<worker::inference_slots::slot>* out)
+            -> asio::awaitable<void> { out->emplace(co_await s->acquire("other")); }(&slots,
+                                                                                     &taken),
+        asio::detached);
+    h.poll();
+    ASSERT_TRUE(taken.has_value()) << "another session's inference holds the only slot";
+    h.start();
+    h.follow_up("f1", "hi");
+    ASSERT_TRUE(h.run_until([&] { return h.loop().current() == loop_state::inferring; }, false));
+    h.poll();
+    EXPECT_EQ(h.provider().calls(), 0u) << "no request while it waits";
+    EXPECT_EQ(slots.waiting(), 1u);
+    auto r = h.send(worker::abort_command{"stop waiting"});
+    ASSERT_TRUE(r);
+    EXPECT_TRUE(r->aborted);
+    h.settle();
+    EXPECT_EQ(h.transcript_texts().back(), "aborted:stop waiting");
+    EXPECT_EQ(slots.waiting(), 0u) << "it left the line";
+    h.follow_up("f2", "again");
+    h.poll();
+    EXPECT_EQ(h.provider().calls(), 0u);
+    taken.reset();  // the other inference ends
+    h.settle();
+    EXPECT_EQ(h.transcript_texts().back(), "assistant:one");
+    EXPECT_EQ(slots.running(), 0u);
+}
+
 TEST(Tools, UnknownOrDisabledToolsGetAnErrorResult) {
     loop_harness h(R"({"responses":[
         {"tool_calls":[{"name":"teleport"},{"name":"clock"}]},{"text":"ok"}]})");

@@ -55,6 +55,7 @@ class loop_harness {
     boost::system::result<command_reply> system(const std::string& id, const std::string& text);
 
     worker::agent_loop& loop() { return *loop_; }
+    asio::io_context& io() { return io_; }
     worker::scripted_provider& provider() { return *provider_; }
     worker::manual_clock& clock() { return clock_; }
     worker::tool_registry& tools() { return tools_; }
