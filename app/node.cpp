@@ -103,6 +103,8 @@ node::node(storage::session_store& store, ownership::lease_store& leases, nats::
         measuring() ? measured(served_only(server_->publisher()))
                   : served_only(server_->publisher()),
         &busy_);
+    // Loads leave half the store threads to the commits of loaded sessions.
+    registry_->limit_loads(std::max<std::size_t>(1, options_.store_threads / 2));
     // Lease events come from the thread that caused them (the lease strand, or this
     // executor); the registry is this executor's.
     keeper_.on_event([this](ownership::lease_event e, const ownership::lease& l) {

@@ -131,6 +131,10 @@ asio::awaitable<boost::system::result<session_registry::handle>> session_registr
     co_return out;
 }
 
+void session_registry::limit_loads(std::size_t n) {
+    loads_ = n > 0 ? std::make_unique<async_semaphore>(ex_, n) : nullptr;
+}
+
 asio::awaitable<boost::system::result<session_registry::handle>> session_registry::load(
     session::session_id id, session::lease_epoch epoch, storage::open_mode mode) {
     struct opened {
@@ -154,8 +158,13 @@ asio::awaitable<boost::system::result<session_registry::handle>> session_registr
         out.state = std::move(*st);
         return out;
     };
+    std::optional<async_semaphore::guard> loading;
+    if (loads_) {
+        loading.emplace(co_await loads_->acquire());
+    }
     auto task = run_on<opened>(opts_.store_executor, std::move(open));
     opened o = co_await std::move(task);
+    loading.reset();
     if (o.ec) {
         co_return o.ec;
     }

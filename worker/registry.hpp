@@ -82,6 +82,10 @@ class session_registry {
     // The session's loop if it is loaded and runs, else nullptr.
     const agent_loop* find_running(const session::session_id& id) const;
     storage::session_store& store() { return store_; }
+    // At most `n` sessions are loaded (opened and read from the store) at once, the others
+    // wait their turn (FIFO): a burst of new or cold sessions leaves the store threads to the
+    // commits of the sessions already loaded. 0: no limit. Before the first get().
+    void limit_loads(std::size_t n);
     // Loops that have not returned yet.
     std::size_t running() const { return running_; }
     // How many loops that returned have been freed with their logs (their files closed, on
@@ -115,6 +119,7 @@ class session_registry {
     std::shared_ptr<std::atomic<std::size_t>> freed_ =
         std::make_shared<std::atomic<std::size_t>>(0);
     bool stopped_ = false;
+    std::unique_ptr<async_semaphore> loads_;  // none: no limit
 };
 
 }  // namespace wuhu::worker

@@ -66,4 +66,37 @@ class async_mutex {
     asio::experimental::channel<void(boost::system::error_code)> ch_;
 };
 
+// A counting semaphore for coroutines: at most `n` holders at once; waiters go in FIFO order.
+// The guard gives its unit back when destroyed, also when its coroutine is cancelled.
+class async_semaphore {
+  public:
+    class guard {
+      public:
+        explicit guard(async_semaphore* s) : s_(s) {}
+        guard(guard&& o) noexcept : s_(std::exchange(o.s_, nullptr)) {}
+        guard& operator=(guard&&) = delete;
+        ~guard() {
+            if (s_ != nullptr) {
+                s_->ch_.try_send(boost::system::error_code{});
+            }
+        }
+
+      private:
+        async_semaphore* s_;
+    };
+
+    async_semaphore(asio::any_io_executor ex, std::size_t n) : ch_(std::move(ex), n) {
+        for (std::size_t i = 0; i < n; ++i) {
+            ch_.try_send(boost::system::error_code{});
+        }
+    }
+    asio::awaitable<guard> acquire() {
+        co_await ch_.async_receive(asio::use_awaitable);
+        co_return guard(this);
+    }
+
+  private:
+    asio::experimental::channel<void(boost::system::error_code)> ch_;
+};
+
 }  // namespace wuhu::worker
