@@ -626,18 +626,31 @@ std::optional<std::string> server::refused_settings(const protocol::request_body
 
 std::vector<std::string> server::subscribe(worker::agent_loop& loop,
                                            const protocol::subscribe_request& req) {
-    auto p = s::since(loop.state(), req.since, loop.current());
+    const auto& st = loop.state();
+    if (!req.since.le(st.version())) {
+        return {protocol::error_reply(make_error_code(s::errc::invalid_version))};
+    }
+    // A page at a time: what one reply holds (and what the executor builds for it) is bounded.
+    const auto to = s::page_end(st, req.since, options_.subscribe_page_items,
+                                options_.subscribe_page_bytes);
+    const bool more = to != st.version();
+    auto p = s::between(st, req.since, to, loop.current());
     if (!p) {
         return {protocol::error_reply(p.error())};
     }
     p->state = loop.status_now();
     std::optional<protocol::inflight> streaming;
-    if (const auto& m = loop.inflight()) {
+    std::uint64_t step = s::assistant_count(st);
+    if (more) {
+        step = 0;  // the assistant messages up to the page's end
+        for (std::uint64_t i = 0; i < to.transcript; ++i) {
+            step += std::holds_alternative<s::assistant_message>(st.transcript[i].body) ? 1 : 0;
+        }
+    } else if (const auto& m = loop.inflight()) {
         streaming = protocol::inflight{m->step, m->text, m->deltas};
     }
-    return protocol::chunked(
-        protocol::subscribe_reply(*p, *p->state, s::assistant_count(loop.state()), streaming),
-        options_.max_reply_bytes);
+    return protocol::chunked(protocol::subscribe_reply(*p, *p->state, step, streaming, more),
+                             options_.max_reply_bytes);
 }
 
 }  // namespace wuhu::broker

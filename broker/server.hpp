@@ -79,6 +79,10 @@ struct server_options {
     // The fleet view: owners asked at once by one listing, at most (more are asked in waves),
     // and listings waiting for this worker's admin thread, at most (overloaded past it).
     std::size_t max_fanout = 32;
+    // A subscribe reply holds at most this many entries and facts, and about this many bytes
+    // of their text: a longer backfill comes in pages (`more`), each asked for since the last.
+    std::size_t subscribe_page_items = 1000;
+    std::size_t subscribe_page_bytes = 1024 * 1024;
     std::size_t max_pending_views = 64;
     // Told of each refusal of a bound (its code: overloaded, lane_full, rate_limited,
     // quota_exceeded), from any thread.

@@ -206,8 +206,28 @@ outcome<json::object> client::subscribe(const std::string& sid,
         body["since"] = *since;
     }
     const auto subject = layout_.request(*id, protocol::verb::subscribe);
-    const auto request = json::serialize(body);
-    return with_retries(options_, [&] { return chunked_request(subject, request); });
+    auto first = with_retries(options_, [&] { return chunked_request(subject, json::serialize(body)); });
+    // A long backfill comes in pages: each asked for since the last one's end, and appended.
+    // Gap-free: a page ends at a version the next starts from; events meanwhile are the
+    // watch's, which drops what the pages hold.
+    while (first && first->contains("more")) {
+        const auto* patch = first->if_contains("patch");
+        if (patch == nullptr || !patch->is_object() || !patch->as_object().contains("to")) {
+            return failure{"bad_reply", "a page of a subscribe reply without its patch's end"};
+        }
+        json::object again{{"since", patch->as_object().at("to")}};
+        auto next = with_retries(options_, [&] {
+            return chunked_request(subject, json::serialize(again));
+        });
+        if (!next) {
+            return next.error();
+        }
+        if (!next->contains("patch") || !next->at("patch").is_object()) {
+            return failure{"bad_reply", "a page of a subscribe reply without its patch"};
+        }
+        protocol::append_page(*first, std::move(*next));
+    }
+    return first;
 }
 
 outcome<json::object> client::chunked_request(const std::string& subject,

@@ -79,7 +79,8 @@ class client {
     outcome<void> resume(const std::string& sid);
     outcome<void> remove(const std::string& sid);
     // {patch, status, settings, inflight?}: the stable patch since `since` (everything when
-    // absent) to the current version.
+    // absent) to the current version. A long one comes in pages (`more`), asked for one after
+    // another and returned as one.
     outcome<json::object> subscribe(const std::string& sid,
                                     const std::optional<json::value>& since = {});
     // A page of the fleet's sessions: {sessions: [{id, owner?, state, has_work, lanes?, ...}],

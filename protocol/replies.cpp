@@ -58,9 +58,12 @@ std::string ok_reply(verb v, const command_result& r) {
 }
 
 std::string subscribe_reply(const s::patch& p, const s::status& st, std::uint64_t step,
-                            const std::optional<inflight>& streaming) {
+                            const std::optional<inflight>& streaming, bool more) {
     json::object o{
         {"ok", true}, {"patch", s::to_json(p)}, {"status", s::to_json(st)}, {"step", step}};
+    if (more) {
+        o["more"] = true;
+    }
     if (p.config) {
         o["settings"] = s::to_json(*p.config);
     }
@@ -69,6 +72,43 @@ std::string subscribe_reply(const s::patch& p, const s::status& st, std::uint64_
             {"step", streaming->step}, {"text", streaming->text}, {"seq", streaming->seq}};
     }
     return json::serialize(o);
+}
+
+void append_page(json::object& reply, json::object next) {
+    auto& patch = reply["patch"].as_object();
+    auto& later = next["patch"].as_object();
+    auto append = [](json::value& into, json::value& more) {
+        if (into.is_array() && more.is_array()) {
+            for (auto& x : more.as_array()) {
+                into.as_array().push_back(std::move(x));
+            }
+        }
+    };
+    append(patch["transcript"], later["transcript"]);
+    if (auto* j = later.if_contains("journal"); j != nullptr && j->is_object()) {
+        auto& into = patch["journal"];
+        if (!into.is_object()) {
+            into = json::object{};
+        }
+        for (auto& [lane, facts] : j->as_object()) {
+            auto& mine = into.as_object()[lane];
+            if (!mine.is_array()) {
+                mine = json::array{};
+            }
+            append(mine, facts);
+        }
+    }
+    patch["to"] = later["to"];
+    if (auto* c = later.if_contains("settings")) {
+        patch["settings"] = *c;
+    }
+    reply.erase("more");
+    reply.erase("inflight");
+    for (auto& [k, v] : next) {
+        if (k != "patch") {
+            reply[k] = std::move(v);
+        }
+    }
 }
 
 std::vector<std::string> chunked(std::string reply, std::size_t max_bytes) {

@@ -45,8 +45,14 @@ struct inflight {
 // The subscribe reply: {ok, patch, status, settings, step, inflight?}. `step` is the number of
 // assistant messages up to the patch's `to`: the step of the next streamed message (a client
 // drops stream events of lower steps, whose messages the patch already holds).
+// A page of a longer backfill (`more`: true) holds the patch to a version short of the current
+// one and no inflight: the client asks again since its `to`.
 std::string subscribe_reply(const session::patch& p, const session::status& st, std::uint64_t step,
-                            const std::optional<inflight>& streaming);
+                            const std::optional<inflight>& streaming, bool more = false);
+// The client's side: `next`, the page that follows `reply` (its patch from `reply`'s `to`),
+// appended to it: one reply with the patch from the first page's `from` to the last page's
+// `to`, and the last page's registers, step and inflight.
+void append_page(boost::json::object& reply, boost::json::object next);
 
 // A reply no larger than `max_bytes` as is; a larger one as ordered chunks, each within
 // `max_bytes`: {"ok":true,"chunk":i,"chunks":n,"part":"..."} where the parts, concatenated in

@@ -59,6 +59,75 @@ result<patch> between(const session_state& s, const version_vector& from, const 
     return p;
 }
 
+namespace {
+
+// About the bytes an entry or a fact takes on the wire: its texts, and an overhead for the
+// rest of its fields.
+template <class T>
+std::size_t text_bytes(const T& x) {
+    std::size_t n = 96;
+    if constexpr (requires { x.content; }) {
+        n += x.content.size();
+    }
+    if constexpr (requires { x.text; }) {
+        n += x.text.size();
+    }
+    if constexpr (requires { x.output; }) {
+        n += x.output.size();
+    }
+    if constexpr (requires { x.summary; }) {
+        n += x.summary.size();
+    }
+    if constexpr (requires { x.message; }) {
+        n += x.message.size();
+    }
+    if constexpr (requires { x.tool_calls; }) {
+        for (const auto& c : x.tool_calls) {
+            n += 64 + c.name.size() + c.arguments.size();
+        }
+    }
+    return n;
+}
+
+std::size_t wire_bytes(const entry& e) {
+    return std::visit([](const auto& b) { return text_bytes(b); }, e.body);
+}
+
+std::size_t wire_bytes(const journal_entry& j) {
+    if (const auto* f = std::get_if<enqueued_fact>(&j.fact)) {
+        return std::visit([](const auto& p) { return text_bytes(p); }, f->item.payload);
+    }
+    return 64;
+}
+
+}  // namespace
+
+version_vector page_end(const session_state& s, const version_vector& from, std::size_t max_items,
+                        std::size_t max_bytes) {
+    const version_vector current = s.version();
+    version_vector to = from;
+    std::size_t items = 0;
+    std::size_t bytes = 0;
+    auto room = [&] { return items == 0 || (items < max_items && bytes < max_bytes); };
+    while (to.transcript < current.transcript && room()) {
+        bytes += wire_bytes(s.transcript[to.transcript]);
+        ++to.transcript;
+        ++items;
+    }
+    if (to.transcript < current.transcript) {
+        return to;  // the lanes come once the transcript is whole
+    }
+    for (lane l : all_lanes) {
+        const auto& journal = s.in(l).journal;
+        while (to.of(l) < current.of(l) && room()) {
+            bytes += wire_bytes(journal[to.of(l)]);
+            ++to.of(l);
+            ++items;
+        }
+    }
+    return to;
+}
+
 result<patch> since(const session_state& s, const version_vector& from, loop_state loop) {
     return between(s, from, s.version(), loop);
 }

@@ -33,6 +33,13 @@ struct patch {
 result<patch> since(const session_state& s, const version_vector& from,
                     loop_state loop = loop_state::idle);
 
+// Where a page of the stable patch from `from` ends (subscribe pages, DESIGN.md "Bounds"): the
+// transcript first, then the lanes' facts, at most `max_items` entries and facts and about
+// `max_bytes` of their text (each counted with a small overhead), and at least one, so that
+// every page moves on. The current version when the rest fits. REQUIRES: from <= current.
+version_vector page_end(const session_state& s, const version_vector& from, std::size_t max_items,
+                        std::size_t max_bytes);
+
 // The stable patch between two versions of the history `s` holds (from <= to <= current).
 result<patch> between(const session_state& s, const version_vector& from, const version_vector& to,
                       loop_state loop = loop_state::idle);

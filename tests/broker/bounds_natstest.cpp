@@ -198,4 +198,66 @@ TEST_F(bounds_fixture, ATenantAtItsSessionsQuotaCannotCreateOneButUsesItsOwn) {
     EXPECT_EQ(code_of(on("acme", "a3", "enqueue", item("i"))), "ok");
 }
 
+// A long backfill comes in pages (`more`, a patch to a version short of the current one); the
+// client library follows them into one reply, and a watch from the start sees every entry
+// once, in order.
+TEST_F(bounds_fixture, ALongBackfillComesInPagesThatTheClientFollows) {
+    start([](app::node_options& o) {
+        o.server.subscribe_page_items = 7;
+        o.server.subscribe_page_bytes = 1 << 20;
+    });
+    ASSERT_EQ(code_of(on("long", "configure", "{}")), "ok");
+    ASSERT_EQ(code_of(on("long", "pause", "{}")), "ok");
+    for (int i = 0; i < 30; ++i) {
+        ASSERT_EQ(code_of(on("long", "enqueue", item("i" + std::to_string(i)))), "ok");
+    }
+    ASSERT_EQ(code_of(on("long", "resume", "{}")), "ok");
+    client::options co;
+    co.prefix = prefix_;
+    client::client c(*client_, co);
+    json::object whole;
+    for (int i = 0; i < 200; ++i) {
+        auto r = c.subscribe("long");
+        ASSERT_TRUE(r) << r.error().code;
+        if (r->at("status").at("has_work") == false && r->at("status").at("state") == "idle") {
+            whole = *r;
+            break;
+        }
+        std::this_thread::sleep_for(50ms);
+    }
+    ASSERT_FALSE(whole.empty()) << "the session did not settle";
+    EXPECT_FALSE(whole.contains("more"));
+    const auto& transcript = whole.at("patch").at("transcript").as_array();
+    EXPECT_GE(transcript.size(), 31u) << "30 messages and at least one answer";
+    for (std::size_t i = 0; i < transcript.size(); ++i) {
+        EXPECT_EQ(transcript[i].at("id").as_int64(), static_cast<std::int64_t>(i + 1));
+    }
+    EXPECT_EQ(whole.at("patch").at("to").at("transcript").as_int64(),
+              static_cast<std::int64_t>(transcript.size()));
+
+    const auto first = on("long", "subscribe", "{}");
+    ASSERT_EQ(code_of(first), "ok");
+    EXPECT_EQ(first.at("more"), true);
+    EXPECT_EQ(first.at("patch").at("transcript").as_array().size(), 7u);
+    EXPECT_EQ(first.at("patch").at("to").at("transcript").as_int64(), 7);
+    EXPECT_FALSE(first.as_object().contains("inflight"));
+
+    auto w = client::watch::open(c, "long");
+    ASSERT_TRUE(w) << w.error().code;
+    std::vector<std::int64_t> seen;
+    client::watch::handlers h;
+    h.on_patch = [&](const json::object& p) {
+        for (const auto& e : p.at("transcript").as_array()) {
+            seen.push_back(e.at("id").as_int64());
+        }
+    };
+    while (seen.size() < transcript.size()) {
+        auto got = (*w)->next(std::chrono::steady_clock::now() + 5s, h);
+        ASSERT_TRUE(got && *got) << "the watch stopped after " << seen.size() << " entries";
+    }
+    for (std::size_t i = 0; i < seen.size(); ++i) {
+        EXPECT_EQ(seen[i], static_cast<std::int64_t>(i + 1));
+    }
+}
+
 }  // namespace wuhu::testing

@@ -176,3 +176,47 @@ TEST(PatchComposition, CommittedPatchesOfEveryOperationComposeToTheStablePatch) 
 }
 
 }  // namespace wuhu::testing
+
+namespace wuhu::testing {
+
+// Subscribe pages (issue 30): from any version, pages chain (each starts where the last ended),
+// each moves on and holds at most its items (one larger than the bytes goes alone), the
+// transcript comes first, and together they reach the current version with every entry once.
+TEST(StablePatch, PagesChainToTheCurrentVersionWithinTheirLimits) {
+    for (std::uint64_t seed = 1; seed <= 30; ++seed) {
+        auto h = random_history(seed, 200);
+        for (std::size_t start = 0; start < h.versions.size(); start += 37) {
+            const version_vector from = h.versions[start];
+            version_vector at = from;
+            std::vector<entry> transcript;
+            int pages = 0;
+            while (at != h.state.version()) {
+                const auto to = page_end(h.state, at, 5, 600);
+                ASSERT_TRUE(at.le(to)) << "seed " << seed;
+                ASSERT_NE(to, at) << "a page moves on";
+                const std::uint64_t items = (to.transcript - at.transcript) +
+                                            (to.system - at.system) + (to.steer - at.steer) +
+                                            (to.follow_up - at.follow_up);
+                EXPECT_LE(items, 5u);
+                if (to.transcript < h.state.version().transcript) {
+                    EXPECT_EQ(to.system, at.system) << "the lanes wait for the whole transcript";
+                }
+                auto p = between(h.state, at, to);
+                ASSERT_TRUE(p);
+                EXPECT_EQ(p->from, at);
+                EXPECT_EQ(p->to, to);
+                transcript.insert(transcript.end(), p->transcript.begin(), p->transcript.end());
+                at = to;
+                ASSERT_LT(++pages, 10'000);
+            }
+            EXPECT_EQ(transcript.size(), h.state.transcript.size() - from.transcript);
+            EXPECT_TRUE(std::equal(transcript.begin(), transcript.end(),
+                                   h.state.transcript.begin() +
+                                       static_cast<std::ptrdiff_t>(from.transcript)));
+        }
+    }
+    session_state one = enqueued({}, user_in(lane::follow_up, "big", std::string(5000, 'x')), 1);
+    EXPECT_EQ(page_end(one, {}, 5, 600), one.version()) << "one fact larger than a page goes alone";
+}
+
+}  // namespace wuhu::testing
