@@ -353,3 +353,65 @@ TEST(ProviderProcess, ABadToolsFileStopsTheWorkerWithExitCode2AndAMessage) {
 }
 
 }  // namespace wuhu::testing
+
+namespace wuhu::testing {
+
+// Issue 30: a provider that streams without end (here: 8 MB of text, a piece a millisecond) is
+// cut at the entry limit: the stream is stopped, the answer stored cut with its note, the turn
+// ends (no retry, one request), and the session loads again after the worker restarts.
+TEST(ProviderProcess, AnAnswerStreamedWithoutEndIsCutAtTheLimitAndTheSessionLoadsAgain) {
+    const std::string head = R"(data: {"id":"c3","object":"chat.completion.chunk","created":1,)"
+                             R"("model":"m","choices":[{"index":0,"delta":)";
+    http_server server([&](const http_received&) {
+        http_plan p;
+        p.pieces.push_back({0ms, head + R"({"role":"assistant","content":""},"finish_reason":null}]})" + "\n\n"});
+        const std::string piece =
+            head + R"({"content":")" + std::string(1000, 'w') + R"("},"finish_reason":null}]})" + "\n\n";
+        for (int i = 0; i < 8000; ++i) {
+            p.pieces.push_back({1ms, piece});
+        }
+        return p;
+    });
+    temp_dir dir;
+    const auto providers = write_providers_file(dir.path(), "openai", server.url());
+    setenv("WUHU_TEST_MODEL_KEY", "sk-endless", 1);
+    worker_process::config c;
+    c.args = {"--providers", providers.string(), "--max-entry-bytes", "64KiB"};
+    worker_process w("endless", R"({"responses":[]})", c);
+    w.start();
+    nats::connection nc(nats_url(), "endless-client");
+    const std::string s = w.prefix() + ".session.endless.";
+    ASSERT_EQ(answer_when_up(nc, s + "configure", R"({"model":"local/m-1"})").at("ok"), true);
+    ASSERT_EQ(answer_when_up(nc, s + "enqueue",
+                             R"({"lane":"followUp","content":"talk for ever"})")
+                  .at("ok"),
+              true);
+    ASSERT_TRUE(wait_idle(nc, s + "subscribe"));
+    auto answer_of = [&](const json::value& reply) {
+        std::string text;
+        for (const auto& e : reply.at("patch").at("transcript").as_array()) {
+            if (e.at("type") == "assistant_message") {
+                text = e.at("text").as_string();
+            }
+        }
+        return text;
+    };
+    const auto before = answer_when_up(nc, s + "subscribe");
+    const auto text = answer_of(before);
+    EXPECT_LE(text.size(), 64u * 1024);
+    EXPECT_GT(text.size(), 60u * 1024);
+    EXPECT_TRUE(text.ends_with("[cut by the runtime: this answer passed the limit of 65536 bytes]"))
+        << text.substr(text.size() > 200 ? text.size() - 200 : 0);
+    EXPECT_EQ(server.requests(), 1) << "a cut answer is the turn's last: no retry";
+    EXPECT_EQ(w.stop(), 0);
+    w.start();
+    const auto after = answer_when_up(nc, s + "subscribe");
+    ASSERT_EQ(after.at("ok"), true) << "the session loads again";
+    EXPECT_EQ(answer_of(after), text);
+    EXPECT_EQ(after.at("patch").at("transcript").as_array().size(),
+              before.at("patch").at("transcript").as_array().size());
+    unsetenv("WUHU_TEST_MODEL_KEY");
+    EXPECT_EQ(w.stop(), 0);
+}
+
+}  // namespace wuhu::testing
