@@ -12,6 +12,8 @@
 // threads, each committing one row at a time to a file of its own; C PostgreSQL connections)
 // divided by the commits per turn. Each figure beside its goal and the baseline of issue 16.
 //
+// --admission-cost: the same for admission control (issue 30): its bounds at their defaults,
+// against all of them at 0 (off).
 // --metrics-cost: the metrics' cost (issue 15): the same workload with the worker's metrics
 // on and off (--metrics-addr off records nothing), alternating, on the memory store (where the
 // worker's CPU is all there is to see).
@@ -21,7 +23,7 @@
 // names their PIDs (WUHU_BENCH_NATS_PID, WUHU_BENCH_PG_PID) for the CPU figures.
 //
 //   turn_bench [--stores sqlite-full,sqlite-normal,postgres,memory] [-S 100] [-T 10] [-K 2]
-//              [-C 10] [--runs 1] [--metrics-cost]
+//              [-C 10] [--runs 1] [--metrics-cost] [--admission-cost]
 #include "bench/turn_probes.hpp"
 #include "bench/turn_worker.hpp"
 #include "nats/connection.hpp"
@@ -491,6 +493,7 @@ int main(int argc, char** argv) {
     workload w;
     std::string stores = "sqlite-full,sqlite-normal,postgres,memory";
     bool metrics_cost = false;
+    bool admission_cost = false;
     int rounds = 5;
     int runs = 1;
     app.add_option("--stores", stores, "comma-separated: sqlite-full, sqlite-normal, postgres, memory");
@@ -502,7 +505,10 @@ int main(int argc, char** argv) {
                    "a flag for wuhu-worker (repeat: --worker-arg=--store-threads --worker-arg=8)");
     app.add_flag("--metrics-cost", metrics_cost,
                  "the memory store with metrics on and off, alternating (issue 15)");
-    app.add_option("--rounds", rounds, "--metrics-cost: runs of each")->check(CLI::Range(1, 20));
+    app.add_flag("--admission-cost", admission_cost,
+                 "the memory store with admission control (issue 30) on and off, alternating");
+    app.add_option("--rounds", rounds, "--metrics-cost, --admission-cost: runs of each")
+        ->check(CLI::Range(1, 20));
     app.add_option("--runs", runs,
                    "runs of each store: each run's turns/s, then the figures of the median run")
         ->check(CLI::Range(1, 20));
@@ -513,23 +519,33 @@ int main(int argc, char** argv) {
     }
     w.in_flight = std::min(w.in_flight, w.sessions);
 
-    if (metrics_cost) {
+    if (metrics_cost || admission_cost) {
         // Long runs: the difference is small beside the noise of a 2-core machine.
         if (app.count("-T") == 0) {
             w.turns = 40;
         }
+        const char* what = metrics_cost ? "metrics" : "admission control";
+        // Admission control off: every bound of issue 30 that a request meets, at 0.
+        const std::vector<std::string> off_args{
+            "--max-requests-in-flight=0", "--max-commands-per-session=0", "--lane-max-items=0",
+            "--lane-max-bytes=0"};
+        const auto base_args = w.worker_args;
         const auto& kind = kinds().at("memory");
         std::vector<double> on_tps, off_tps, on_cpu, off_cpu;
         for (int i = 0; i < rounds; ++i) {
-            for (bool metrics : {true, false}) {
-                const auto r = run(kind, w, metrics, 2 * i + (metrics ? 0 : 1));
+            for (bool on : {true, false}) {
+                w.worker_args = base_args;
+                if (admission_cost && !on) {
+                    w.worker_args.insert(w.worker_args.end(), off_args.begin(), off_args.end());
+                }
+                const auto r = run(kind, w, metrics_cost ? on : true, 2 * i + (on ? 0 : 1));
                 if (!r.ok) {
                     return 1;
                 }
-                (metrics ? on_tps : off_tps).push_back(r.turns_per_s);
-                (metrics ? on_cpu : off_cpu).push_back(r.worker_cpu);
-                std::printf("  metrics %-3s  %6.0f turns/s, worker %.3f CPU ms per turn\n",
-                            metrics ? "on" : "off", r.turns_per_s, r.worker_cpu);
+                (on ? on_tps : off_tps).push_back(r.turns_per_s);
+                (on ? on_cpu : off_cpu).push_back(r.worker_cpu);
+                std::printf("  %s %-3s  %6.0f turns/s, worker %.3f CPU ms per turn\n", what,
+                            on ? "on" : "off", r.turns_per_s, r.worker_cpu);
             }
         }
         auto median = [](std::vector<double> v) {
@@ -539,12 +555,12 @@ int main(int argc, char** argv) {
         const double tps_on = median(on_tps), tps_off = median(off_tps);
         const double cpu_on = median(on_cpu), cpu_off = median(off_cpu);
         std::printf(
-            "metrics cost, memory store, S=%d T=%d K=%d C=%d, median of %d runs each "
+            "%s cost, memory store, S=%d T=%d K=%d C=%d, median of %d runs each "
             "(goal: under 2%%):\n"
-            "  turns/s              on %.0f, off %.0f: the metrics cost %+.1f%%\n"
-            "  worker CPU per turn  on %.3f ms, off %.3f ms: the metrics cost %+.1f%%\n"
+            "  turns/s              on %.0f, off %.0f: it costs %+.1f%%\n"
+            "  worker CPU per turn  on %.3f ms, off %.3f ms: it costs %+.1f%%\n"
             "  (a negative cost is the noise of the machine)\n",
-            w.sessions, w.turns, w.tools, w.in_flight, rounds, tps_on, tps_off,
+            what, w.sessions, w.turns, w.tools, w.in_flight, rounds, tps_on, tps_off,
             100.0 * (tps_off - tps_on) / tps_off, cpu_on, cpu_off,
             100.0 * (cpu_on - cpu_off) / cpu_off);
         return 0;
