@@ -122,6 +122,10 @@ for d in kinds.get("ConfigMap", []):
         check(d["metadata"]["labels"].get("grafana_dashboard") == "1", "the sidecar's label")
         named = set(re.findall(r"wuhu_[a-z_]+", json.dumps(dash)))
         check(named and named <= exported, f"the dashboard names metrics the worker does not export: {sorted(named - exported)}")
+if case == "postgres":
+    check(config["data"].get("WUHU_MAX_REQUESTS_IN_FLIGHT") == "512", "limits.maxRequestsInFlight")
+    check(config["data"].get("WUHU_LANE_MAX_BYTES") == "8MiB", "limits.laneMaxBytes")
+    check(config["data"].get("WUHU_PG_LOCK_TIMEOUT") == "2s", "limits.pgLockTimeout")
 if case == "tenants":
     check(config["data"].get("WUHU_TENANCY") == "true", "tenancy is on")
     check(config["data"].get("WUHU_NATS_USER") == "fleet", "the fleet's NATS user")
@@ -148,6 +152,8 @@ EOF
 render_case default '{"postgres": {"existingSecret": "wuhu-postgres"}}'
 render_case sqlite '{"mode": "sqlite", "podDisruptionBudget": {"enabled": false}}'
 render_case postgres '{"postgres": {"existingSecret": "wuhu-postgres"}, "replicas": 4,
+  "limits": {"maxRequestsInFlight": 512, "laneMaxBytes": "8MiB", "tenantRequestsPerSecond": 200,
+             "pgLockTimeout": "2s", "metricsMaxConnections": 16},
   "nats": {"existingSecret": "wuhu-nats"},
   "autoscaling": {"enabled": true},
   "metrics": {"serviceMonitor": {"enabled": true, "labels": {"release": "prom"}},
@@ -222,6 +228,17 @@ if "$work/render" "$root/charts/wuhu" "$work/collide.values.json" test > /dev/nu
     exit 1
 fi
 grep -q "would share the password variables" "$work/collide.err" || { cat "$work/collide.err" >&2; exit 1; }
+
+# A limit the worker does not have is refused, with the reason.
+python3 - "$work/default.values.json" > "$work/badlimit.values.json" <<'EOF'
+import json, sys
+v = json.load(open(sys.argv[1])); v["values"]["limits"] = {"maxRequestz": 5}; print(json.dumps(v))
+EOF
+if "$work/render" "$root/charts/wuhu" "$work/badlimit.values.json" test > /dev/null 2> "$work/badlimit.err"; then
+    echo "FAIL: an unknown limit rendered" >&2
+    exit 1
+fi
+grep -q "limits.maxRequestz is not one of the worker's limits" "$work/badlimit.err" || { cat "$work/badlimit.err" >&2; exit 1; }
 
 # postgres mode without the store's Secret is refused, with the reason.
 if "$work/render" "$root/charts/wuhu" "$work/default.values.json" test >/dev/null 2>&1; then :; fi

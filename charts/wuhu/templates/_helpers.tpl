@@ -189,6 +189,13 @@ WUHU_LEASE_TTL_MS: {{ .Values.worker.leaseTtlMs | quote }}
 WUHU_PASSIVATE_AFTER: {{ .Values.worker.passivateAfter | quote }}
 WUHU_MAX_LOADED_SESSIONS: {{ .Values.worker.maxLoadedSessions | quote }}
 WUHU_STORE_THREADS: {{ .Values.worker.storeThreads | quote }}
+{{- $limits := dict "maxRequestsInFlight" "WUHU_MAX_REQUESTS_IN_FLIGHT" "maxCommandsPerSession" "WUHU_MAX_COMMANDS_PER_SESSION" "laneMaxItems" "WUHU_LANE_MAX_ITEMS" "laneMaxBytes" "WUHU_LANE_MAX_BYTES" "maxContentBytes" "WUHU_MAX_CONTENT_BYTES" "maxEntryBytes" "WUHU_MAX_ENTRY_BYTES" "retryAfterMs" "WUHU_RETRY_AFTER_MS" "maxInferences" "WUHU_MAX_INFERENCES" "tenantMaxInferences" "WUHU_TENANT_MAX_INFERENCES" "tenantRequestsPerSecond" "WUHU_TENANT_REQUESTS_PER_SECOND" "tenantNewSessionsPerSecond" "WUHU_TENANT_NEW_SESSIONS_PER_SECOND" "tenantMaxSessions" "WUHU_TENANT_MAX_SESSIONS" "pgStatementTimeout" "WUHU_PG_STATEMENT_TIMEOUT" "pgLockTimeout" "WUHU_PG_LOCK_TIMEOUT" "pgIdleInTransactionTimeout" "WUHU_PG_IDLE_IN_TRANSACTION_TIMEOUT" "metricsMaxConnections" "WUHU_METRICS_MAX_CONNECTIONS" }}
+{{- range $key, $value := .Values.limits }}
+{{- if not (hasKey $limits $key) }}
+{{- fail (printf "limits.%s is not one of the worker's limits (docs/operations.md, Limits)" $key) }}
+{{- end }}
+{{ get $limits $key }}: {{ $value | quote }}
+{{- end }}
 WUHU_METRICS_ADDR: {{ printf "0.0.0.0:%v" .Values.worker.metricsPort | quote }}
 {{- if .Values.providers }}
 WUHU_PROVIDERS: "/etc/wuhu/providers.json"
