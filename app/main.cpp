@@ -513,6 +513,8 @@ int main(int argc, char** argv) {
         options.server.tenants = tenant_limits;
         options.loop.lanes = lanes;
         options.loop.max_waiting_commands = max_waiting_commands;
+        // A session's requests at the door: its waiting commands, and as many reads.
+        options.server.max_per_session = 2 * max_waiting_commands;
         options.loop.max_entry_bytes = max_entry;
         options.inferences = inferences;
         options.store_threads = store_threads;

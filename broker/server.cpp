@@ -272,21 +272,47 @@ void server::start(worker::session_registry& registry, worker::work_gate& work) 
     // Counted from the libnats callback to the reply, so that a stopping worker can wait for
     // every request it has taken.
     auto on_request = [this, &registry](nats::message m) {
-        if (options_.max_in_flight > 0 && in_flight_.load() >= options_.max_in_flight) {
-            // Admission: refused here, on the NATS thread, before anything of it is kept (a
-            // coroutine, a pass). Nothing changed; the client retries after the hint.
+        // Admission: refused here, on the NATS thread, before anything of it is kept (a
+        // coroutine, a pass) or read. Nothing changed; the client retries after the hint.
+        auto turn_away = [&] {
             if (!m.bad_reply) {
                 if (const auto to = reply_target(m); !to.empty()) {
                     publish(to, refusal(s::errc::overloaded, options_.retry_after), "reply",
                             m.subject);
                 }
             }
-            return;
+        };
+        if (options_.max_in_flight > 0 && in_flight_.load() >= options_.max_in_flight) {
+            return turn_away();
+        }
+        std::string key;  // the session's, when its requests are counted
+        if (options_.max_per_session > 0) {
+            auto to = subjects_.for_worker(m.subject, worker_id())
+                          ? subjects_.parse_forwarded(m.subject, worker_id())
+                          : subjects_.parse_request(m.subject);
+            if (to) {  // a bad subject is answered by serve() with its code
+                key = to->sid.str();
+                std::lock_guard lock(door_mu_);
+                auto& n = per_session_[key];
+                if (n >= options_.max_per_session) {
+                    return turn_away();
+                }
+                ++n;
+            }
         }
         ++in_flight_;
         auto pass = std::make_shared<worker::work_gate::pass>(work_->enter());
         asio::co_spawn(ex_, serve(this, &registry, std::move(m)),
-                       [this, pass](const std::exception_ptr&) { --in_flight_; });
+                       [this, pass, key = std::move(key)](const std::exception_ptr&) {
+                           --in_flight_;
+                           if (!key.empty()) {
+                               std::lock_guard lock(door_mu_);
+                               if (auto it = per_session_.find(key); it != per_session_.end() &&
+                                                                     --it->second == 0) {
+                                   per_session_.erase(it);
+                               }
+                           }
+                       });
     };
     taking_.push_back(nats_.queue_subscribe(subjects_.requests(), options_.queue_group, on_request));
     // The fleet view: any one worker answers, asking each owner for a page of its sessions.

@@ -35,6 +35,8 @@
 #include <boost/asio/thread_pool.hpp>
 
 #include <atomic>
+#include <mutex>
+#include <unordered_map>
 #include <chrono>
 #include <functional>
 #include <random>
@@ -71,6 +73,11 @@ struct server_options {
     // answered, at most: past it a request is answered `overloaded` at once, from the NATS
     // thread, before anything of it is kept (0: no limit).
     std::size_t max_in_flight = 1024;
+    // Requests of one session taken and not yet answered, at most: past it a request is also
+    // answered `overloaded` at the door, before it is read, so that a client flooding one
+    // session costs the worker little of what the others need (0: no limit).
+    // wuhu-worker: twice --max-commands-per-session (its waiting commands, and as many reads).
+    std::size_t max_per_session = 128;
     // The wait an `overloaded` or `lane_full` refusal suggests (retry_after_ms).
     std::chrono::milliseconds retry_after{100};
     // Per tenant (the fleet's "" without tenancy): requests and new sessions per second, and
@@ -205,6 +212,9 @@ class server {
     std::atomic<std::size_t> in_flight_{0};
     std::atomic<std::size_t> publish_failures_{0};
     std::atomic<std::size_t> views_pending_{0};
+    // Requests taken per session key (the NATS threads and the executor).
+    std::mutex door_mu_;
+    std::unordered_map<std::string, std::size_t> per_session_;
     admission admission_;  // executor only
     bool stopping_ = false;                     // executor only
     std::vector<std::size_t> taking_;           // queue-group subscriptions (drained first)

@@ -129,6 +129,29 @@ TEST_F(bounds_fixture, RequestsPastTheWorkersInFlightLimitAreRefusedOverloadedAt
     EXPECT_EQ(code_of(cold4.get()), "ok");
 }
 
+// One session's requests past its limit are refused at the door (before they are read), while
+// the worker serves the other sessions.
+TEST_F(bounds_fixture, OneSessionsRequestsPastItsLimitAreRefusedAtTheDoorAndOthersServed) {
+    start([](app::node_options& o) { o.server.max_per_session = 2; });
+    ASSERT_EQ(code_of(on("warm", "configure", "{}")), "ok");
+    node_->lease_gate().hold();  // the cold session's requests wait for its lease
+    auto first = std::async(std::launch::async, [&] { return on("cold", "enqueue", item("c1")); });
+    auto second = std::async(std::launch::async, [&] { return on("cold", "enqueue", item("c2")); });
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (node_->node().requests().in_flight() < 2 && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(1ms);
+    }
+    ASSERT_EQ(node_->node().requests().in_flight(), 2u);
+    const auto third = on("cold", "enqueue", item("c3"));
+    EXPECT_EQ(code_of(third), "overloaded");
+    EXPECT_GT(retry_hint(third), 0);
+    EXPECT_EQ(code_of(on("warm", "subscribe", "{}")), "ok") << "another session is served";
+    node_->lease_gate().let_go();
+    EXPECT_EQ(code_of(first.get()), "ok");
+    EXPECT_EQ(code_of(second.get()), "ok");
+    EXPECT_EQ(code_of(on("cold", "enqueue", item("c3"))), "ok") << "room again once answered";
+}
+
 TEST_F(bounds_fixture, AFullLaneAnswersLaneFullAndKeepsWhatItHolds) {
     start([](app::node_options& o) { o.loop.lanes = session::lane_limits{3, 0}; });
     ASSERT_EQ(code_of(on("s", "pause", "{}")), "session_not_found");
