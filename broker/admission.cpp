@@ -1,5 +1,8 @@
 #include "broker/admission.hpp"
 
+#include "broker/server.hpp"
+#include "protocol/replies.hpp"
+
 #include <algorithm>
 #include <cmath>
 
@@ -88,6 +91,52 @@ void admission::created(std::string_view tenant) {
     if (auto it = counts_.find(tenant); it != counts_.end()) {
         ++it->second.sessions;
     }
+}
+
+// ---- the server's admission (server.hpp): its refusals, and the creation of a session
+
+namespace s = wuhu::session;
+
+std::string server::refusal(s::errc why, std::optional<std::chrono::milliseconds> retry_after) {
+    if (options_.on_refused) {
+        options_.on_refused(s::code_name(why));
+    }
+    return protocol::error_reply(make_error_code(why), retry_after);
+}
+
+asio::awaitable<std::optional<std::string>> server::admit_creation(
+    worker::session_registry& registry, const s::session_id& sid) {
+    const auto& limits = admission_.limits();
+    if (limits.new_sessions_per_second <= 0 && limits.max_sessions == 0) {
+        co_return std::nullopt;
+    }
+    auto checking = registry.exists(sid);
+    auto there = co_await std::move(checking);
+    if (!there) {
+        co_return protocol::error_reply(there.error());
+    }
+    if (*there) {
+        co_return std::nullopt;  // not a new session
+    }
+    const std::string tenant(sid.tenant());
+    if (admission_.count_needed(tenant, std::chrono::steady_clock::now())) {
+        storage::catalog_query q;
+        q.tenant = tenant;
+        auto listing = registry.catalog(std::move(q));
+        auto rows = co_await std::move(listing);
+        if (!rows) {
+            co_return protocol::error_reply(rows.error());
+        }
+        admission_.counted(tenant, rows->size(), std::chrono::steady_clock::now());
+    }
+    if (admission_.at_quota(tenant)) {
+        co_return refusal(s::errc::quota_exceeded, std::nullopt);
+    }
+    if (auto wait = admission_.new_session(tenant, std::chrono::steady_clock::now())) {
+        co_return refusal(s::errc::rate_limited, wait);
+    }
+    admission_.created(tenant);
+    co_return std::nullopt;
 }
 
 }  // namespace wuhu::broker

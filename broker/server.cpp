@@ -157,13 +157,6 @@ std::string server::reply_target(const nats::message& m) {
     return to;
 }
 
-std::string server::refusal(s::errc why, std::optional<std::chrono::milliseconds> retry_after) {
-    if (options_.on_refused) {
-        options_.on_refused(s::code_name(why));
-    }
-    return protocol::error_reply(make_error_code(why), retry_after);
-}
-
 server::server(asio::any_io_executor ex, nats::connection& nats, lease_desk& leases,
                const worker::tool_registry& tools, server_options options,
                std::shared_ptr<spdlog::logger> log)
@@ -580,41 +573,6 @@ asio::awaitable<std::vector<std::string>> server::handle(worker::session_registr
         co_return replies{protocol::ok_reply(what, result_of(*r))};
     }
     co_return replies{error_reply(ownership::errc::owner_changed)};
-}
-
-asio::awaitable<std::optional<std::string>> server::admit_creation(
-    worker::session_registry& registry, const s::session_id& sid) {
-    const auto& limits = admission_.limits();
-    if (limits.new_sessions_per_second <= 0 && limits.max_sessions == 0) {
-        co_return std::nullopt;
-    }
-    auto checking = registry.exists(sid);
-    auto there = co_await std::move(checking);
-    if (!there) {
-        co_return protocol::error_reply(there.error());
-    }
-    if (*there) {
-        co_return std::nullopt;  // not a new session
-    }
-    const std::string tenant(sid.tenant());
-    if (admission_.count_needed(tenant, std::chrono::steady_clock::now())) {
-        storage::catalog_query q;
-        q.tenant = tenant;
-        auto listing = registry.catalog(std::move(q));
-        auto rows = co_await std::move(listing);
-        if (!rows) {
-            co_return protocol::error_reply(rows.error());
-        }
-        admission_.counted(tenant, rows->size(), std::chrono::steady_clock::now());
-    }
-    if (admission_.at_quota(tenant)) {
-        co_return refusal(s::errc::quota_exceeded, std::nullopt);
-    }
-    if (auto wait = admission_.new_session(tenant, std::chrono::steady_clock::now())) {
-        co_return refusal(s::errc::rate_limited, wait);
-    }
-    admission_.created(tenant);
-    co_return std::nullopt;
 }
 
 std::optional<std::string> server::refused_settings(const protocol::request_body& body) const {

@@ -9,13 +9,10 @@
 // timed test's).
 #include "client/client.hpp"
 #include "tests/support/burst.hpp"
+#include "tests/support/http_get.hpp"
 #include "tests/support/process.hpp"
 
 #include <gtest/gtest.h>
-
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 
 #include <algorithm>
 #include <atomic>
@@ -32,22 +29,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool measures_memory = false;
-#else
-constexpr bool measures_memory = true;
-#endif
 
-long resident_kib(pid_t pid) {
-    std::ifstream status("/proc/" + std::to_string(pid) + "/status");
-    std::string line;
-    while (std::getline(status, line)) {
-        if (line.starts_with("VmRSS:")) {
-            return std::stol(line.substr(6));
-        }
-    }
-    return -1;
-}
 
 std::string item(const std::string& id, const std::string& content) {
     return json::serialize(json::object{{"lane", "followUp"},
@@ -73,13 +55,8 @@ const std::set<std::string> refusals = {"overloaded", "lane_full", "rate_limited
 
 // A NATS subscriber that never reads its socket (nats-server cuts it off as a slow consumer).
 int stalled_subscriber(int port, const std::string& subject) {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons(static_cast<std::uint16_t>(port));
-    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-        close(fd);
+    const int fd = connect_local("127.0.0.1:" + std::to_string(port));
+    if (fd < 0) {
         return -1;
     }
     const std::string hello =
@@ -286,8 +263,8 @@ TEST(Flood, OneClientFloodingASessionAndAnotherCreatingSessionsLoseNothingAcknow
               << percentile(loaded, 0.99) << " ms under the flood (ratio of p99s "
               << percentile(loaded, 0.99) / std::max(0.001, percentile(unloaded, 0.99))
               << ", goal <= 2)"
-              << (measures_memory ? "\n" : " (AddressSanitizer: memory not checked)\n");
-    if (measures_memory) {
+              << (releases_memory ? "\n" : " (AddressSanitizer: memory not checked)\n");
+    if (releases_memory) {
         EXPECT_LT(added_mib, 256) << "docs/operations.md: the flood adds less than 256 MiB";
     }
     EXPECT_EQ(w.stop(), 0) << "a clean stop";

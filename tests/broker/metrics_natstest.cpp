@@ -70,24 +70,6 @@ TEST(MetricsWatchdog, ASessionPastItsStatesTimeoutIsCountedAndLoggedOnce) {
 
 namespace wuhu::testing {
 
-namespace {
-// A TCP connection to 127.0.0.1:port that sends nothing (a client holding the port); -1 if
-// it could not connect.
-int idle_connection(const std::string& address) {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    timeval tv{5, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons(static_cast<std::uint16_t>(std::stoi(address.substr(address.rfind(':') + 1))));
-    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
-}  // namespace
 
 // Bounds (issue 30): the metrics port holds at most its cap of connections; one past it is
 // closed at once, and once the idle ones go, scrapes are served again.
@@ -97,14 +79,15 @@ TEST(MetricsEndpoint, ConnectionsPastTheCapAreClosedAtOnce) {
                                  [] { return std::optional<std::string>(); }},
                                 2);
     const auto at = http.address();
-    const int a = idle_connection(at);
-    const int b = idle_connection(at);
+    // Two clients that connect and send nothing.
+    const int a = connect_local(at);
+    const int b = connect_local(at);
     ASSERT_GE(a, 0);
     ASSERT_GE(b, 0);
     // Accepted in the order they came: the two idle ones first, then this one.
     EXPECT_EQ(http_get(at, "/metrics").status, 0) << "a third connection was served";
     EXPECT_EQ(http.turned_away(), 1u);
-    const int c = idle_connection(at);
+    const int c = connect_local(at);
     char byte = 0;
     EXPECT_EQ(recv(c, &byte, 1, 0), 0) << "closed at once, without waiting for its request";
     close(c);

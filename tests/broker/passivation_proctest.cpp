@@ -26,23 +26,7 @@ std::size_t open_files(pid_t pid) {
     return n;
 }
 
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool releases_memory = false;  // freed memory stays in the quarantine
-#else
-constexpr bool releases_memory = true;
-#endif
 
-// Resident memory in KiB.
-long resident_kib(pid_t pid) {
-    std::ifstream status("/proc/" + std::to_string(pid) + "/status");
-    std::string line;
-    while (std::getline(status, line)) {
-        if (line.starts_with("VmRSS:")) {
-            return std::stol(line.substr(6));
-        }
-    }
-    return -1;
-}
 
 // What the worker's passivation rounds logged ("passivated N idle sessions; M loaded"): the
 // sessions passivated so far, the count loaded after the last round, and the most loaded

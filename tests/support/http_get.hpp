@@ -17,8 +17,8 @@ struct http_answer {
     std::string body;
 };
 
-// GET `path` at "127.0.0.1:port" (HTTP/1.1, Connection: close); every read bounded by 5 s.
-inline http_answer http_get(const std::string& address, const std::string& path) {
+// A TCP connection to "127.0.0.1:port" whose reads wait 5 s at most; -1 if it cannot connect.
+inline int connect_local(const std::string& address) {
     const int port = std::stoi(address.substr(address.rfind(':') + 1));
     const int fd = socket(AF_INET, SOCK_STREAM, 0);
     timeval tv{5, 0};
@@ -27,9 +27,18 @@ inline http_answer http_get(const std::string& address, const std::string& path)
     addr.sin_family = AF_INET;
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     addr.sin_port = htons(static_cast<std::uint16_t>(port));
-    http_answer out;
     if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
         close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+// GET `path` at "127.0.0.1:port" (HTTP/1.1, Connection: close); every read bounded by 5 s.
+inline http_answer http_get(const std::string& address, const std::string& path) {
+    http_answer out;
+    const int fd = connect_local(address);
+    if (fd < 0) {
         return out;
     }
     const std::string req =

@@ -120,6 +120,26 @@ inline bool logged(const std::vector<boost::json::object>& lines, std::string_vi
 }
 
 // A free TCP port on 127.0.0.1 (bound, read, released).
+// Whether this build keeps freed memory (AddressSanitizer's quarantine): resident memory is then
+// printed by the tests that measure it, and checked in the other builds (scripts/bench).
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool releases_memory = false;
+#else
+inline constexpr bool releases_memory = true;
+#endif
+
+// A process's resident memory in KiB (-1: unknown).
+inline long resident_kib(pid_t pid) {
+    std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+    std::string line;
+    while (std::getline(status, line)) {
+        if (line.starts_with("VmRSS:")) {
+            return std::stol(line.substr(6));
+        }
+    }
+    return -1;
+}
+
 inline int free_port() {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in addr{};
