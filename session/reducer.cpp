@@ -36,8 +36,9 @@ void append_entry(session_state& s, const entry& e) {
 }
 
 void remove_pending(lane_state& ls, const queue_item_id& id) {
-    auto it = std::find_if(ls.pending.begin(), ls.pending.end(),
-                           [&](const queue_item& q) { return q.id == id; });
+    auto it = std::find_if(ls.pending.begin(), ls.pending.end(), [&](std::size_t at) {
+        return std::get<enqueued_fact>(ls.journal[at].fact).item.id == id;
+    });
     WUHU_ASSERT(it != ls.pending.end(), "a terminal fact refers to a pending item");
     ls.pending.erase(it);
 }
@@ -52,7 +53,7 @@ void record(session_state& s, lane l, const journal_entry& j) {
                        auto [it, fresh] = s.items.emplace(f.item.id.str(),
                                                           item_record{l, item_status::pending, {}});
                        WUHU_ASSERT(fresh, "queue item ids are unique in a session");
-                       ls.pending.push_back(f.item);
+                       ls.pending.push_back(ls.journal.size() - 1);  // its fact, just recorded
                    },
                    [&](const canceled_fact& f) {
                        remove_pending(ls, f.id);

@@ -80,14 +80,14 @@ errc lane_room(const session_state& s, const enqueue_input& in, const lane_limit
     if (s.find_item(in.id.str()) != nullptr) {
         return errc::ok;
     }
-    const auto& pending = s.in(in.in).pending;
-    if (limits.max_items > 0 && pending.size() >= limits.max_items) {
+    const auto& ls = s.in(in.in);
+    if (limits.max_items > 0 && ls.pending.size() >= limits.max_items) {
         return errc::lane_full;
     }
     if (limits.max_bytes > 0) {
         std::size_t bytes = content_bytes(in.payload);
-        for (const auto& q : pending) {
-            bytes += content_bytes(q.payload);
+        for (std::size_t i = 0; i < ls.pending.size(); ++i) {
+            bytes += content_bytes(ls.pending_item(i).payload);
         }
         if (bytes > limits.max_bytes) {
             return errc::lane_full;
@@ -118,11 +118,10 @@ result<cancel_outcome> plan_cancel(const session_state& s, lane l, const queue_i
 }
 
 std::vector<queue_item> select_checkpoint(const session_state& s, checkpoint c) {
-    std::vector<const std::vector<queue_item>*> sources{&s.in(lane::system).pending,
-                                                        &s.in(lane::steer).pending};
-    const bool urgent_empty = sources[0]->empty() && sources[1]->empty();
+    std::vector<const lane_state*> sources{&s.in(lane::system), &s.in(lane::steer)};
+    const bool urgent_empty = sources[0]->pending.empty() && sources[1]->pending.empty();
     if (c == checkpoint::follow_up && urgent_empty) {
-        sources = {&s.in(lane::follow_up).pending};
+        sources = {&s.in(lane::follow_up)};
     }
     // Stable k-way merge by enqueue time: FIFO inside a lane is kept even if a clock stepped
     // back between two enqueues, and ties go to the lane listed first.
@@ -131,18 +130,18 @@ std::vector<queue_item> select_checkpoint(const session_state& s, checkpoint c) 
     for (;;) {
         std::size_t best = sources.size();
         for (std::size_t i = 0; i < sources.size(); ++i) {
-            if (pos[i] >= sources[i]->size()) {
+            if (pos[i] >= sources[i]->pending.size()) {
                 continue;
             }
-            if (best == sources.size() ||
-                (*sources[i])[pos[i]].enqueued_at < (*sources[best])[pos[best]].enqueued_at) {
+            if (best == sources.size() || sources[i]->pending_item(pos[i]).enqueued_at <
+                                              sources[best]->pending_item(pos[best]).enqueued_at) {
                 best = i;
             }
         }
         if (best == sources.size()) {
             return out;
         }
-        out.push_back((*sources[best])[pos[best]++]);
+        out.push_back(sources[best]->pending_item(pos[best]++));
     }
 }
 

@@ -6,7 +6,9 @@
 // Invariants:
 //   transcript[i].id == i + 1
 //   lanes[l].journal[i].seq == i + 1
-//   lanes[l].pending == items enqueued in lane l and neither canceled nor materialized, FIFO
+//   lanes[l].pending == the journal positions of the items enqueued in lane l and neither
+//                       canceled nor materialized, FIFO (each item's content is held once:
+//                       by its enqueued fact)
 //   items / tool_calls are indexes derived from the transcript and the journals
 #pragma once
 
@@ -23,8 +25,12 @@ namespace wuhu::session {
 
 struct lane_state {
     std::vector<journal_entry> journal;
-    std::vector<queue_item> pending;  // FIFO
+    std::vector<std::size_t> pending;  // FIFO: positions in `journal` of enqueued facts
     journal_seq cursor() const { return {journal.size()}; }
+    // The i-th pending item (held by its enqueued fact).
+    const queue_item& pending_item(std::size_t i) const {
+        return std::get<enqueued_fact>(journal[pending[i]].fact).item;
+    }
     bool operator==(const lane_state&) const = default;
 };
 

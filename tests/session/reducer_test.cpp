@@ -43,7 +43,8 @@ TEST(Reducer, RandomHistoriesKeepTheStateInvariants) {
             }
             std::size_t pending = 0;
             for (lane l : all_lanes) {
-                for (const auto& q : s.in(l).pending) {
+                for (std::size_t i = 0; i < s.in(l).pending.size(); ++i) {
+                    const auto& q = s.in(l).pending_item(i);
                     ASSERT_EQ(q.in, l);
                     ASSERT_EQ(s.find_item(q.id.str())->status, item_status::pending);
                 }

@@ -327,7 +327,7 @@ TEST(DurableTimers, FireIntoTheSystemLaneExactlyOnce) {
     apply_actions(fired, s);
     EXPECT_FALSE(s.timers.contains("t1"));
     ASSERT_EQ(s.in(lane::system).pending.size(), 1u);
-    const auto& q = s.in(lane::system).pending[0];
+    const auto& q = s.in(lane::system).pending_item(0);
     EXPECT_EQ(q.id.str(), "t1");
     EXPECT_EQ(q.enqueued_at, unix_ms{510});
     EXPECT_EQ(std::get<system_input>(q.payload).content, "wake up");

@@ -111,7 +111,7 @@ TEST_P(StoreConformance, EnqueueIsIdempotentByItemId) {
     EXPECT_EQ(first->id, again->id);
     EXPECT_TRUE(again->duplicate);
     EXPECT_EQ(s.log().load()->version(), version);
-    EXPECT_EQ(std::get<user_input>(s.log().load()->in(lane::follow_up).pending[0].payload).content,
+    EXPECT_EQ(std::get<user_input>(s.log().load()->in(lane::follow_up).pending_item(0).payload).content,
               "once");
 }
 
@@ -259,7 +259,7 @@ TEST_P(StoreConformance, ARemoveFencesEveryOldHandleAndANewOwnerStartsEmpty) {
         storage::errc::lease_lost);
     auto seen = open("fenced", 5)->load().value();
     ASSERT_EQ(seen.in(lane::steer).pending.size(), 1u);
-    EXPECT_EQ(seen.in(lane::steer).pending[0].id.str(), "d3");
+    EXPECT_EQ(seen.in(lane::steer).pending_item(0).id.str(), "d3");
 }
 
 // The invariant harness folds stored rows through the same reducer as the live path, so a

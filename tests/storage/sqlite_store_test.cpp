@@ -270,7 +270,7 @@ TEST(SqliteStore, ClosesIdleFilesToStayUnderTheLimit) {
     for (int i = 0; i < 20; ++i) {
         auto st = logs[static_cast<std::size_t>(i)]->load().value();
         ASSERT_EQ(st.in(lane::steer).pending.size(), 1u);
-        EXPECT_EQ(std::get<user_input>(st.in(lane::steer).pending[0].payload).content,
+        EXPECT_EQ(std::get<user_input>(st.in(lane::steer).pending_item(0).payload).content,
                   "x" + std::to_string(i));
         EXPECT_TRUE(logs[static_cast<std::size_t>(i)]->mark_idle(st).has_value());
     }
@@ -503,7 +503,7 @@ TEST(SqliteStore, AHandleCachedOfARemovedFileIsNeverUsedAgain) {
     auto reopened = a.open(sid, lease_epoch{4}).value();
     auto seen = reopened->load().value();
     ASSERT_EQ(seen.in(lane::steer).pending.size(), 1u);
-    EXPECT_EQ(seen.in(lane::steer).pending[0].id.str(), "d2");
+    EXPECT_EQ(seen.in(lane::steer).pending_item(0).id.str(), "d2");
     // And a removal through A removes the new file, not the old one A once had open.
     ASSERT_TRUE(a.remove(sid, lease_epoch{4}));
     EXPECT_FALSE(std::filesystem::exists(a.path_of(sid)));

@@ -138,8 +138,9 @@ TEST(StoreCrash, SqliteTwoProcessesLoadingAndUnloadingOneSessionLoseNothing) {
         auto last = store->open(sid, session::lease_epoch{std::uint64_t{1} << 62}).value();
         auto state = last->load().value();
         std::set<std::string> present;
-        for (const auto& item : state.in(session::lane::steer).pending) {
-            present.insert(item.id.str());
+        const auto& steer = state.in(session::lane::steer);
+        for (std::size_t i = 0; i < steer.pending.size(); ++i) {
+            present.insert(steer.pending_item(i).id.str());
         }
         for (const auto& item : acknowledged) {
             EXPECT_TRUE(present.count(item) == 1) << item << " was acknowledged and is lost";
