@@ -111,9 +111,11 @@ TEST_F(bounds_fixture, RequestsPastTheWorkersInFlightLimitAreRefusedOverloadedAt
     node_->lease_gate().hold();
     auto cold3 = std::async(std::launch::async, [&] { return on("cold3", "enqueue", item("c3")); });
     auto cold4 = std::async(std::launch::async, [&] { return on("cold4", "enqueue", item("c4")); });
-    while (node_->node().requests().in_flight() < 2) {
+    const auto again = std::chrono::steady_clock::now() + 10s;
+    while (node_->node().requests().in_flight() < 2 && std::chrono::steady_clock::now() < again) {
         std::this_thread::sleep_for(1ms);
     }
+    ASSERT_EQ(node_->node().requests().in_flight(), 2u);
     client::options co;
     co.prefix = prefix_;
     co.timeout = 20s;
