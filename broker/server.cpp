@@ -103,8 +103,9 @@ std::string_view outcome_of(std::string_view reply) {
 constexpr std::string_view reply_header = "Wuhu-Reply";
 
 // One request, answered on the executor (a named coroutine taking its arguments by value).
-asio::awaitable<void> serve(server* srv, worker::session_registry* reg, nats::message m) {
-    const auto began = std::chrono::steady_clock::now();
+// `began`: when the worker took it (its wait at the door counts).
+asio::awaitable<void> serve(server* srv, worker::session_registry* reg, nats::message m,
+                            std::chrono::steady_clock::time_point began) {
     if (m.bad_reply) {
         // A reply subject with bytes a C string hides: answering it would reach another inbox.
         srv->count_failure("reply (the reply subject has a NUL byte)", m.subject, 0);
@@ -267,45 +268,38 @@ void server::start(worker::session_registry& registry, worker::work_gate& work) 
     auto on_request = [this, &registry](nats::message m) {
         // Admission: refused here, on the NATS thread, before anything of it is kept (a
         // coroutine, a pass) or read. Nothing changed; the client retries after the hint.
-        auto turn_away = [&] {
-            if (!m.bad_reply) {
-                if (const auto to = reply_target(m); !to.empty()) {
+        auto turn_away = [this](const nats::message& refused) {
+            if (!refused.bad_reply) {
+                if (const auto to = reply_target(refused); !to.empty()) {
                     publish(to, refusal(s::errc::overloaded, options_.retry_after), "reply",
-                            m.subject);
+                            refused.subject);
                 }
             }
         };
         if (options_.max_in_flight > 0 && in_flight_.load() >= options_.max_in_flight) {
-            return turn_away();
+            return turn_away(m);
         }
-        std::string key;  // the session's, when its requests are counted
-        if (options_.max_per_session > 0) {
-            auto to = subjects_.for_worker(m.subject, worker_id())
-                          ? subjects_.parse_forwarded(m.subject, worker_id())
-                          : subjects_.parse_request(m.subject);
-            if (to) {  // a bad subject is answered by serve() with its code
-                key = to->sid.str();
-                std::lock_guard lock(door_mu_);
-                auto& n = per_session_[key];
-                if (n >= options_.max_per_session) {
-                    return turn_away();
-                }
-                ++n;
-            }
+        // The session's key (requests with a bad subject share one: serve() answers them).
+        std::string key;
+        auto to = subjects_.for_worker(m.subject, worker_id())
+                      ? subjects_.parse_forwarded(m.subject, worker_id())
+                      : subjects_.parse_request(m.subject);
+        if (to) {
+            key = to->sid.str();
         }
         ++in_flight_;
-        auto pass = std::make_shared<worker::work_gate::pass>(work_->enter());
-        asio::co_spawn(ex_, serve(this, &registry, std::move(m)),
-                       [this, pass, key = std::move(key)](const std::exception_ptr&) {
-                           --in_flight_;
-                           if (!key.empty()) {
-                               std::lock_guard lock(door_mu_);
-                               if (auto it = per_session_.find(key); it != per_session_.end() &&
-                                                                     --it->second == 0) {
-                                   per_session_.erase(it);
-                               }
-                           }
-                       });
+        waiting w{std::move(m), std::make_shared<worker::work_gate::pass>(work_->enter()),
+                  std::chrono::steady_clock::now()};
+        switch (door_.take(key, std::move(w))) {  // moved from only when taken
+            case door<waiting>::taken::refused:
+                --in_flight_;
+                return turn_away(w.m);
+            case door<waiting>::taken::start_next:
+                asio::post(ex_, [this, &registry] { start_next(registry); });
+                break;
+            case door<waiting>::taken::waiting:
+                break;
+        }
     };
     taking_.push_back(nats_.queue_subscribe(subjects_.requests(), options_.queue_group, on_request));
     // The fleet view: any one worker answers, asking each owner for a page of its sessions.
@@ -353,6 +347,22 @@ void server::start(worker::session_registry& registry, worker::work_gate& work) 
             });
         }));
     nats_.flush();
+}
+
+void server::start_next(worker::session_registry& registry) {
+    auto next = door_.next();
+    if (!next) {
+        return;  // none waits: the next request taken schedules a start
+    }
+    auto& [key, w] = *next;
+    asio::co_spawn(ex_, serve(this, &registry, std::move(w.m), w.taken),
+                   [this, pass = std::move(w.pass), key = std::move(key)](const std::exception_ptr&) {
+                       --in_flight_;
+                       door_.answered(key);
+                   });
+    // The next one after what is already queued here (this one's start included): one
+    // request of each session in turn.
+    asio::post(ex_, [this, &registry] { start_next(registry); });
 }
 
 void server::cancel() {

@@ -22,6 +22,7 @@
 
 #include "broker/admin.hpp"
 #include "broker/admission.hpp"
+#include "broker/door.hpp"
 #include "broker/lease_desk.hpp"
 #include "broker/patch_batch.hpp"
 #include "nats/connection.hpp"
@@ -194,6 +195,8 @@ class server {
     // owner (nullopt: no answer in time, or not a page).
     std::map<std::string, std::optional<owner_page>> ask_owners(
         const std::vector<std::string>& owners, const std::vector<std::string>& bodies);
+    // Starts the next request the door holds, and schedules the one after it.
+    void start_next(worker::session_registry& registry);
     // Drains one subscription, holding a pass of the gate until the drain completes.
     void drain(std::size_t token);
 
@@ -212,9 +215,13 @@ class server {
     std::atomic<std::size_t> in_flight_{0};
     std::atomic<std::size_t> publish_failures_{0};
     std::atomic<std::size_t> views_pending_{0};
-    // Requests taken per session key (the NATS threads and the executor).
-    std::mutex door_mu_;
-    std::unordered_map<std::string, std::size_t> per_session_;
+    // Requests taken and not started, started one session at a time in turn (door.hpp).
+    struct waiting {
+        nats::message m;
+        std::shared_ptr<worker::work_gate::pass> pass;
+        std::chrono::steady_clock::time_point taken;
+    };
+    door<waiting> door_{options_.max_per_session};
     admission admission_;  // executor only
     bool stopping_ = false;                     // executor only
     std::vector<std::size_t> taking_;           // queue-group subscriptions (drained first)

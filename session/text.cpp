@@ -1,11 +1,23 @@
 #include "session/text.hpp"
 
+#include <cstdint>
+#include <cstring>
+
 namespace wuhu::session {
 
 bool is_valid_utf8(std::string_view s) noexcept {
     const auto* p = reinterpret_cast<const unsigned char*>(s.data());
     const auto* end = p + s.size();
     while (p < end) {
+        // ASCII eight bytes at a time (a 60 KiB request is checked on the serving executor).
+        constexpr std::uint64_t high_bits = 0x8080808080808080ULL;
+        std::uint64_t word = 0;
+        while (end - p >= 8 && (std::memcpy(&word, p, 8), (word & high_bits) == 0)) {
+            p += 8;
+        }
+        if (p == end) {
+            break;
+        }
         unsigned char c = *p;
         if (c < 0x80) {
             ++p;

@@ -11,7 +11,9 @@
 #include <gtest/gtest.h>
 
 #include <unistd.h>
+#include <algorithm>
 #include <future>
+#include <mutex>
 #include <thread>
 
 namespace wuhu::testing {
@@ -64,6 +66,15 @@ class bounds_fixture : public ::testing::Test {
     static std::int64_t retry_hint(const json::value& reply) {
         return reply.at("error").at("retry_after_ms").as_int64();
     }
+    // Waits (bounded) until the worker holds `n` requests taken and not answered.
+    bool wait_in_flight(std::size_t n) {
+        const auto deadline = std::chrono::steady_clock::now() + 10s;
+        while (node_->node().requests().in_flight() < n &&
+               std::chrono::steady_clock::now() < deadline) {
+            std::this_thread::sleep_for(1ms);
+        }
+        return node_->node().requests().in_flight() == n;
+    }
     // The follow-up items pending, from the fleet view.
     std::size_t pending(const std::string& sid) {
         auto r = ask(prefix_ + ".admin.sessions", R"({"ids":[")" + sid + R"("]})");
@@ -91,11 +102,7 @@ TEST_F(bounds_fixture, RequestsPastTheWorkersInFlightLimitAreRefusedOverloadedAt
     node_->lease_gate().hold();
     auto cold1 = std::async(std::launch::async, [&] { return on("cold1", "enqueue", item("c1")); });
     auto cold2 = std::async(std::launch::async, [&] { return on("cold2", "enqueue", item("c2")); });
-    const auto deadline = std::chrono::steady_clock::now() + 10s;
-    while (node_->node().requests().in_flight() < 2 && std::chrono::steady_clock::now() < deadline) {
-        std::this_thread::sleep_for(1ms);
-    }
-    ASSERT_EQ(node_->node().requests().in_flight(), 2u);
+    ASSERT_TRUE(wait_in_flight(2));
     const auto asked = std::chrono::steady_clock::now();
     const auto refused = on("warm", "enqueue", item("w2"));
     EXPECT_LT(std::chrono::steady_clock::now() - asked, 5s) << "refused at once, not queued";
@@ -111,11 +118,7 @@ TEST_F(bounds_fixture, RequestsPastTheWorkersInFlightLimitAreRefusedOverloadedAt
     node_->lease_gate().hold();
     auto cold3 = std::async(std::launch::async, [&] { return on("cold3", "enqueue", item("c3")); });
     auto cold4 = std::async(std::launch::async, [&] { return on("cold4", "enqueue", item("c4")); });
-    const auto again = std::chrono::steady_clock::now() + 10s;
-    while (node_->node().requests().in_flight() < 2 && std::chrono::steady_clock::now() < again) {
-        std::this_thread::sleep_for(1ms);
-    }
-    ASSERT_EQ(node_->node().requests().in_flight(), 2u);
+    ASSERT_TRUE(wait_in_flight(2));
     client::options co;
     co.prefix = prefix_;
     co.timeout = 20s;
@@ -139,11 +142,7 @@ TEST_F(bounds_fixture, OneSessionsRequestsPastItsLimitAreRefusedAtTheDoorAndOthe
     node_->lease_gate().hold();  // the cold session's requests wait for its lease
     auto first = std::async(std::launch::async, [&] { return on("cold", "enqueue", item("c1")); });
     auto second = std::async(std::launch::async, [&] { return on("cold", "enqueue", item("c2")); });
-    const auto deadline = std::chrono::steady_clock::now() + 10s;
-    while (node_->node().requests().in_flight() < 2 && std::chrono::steady_clock::now() < deadline) {
-        std::this_thread::sleep_for(1ms);
-    }
-    ASSERT_EQ(node_->node().requests().in_flight(), 2u);
+    ASSERT_TRUE(wait_in_flight(2));
     const auto third = on("cold", "enqueue", item("c3"));
     EXPECT_EQ(code_of(third), "overloaded");
     EXPECT_GT(retry_hint(third), 0);
@@ -152,6 +151,62 @@ TEST_F(bounds_fixture, OneSessionsRequestsPastItsLimitAreRefusedAtTheDoorAndOthe
     EXPECT_EQ(code_of(first.get()), "ok");
     EXPECT_EQ(code_of(second.get()), "ok");
     EXPECT_EQ(code_of(on("cold", "enqueue", item("c3"))), "ok") << "room again once answered";
+}
+
+// Requests are started one session at a time in turn (broker/door.hpp): a request of another
+// session that arrives behind a burst of one session's requests is started second, not after
+// the whole burst. The executor is held while the burst and the other request arrive. The
+// burst's requests are bad ones (answered as they are decoded, when they start) and the other
+// is a read, answered a few steps of the executor after it starts: in arrival order it would be
+// answered last.
+TEST_F(bounds_fixture, AFloodedSessionsRequestsWaitBehindEachOtherNotInFrontOfAnotherSession) {
+    start([](app::node_options& o) { o.server.max_per_session = 100; });
+    ASSERT_EQ(code_of(on("calm", "configure", "{}")), "ok");
+    const std::string inbox = "_DOOR." + prefix_;
+    std::mutex mu;
+    std::vector<std::string> answered;  // the inbox token of each reply, in arrival order
+    const auto token = client_->subscribe(inbox + ".*", [&](nats::message m) {
+        std::lock_guard lock(mu);
+        answered.push_back(m.subject.substr(inbox.size() + 1));
+    });
+    client_->flush();
+    std::promise<void> release;
+    std::promise<void> held;
+    boost::asio::post(node_->node().executor(), [&held, done = release.get_future()]() mutable {
+        held.set_value();
+        done.wait();
+    });
+    held.get_future().wait();
+    constexpr int burst = 50;
+    const std::string big(100 * 1024, 'x');  // decoded on the executor
+    for (int i = 0; i < burst; ++i) {
+        const std::string bad = R"({"lane":"sideways","id":"f)" + std::to_string(i) +
+                                R"(","author":{"id":"u1","name":"Ann","kind":"human"},"content":")" +
+                                big + R"("})";
+        client_->publish_request(prefix_ + ".session.flooded.enqueue",
+                                 inbox + ".f" + std::to_string(i), bad);
+    }
+    client_->publish_request(prefix_ + ".session.calm.subscribe", inbox + ".calm", "{}");
+    client_->flush();
+    const bool all_taken = wait_in_flight(burst + 1);
+    release.set_value();
+    ASSERT_TRUE(all_taken);
+    const auto deadline = std::chrono::steady_clock::now() + 20s;
+    while (std::chrono::steady_clock::now() < deadline) {
+        {
+            std::lock_guard lock(mu);
+            if (answered.size() == burst + 1) {
+                break;
+            }
+        }
+        std::this_thread::sleep_for(5ms);
+    }
+    client_->unsubscribe(token);
+    std::lock_guard lock(mu);
+    ASSERT_EQ(answered.size(), static_cast<std::size_t>(burst + 1));
+    const auto at = std::find(answered.begin(), answered.end(), "calm") - answered.begin();
+    EXPECT_LE(at, 10) << "the other session's read was answered after " << at
+                      << " of the flooded session's requests";
 }
 
 TEST_F(bounds_fixture, AFullLaneAnswersLaneFullAndKeepsWhatItHolds) {

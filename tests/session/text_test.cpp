@@ -25,6 +25,23 @@ TEST(Utf8, RejectsMalformedSequences) {
     }
 }
 
+// ASCII is checked eight bytes at a time: a bad or good sequence at every offset of a long ASCII
+// run, across the eight-byte boundaries, is judged as a lone one is.
+TEST(Utf8, JudgesASequenceAtAnyOffsetOfLongAsciiText) {
+    for (std::size_t at = 0; at <= 24; ++at) {
+        for (std::size_t after : {0, 1, 7, 8, 9, 17}) {
+            const std::string before(at, 'a');
+            const std::string tail(after, 'z');
+            EXPECT_TRUE(is_valid_utf8(before + "\xE6\x97\xA5" + tail)) << at << " " << after;
+            EXPECT_TRUE(is_valid_utf8(before + "\xF0\x9F\x99\x82" + tail)) << at << " " << after;
+            EXPECT_FALSE(is_valid_utf8(before + "\xFF" + tail)) << at << " " << after;
+            EXPECT_FALSE(is_valid_utf8(before + "\xC0\xAF" + tail)) << at << " " << after;
+            EXPECT_FALSE(is_valid_utf8(before + "\xED\xA0\x80" + tail)) << at << " " << after;
+            EXPECT_FALSE(is_valid_utf8(before + "\xE6\x97")) << at;  // cut at the end
+        }
+    }
+}
+
 TEST(Content, LimitsSizeUtf8AndNul) {
     EXPECT_TRUE(check_content("hi", 2).has_value());
     EXPECT_EQ(check_content("hi!", 2).error(), make_error_code(errc::content_too_large));
