@@ -6,7 +6,7 @@
 // docs/operations.md states (checked in the release build: scripts/bench runs this test;
 // AddressSanitizer's own memory makes the figure meaningless here, where it is printed). The
 // calm client's latency is printed against its unloaded figure (a benchmark's figure, not a
-// timed test's).
+// timed test's). A second test publishes 120 MB of events past a subscriber that never reads.
 #include "client/client.hpp"
 #include "tests/support/burst.hpp"
 #include "tests/support/http_get.hpp"
@@ -266,6 +266,56 @@ TEST(Flood, OneClientFloodingASessionAndAnotherCreatingSessionsLoseNothingAcknow
               << (releases_memory ? "\n" : " (AddressSanitizer: memory not checked)\n");
     if (releases_memory) {
         EXPECT_LT(added_mib, 256) << "docs/operations.md: the flood adds less than 256 MiB";
+    }
+    EXPECT_EQ(w.stop(), 0) << "a clean stop";
+}
+
+// A subscriber that never reads its socket while a worker publishes 120 MB of events (60
+// sessions one after another, each streaming an answer of 960 KiB in 60 deltas, then deleted):
+// the worker never waits for it (every turn completes) and its resident memory does not grow
+// with what it published (nats-server holds what the subscriber has not read, up to its own
+// limit, then cuts it off as a slow consumer).
+TEST(Flood, ASubscriberThatNeverReadsDoesNotGrowTheWorkersMemory) {
+    json::array chunks;
+    for (int i = 0; i < 60; ++i) {
+        chunks.emplace_back(std::string(16 * 1024, static_cast<char>('a' + i % 26)));
+    }
+    const std::string script =
+        json::serialize(json::object{{"responses", json::array{json::object{{"chunks", chunks}}}}});
+    worker_process w("slow", script);
+    w.start();
+    nats::connection nc(nats_url(), "slow-reader-test");
+    const auto subject = [&](const std::string& sid, const char* verb) {
+        return w.prefix() + ".session." + sid + "." + verb;
+    };
+    ASSERT_EQ(answer_when_up(nc, subject("warm", "configure")).at("ok"), true);
+    const int port = std::stoi(nats_url().substr(nats_url().rfind(':') + 1));
+    const int stalled = stalled_subscriber(port, w.prefix() + ".events.>");
+    ASSERT_GE(stalled, 0);
+    const auto one_session = [&](const std::string& sid) {
+        auto r = nc.request(subject(sid, "enqueue"), item(sid + "-q", "go"), 30s);
+        ASSERT_EQ(code_of(r), "ok") << sid;
+        ASSERT_TRUE(wait_idle(nc, subject(sid, "subscribe"))) << sid << " never answered";
+        ASSERT_EQ(code_of(nc.request(subject(sid, "delete"), "{}", 30s)), "ok") << sid;
+    };
+    for (int i = 0; i < 10; ++i) {  // warm: the worker's buffers and the store's files
+        one_session("w" + std::to_string(i));
+    }
+    const long warm_rss = resident_kib(w.pid());
+    long peak_rss = warm_rss;
+    for (int i = 0; i < 60; ++i) {
+        one_session("s" + std::to_string(i));
+        peak_rss = std::max(peak_rss, resident_kib(w.pid()));
+    }
+    close(stalled);
+    ASSERT_TRUE(w.running());
+    const long added_mib = (peak_rss - warm_rss) / 1024;
+    std::cout << "slow reader: 60 answers of 960 KiB published past a subscriber that never reads"
+              << " (about 120 MB of events); resident memory " << warm_rss / 1024 << " MiB warm -> "
+              << peak_rss / 1024 << " MiB at the peak"
+              << (releases_memory ? "\n" : " (AddressSanitizer: memory not checked)\n");
+    if (releases_memory) {
+        EXPECT_LT(added_mib, 32) << "what the worker publishes is not held for a slow reader";
     }
     EXPECT_EQ(w.stop(), 0) << "a clean stop";
 }
