@@ -3,6 +3,7 @@
 #include "protocol/events.hpp"
 #include "session/overloaded.hpp"
 #include "storage/errc.hpp"
+#include "worker/offload.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/post.hpp>
@@ -21,6 +22,10 @@ using protocol::verb;
 // time it reached it) answers owner_changed: the client retries later. (A request that waited
 // behind a delete needs three: closed, then refused at its old epoch, then a new session.)
 constexpr int max_routes = 4;
+
+// A subscribe page of at least this many entries and facts is serialized off the executor
+// (below it, the hop to another thread costs more than the serialization).
+constexpr std::size_t off_executor_items = 64;
 
 // The answer to a request for a session that does not exist: nothing is created.
 std::vector<std::string> absent_session(const protocol::request& req,
@@ -570,7 +575,20 @@ asio::awaitable<std::vector<std::string>> server::handle(worker::session_registr
             co_return replies{error_reply(loop.error())};
         }
         if (const auto* sub = std::get_if<protocol::subscribe_request>(&req.body)) {
-            co_return subscribe(**loop, *sub);
+            auto page = subscribe(**loop, *sub);
+            if (auto* failed_reply = std::get_if<std::string>(&page)) {
+                co_return replies{std::move(*failed_reply)};
+            }
+            auto& built = std::get<subscribe_page>(page);
+            if (built.items() < off_executor_items) {
+                co_return built.replies(options_.max_reply_bytes);
+            }
+            auto serializing = worker::run_on<replies>(
+                replies_.get_executor(),
+                [built = std::move(built), max = options_.max_reply_bytes] {
+                    return built.replies(max);
+                });
+            co_return co_await std::move(serializing);
         }
         auto sent = (*loop)->send(command_for(req.body));  // made afresh: it may be routed again
         auto r = co_await std::move(sent);
@@ -618,33 +636,46 @@ std::optional<std::string> server::refused_settings(const protocol::request_body
     return std::nullopt;
 }
 
-std::vector<std::string> server::subscribe(worker::agent_loop& loop,
-                                           const protocol::subscribe_request& req) {
+std::size_t server::subscribe_page::items() const {
+    std::size_t n = patch.transcript.size();
+    for (const auto& facts : patch.journal) {
+        n += facts.size();
+    }
+    return n;
+}
+
+std::vector<std::string> server::subscribe_page::replies(std::size_t max_reply_bytes) const {
+    return protocol::chunked(protocol::subscribe_reply(patch, *patch.state, step, streaming, more),
+                             max_reply_bytes);
+}
+
+std::variant<server::subscribe_page, std::string> server::subscribe(
+    worker::agent_loop& loop, const protocol::subscribe_request& req) {
     const auto& st = loop.state();
     if (!req.since.le(st.version())) {
-        return {protocol::error_reply(make_error_code(s::errc::invalid_version))};
+        return protocol::error_reply(make_error_code(s::errc::invalid_version));
     }
-    // A page at a time: what one reply holds (and what the executor builds for it) is bounded.
+    // A page at a time: what one reply holds (and what the executor copies for it) is bounded.
     const auto to = s::page_end(st, req.since, options_.subscribe_page_items,
                                 options_.subscribe_page_bytes);
-    const bool more = to != st.version();
+    subscribe_page page;
+    page.more = to != st.version();
     auto p = s::between(st, req.since, to, loop.current());
     if (!p) {
-        return {protocol::error_reply(p.error())};
+        return protocol::error_reply(p.error());
     }
-    p->state = loop.status_now();
-    std::optional<protocol::inflight> streaming;
-    std::uint64_t step = s::assistant_count(st);
-    if (more) {
-        step = 0;  // the assistant messages up to the page's end
+    page.patch = std::move(*p);
+    page.patch.state = loop.status_now();
+    page.step = s::assistant_count(st);
+    if (page.more) {
+        page.step = 0;  // the assistant messages up to the page's end
         for (std::uint64_t i = 0; i < to.transcript; ++i) {
-            step += std::holds_alternative<s::assistant_message>(st.transcript[i].body) ? 1 : 0;
+            page.step += std::holds_alternative<s::assistant_message>(st.transcript[i].body) ? 1 : 0;
         }
     } else if (const auto& m = loop.inflight()) {
-        streaming = protocol::inflight{m->step, m->text, m->deltas};
+        page.streaming = protocol::inflight{m->step, m->text, m->deltas};
     }
-    return protocol::chunked(protocol::subscribe_reply(*p, *p->state, step, streaming, more),
-                             options_.max_reply_bytes);
+    return page;
 }
 
 }  // namespace wuhu::broker

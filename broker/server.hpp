@@ -41,6 +41,7 @@
 #include <chrono>
 #include <functional>
 #include <random>
+#include <variant>
 
 namespace wuhu::broker {
 
@@ -178,9 +179,19 @@ class server {
     // The refusal of a configure that names a tool this worker does not have, or a model
     // that names none of its endpoints.
     std::optional<std::string> refused_settings(const protocol::request_body& body) const;
-    // The subscribe reply (its chunks) from the loop's state now.
-    std::vector<std::string> subscribe(worker::agent_loop& loop,
-                                       const protocol::subscribe_request& req);
+    // A page of a subscribe reply, copied from the loop's state now (on the executor); it is
+    // serialized there when small, on the replies thread when large.
+    struct subscribe_page {
+        session::patch patch;  // its registers hold the status
+        std::uint64_t step = 0;
+        std::optional<protocol::inflight> streaming;
+        bool more = false;
+        std::size_t items() const;  // entries and facts
+        std::vector<std::string> replies(std::size_t max_reply_bytes) const;
+    };
+    // The subscribe reply's page from the loop's state now (or the error reply).
+    std::variant<subscribe_page, std::string> subscribe(worker::agent_loop& loop,
+                                                         const protocol::subscribe_request& req);
     std::string local_sessions(worker::session_registry& registry, const nats::message& m);
     // A page of the fleet view for a query whose sessions are named by their keys.
     std::string list_page(const protocol::sessions_query& q);
@@ -230,6 +241,8 @@ class server {
     storage::session_store* store_ = nullptr;
     // Admin listings wait on other workers' replies: one thread of their own, off the executor.
     asio::thread_pool admin_{1};
+    // Large subscribe pages are serialized on a thread of their own, off the executor.
+    asio::thread_pool replies_{1};
 };
 
 }  // namespace wuhu::broker
