@@ -211,20 +211,20 @@ std::optional<std::string> delta_event(const worker::loop_event& e) {
     auto payload = std::visit(
         s::overloaded{
             [](const worker::stream_began_event& x) -> std::optional<boost::json::object> {
-                return protocol::message_start(x.step);
+                return protocol::message_start(x.step, x.epoch);
             },
             [](const worker::stream_delta_event& x) -> std::optional<boost::json::object> {
                 if (x.tool_call) {
-                    return protocol::tool_call_delta(x.step, x.seq, x.tool_call->id,
+                    return protocol::tool_call_delta(x.step, x.epoch, x.seq, x.tool_call->id,
                                                      x.tool_call->name, x.tool_call->arguments);
                 }
-                return protocol::text_delta(x.step, x.seq, x.text);
+                return protocol::text_delta(x.step, x.epoch, x.seq, x.text);
             },
             [](const worker::stream_ended_event& x) -> std::optional<boost::json::object> {
                 if (x.committed) {
                     return std::nullopt;  // the patch with the assistant entry is message.end
                 }
-                return protocol::message_discard(x.step);
+                return protocol::message_discard(x.step, x.epoch);
             },
             [](const auto&) -> std::optional<boost::json::object> { return std::nullopt; },
         },
@@ -673,7 +673,10 @@ std::variant<server::subscribe_page, std::string> server::subscribe(
             page.step += std::holds_alternative<s::assistant_message>(st.transcript[i].body) ? 1 : 0;
         }
     } else if (const auto& m = loop.inflight()) {
-        page.streaming = protocol::inflight{m->step, m->text, m->deltas};
+        page.streaming = protocol::inflight{m->step, m->epoch, m->text, m->deltas, {}};
+        for (const auto& c : m->tool_calls) {
+            page.streaming->tool_calls.push_back({c.id, c.name, c.arguments});
+        }
     }
     return page;
 }

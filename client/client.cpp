@@ -265,6 +265,18 @@ bool covered(const json::value& to, const json::value& version) {
     return true;
 }
 
+// Whether the patch commits an interruption (what was streaming is not coming back).
+bool interrupts(const json::object& patch) {
+    if (const auto* t = patch.if_contains("transcript"); t != nullptr && t->is_array()) {
+        for (const auto& e : t->as_array()) {
+            if (e.is_object() && field(e.as_object(), "type") == "interruption") {
+                return true;
+            }
+        }
+    }
+    return false;
+}
+
 std::uint64_t assistant_entries(const json::object& patch) {
     std::uint64_t n = 0;
     if (const auto* t = patch.if_contains("transcript"); t != nullptr && t->is_array()) {
@@ -308,36 +320,62 @@ void watch_cursor::take_patch(const json::object& p, delivery& out) {
     next_step_ += assistant_entries(p);
     if (streaming_ && step_ < next_step_) {
         streaming_ = false;  // its assistant entry is committed: the patch is its message.end
+    } else if (streaming_ && interrupts(p)) {
+        // The owner stopped (or the turn was aborted) while it streamed: that message is not
+        // coming back. Its discard follows the patch.
+        out.deltas.push_back(protocol::message_discard(step_, epoch_));
+        streaming_ = false;
     }
     out.patches.push_back(p);
+}
+
+void watch_cursor::begin(std::uint64_t step, std::uint64_t epoch, delivery& out) {
+    if (streaming_) {  // the message it replaces is dropped first
+        out.deltas.push_back(protocol::message_discard(step_, epoch_));
+    }
+    streaming_ = true;
+    step_ = step;
+    epoch_ = epoch;
+    seq_ = 0;
+    text_delivered_ = 0;
+    calls_delivered_ = 0;
+    out.deltas.push_back(protocol::message_start(step, epoch));
 }
 
 void watch_cursor::take_inflight(const json::object& reply, delivery& out) {
     const auto* in = reply.if_contains("inflight");
     if (in == nullptr || !in->is_object()) {
         if (streaming_) {  // neither committed (the patch would have said) nor streaming
-            out.deltas.push_back(protocol::message_discard(step_));
+            out.deltas.push_back(protocol::message_discard(step_, epoch_));
             streaming_ = false;
         }
         return;
     }
     const auto& i = in->as_object();
     const auto step = read_count(i, "step");
+    const auto epoch = read_count(i, "epoch");
     const std::string text = field(i, "text");
-    if (!streaming_ || step != step_) {
-        if (streaming_) {
-            out.deltas.push_back(protocol::message_discard(step_));
-        }
-        streaming_ = true;
-        step_ = step;
-        text_delivered_ = 0;
-        out.deltas.push_back(protocol::message_start(step));
+    if (!streaming_ || step != step_ || epoch != epoch_) {
+        begin(step, epoch, out);
     }
     seq_ = read_count(i, "seq");
     if (text.size() > text_delivered_) {
-        out.deltas.push_back(
-            protocol::text_delta(step, seq_, std::string_view(text).substr(text_delivered_)));
+        out.deltas.push_back(protocol::text_delta(
+            step, epoch, seq_, std::string_view(text).substr(text_delivered_)));
         text_delivered_ = text.size();
+    }
+    if (const auto* calls = i.if_contains("tool_calls"); calls != nullptr && calls->is_array()) {
+        const auto& list = calls->as_array();
+        for (; calls_delivered_ < list.size(); ++calls_delivered_) {
+            const auto& c = list[calls_delivered_];
+            if (!c.is_object()) {
+                continue;  // not a delta of the contract
+            }
+            const auto& o = c.as_object();
+            out.deltas.push_back(protocol::tool_call_delta(step, epoch, seq_, field(o, "id"),
+                                                           field(o, "name"),
+                                                           field(o, "arguments")));
+        }
     }
 }
 
@@ -399,27 +437,30 @@ watch_cursor::delivery watch_cursor::delta(const json::object& d) {
     delivery out;
     const std::string type = field(d, "type");
     const auto step = read_count(d, "step");
+    const auto epoch = read_count(d, "epoch");
     if (step < next_step_) {
         return out;  // the message is already committed in what was delivered
     }
+    // An event of an owner older than the one streaming this step (its last events, arriving
+    // after the new owner's first ones) is stale.
+    const bool this_message = streaming_ && step == step_;
+    if (this_message && epoch < epoch_) {
+        return out;
+    }
     if (type == "message.start") {
-        if (!(streaming_ && step == step_)) {
-            streaming_ = true;
-            step_ = step;
-            seq_ = 0;
-            text_delivered_ = 0;
-            out.deltas.push_back(d);
+        if (!(this_message && epoch == epoch_)) {  // else a repeat of the one delivered
+            begin(step, epoch, out);  // a new message, or this one restarted by a new owner
         }
         return out;
     }
     if (type == "message.discard") {
-        if (streaming_ && step == step_) {
+        if (this_message && epoch == epoch_) {
             streaming_ = false;
             out.deltas.push_back(d);
         }
         return out;
     }
-    if (!streaming_ || step != step_) {
+    if (!this_message || epoch != epoch_) {
         out.gap = true;  // a delta of a message whose start was missed
         return out;
     }
@@ -434,6 +475,8 @@ watch_cursor::delivery watch_cursor::delta(const json::object& d) {
     seq_ = seq;
     if (type == "text.delta") {
         text_delivered_ += field(d, "text").size();
+    } else if (type == "tool_call.delta") {
+        ++calls_delivered_;
     }
     out.deltas.push_back(d);
     return out;

@@ -131,14 +131,19 @@ class watch_cursor {
   private:
     void take_patch(const json::object& p, delivery& out);
     void take_inflight(const json::object& reply, delivery& out);
+    // Starts delivering the message of `step` streamed by the owner of `epoch` (discarding the
+    // one being streamed, if any).
+    void begin(std::uint64_t step, std::uint64_t epoch, delivery& out);
     void note_status(const json::object& holder);
 
     json::value version_;
     std::pair<std::uint64_t, std::uint64_t> status_rev_{0, 0};  // of the newest status delivered
     bool streaming_ = false;                                    // a message is being streamed
     std::uint64_t step_ = 0;
+    std::uint64_t epoch_ = 0;         // of the owner streaming it
     std::uint64_t seq_ = 0;           // the last delta delivered of this message
     std::size_t text_delivered_ = 0;  // bytes of its text delivered
+    std::size_t calls_delivered_ = 0; // its tool-call deltas delivered
     std::uint64_t next_step_ = 0;     // assistant messages delivered: lower steps are done
 };
 

@@ -85,16 +85,22 @@ std::string str(const json::value& v, const char* key) {
     return x != nullptr && x->is_string() ? std::string(x->as_string()) : std::string();
 }
 
+// Prints a session as it happens: a streamed message as it comes, and its committed entry
+// again when the entry differs from what was streamed (the entry is the truth: an answer cut
+// at the entry limit carries a note the stream never had).
 class renderer {
   public:
     void entry(const json::value& e) {
         const std::string type = str(e, "type");
         if (type == "assistant_message") {
+            const std::string text = str(e, "text");
             if (streaming_) {
-                std::cout << "\n";  // the streamed text was the message; it is now committed
-                streaming_ = false;
-            } else if (!str(e, "text").empty()) {
-                std::cout << "assistant: " << str(e, "text") << "\n";
+                end_line();  // the streamed text was the message; it is now committed
+                if (text != streamed_) {
+                    std::cout << "assistant (as committed): " << text << "\n";
+                }
+            } else if (!text.empty()) {
+                std::cout << "assistant: " << text << "\n";
             }
             for (const auto& c : e.at("tool_calls").as_array()) {
                 std::cout << "  -> " << str(c, "name") << " " << str(c, "arguments") << "\n";
@@ -112,6 +118,7 @@ class renderer {
         } else if (type == "compaction") {
             std::cout << "-- compacted: " << str(e, "summary") << " --\n";
         } else if (type == "interruption") {
+            end_line();  // what was streaming stops here (its discard follows)
             std::cout << "-- interrupted: " << str(e, "reason") << " --\n";
         } else if (type == "diagnostic") {
             std::cout << "!! " << str(e, "code") << ": " << str(e, "message") << "\n";
@@ -121,18 +128,30 @@ class renderer {
     void delta(const json::value& d) {
         const std::string type = str(d, "type");
         if (type == "message.start") {
+            end_line();
             std::cout << "assistant: " << std::flush;
             streaming_ = true;
+            streamed_.clear();
         } else if (type == "text.delta" && streaming_) {
+            streamed_ += str(d, "text");
             std::cout << str(d, "text") << std::flush;
         } else if (type == "message.discard" && streaming_) {
-            std::cout << " [discarded]\n";
+            std::cout << " [discarded]\n" << std::flush;
             streaming_ = false;
         }
     }
 
   private:
+    // Ends a streamed line that nothing committed.
+    void end_line() {
+        if (streaming_) {
+            std::cout << "\n";
+            streaming_ = false;
+        }
+    }
+
     bool streaming_ = false;
+    std::string streamed_;  // the text of the message being streamed
 };
 
 int watch(wuhu::client::client& c, const options& o, const std::string& sid, bool until_idle,

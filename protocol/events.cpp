@@ -10,22 +10,25 @@ std::string patch_event(const session::patch& p) {
     return json::serialize(session::to_json(p));
 }
 
-json::object message_start(std::uint64_t step) {
-    return json::object{{"type", "message.start"}, {"step", step}};
+json::object message_start(std::uint64_t step, std::uint64_t epoch) {
+    return json::object{{"type", "message.start"}, {"step", step}, {"epoch", epoch}};
 }
 
-json::object text_delta(std::uint64_t step, std::uint64_t seq, std::string_view text) {
-    return json::object{{"type", "text.delta"}, {"step", step}, {"seq", seq}, {"text", text}};
+json::object text_delta(std::uint64_t step, std::uint64_t epoch, std::uint64_t seq,
+                        std::string_view text) {
+    return json::object{
+        {"type", "text.delta"}, {"step", step}, {"epoch", epoch}, {"seq", seq}, {"text", text}};
 }
 
-json::object tool_call_delta(std::uint64_t step, std::uint64_t seq, std::string_view id,
-                             std::string_view name, std::string_view arguments) {
-    return json::object{{"type", "tool_call.delta"}, {"step", step}, {"seq", seq},
-                        {"id", id},  {"name", name},  {"arguments", arguments}};
+json::object tool_call_delta(std::uint64_t step, std::uint64_t epoch, std::uint64_t seq,
+                             std::string_view id, std::string_view name,
+                             std::string_view arguments) {
+    return json::object{{"type", "tool_call.delta"}, {"step", step}, {"epoch", epoch},
+                        {"seq", seq},  {"id", id},  {"name", name},  {"arguments", arguments}};
 }
 
-json::object message_discard(std::uint64_t step) {
-    return json::object{{"type", "message.discard"}, {"step", step}};
+json::object message_discard(std::uint64_t step, std::uint64_t epoch) {
+    return json::object{{"type", "message.discard"}, {"step", step}, {"epoch", epoch}};
 }
 
 std::uint64_t read_count(const json::object& o, std::string_view key) {

@@ -68,8 +68,15 @@ std::string subscribe_reply(const s::patch& p, const s::status& st, std::uint64_
         o["settings"] = s::to_json(*p.config);
     }
     if (streaming) {
-        o["inflight"] = json::object{
-            {"step", streaming->step}, {"text", streaming->text}, {"seq", streaming->seq}};
+        json::array calls;
+        for (const auto& c : streaming->tool_calls) {
+            calls.push_back(json::object{{"id", c.id}, {"name", c.name}, {"arguments", c.arguments}});
+        }
+        o["inflight"] = json::object{{"step", streaming->step},
+                                     {"epoch", streaming->epoch},
+                                     {"text", streaming->text},
+                                     {"seq", streaming->seq},
+                                     {"tool_calls", std::move(calls)}};
     }
     return json::serialize(o);
 }

@@ -37,10 +37,18 @@ std::string ok_reply(verb v, const command_result& r);
 
 // The message being streamed when a subscribe reply is made: its step, its text so far, and
 // the seq of the last delta in that text.
+// The message being streamed: its text and tool-call deltas so far, up to delta `seq`.
 struct inflight {
+    struct call_delta {
+        std::string id;
+        std::string name;
+        std::string arguments;
+    };
     std::uint64_t step = 0;
+    std::uint64_t epoch = 0;  // of the owner streaming it
     std::string text;
     std::uint64_t seq = 0;
+    std::vector<call_delta> tool_calls;
 };
 // The subscribe reply: {ok, patch, status, settings, step, inflight?}. `step` is the number of
 // assistant messages up to the patch's `to`: the step of the next streamed message (a client

@@ -74,7 +74,7 @@ class agent_loop final : private session_writer {
     observation observe(event_sink sink);
 
     const session::session_id& id() const { return log_->id(); }
-    session::lease_epoch epoch() const { return log_->epoch(); }
+    session::lease_epoch epoch() const override { return log_->epoch(); }
     const session::session_state& state() const override { return state_; }
     const session::session_id& sid() const override { return id(); }
     session::loop_state current() const { return loop_; }

@@ -31,10 +31,12 @@ struct state_event {
 // An inference attempt started streaming (streamBegan).
 struct stream_began_event {
     std::uint64_t step = 0;
+    std::uint64_t epoch = 0;  // the owner's lease epoch (on every stream event)
 };
 // A streamed fragment of the message of `step`; `seq` counts its deltas from 1.
 struct stream_delta_event {
     std::uint64_t step = 0;
+    std::uint64_t epoch = 0;
     std::uint64_t seq = 0;
     std::string text;
     std::optional<tool_call_delta> tool_call;
@@ -43,6 +45,7 @@ struct stream_delta_event {
 // committed_event already delivered); false when it failed or was aborted.
 struct stream_ended_event {
     std::uint64_t step = 0;
+    std::uint64_t epoch = 0;
     bool committed = false;
 };
 
@@ -53,6 +56,7 @@ using event_sink = std::function<void(const loop_event&)>;
 // Accumulated deltas of the message being streamed.
 struct inflight_message {
     std::uint64_t step = 0;
+    std::uint64_t epoch = 0;  // of the owner streaming it
     std::string text;
     std::vector<tool_call_delta> tool_calls;
     std::uint64_t deltas = 0;

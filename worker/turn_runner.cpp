@@ -115,7 +115,7 @@ asio::awaitable<void> turn_runner::infer() {
             if (co_await std::move(task)) {
                 const std::uint64_t step = inflight_ ? inflight_->step : writer_.step();
                 inflight_.reset();
-                hub_.emit(stream_ended_event{step, true});
+                hub_.emit(stream_ended_event{step, writer_.epoch().value, true});
             }
             co_return;  // compaction, if due, is the loop's next step
         }
@@ -174,8 +174,8 @@ asio::awaitable<turn_runner::attempt> turn_runner::infer_once() {
     inference_request req{std::move(context_), tools_.specs(st.config.tools), st.config.model,
                           step, writer_.sid().str()};
     context_.clear();
-    inflight_ = inflight_message{step, {}, {}, 0};
-    hub_.emit(stream_began_event{step});
+    inflight_ = inflight_message{step, writer_.epoch().value, {}, {}, 0};
+    hub_.emit(stream_began_event{step, inflight_->epoch});
     // An answer that streams past the entry limit (or without end) is stopped there.
     async_event cut(co_await asio::this_coro::executor);
     cut_ = &cut;
@@ -217,7 +217,7 @@ asio::awaitable<turn_runner::attempt> turn_runner::infer_once() {
     }
     const std::uint64_t streamed = inflight_->step;
     inflight_.reset();
-    hub_.emit(stream_ended_event{streamed, false});
+    hub_.emit(stream_ended_event{streamed, writer_.epoch().value, false});
     co_return a;
 }
 
@@ -253,8 +253,8 @@ void turn_runner::on_text(std::string_view delta) {
         return;  // late delta of a cancelled attempt
     }
     inflight_->text.append(delta);
-    hub_.emit(
-        stream_delta_event{inflight_->step, ++inflight_->deltas, std::string(delta), std::nullopt});
+    hub_.emit(stream_delta_event{inflight_->step, inflight_->epoch, ++inflight_->deltas,
+                                 std::string(delta), std::nullopt});
     count_streamed(delta.size());
 }
 
@@ -270,7 +270,7 @@ void turn_runner::on_tool_call(const tool_call_delta& d) {
         return;
     }
     inflight_->tool_calls.push_back(d);
-    hub_.emit(stream_delta_event{inflight_->step, ++inflight_->deltas, {}, d});
+    hub_.emit(stream_delta_event{inflight_->step, inflight_->epoch, ++inflight_->deltas, {}, d});
     count_streamed(d.id.size() + d.name.size() + d.arguments.size());
 }
 

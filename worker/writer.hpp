@@ -18,6 +18,9 @@ class session_writer {
     // The session now (changed only by record(), and by commands between the runner's awaits).
     virtual const session::session_state& state() const = 0;
     virtual const session::session_id& sid() const = 0;
+    // The owner's lease epoch: it stamps the messages this owner streams (a watcher tells a
+    // message restarted by a new owner from the old owner's).
+    virtual session::lease_epoch epoch() const = 0;
     // Assistant messages in the transcript: the step of the next streamed message.
     virtual std::uint64_t step() const = 0;
     // Persists `t` first, then applies and emits it. False when the session has failed and

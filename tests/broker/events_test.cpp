@@ -12,19 +12,19 @@ namespace wuhu::testing {
 namespace json = boost::json;
 
 TEST(Events, DeltasAndPatchesHaveTheDocumentedShape) {
-    EXPECT_EQ(json::parse(*broker::delta_event(worker::stream_began_event{3})),
-              json::parse(R"({"type":"message.start","step":3})"));
+    EXPECT_EQ(json::parse(*broker::delta_event(worker::stream_began_event{3, 7})),
+              json::parse(R"({"type":"message.start","step":3,"epoch":7})"));
     EXPECT_EQ(
-        json::parse(*broker::delta_event(worker::stream_delta_event{3, 2, "Hi", std::nullopt})),
-        json::parse(R"({"type":"text.delta","step":3,"seq":2,"text":"Hi"})"));
+        json::parse(*broker::delta_event(worker::stream_delta_event{3, 7, 2, "Hi", std::nullopt})),
+        json::parse(R"({"type":"text.delta","step":3,"epoch":7,"seq":2,"text":"Hi"})"));
     EXPECT_EQ(
         json::parse(*broker::delta_event(
-            worker::stream_delta_event{3, 4, "", worker::tool_call_delta{"c1", "echo", "{}"}})),
+            worker::stream_delta_event{3, 7, 4, "", worker::tool_call_delta{"c1", "echo", "{}"}})),
         json::parse(
-            R"({"type":"tool_call.delta","step":3,"seq":4,"id":"c1","name":"echo","arguments":"{}"})"));
-    EXPECT_EQ(json::parse(*broker::delta_event(worker::stream_ended_event{3, false})),
-              json::parse(R"({"type":"message.discard","step":3})"));
-    EXPECT_FALSE(broker::delta_event(worker::stream_ended_event{3, true}).has_value());
+            R"({"type":"tool_call.delta","step":3,"epoch":7,"seq":4,"id":"c1","name":"echo","arguments":"{}"})"));
+    EXPECT_EQ(json::parse(*broker::delta_event(worker::stream_ended_event{3, 7, false})),
+              json::parse(R"({"type":"message.discard","step":3,"epoch":7})"));
+    EXPECT_FALSE(broker::delta_event(worker::stream_ended_event{3, 7, true}).has_value());
 }
 
 // The patches of one run of the executor, as patch_batch publishes them.

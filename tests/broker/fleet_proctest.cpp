@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <numeric>
@@ -928,6 +929,113 @@ void freeze_the_owner(const worker_process::config& base) {
 }
 
 }  // namespace
+
+// Issue 31, defect 1: the owner of a session streaming a 20-chunk answer is killed after 8
+// chunks; the other worker takes the session over and streams the answer again from its first
+// chunk. `wuhuctl watch` printed the old owner's 8 chunks, the interruption, then the last 12
+// (it took the new owner's message.start for a repeat and its first 8 deltas for
+// duplicates), and the client library's watch did the same. Now both show the new owner's
+// answer whole, after the old one's partial text and the interruption.
+TEST(Fleet, AWatcherSeesTheAnswerWholeWhenANewOwnerStreamsItAgain) {
+    static const char* words[] = {"Alpha",   "bravo", "charlie", "delta",   "echo",
+                                  "foxtrot", "golf",  "hotel",   "india",   "juliet",
+                                  "kilo",    "lima",  "mike",    "november", "oscar",
+                                  "papa",    "quebec", "romeo",  "sierra",  "tango."};
+    json::array chunks;
+    std::string answer;
+    for (int i = 0; i < 20; ++i) {
+        const std::string chunk = std::string(words[i]) + (i < 19 ? " " : "");
+        chunks.emplace_back(chunk);
+        answer += chunk;
+    }
+    const std::string script = json::serialize(json::object{
+        {"responses", json::array{json::object{{"chunks", chunks}, {"chunk_delay_ms", 100}}}}});
+    temp_dir shared;
+    worker_process a("restreama", script, fleet_member(sharing(shared.path()), "A", "wuhu_restream", 1000));
+    worker_process b("restreamb", script, fleet_member(sharing(shared.path()), "B", "wuhu_restream", 1000));
+    a.start();
+    nats::connection nc(nats_url(), "restream-client");
+    ASSERT_EQ(answer_when_up(nc, a.direct("demo", "configure")).at("ok"), true);
+    b.start();
+    ASSERT_EQ(answer_when_up(nc, b.direct("warmup", "subscribe")).at("ok"), true);
+    // wuhuctl watch, a process of its own.
+    const auto ctl_log = (shared.path() / "watch.log").string();
+    const pid_t ctl = spawn(WUHUCTL_BIN,
+                            {"--nats", nats_url(), "--prefix", a.prefix(), "watch", "demo",
+                             "--until-idle", "--timeout", "60"},
+                            spawn_options{ctl_log + ".err", std::nullopt, ctl_log});
+    // The client library's watch: each message's text as delivered, and the committed answer.
+    client::options co;
+    co.prefix = a.prefix();
+    client::client lib(nc, co);
+    auto w = client::watch::open(lib, "demo");
+    ASSERT_TRUE(w) << w.error().code;
+    std::vector<std::string> messages;  // each message.start begins one
+    std::vector<std::string> discarded;
+    std::string committed;
+    client::watch::handlers h;
+    h.on_delta = [&](const json::object& d) {
+        if (d.at("type") == "message.start") {
+            messages.emplace_back();
+        } else if (d.at("type") == "text.delta" && !messages.empty()) {
+            messages.back() += d.at("text").as_string();
+        } else if (d.at("type") == "message.discard" && !messages.empty()) {
+            discarded.push_back(messages.back());
+        }
+    };
+    h.on_patch = [&](const json::object& p) {
+        for (const auto& e : p.at("transcript").as_array()) {
+            if (e.at("type") == "assistant_message") {
+                committed = e.at("text").as_string();
+            }
+        }
+    };
+    std::this_thread::sleep_for(300ms);  // wuhuctl has subscribed
+    ASSERT_EQ(answer_when_up(nc, a.direct("demo", "enqueue"), enqueue_body("q1")).at("ok"), true);
+    // Eight chunks streamed by A, then A is killed.
+    const auto until = std::chrono::steady_clock::now() + 30s;
+    while ((messages.empty() || !messages.back().starts_with("Alpha bravo charlie delta echo "
+                                                             "foxtrot golf hotel")) &&
+           std::chrono::steady_clock::now() < until) {
+        auto got = (*w)->next(std::chrono::steady_clock::now() + 100ms, h);
+        ASSERT_TRUE(got) << got.error().code;
+    }
+    ASSERT_FALSE(messages.empty()) << "A never streamed";
+    a.crash();
+    while (committed.empty() && std::chrono::steady_clock::now() < until + 30s) {
+        auto got = (*w)->next(std::chrono::steady_clock::now() + 100ms, h);
+        ASSERT_TRUE(got) << got.error().code;
+    }
+    EXPECT_EQ(committed, answer) << "B answered";
+    ASSERT_GE(messages.size(), 2u) << "B's message was delivered as a message of its own";
+    EXPECT_EQ(messages.back(), answer) << "B's message, whole";
+    EXPECT_EQ(discarded.size(), messages.size() - 1) << "A's message was discarded";
+    EXPECT_EQ(wait_exit(ctl, 60s), 0) << "wuhuctl watch --until-idle";
+    std::ifstream f(ctl_log);
+    std::string line;
+    std::vector<std::string> lines;
+    while (std::getline(f, line)) {
+        lines.push_back(line);
+    }
+    const std::string whole = "assistant: " + answer;
+    EXPECT_NE(std::find(lines.begin(), lines.end(), whole), lines.end())
+        << "wuhuctl printed the answer whole, on a line of its own";
+    bool interrupted = false;
+    for (const auto& l : lines) {
+        interrupted |= l.starts_with("-- interrupted:");
+        if (l.starts_with("assistant")) {
+            EXPECT_TRUE(l.starts_with("assistant: Alpha")) << "a line that is no answer's start: " << l;
+        }
+    }
+    EXPECT_TRUE(interrupted) << "the takeover was printed";
+    if (::testing::Test::HasFailure()) {
+        std::cerr << "wuhuctl watch printed:\n";
+        for (const auto& l : lines) {
+            std::cerr << l << "\n";
+        }
+    }
+    EXPECT_EQ(b.stop(), 0);
+}
 
 TEST(Fleet, AFrozenOwnerOnSqliteIsFencedAndStopsStreamingWhenResumed) {
     temp_dir shared;

@@ -45,6 +45,25 @@ json::object text_delta(std::uint64_t step, std::uint64_t seq, const char* text)
     return json::object{{"type", "text.delta"}, {"step", step}, {"seq", seq}, {"text", text}};
 }
 
+json::object start_of(std::uint64_t step, std::uint64_t epoch) {
+    return json::object{{"type", "message.start"}, {"step", step}, {"epoch", epoch}};
+}
+
+json::object delta_of(std::uint64_t step, std::uint64_t epoch, std::uint64_t seq,
+                      const char* text) {
+    auto d = text_delta(step, seq, text);
+    d["epoch"] = epoch;
+    return d;
+}
+
+std::vector<std::string> types(const watch_cursor::delivery& d) {
+    std::vector<std::string> out;
+    for (const auto& x : d.deltas) {
+        out.emplace_back(x.at("type").as_string());
+    }
+    return out;
+}
+
 std::string texts(const watch_cursor::delivery& d) {
     std::string out;
     for (const auto& x : d.deltas) {
@@ -149,6 +168,62 @@ TEST(WatchCursor, ADeltaOfAMessageWhoseStartWasMissedIsAGap) {
     auto gone = c.resync(reply(patch(version(1), version(1)), 0));
     ASSERT_EQ(gone.deltas.size(), 1u);
     EXPECT_EQ(gone.deltas[0].at("type"), "message.discard");
+}
+
+// Issue 31, defect 1: the owner was killed after streaming part of a message, and the next owner
+// (a higher epoch) streamed the same step again from seq 1. The watch swallowed the new
+// message.start and dropped the new deltas as repeats of the old owner's. Now the interruption
+// ends the old message (a discard after its patch), the new owner's message is delivered
+// whole, and the old owner's late events are dropped, not gaps.
+TEST(WatchCursor, AMessageRestartedByANewOwnerIsDeliveredWholeAfterTheOldOnesDiscard) {
+    watch_cursor c;
+    c.start(reply(patch(version(0), version(1)), 0));
+    EXPECT_EQ(types(c.delta(start_of(0, 1))), std::vector<std::string>{"message.start"});
+    EXPECT_EQ(texts(c.delta(delta_of(0, 1, 1, "Alpha "))), "Alpha ");
+    EXPECT_EQ(texts(c.delta(delta_of(0, 1, 2, "bravo "))), "bravo ");
+    auto stopped = c.patch(patch(version(1), version(2),
+                                 json::array{json::object{{"type", "interruption"},
+                                                          {"kind", "owner_lost"}}}));
+    ASSERT_EQ(stopped.patches.size(), 1u);
+    EXPECT_EQ(types(stopped), std::vector<std::string>{"message.discard"});
+    EXPECT_EQ(types(c.delta(start_of(0, 2))), std::vector<std::string>{"message.start"});
+    EXPECT_EQ(texts(c.delta(delta_of(0, 2, 1, "Alpha "))), "Alpha ");
+    EXPECT_EQ(texts(c.delta(delta_of(0, 2, 2, "bravo "))), "bravo ");
+    auto late = c.delta(delta_of(0, 1, 3, "charlie "));  // the old owner's, arriving late
+    EXPECT_TRUE(late.deltas.empty());
+    EXPECT_FALSE(late.gap);
+    EXPECT_TRUE(c.delta(start_of(0, 1)).deltas.empty()) << "an old owner's start is stale";
+    EXPECT_EQ(texts(c.delta(delta_of(0, 2, 3, "charlie"))), "charlie");
+    EXPECT_EQ(c.patch(patch(version(2), version(3), json::array{assistant("Alpha bravo charlie")}))
+                  .patches.size(),
+              1u);
+}
+
+// A watcher that holds an old owner's message (its backfill came from that owner) and gets the
+// new owner's start: the old message is discarded as the new one starts.
+TEST(WatchCursor, ANewOwnersStartDiscardsTheOldOwnersMessageFirst) {
+    watch_cursor c;
+    c.start(reply(patch(version(0), version(1)), 0,
+                  json::object{{"step", 0}, {"epoch", 1}, {"text", "Alpha "}, {"seq", 1}}));
+    EXPECT_EQ(types(c.delta(start_of(0, 2))),
+              (std::vector<std::string>{"message.discard", "message.start"}));
+    EXPECT_EQ(texts(c.delta(delta_of(0, 2, 1, "Alpha "))), "Alpha ");
+    EXPECT_TRUE(c.delta(delta_of(0, 1, 2, "bravo ")).deltas.empty()) << "the old owner's";
+}
+
+// The backfill's inflight holds the tool-call deltas streamed so far, and the owner's epoch.
+TEST(WatchCursor, TheBackfillsInflightToolCallsAreDelivered) {
+    watch_cursor c;
+    json::array calls{json::object{{"id", "c1"}, {"name", "echo"}, {"arguments", "{\"te"}},
+                      json::object{{"id", ""}, {"name", ""}, {"arguments", "xt\":1}"}}};
+    auto d = c.start(reply(patch(version(0), version(1)), 0,
+                           json::object{{"step", 0}, {"epoch", 4}, {"text", "Let me "},
+                                        {"seq", 3}, {"tool_calls", calls}}));
+    EXPECT_EQ(types(d), (std::vector<std::string>{"message.start", "text.delta",
+                                                  "tool_call.delta", "tool_call.delta"}));
+    EXPECT_EQ(d.deltas[0].at("epoch"), 4);
+    EXPECT_EQ(d.deltas[2].at("name"), "echo");
+    EXPECT_TRUE(c.delta(delta_of(0, 4, 3, "x")).deltas.empty()) << "seq 3 is in the backfill";
 }
 
 TEST(WatchCursor, ARegisterOnlyPatchAtTheCurrentVersionIsDelivered) {

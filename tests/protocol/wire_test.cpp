@@ -273,14 +273,16 @@ TEST(Replies, ChunksReassembleToTheReplyAndOutOfOrderChunksAreBad) {
 }
 
 TEST(Events, PayloadsHaveTheDocumentedShape) {
-    EXPECT_EQ(protocol::message_start(3), json::parse(R"({"type":"message.start","step":3})"));
-    EXPECT_EQ(protocol::text_delta(3, 2, "Hi"),
-              json::parse(R"({"type":"text.delta","step":3,"seq":2,"text":"Hi"})"));
+    EXPECT_EQ(protocol::message_start(3, 7),
+              json::parse(R"({"type":"message.start","step":3,"epoch":7})"));
+    EXPECT_EQ(protocol::text_delta(3, 7, 2, "Hi"),
+              json::parse(R"({"type":"text.delta","step":3,"epoch":7,"seq":2,"text":"Hi"})"));
     EXPECT_EQ(
-        protocol::tool_call_delta(3, 4, "c1", "echo", "{}"),
+        protocol::tool_call_delta(3, 7, 4, "c1", "echo", "{}"),
         json::parse(
-            R"({"type":"tool_call.delta","step":3,"seq":4,"id":"c1","name":"echo","arguments":"{}"})"));
-    EXPECT_EQ(protocol::message_discard(3), json::parse(R"({"type":"message.discard","step":3})"));
+            R"({"type":"tool_call.delta","step":3,"epoch":7,"seq":4,"id":"c1","name":"echo","arguments":"{}"})"));
+    EXPECT_EQ(protocol::message_discard(3, 7),
+              json::parse(R"({"type":"message.discard","step":3,"epoch":7})"));
     session_state s = enqueued({}, user_in(lane::steer, "a", "x"), 1);
     auto p = since(s, {}).value();
     EXPECT_EQ(patch_from_json(json::parse(protocol::patch_event(p))).value(), p);
