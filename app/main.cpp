@@ -399,6 +399,67 @@ int main(int argc, char** argv) {
                    "sessions each tenant may keep in the store (quota_exceeded for a new one "
                    "past it; 0: no limit)")
         ->envname("WUHU_TENANT_MAX_SESSIONS");
+    // Timeouts and the retry policy of inference (docs/operations.md "Timeouts").
+    const wuhu::worker::loop_options defaults;
+    long inference_first_byte_ms = defaults.inference.first_byte.count();
+    long inference_idle_ms = defaults.inference.idle.count();
+    long inference_total_ms = defaults.inference.total.count();
+    long summary_first_byte_ms = defaults.summary.first_byte.count();
+    long summary_idle_ms = defaults.summary.idle.count();
+    long summary_total_ms = defaults.summary.total.count();
+    long tool_timeout_ms = defaults.tool_timeout.count();
+    long retry_base_ms = defaults.retry.base.count();
+    long retry_cap_ms = defaults.retry.cap.count();
+    long retry_server_wait_ms = defaults.retry.max_server_wait.count();
+    struct timed_flag {
+        const char* flag;
+        const char* env;
+        const char* what;
+        long* ms;
+    };
+    std::vector<timed_flag> timed{
+        {"--inference-first-byte-timeout", "WUHU_INFERENCE_FIRST_BYTE_TIMEOUT",
+         "an inference's first byte (the response's headers) comes within this, or the attempt "
+         "ends and is retried; 0: no limit",
+         &inference_first_byte_ms},
+        {"--inference-idle-timeout", "WUHU_INFERENCE_IDLE_TIMEOUT",
+         "an inference streams no longer quiet than this between two bytes; 0: no limit",
+         &inference_idle_ms},
+        {"--inference-timeout", "WUHU_INFERENCE_TIMEOUT",
+         "an inference attempt, stream included, takes at most this in all; 0: no limit",
+         &inference_total_ms},
+        {"--summary-first-byte-timeout", "WUHU_SUMMARY_FIRST_BYTE_TIMEOUT",
+         "a compaction summary's first byte comes within this; 0: no limit", &summary_first_byte_ms},
+        {"--summary-idle-timeout", "WUHU_SUMMARY_IDLE_TIMEOUT",
+         "a compaction summary streams no longer quiet than this; 0: no limit", &summary_idle_ms},
+        {"--summary-timeout", "WUHU_SUMMARY_TIMEOUT",
+         "a compaction summary takes at most this in all; 0: no limit", &summary_total_ms},
+        {"--tool-timeout", "WUHU_TOOL_TIMEOUT",
+         "a tool call takes at most this, for the tools without a timeout of their own (the "
+         "tools file's timeout_ms); then it gets an error result; 0: no limit",
+         &tool_timeout_ms},
+        {"--retry-base-delay", "WUHU_RETRY_BASE_DELAY",
+         "the wait before an inference's first retry (doubling each retry, with jitter)",
+         &retry_base_ms},
+        {"--retry-max-delay", "WUHU_RETRY_MAX_DELAY", "the longest wait between two retries",
+         &retry_cap_ms},
+        {"--retry-max-server-wait", "WUHU_RETRY_MAX_SERVER_WAIT",
+         "a provider's Retry-After is honoured up to this", &retry_server_wait_ms},
+    };
+    for (auto& t : timed) {
+        app.add_option(t.flag, *t.ms,
+                       std::string(t.what) +
+                           " (milliseconds, or a number with a unit: 500ms, 30s, 10m, 1h)")
+            ->envname(t.env)
+            ->transform(duration)
+            ->check(CLI::Range(0L, 7L * 86400000L));
+    }
+    int retry_max_attempts = defaults.retry.max_attempts;
+    app.add_option("--retry-max-attempts", retry_max_attempts,
+                   "attempts of one inference in all, the first included (then the turn ends "
+                   "with an inference_failed diagnostic)")
+        ->envname("WUHU_RETRY_MAX_ATTEMPTS")
+        ->check(CLI::Range(1, 1000));
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
@@ -516,6 +577,21 @@ int main(int argc, char** argv) {
         // A session's requests at the door: its waiting commands, and as many reads.
         options.server.max_per_session = 2 * max_waiting_commands;
         options.loop.max_entry_bytes = max_entry;
+        {
+            using ms = std::chrono::milliseconds;
+            auto& l = options.loop;
+            l.inference = {ms(inference_first_byte_ms), ms(inference_idle_ms),
+                           ms(inference_total_ms)};
+            l.summary = {ms(summary_first_byte_ms), ms(summary_idle_ms), ms(summary_total_ms)};
+            l.tool_timeout = ms(tool_timeout_ms);
+            l.retry.base = ms(retry_base_ms);
+            l.retry.cap = ms(retry_cap_ms);
+            l.retry.max_server_wait = ms(retry_server_wait_ms);
+            l.retry.max_attempts = retry_max_attempts;
+            if (l.tool_timeout.count() == 0) {
+                l.tool_timeout = ms(7L * 86400000L);  // "no limit": a week
+            }
+        }
         options.inferences = inferences;
         options.store_threads = store_threads;
         options.endpoints = endpoints;

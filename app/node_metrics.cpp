@@ -100,9 +100,9 @@ std::size_t node::stuck(bool log_new) {
         auto& t = it->second;
         t.seen = round;
         const auto limit = t.state == session::loop_state::executing_tools ? o.tool_timeout
-                           : t.state == session::loop_state::compacting    ? o.summary_timeout
-                                                                           : o.inference_timeout;
-        if (t.state != session::loop_state::idle && now - t.since > limit) {
+                           : t.state == session::loop_state::compacting    ? o.summary.total
+                                                                           : o.inference.total;
+        if (t.state != session::loop_state::idle && limit.count() > 0 && now - t.since > limit) {
             ++n;
             if (log_new && !t.stuck_logged) {
                 t.stuck_logged = true;

@@ -120,13 +120,15 @@ asio::awaitable<inference_outcome> http_provider::attempt(inference_request req,
     auto request = request_for(req);
     decoder d(config_.api, sink, model, config_.api_key, req.step);
     response_state st;
-    auto on_head = [&st](const http::response_head& h) {
+    auto on_head = [&st, &sink](const http::response_head& h) {
+        sink.alive();
         st.status = h.status;
         st.content_type = h.header("content-type");
         st.event_stream = st.content_type.starts_with("text/event-stream");
         st.retry_after = h.header("retry-after");
     };
-    auto on_body = [&st, &d](std::string_view piece) {
+    auto on_body = [&st, &d, &sink](std::string_view piece) {
+        sink.alive();
         if (st.status != 200 || !st.event_stream) {
             st.error_body.append(piece.substr(0, max_error_body - st.error_body.size()));
             return st.error_body.size() < max_error_body;
@@ -190,6 +192,7 @@ asio::awaitable<summary_outcome> http_provider::summarize(summary_request sr) {
     req.model = std::move(sr.model);
     req.session = std::move(sr.session);
     const auto step = sr.step;
+    auto sr_alive = std::move(sr.alive);
     for (auto& m : sr.segment) {
         if (m.role == session::llm_role::tool) {
             m.role = session::llm_role::user;
@@ -213,9 +216,16 @@ asio::awaitable<summary_outcome> http_provider::summarize(summary_request sr) {
     req.context.push_back(std::move(ask));
     req.step = step;
     struct discard final : stream_sink {
-        void text(std::string_view) override {}
-        void tool_call(const tool_call_delta&) override {}
-    } quiet;
+        explicit discard(std::function<void()> a) : on_alive(std::move(a)) {}
+        void text(std::string_view) override { alive(); }
+        void tool_call(const tool_call_delta&) override { alive(); }
+        void alive() override {
+            if (on_alive) {
+                on_alive();
+            }
+        }
+        std::function<void()> on_alive;
+    } quiet(std::move(sr_alive));
     auto inferring = infer(std::move(req), quiet);
     auto out = co_await std::move(inferring);
     if (auto* e = std::get_if<provider_error>(&out)) {

@@ -15,13 +15,26 @@
 
 namespace wuhu::worker {
 
+// How long a streamed answer (an inference, a summary) may take, each 0 for no limit: until its
+// first byte arrives (the response's headers), between two bytes, and in all. A stream past
+// one of them ends the attempt with a transient error, retried by the retry policy. They apply
+// to every provider; an HTTP endpoint's own first-byte and idle timeouts (docs/providers.md),
+// shorter by default, apply within them.
+struct stream_limits {
+    milliseconds first_byte{180'000};
+    milliseconds idle{180'000};
+    milliseconds total{3'600'000};
+};
+
 struct loop_options {
-    milliseconds inference_timeout{120'000};
+    stream_limits inference;
+    stream_limits summary{milliseconds(180'000), milliseconds(180'000), milliseconds(600'000)};
+    // A tool call's limit, for the tools without one of their own (the tools file's
+    // `timeout_ms`).
     milliseconds tool_timeout{60'000};
     // How long a finished tool result may wait, while the next call of the response runs, to
     // be committed with the results that follow it (worker/tool_runner.hpp).
     milliseconds tool_result_linger{5};
-    milliseconds summary_timeout{120'000};
     session::retry_policy retry;
     // The projection keeps the lanes apart (system-lane content is `developer`); each
     // provider maps developer to what its API takes (openai: developer, or user/system per

@@ -12,6 +12,7 @@
 
 #include <boost/asio/awaitable.hpp>
 
+#include <functional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -47,6 +48,9 @@ class stream_sink {
     virtual ~stream_sink() = default;
     virtual void text(std::string_view delta) = 0;
     virtual void tool_call(const tool_call_delta& delta) = 0;
+    // Bytes of the answer arrived (its headers, a keep-alive, an event with no delta): the
+    // stream is alive (loop_options::stream_limits).
+    virtual void alive() {}
 };
 
 // The loop's policy sorts a failed inference by kind (session/loop_policy.hpp).
@@ -60,6 +64,7 @@ struct summary_request {
     std::string model;
     std::uint64_t step = 0;
     std::string session;
+    std::function<void()> alive;  // as stream_sink::alive, when set
 };
 
 using inference_outcome = std::variant<session::assistant_message, provider_error>;

@@ -6,12 +6,17 @@
 
 #include <boost/asio/experimental/awaitable_operators.hpp>
 
+#include <algorithm>
+
 namespace wuhu::worker {
 
 using namespace boost::asio::experimental::awaitable_operators;
 namespace s = wuhu::session;
 
 namespace {
+
+// A limit of 0 is none: a race against ten years.
+constexpr std::int64_t never = 10LL * 365 * 24 * 3600 * 1000;
 
 // Wrappers that turn a throwing provider into an error value (named coroutines with by-value
 // parameters, never lambdas, inside co_await expressions: see the g++ 12 row of
@@ -52,6 +57,7 @@ class turn_runner::sink final : public stream_sink {
     explicit sink(turn_runner& r) : runner_(r) {}
     void text(std::string_view delta) override { runner_.on_text(delta); }
     void tool_call(const tool_call_delta& d) override { runner_.on_tool_call(d); }
+    void alive() override { runner_.on_alive(); }
 
   private:
     turn_runner& runner_;
@@ -180,8 +186,13 @@ asio::awaitable<turn_runner::attempt> turn_runner::infer_once() {
     async_event cut(co_await asio::this_coro::executor);
     cut_ = &cut;
     streamed_ = 0;
+    began_stream();
+    std::string quiet_why;
+    const auto total = opts_.inference.total.count() > 0 ? opts_.inference.total
+                                                          : milliseconds(never);
     auto r = co_await (guarded_infer(provider_, std::move(req), *sink_) || abort_.wait() ||
-                       clock_.timeout(opts_.inference_timeout) || cut.wait_or_cancelled());
+                       clock_.timeout(total) || cut.wait_or_cancelled() ||
+                       quiet(opts_.inference, &quiet_why));
     cut_ = nullptr;
     abort_.disarm();
     attempt a;
@@ -209,10 +220,13 @@ asio::awaitable<turn_runner::attempt> turn_runner::infer_once() {
             a.message.text = s::cut_to(inflight_->text, opts_.max_entry_bytes, "answer", true);
             a.message.model = writer_.state().config.model;
             co_return a;
-        default:
+        case 2:
             a.err = {provider_error_kind::transient,
-                     "inference timed out after " +
-                         std::to_string(opts_.inference_timeout.count()) + " ms"};
+                     "the answer took longer than " + std::to_string(total.count()) +
+                         " ms in all (--inference-timeout)"};
+            break;
+        default:
+            a.err = {provider_error_kind::transient, quiet_why};
             break;
     }
     const std::uint64_t streamed = inflight_->step;
@@ -235,9 +249,14 @@ asio::awaitable<bool> turn_runner::compact(s::entry_seq upto) {
     }
     writer_.set_loop(s::loop_state::compacting);
     summary_request req{plan->segment, writer_.state().config.model, writer_.step(),
-                        writer_.sid().str()};
+                        writer_.sid().str(), [this] { on_alive(); }};
+    began_stream();
+    std::string quiet_why;
+    const auto total =
+        opts_.summary.total.count() > 0 ? opts_.summary.total : milliseconds(never);
     auto summarizing = guarded_summarize(provider_, std::move(req));
-    auto r = co_await (std::move(summarizing) || clock_.sleep(opts_.summary_timeout));
+    auto r = co_await (std::move(summarizing) || clock_.timeout(total) ||
+                       quiet(opts_.summary, &quiet_why));
     if (r.index() != 0 || std::holds_alternative<provider_error>(std::get<0>(r).outcome)) {
         co_return false;  // the next response triggers compaction again
     }
@@ -248,10 +267,48 @@ asio::awaitable<bool> turn_runner::compact(s::entry_seq upto) {
     co_return ok;
 }
 
+void turn_runner::began_stream() {
+    stream_began_ = clock_.now();
+    last_byte_.reset();
+}
+
+asio::awaitable<void> turn_runner::quiet(stream_limits lim, std::string* why) {
+    const std::int64_t first_byte = lim.first_byte.count();
+    const std::int64_t idle = lim.idle.count();
+    for (;;) {
+        const std::int64_t now = clock_.now().value;
+        std::int64_t wait = never;
+        if (!last_byte_) {
+            if (first_byte > 0) {
+                wait = stream_began_.value + first_byte - now;
+                if (wait <= 0) {
+                    *why = "no first byte from the model within " + std::to_string(first_byte) +
+                           " ms (--inference-first-byte-timeout, --summary-first-byte-timeout)";
+                    co_return;
+                }
+            }
+            if (idle > 0) {
+                wait = std::min(wait, idle);  // a first byte now would be due again by then
+            }
+        } else if (idle > 0) {
+            wait = last_byte_->value + idle - now;
+            if (wait <= 0) {
+                *why = "no data from the model for " + std::to_string(idle) +
+                       " ms (--inference-idle-timeout, --summary-idle-timeout)";
+                co_return;
+            }
+        }
+        if (!co_await clock_.elapsed(milliseconds(wait))) {
+            co_return;  // the race is over
+        }
+    }
+}
+
 void turn_runner::on_text(std::string_view delta) {
     if (!inflight_) {
         return;  // late delta of a cancelled attempt
     }
+    on_alive();
     inflight_->text.append(delta);
     hub_.emit(stream_delta_event{inflight_->step, inflight_->epoch, ++inflight_->deltas,
                                  std::string(delta), std::nullopt});
@@ -269,6 +326,7 @@ void turn_runner::on_tool_call(const tool_call_delta& d) {
     if (!inflight_) {
         return;
     }
+    on_alive();
     inflight_->tool_calls.push_back(d);
     hub_.emit(stream_delta_event{inflight_->step, inflight_->epoch, ++inflight_->deltas, {}, d});
     count_streamed(d.id.size() + d.name.size() + d.arguments.size());

@@ -49,6 +49,13 @@ class turn_runner {
     void on_tool_call(const tool_call_delta& d);
     // Counts what the attempt streamed; past the entry limit, stops it.
     void count_streamed(std::size_t bytes);
+    // Bytes of the answer (or summary) streaming now arrived.
+    void on_alive() { last_byte_ = clock_.now(); }
+    // Starts watching a stream: it began now, and no byte came yet.
+    void began_stream();
+    // Completes when the stream began by began_stream() has been quiet longer than `lim`
+    // allows (its first byte, or the next one); `why` says which, for the attempt's error.
+    asio::awaitable<void> quiet(stream_limits lim, std::string* why);
     double jitter();
 
     session_writer& writer_;
@@ -64,6 +71,8 @@ class turn_runner {
     // signal to stop past loop_options::max_entry_bytes.
     std::size_t streamed_ = 0;
     async_event* cut_ = nullptr;
+    session::unix_ms stream_began_{};
+    std::optional<session::unix_ms> last_byte_;  // of the stream watched now
     std::vector<session::llm_message> context_;  // projection built by fits(), if still current
     session::version_vector context_version_;
     std::mt19937_64 rng_;

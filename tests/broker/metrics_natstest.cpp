@@ -36,7 +36,7 @@ TEST(MetricsWatchdog, ASessionPastItsStatesTimeoutIsCountedAndLoggedOnce) {
                    // all along, until it gives up.
                    R"({"responses":[{"text":"late","delay_ms":5000}]})"};
     worker::loop_options loop;
-    loop.inference_timeout = 300ms;
+    loop.inference.total = 300ms;
     loop.retry.max_attempts = 4;
     o.loop = loop;
     o.metrics_addr = "127.0.0.1:0";

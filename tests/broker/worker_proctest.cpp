@@ -247,6 +247,9 @@ TEST(WorkerProcess, BadFlagsAndVariablesAreUsageErrors) {
         {"--tenancy", "--default-tenant", "worker"}, {"--tenancy", "--default-tenant", "a.b"},
         {"--tenancy", "--default-tenant", "a\r\nb"}, {"--nats-inbox-prefix", "_INBOX x"},
         {"--nats-inbox-prefix", "_INBOX.>"}, {"--nats-user", "u", "--nats-token", "t"},
+        // Issue 31: timeouts and the retry policy.
+        {"--inference-timeout", "-1"}, {"--inference-idle-timeout", "soon"},
+        {"--retry-max-attempts", "0"}, {"--tool-timeout", "8d"},
     };
     for (auto args : bad) {
         args.insert(args.end(), {"--store", data});
@@ -259,6 +262,32 @@ TEST(WorkerProcess, BadFlagsAndVariablesAreUsageErrors) {
     pid_t p = spawn(WUHU_WORKER_BIN, {"--store", data}, (dir.path() / "usage.log").string());
     unsetenv("WUHU_WORKER_ID");
     EXPECT_EQ(wait_exit(p, 15s), 2);
+}
+
+// Issue 31, defect 2: the stream limits and the retry policy are flags. A model that goes quiet
+// for a second, past --inference-idle-timeout 300ms, has each attempt ended and retried, and
+// after --retry-max-attempts 2 the turn ends with a diagnostic that says why.
+TEST(WorkerProcess, TheStreamLimitsAndTheRetryPolicyAreFlags) {
+    worker_process::config c;
+    c.args = {"--inference-idle-timeout", "300ms", "--retry-max-attempts", "2",
+              "--retry-base-delay", "10ms"};
+    worker_process worker("limits", R"({"responses":[{"chunks":["a","b"],"chunk_delay_ms":1000}]})",
+                          c);
+    worker.start();
+    nats::connection nc(nats_url(), "limits-client");
+    const auto subject = worker.prefix() + ".session.s.";
+    ASSERT_EQ(answer_when_up(nc, subject + "enqueue",
+                             R"({"lane":"followUp","content":"hi"})").at("ok"),
+              true);
+    ASSERT_TRUE(wait_idle(nc, subject + "subscribe"));
+    auto r = answer_when_up(nc, subject + "subscribe");
+    const auto& t = r.at("patch").at("transcript").as_array();
+    ASSERT_FALSE(t.empty());
+    EXPECT_EQ(t.back().at("type"), "diagnostic") << json::serialize(t.back());
+    EXPECT_NE(json::serialize(t.back()).find("no data from the model for 300 ms"),
+              std::string::npos)
+        << json::serialize(t.back());
+    EXPECT_EQ(worker.stop(), 0);
 }
 
 // Issue 13: the in-memory lease is for tests; with a persistent store it takes

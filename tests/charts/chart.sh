@@ -126,6 +126,8 @@ if case == "postgres":
     check(config["data"].get("WUHU_MAX_REQUESTS_IN_FLIGHT") == "512", "limits.maxRequestsInFlight")
     check(config["data"].get("WUHU_LANE_MAX_BYTES") == "8MiB", "limits.laneMaxBytes")
     check(config["data"].get("WUHU_PG_LOCK_TIMEOUT") == "2s", "limits.pgLockTimeout")
+    check(config["data"].get("WUHU_INFERENCE_IDLE_TIMEOUT") == "5m", "limits.inferenceIdleTimeout")
+    check(config["data"].get("WUHU_RETRY_MAX_ATTEMPTS") == "3", "limits.retryMaxAttempts")
 if case == "tenants":
     check(config["data"].get("WUHU_TENANCY") == "true", "tenancy is on")
     check(config["data"].get("WUHU_NATS_USER") == "fleet", "the fleet's NATS user")
@@ -153,7 +155,8 @@ render_case default '{"postgres": {"existingSecret": "wuhu-postgres"}}'
 render_case sqlite '{"mode": "sqlite", "podDisruptionBudget": {"enabled": false}}'
 render_case postgres '{"postgres": {"existingSecret": "wuhu-postgres"}, "replicas": 4,
   "limits": {"maxRequestsInFlight": 512, "laneMaxBytes": "8MiB", "tenantRequestsPerSecond": 200,
-             "pgLockTimeout": "2s", "metricsMaxConnections": 16},
+             "pgLockTimeout": "2s", "metricsMaxConnections": 16,
+             "inferenceIdleTimeout": "5m", "retryMaxAttempts": 3},
   "nats": {"existingSecret": "wuhu-nats"},
   "autoscaling": {"enabled": true},
   "metrics": {"serviceMonitor": {"enabled": true, "labels": {"release": "prom"}},

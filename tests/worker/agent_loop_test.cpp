@@ -351,7 +351,7 @@ TEST(Retry, GivesUpAfterMaxAttemptsWithAVisibleError) {
 
 TEST(Timeouts, AnInferenceTimeoutIsRetriedLikeATransientError) {
     auto opts = loop_harness::default_options();
-    opts.inference_timeout = milliseconds(1000);
+    opts.inference.total = milliseconds(1000);
     opts.retry.max_attempts = 2;
     loop_harness h(R"({"responses":[{"text":"slow","delay_ms":5000}]})", nullptr, 1, opts);
     h.start();
@@ -359,6 +359,70 @@ TEST(Timeouts, AnInferenceTimeoutIsRetriedLikeATransientError) {
     h.settle();
     EXPECT_EQ(h.provider().attempts(0), 2);
     EXPECT_EQ(h.transcript_texts().back(), "diagnostic:inference_failed");
+}
+
+// Issue 31, defect 2: an attempt, stream included, was cut at a fixed 120 s, retried and failed.
+// A five-minute answer that keeps streaming (a chunk every 10 s) is committed whole, under the
+// default limits (first byte 60 s, idle 300 s, 1 h in all), on the harness's manual clock.
+TEST(Timeouts, AFiveMinuteStreamIsCommittedWhole) {
+    std::string chunks;
+    std::string whole;
+    for (int i = 0; i < 31; ++i) {
+        chunks += (i ? "," : "") + std::string("\"c") + std::to_string(i) + " \"";
+        whole += "c" + std::to_string(i) + " ";
+    }
+    loop_harness h(R"({"responses":[{"chunks":[)" + chunks + R"(],"chunk_delay_ms":10000}]})");
+    h.start();
+    h.follow_up("f1", "hi");
+    h.settle();
+    EXPECT_EQ(h.provider().attempts(0), 1) << "never cut, never retried";
+    EXPECT_EQ(h.transcript_texts().back(), "assistant:" + whole);
+}
+
+// A stream that goes quiet longer than the idle limit ends the attempt with a transient error,
+// retried; one whose first byte does not come within its limit likewise. Each says which.
+TEST(Timeouts, AQuietStreamOrALateFirstByteEndsTheAttemptAndIsRetried) {
+    auto opts = loop_harness::default_options();
+    opts.inference.first_byte = milliseconds(20'000);
+    opts.inference.idle = milliseconds(30'000);
+    opts.retry.max_attempts = 2;
+    {
+        // The idle limit applies from the first byte on, well before the first byte's limit
+        // (60 s here) would have passed.
+        auto idle_only = opts;
+        idle_only.inference.first_byte = milliseconds(60'000);
+        loop_harness h(R"({"responses":[{"chunks":["a","b"],"chunk_delay_ms":45000}]})", nullptr,
+                       1, idle_only);
+        h.start();
+        h.follow_up("f1", "hi");
+        h.settle();
+        EXPECT_EQ(h.provider().attempts(0), 2);
+        EXPECT_EQ(h.transcript_texts().back(), "diagnostic:inference_failed");
+        EXPECT_THAT(h.diagnostic_message(), HasSubstr("no data from the model for 30000 ms"));
+        const auto& last = h.state().transcript.back();
+        EXPECT_LT(last.at.value - harness_t0, 62'000)
+            << "each attempt ended 30 s after its first byte (two, and a backoff under 1 s)";
+    }
+    {
+        loop_harness h(R"({"responses":[{"text":"late","delay_ms":25000}]})", nullptr, 1, opts);
+        h.start();
+        h.follow_up("f1", "hi");
+        h.settle();
+        EXPECT_EQ(h.provider().attempts(0), 2);
+        EXPECT_THAT(h.diagnostic_message(),
+                    HasSubstr("no first byte from the model within 20000 ms"));
+    }
+    {
+        // Within every limit: a first byte at 15 s, then a chunk every 25 s.
+        loop_harness h(R"({"responses":[{"chunks":["a","b","c"],"delay_ms":15000,
+                           "chunk_delay_ms":25000}]})",
+                       nullptr, 1, opts);
+        h.start();
+        h.follow_up("f1", "hi");
+        h.settle();
+        EXPECT_EQ(h.provider().attempts(0), 1);
+        EXPECT_EQ(h.transcript_texts().back(), "assistant:abc");
+    }
 }
 
 TEST(Timeouts, AToolTimeoutBecomesAnErrorResult) {

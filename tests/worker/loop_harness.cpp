@@ -124,6 +124,16 @@ boost::system::result<command_reply> loop_harness::system(const std::string& id,
     return send(worker::enqueue_command{system_in(id, text)});
 }
 
+std::string loop_harness::diagnostic_message() const {
+    const auto& t = state().transcript;
+    for (auto it = t.rbegin(); it != t.rend(); ++it) {
+        if (const auto* d = std::get_if<session::diagnostic>(&it->body)) {
+            return d->message;
+        }
+    }
+    return "";
+}
+
 std::vector<std::string> loop_harness::transcript_texts() const {
     std::vector<std::string> out;
     for (const auto& e : state().transcript) {

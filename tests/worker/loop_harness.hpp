@@ -66,6 +66,8 @@ class loop_harness {
 
     // Contents of the transcript's message entries, for compact assertions.
     std::vector<std::string> transcript_texts() const;
+    // The message of the transcript's last diagnostic ("" when there is none).
+    std::string diagnostic_message() const;
 
   private:
     asio::io_context io_;
