@@ -545,6 +545,11 @@ asio::awaitable<std::vector<std::string>> server::handle(worker::session_registr
                 }
                 co_return replies{error_reply(r.error())};
             }
+            // Its data is gone for good: its watchers learn it (before the reply, as a
+            // command's patch goes out before its reply).
+            publish(subjects_.deleted(sid),
+                    boost::json::serialize(protocol::session_deleted(epoch.value)),
+                    "deletion event", sid.str());
             auto forgetting = leases_.remove(sid, epoch);
             auto l = co_await std::move(forgetting);
             co_return replies{l ? protocol::ok_reply(what, {}) : error_reply(l.error())};

@@ -542,6 +542,9 @@ outcome<bool> watch::deliver(watch_cursor::delivery d, const handlers& h) {
 }
 
 outcome<bool> watch::next(std::chrono::steady_clock::time_point deadline, const handlers& h) {
+    if (deleted_) {
+        return false;
+    }
     if (backfill_) {
         auto d = std::move(*backfill_);
         backfill_.reset();
@@ -559,6 +562,16 @@ outcome<bool> watch::next(std::chrono::steady_clock::time_point deadline, const 
         auto v = json::parse(m.data, ec);
         if (ec || !v.is_object()) {
             continue;  // not ours to judge: skip what does not parse
+        }
+        if (m.subject.ends_with(".deleted")) {
+            if (field(v.as_object(), "type") != "session.deleted") {
+                continue;  // not an event of the contract
+            }
+            deleted_ = true;
+            if (h.on_deleted) {
+                h.on_deleted(v.as_object());
+            }
+            return true;
         }
         auto d = m.subject.ends_with(".patch") ? cursor_.patch(v.as_object())
                                                : cursor_.delta(v.as_object());

@@ -157,6 +157,9 @@ class watch {
         std::function<void(const json::object&)> on_patch;
         // Stream events in order: message.start, text.delta, tool_call.delta, message.discard.
         std::function<void(const json::object&)> on_delta;
+        // The session was deleted ({"type":"session.deleted","epoch"}): the watch ends (next()
+        // returns false from then on).
+        std::function<void(const json::object&)> on_deleted;
     };
 
     // Fails (no_reply, or the service's error) when the backfill cannot be had.
@@ -167,11 +170,12 @@ class watch {
     watch& operator=(const watch&) = delete;
 
     // Delivers what is pending (the backfill first); waits until `deadline` for an event.
-    // True when something was delivered, false on timeout.
+    // True when something was delivered, false on timeout (or once the session was deleted).
     outcome<bool> next(std::chrono::steady_clock::time_point deadline, const handlers& h);
 
     const json::value& version() const { return cursor_.version(); }
     std::size_t resyncs() const { return resyncs_; }
+    bool deleted() const { return deleted_; }
 
   private:
     struct inbox {
@@ -189,6 +193,7 @@ class watch {
     watch_cursor cursor_;
     std::optional<watch_cursor::delivery> backfill_;
     std::size_t resyncs_ = 0;
+    bool deleted_ = false;
 };
 
 }  // namespace wuhu::client

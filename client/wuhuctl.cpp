@@ -141,6 +141,11 @@ class renderer {
         }
     }
 
+    void deleted() {
+        end_line();
+        std::cout << "-- session deleted --" << std::endl;
+    }
+
   private:
     // Ends a streamed line that nothing committed.
     void end_line() {
@@ -183,8 +188,18 @@ int watch(wuhu::client::client& c, const options& o, const std::string& sid, boo
             r.delta(d);
         }
     };
+    h.on_deleted = [&](const json::object& d) {
+        if (o.as_json) {
+            std::cout << json::serialize(json::object{{"deleted", d}}) << std::endl;
+        } else {
+            r.deleted();
+        }
+    };
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
     while (!(until_idle && idle && seen_work)) {
+        if ((*w)->deleted()) {
+            return 0;  // nothing more will come
+        }
         auto got = (*w)->next(deadline, h);
         if (!got) {
             return report(got.error(), o);
@@ -298,6 +313,9 @@ int main(int argc, char** argv) {
             "PREFIX"));
     app.add_flag("--json", o.as_json, "print replies as JSON");
     app.require_subcommand(1);
+    // The options above may come after the subcommand too (`wuhuctl status demo --json`): the
+    // subcommands made from here on pass what they do not know to the app.
+    app.fallthrough();
 
     std::string sid, text, lane, id, source = "asyncTaskNotification", author = "cli";
     std::vector<std::string> settings;

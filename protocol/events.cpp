@@ -31,6 +31,10 @@ json::object message_discard(std::uint64_t step, std::uint64_t epoch) {
     return json::object{{"type", "message.discard"}, {"step", step}, {"epoch", epoch}};
 }
 
+json::object session_deleted(std::uint64_t epoch) {
+    return json::object{{"type", "session.deleted"}, {"epoch", epoch}};
+}
+
 std::uint64_t read_count(const json::object& o, std::string_view key) {
     const auto* x = o.if_contains(key);
     if (x == nullptr) {

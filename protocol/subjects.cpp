@@ -296,6 +296,10 @@ std::string subject_layout::delta(const s::session_id& sid) const {
     return of_session(sid, "events", "delta");
 }
 
+std::string subject_layout::deleted(const s::session_id& sid) const {
+    return of_session(sid, "events", "deleted");
+}
+
 std::string subject_layout::events(const s::session_id& sid) const {
     return of_session(sid, "events", ">");
 }

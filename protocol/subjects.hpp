@@ -7,7 +7,7 @@
 //
 //   <prefix>.session.<sid>.<verb>                       requests (queue group wuhu-workers)
 //   <prefix>.admin.sessions                             the fleet view
-//   <prefix>.events.<sid>.patch / .delta                committed patches and stream events
+//   <prefix>.events.<sid>.patch / .delta / .deleted     committed patches, stream events, deletion
 //   <prefix>.tools.<name>                               tool services the workers call
 //
 // With tenancy on, the tenant is the token after the prefix, and nats-server (accounts with
@@ -17,7 +17,7 @@
 //   <prefix>.<tenant>.session.<sid>.<verb>
 //   <prefix>.<tenant>.admin.sessions                    that tenant's sessions
 //   <prefix>.admin.sessions                             every tenant's (the fleet's account only)
-//   <prefix>.<tenant>.events.<sid>.patch / .delta
+//   <prefix>.<tenant>.events.<sid>.patch / .delta / .deleted
 //   <prefix>.<tenant>.tools.<name>                      imported from the tenant's own account
 //
 // And the fleet's own subjects, reachable from the fleet's account only:
@@ -126,6 +126,7 @@ class subject_layout {
                                          const session::session_id& sid, verb v) const;
     std::string patch(const session::session_id& sid) const;
     std::string delta(const session::session_id& sid) const;
+    std::string deleted(const session::session_id& sid) const;
     // <prefix>[.<tenant>].events.<sid>.>: both event subjects of a session.
     std::string events(const session::session_id& sid) const;
     // <prefix>[.<tenant>].tools.<name>; invalid_query when the name is no token.

@@ -927,6 +927,44 @@ TEST_F(worker_fixture, ALargeSubscribeReplyArrivesInOrderedChunks) {
     EXPECT_GE(with_content, 6u) << json::serialize(*whole).substr(0, 400);
 }
 
+// Issue 31, defect 6: `delete` published nothing, and a watcher never learned that the session
+// was gone. Now `<prefix>.events.<sid>.deleted` says so once the deletion is durable, and the
+// client library's watch delivers it and ends.
+TEST_F(worker_fixture, DeletingASessionTellsItsWatchers) {
+    ASSERT_EQ(request("gone", "configure", "{}").at("ok"), true);
+    std::mutex mu;
+    std::vector<std::string> subjects;
+    client_->subscribe(prefix_ + ".events.gone.>", [&](nats::message m) {
+        std::lock_guard lock(mu);
+        subjects.push_back(m.subject + " " + m.data);
+    });
+    client_->flush();
+    nats::connection nc(nats_url(), "deleted-client");
+    client::client c(nc, client::options{prefix_, 30s, {}});
+    auto w = client::watch::open(c, "gone");
+    ASSERT_TRUE(w) << w.error().message;
+    client::watch::handlers h;
+    std::optional<json::object> deleted;
+    h.on_deleted = [&](const json::object& d) { deleted = d; };
+    ASSERT_EQ(request("gone", "delete", "{}").at("ok"), true);
+    const auto until = std::chrono::steady_clock::now() + 20s;
+    while (!deleted && std::chrono::steady_clock::now() < until) {
+        auto got = (*w)->next(std::chrono::steady_clock::now() + 100ms, h);
+        ASSERT_TRUE(got) << got.error().message;
+    }
+    ASSERT_TRUE(deleted) << "the watch was told";
+    EXPECT_EQ(deleted->at("type"), "session.deleted");
+    EXPECT_GE(deleted->at("epoch").as_int64(), 1);
+    EXPECT_TRUE((*w)->deleted());
+    auto after = (*w)->next(std::chrono::steady_clock::now() + 10ms, h);
+    ASSERT_TRUE(after);
+    EXPECT_FALSE(*after) << "the watch has ended";
+    std::lock_guard lock(mu);
+    ASSERT_FALSE(subjects.empty());
+    EXPECT_TRUE(subjects.back().starts_with(prefix_ + ".events.gone.deleted "))
+        << subjects.back();
+}
+
 TEST_F(worker_fixture, TheClientLibraryEnqueuesAndWatchesWithoutGaps) {
     nats::connection nc(nats_url(), "lib-client");
     client::client c(nc, client::options{prefix_, 30s, {}});

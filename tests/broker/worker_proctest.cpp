@@ -362,6 +362,10 @@ TEST(Wuhuctl, ExitCodesTellOkRefusedUsageAndNoReply) {
     }
     EXPECT_EQ(ctl({"send", "p1\r\nPUB x 0", "hi"}, prefix), 1);
     EXPECT_EQ(ctl({"--inbox-prefix", "_INBOX_ctl", "status", "p1"}, prefix), 0);
+    // Issue 31, defect 14: the app's options after the subcommand (exit 2 before).
+    EXPECT_EQ(ctl({"status", "p1", "--json"}, prefix), 0);
+    EXPECT_EQ(ctl({"send", "p1", "hi", "--json", "--inbox-prefix", "_INBOX_ctl"}, prefix), 0);
+    EXPECT_EQ(ctl({"status", "p1", "--jsn"}, prefix), 2) << "an unknown option is still one";
     EXPECT_EQ(worker.stop(), 0);
 }
 
