@@ -85,6 +85,22 @@ std::size_t publish_batched(nats::connection& pub, const std::string& subject,
 
 }  // namespace
 
+// Issue 31, defect 13: `--nats` takes several servers, comma-separated (with or without spaces),
+// and connects through whichever answers (port 1 refuses at once here).
+TEST(Connection, ConnectsThroughAListOfServersWhoseFirstOrLastIsDown) {
+    const std::string down = "nats://127.0.0.1:1";
+    for (const auto& list : {down + "," + nats_url(), nats_url() + ", " + down,
+                             down + " , " + nats_url() + ","}) {
+        nats::connection nc(list, "server-list");
+        EXPECT_TRUE(nc.connected()) << list;
+        const auto subject = unique_subject("list");
+        nc.subscribe(subject, [&nc](nats::message m) { nc.publish(m.reply, "pong"); });
+        nc.flush();
+        EXPECT_EQ(nc.request(subject, "ping", std::chrono::seconds(5)).value_or(""), "pong")
+            << "a round trip through the server that is up: " << list;
+    }
+}
+
 TEST(Connection, WhatABatchingThreadPublishesWaitsForItsQueueThenArrivesInOrder) {
     const auto subject = unique_subject("batch");
     nats::connection sub(nats_url(), "sub");
