@@ -61,7 +61,7 @@ node::node(storage::session_store& store, ownership::lease_store& leases, nats::
         loop.inferences = &inferences_;
     }
     for (const auto& e : options_.endpoints) {
-        options_.server.model_endpoints.push_back(e.name);
+        options_.server.model_endpoints[e.name] = !e.default_model.empty();
     }
     if (measuring()) {
         options_.server.on_answered = [this](std::string_view verb, std::string_view result,

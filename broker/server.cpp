@@ -425,9 +425,6 @@ asio::awaitable<std::vector<std::string>> server::handle(worker::session_registr
         co_return replies{error_reply(decoded.error())};
     }
     const protocol::request req = std::move(*decoded);
-    if (auto refused = refused_settings(req.body)) {
-        co_return replies{std::move(*refused)};
-    }
     const s::session_id& sid = req.to.sid;
     const verb what = req.to.what;
     if (!forwarded) {  // a forwarded request was admitted by the worker that took it
@@ -535,6 +532,14 @@ asio::awaitable<std::vector<std::string>> server::handle(worker::session_registr
             co_return replies{};
         }
         const s::lease_epoch epoch = std::get<ownership::keeper::here>(where).epoch;
+        // Settings are checked by the owner, against its own tools and endpoints: during a
+        // rollout the same configure is not accepted or refused by whichever worker took it.
+        if (auto refused = refused_settings(req.body)) {
+            if (!registry.contains(sid)) {
+                leases_.release(sid, epoch);  // taken for a session that is not made
+            }
+            co_return replies{std::move(*refused)};
+        }
 
         if (what == verb::remove) {
             auto removing = registry.remove(sid, epoch);
@@ -615,16 +620,26 @@ std::optional<std::string> server::refused_settings(const protocol::request_body
     }
     const auto& endpoints = options_.model_endpoints;
     if (update->model && !endpoints.empty() && *update->model != "scripted") {
-        const std::string endpoint = update->model->substr(0, update->model->find('/'));
-        if (std::find(endpoints.begin(), endpoints.end(), endpoint) == endpoints.end()) {
-            std::string names;
-            for (const auto& n : endpoints) {
-                names.append(names.empty() ? "" : ", ").append(n);
-            }
+        const auto& model = *update->model;
+        const auto slash = model.find('/');
+        const auto endpoint = endpoints.find(model.substr(0, slash));
+        auto refuse = [&](const std::string& why) {
             return protocol::error_reply(s::code_name(s::errc::invalid_settings),
-                                         "the model " + *update->model +
-                                             " names no configured endpoint (" + names +
-                                             "; or scripted) (field: model)");
+                                         "the model " + model + " " + why + " (field: model)");
+        };
+        if (endpoint == endpoints.end()) {
+            std::string names;
+            for (const auto& [name, has_default] : endpoints) {
+                names.append(names.empty() ? "" : ", ").append(name);
+            }
+            return refuse("names no configured endpoint (" + names + "; or scripted)");
+        }
+        if (slash != std::string::npos && slash + 1 == model.size()) {
+            return refuse("names no model after its endpoint (" + endpoint->first + "/<model>)");
+        }
+        if (slash == std::string::npos && !endpoint->second) {
+            return refuse("names an endpoint without a default_model: name the model too (" +
+                          endpoint->first + "/<model>)");
         }
     }
     if (!update->tools) {

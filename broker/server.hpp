@@ -36,6 +36,7 @@
 #include <boost/asio/thread_pool.hpp>
 
 #include <atomic>
+#include <map>
 #include <mutex>
 #include <unordered_map>
 #include <chrono>
@@ -59,10 +60,11 @@ struct server_options {
     std::size_t max_reply_bytes = 0;
     // How long the fleet view waits for the owners' pages (asked all at once).
     std::chrono::milliseconds admin_timeout{500};
-    // The model endpoints of the providers file: a configure whose model names none of them
-    // (and is not "scripted") is refused. Empty: no providers file, any model (the scripted
-    // one answers).
-    std::vector<std::string> model_endpoints;
+    // The model endpoints of the providers file, each with whether it has a default model: a
+    // configure whose model names none of them (and is not "scripted"), names one without a
+    // model after it ("openai/"), or names one alone that has no default model, is refused.
+    // Empty: no providers file, any model (the scripted one answers).
+    std::map<std::string, bool> model_endpoints;
     // Told of each request answered here, on the executor: its verb (one of protocol's verbs,
     // or "invalid"), its result ("ok", or the error code) and how long it took.
     std::function<void(std::string_view verb, std::string_view result,

@@ -122,10 +122,32 @@ inference_decision on_inference_error(const inference_error& e, inference_attemp
     return give_up{diagnostic{"inference_failed", e.message}};
 }
 
-diagnostic input_too_large() {
-    return diagnostic{
-        "input_too_large",
-        "the queued input does not fit in the context window even after compaction"};
+namespace {
+
+std::string_view after_compaction(compaction_result how) {
+    switch (how) {
+        case compaction_result::done:
+            return " even after compaction";
+        case compaction_result::nothing_to_compact:
+            return ", and nothing older could be compacted";
+        case compaction_result::failed:
+            break;
+    }
+    return ", and its compaction failed (the summary)";
+}
+
+}  // namespace
+
+diagnostic input_too_large(compaction_result how) {
+    return diagnostic{"input_too_large",
+                      "the queued input does not fit in the context window" +
+                          std::string(after_compaction(how))};
+}
+
+diagnostic overflow_not_compacted(compaction_result how, std::string_view error) {
+    return diagnostic{"input_too_large", "the context overflowed" +
+                                             std::string(after_compaction(how)) + ": " +
+                                             std::string(error)};
 }
 
 std::optional<interruption> takeover_interruption(const session_state& s) {

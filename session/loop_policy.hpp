@@ -111,7 +111,12 @@ inference_decision on_inference_error(const inference_error& e, inference_attemp
 
 // Input that does not fit the context window even after compaction (checked before the first
 // attempt): reported, never staged.
-diagnostic input_too_large();
+// What a compaction did: recorded one, found nothing older to compact, or failed (its summary).
+enum class compaction_result { done, nothing_to_compact, failed };
+// The queued input does not fit in the context window, after the compaction `how` went.
+diagnostic input_too_large(compaction_result how = compaction_result::done);
+// A context overflow (the provider's `error`) that no compaction helped (`how` is not done).
+diagnostic overflow_not_compacted(compaction_result how, std::string_view error);
 
 // ---- a takeover
 

@@ -126,10 +126,12 @@ endpoint_config endpoint_of(const std::string& name, const json::value& v, const
         c.system_lane_role = session::llm_role::developer;
     } else if (role == "user") {
         c.system_lane_role = session::llm_role::user;
-    } else if (role == "system") {
-        c.system_lane_role = session::llm_role::system;
     } else {
-        throw bad_config(where + "\"system_role\" must be \"developer\", \"user\" or \"system\"");
+        // The system role is the system prompt's alone: lane content never takes it (the
+        // spec's role mapping).
+        throw bad_config(where +
+                         "\"system_role\" must be \"developer\" or \"user\" (the system "
+                         "role is the system prompt's alone)");
     }
     if (const auto* m = o.if_contains("max_tokens")) {
         if (!m->is_int64() || m->as_int64() < 1 || m->as_int64() > 1'000'000) {

@@ -87,9 +87,9 @@ asio::awaitable<void> turn_runner::infer() {
     // Eager draining's hard error: input that cannot fit even after compaction is reported,
     // never staged.
     if (!fits()) {
-        co_await compact(s::entry_seq{});
+        const auto how = co_await compact(s::entry_seq{});
         if (!fits()) {
-            auto task = writer_.record(s::input_too_large());
+            auto task = writer_.record(s::input_too_large(how));
             co_await std::move(task);
             co_return;
         }
@@ -137,10 +137,12 @@ asio::awaitable<void> turn_runner::infer() {
             continue;
         }
         if (std::holds_alternative<s::compact_then_retry>(decision)) {
-            if (co_await compact(s::entry_seq{})) {
+            const auto how = co_await compact(s::entry_seq{});
+            if (how == compacted::done) {
                 continue;
             }
-            decision = s::on_inference_error(a.err, attempts, opts_.retry, unit);  // gives up
+            // Not compacted: the report says why, not "even after compaction".
+            decision = s::give_up{s::overflow_not_compacted(how, a.err.message)};
         }
         auto task = writer_.record(std::get<s::give_up>(std::move(decision)).report);
         co_await std::move(task);
@@ -242,10 +244,10 @@ asio::awaitable<bool> turn_runner::abortable_sleep(milliseconds d) {
     co_return r.index() == 1 || writer_.failed();
 }
 
-asio::awaitable<bool> turn_runner::compact(s::entry_seq upto) {
+asio::awaitable<turn_runner::compacted> turn_runner::compact(s::entry_seq upto) {
     auto plan = s::plan_compaction(writer_.state(), opts_.roles, upto);
     if (!plan) {
-        co_return false;
+        co_return compacted::nothing_to_compact;
     }
     writer_.set_loop(s::loop_state::compacting);
     summary_request req{plan->segment, writer_.state().config.model, writer_.step(),
@@ -258,13 +260,13 @@ asio::awaitable<bool> turn_runner::compact(s::entry_seq upto) {
     auto r = co_await (std::move(summarizing) || clock_.timeout(total) ||
                        quiet(opts_.summary, &quiet_why));
     if (r.index() != 0 || std::holds_alternative<provider_error>(std::get<0>(r).outcome)) {
-        co_return false;  // the next response triggers compaction again
+        co_return compacted::failed;  // the next response triggers compaction again
     }
     s::compaction c{std::get<std::string>(std::get<0>(r).outcome), plan->first_kept,
                     plan->tokens_before};
     auto task = writer_.record(std::move(c));
     const bool ok = co_await std::move(task);
-    co_return ok;
+    co_return ok ? compacted::done : compacted::failed;
 }
 
 void turn_runner::began_stream() {

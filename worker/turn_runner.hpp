@@ -30,9 +30,9 @@ class turn_runner {
 
     // Infers until the turn has its response, an interruption or a diagnostic.
     asio::awaitable<void> infer();
-    // Plans over the entries up to `upto` (0: all), summarizes, records the compaction. False
-    // when there was nothing to compact or the summary failed.
-    asio::awaitable<bool> compact(session::entry_seq upto);
+    using compacted = session::compaction_result;
+    // Plans over the entries up to `upto` (0: all), summarizes, records the compaction.
+    asio::awaitable<compacted> compact(session::entry_seq upto);
     // The message being streamed, if any.
     const std::optional<inflight_message>& inflight() const { return inflight_; }
 

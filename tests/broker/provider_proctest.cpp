@@ -117,7 +117,9 @@ std::filesystem::path write_providers_file(const std::filesystem::path& dir,
     std::ofstream(path) << R"({"endpoints": {"local": {"kind": ")" << kind
                         << R"(", "base_url": ")" << url
                         << R"(/v1", "api_key_env": "WUHU_TEST_MODEL_KEY",
-                                      "default_model": "m-default"}}})";
+                                      "default_model": "m-default"},
+                                  "bare": {"kind": "openai", "base_url": ")"
+                        << url << R"(/v1", "api_key_env": "WUHU_TEST_MODEL_KEY"}}})";
     return path;
 }
 
@@ -140,9 +142,19 @@ void run_a_session(const std::string& kind, const std::string& tools_stream,
     auto unknown = answer_when_up(nc, s + "configure", R"({"model":"gpt-4o"})");
     EXPECT_EQ(unknown.at("ok"), false) << json::serialize(unknown);
     EXPECT_EQ(unknown.at("error").at("code"), "invalid_settings");
-    EXPECT_NE(json::serialize(unknown).find("names no configured endpoint (local"),
+    EXPECT_NE(json::serialize(unknown).find("names no configured endpoint (bare, local"),
               std::string::npos)
         << json::serialize(unknown);
+    // Issue 31, defect 11: an endpoint without a model after it, or alone without a default
+    // model, was accepted and sent "model": "" to the server.
+    for (const auto& [model, why] : std::vector<std::pair<std::string, std::string>>{
+             {"local/", "names no model after its endpoint"},
+             {"bare", "names an endpoint without a default_model"}}) {
+        auto refused = answer_when_up(nc, s + "configure", R"({"model":")" + model + R"("})");
+        EXPECT_EQ(refused.at("ok"), false) << model;
+        EXPECT_NE(json::serialize(refused).find(why), std::string::npos)
+            << json::serialize(refused);
+    }
     auto configured = answer_when_up(nc, s + "configure", R"({"model":"local/m-1"})");
     ASSERT_EQ(configured.at("ok"), true) << json::serialize(configured);
     auto queued = answer_when_up(

@@ -568,6 +568,37 @@ TEST_F(worker_fixture, AWorkerThatStopsReleasesItsSessionsAndAnotherTakesThemOve
     node_ = std::move(second);
 }
 
+// Issue 31, defect 7: a configure was checked by the worker that took it, not by the session's
+// owner. During a rollout that adds an endpoint (here w1 has "openai", w2 only "claude"), the
+// same configure of w1's session was accepted or refused depending on which worker the queue
+// group gave it to. Now the owner decides, whoever took it.
+TEST_F(worker_fixture, AConfigureIsCheckedByTheSessionsOwnerWhicheverWorkerTookIt) {
+    auto with_endpoint = [&](const std::string& id, const std::string& endpoint) {
+        node_options o{nats_url(), prefix_, dir_.path(), id, script_};
+        o.tune = [endpoint](app::node_options& n) {
+            worker::endpoint_config e;
+            e.name = endpoint;
+            e.default_model = "m";
+            e.base = worker::http::base_url{false, "127.0.0.1", "1", "/v1"};
+            n.endpoints.push_back(e);
+        };
+        return std::make_unique<worker_node>(std::move(o));
+    };
+    node_.reset();
+    node_ = with_endpoint("w1", "openai");
+    auto second = with_endpoint("w2", "claude");
+    ASSERT_EQ(request_raw(prefix_ + ".worker.w1.session.rollout.configure", "{}").at("ok"), true);
+    int refused = 0;
+    for (int i = 0; i < 12; ++i) {  // each taken by w1 or w2, as the queue group picks
+        auto r = request("rollout", "configure", R"({"model":"openai/gpt-4o"})");
+        refused += r.at("ok") != true;
+    }
+    EXPECT_EQ(refused, 0) << "the owner (w1) has the endpoint";
+    auto r = request("rollout", "configure", R"({"model":"claude/sonnet"})");
+    EXPECT_EQ(r.at("ok"), false) << "the owner has no such endpoint, whoever took it";
+    EXPECT_GT(second->forwarded(), 0u) << "w2 took some and forwarded them to w1";
+}
+
 TEST_F(worker_fixture, AForwardedRequestIsNeverForwardedAgain) {
     auto second = start_node("w2");
     auto own = request_raw(prefix_ + ".worker.w1.session.once.configure", "{}");

@@ -233,6 +233,20 @@ TEST(Compaction, ContextOverflowCompactsThenRetriesOnceWithTheMaterializedInput)
     EXPECT_EQ(std::count(texts.begin(), texts.end(), "party:third message"), 1);
 }
 
+// Issue 31, defect 11: an overflow of a session with nothing older to compact was reported as
+// "the context overflowed even after compaction", though nothing was compacted.
+TEST(Compaction, AnOverflowWithNothingToCompactSaysSo) {
+    loop_harness h(R"({"responses":[
+        {"text":"never","fail_first":[{"kind":"context_overflow","message":"too long"}]}]})");
+    h.start();
+    h.follow_up("f0", "the first message");
+    h.settle();
+    EXPECT_EQ(h.transcript_texts().back(), "diagnostic:input_too_large");
+    EXPECT_EQ(h.diagnostic_message(),
+              "the context overflowed, and nothing older could be compacted: too long");
+    EXPECT_THAT(h.transcript_texts(), ::testing::Not(::testing::Contains(HasSubstr("compaction:"))));
+}
+
 TEST(Compaction, InputThatCannotFitEvenAfterCompactionIsAVisibleError) {
     loop_harness h(R"({"responses":[{"text":"never"}]})");
     h.start();
@@ -240,6 +254,9 @@ TEST(Compaction, InputThatCannotFitEvenAfterCompactionIsAVisibleError) {
     h.follow_up("big", std::string(4000, 'x'));
     h.settle();
     EXPECT_EQ(h.transcript_texts().back(), "diagnostic:input_too_large");
+    EXPECT_EQ(h.diagnostic_message(),
+              "the queued input does not fit in the context window, and nothing older could be "
+              "compacted");
     EXPECT_EQ(h.provider().calls(), 0u);
     EXPECT_FALSE(h.state().has_work);
 }

@@ -108,6 +108,9 @@ TEST(ProvidersConfig, BadFilesAreRefusedWithAMessageNamingWhatIsWrong) {
          "unknown field \"api_key\""},
         {R"({"endpoints": {"x": {"kind": "openai", "base_url": "http://h", "system_role": "bot"}}})",
          "\"system_role\""},
+        // Issue 31, defect 11: lane content never takes the system role (the spec's mapping).
+        {R"({"endpoints": {"x": {"kind": "openai", "base_url": "http://h", "system_role": "system"}}})",
+         "the system role is the system prompt's alone"},
         {R"({"endpoints": {"x": {"kind": "openai", "base_url": "http://h", "max_tokens": 0}}})",
          "\"max_tokens\""},
         {R"({"endpoints": {"x": {"kind": "openai", "base_url": "http://h", "headers": {"A\r\nB": "v"}}}})",
