@@ -154,7 +154,7 @@ class node {
     // once, not once a turn); the records of sessions no longer loaded go at the next watch.
     struct timing {
         session::loop_state state = session::loop_state::idle;
-        std::chrono::steady_clock::time_point since, inferring, tool;
+        std::chrono::steady_clock::time_point since, inferring;
         bool stuck_logged = false;
         std::uint64_t seen = 0;  // the watch round that last found the session loaded
     };

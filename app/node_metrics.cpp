@@ -40,6 +40,10 @@ worker::session_registry::event_forwarder node::measured(
                 metrics_.inference(seconds_since(t.inferring));
                 t.inferring = {};
             }
+        } else if (const auto* ran = std::get_if<worker::tool_ran_event>(&e)) {
+            // Measured by the runner around the call itself (fused commits start every call
+            // of a response at once: the commits do not tell when each ran).
+            metrics_.tool(ran->tool, std::chrono::duration<double>(ran->took).count());
         } else if (const auto* c = std::get_if<worker::committed_event>(&e)) {
             for (const auto& a : c->actions) {
                 const auto* appended = std::get_if<session::entry_appended>(&a);
@@ -52,16 +56,6 @@ worker::session_registry::event_forwarder node::measured(
                     metrics_.tokens("cached_input", m->usage.cached_input);
                     metrics_.tokens("cache_write", m->usage.cache_write);
                     metrics_.tokens("output", m->usage.output);
-                } else if (std::holds_alternative<session::tool_started>(body)) {
-                    timed().tool = steady::now();  // a session runs one call at a time
-                } else if (const auto* r = std::get_if<session::tool_result>(&body)) {
-                    // An unknown tool's result, or an interrupted call's, was not started here:
-                    // no duration.
-                    auto& t = timed();
-                    if (t.tool != steady::time_point{}) {
-                        metrics_.tool(r->tool, seconds_since(t.tool));
-                        t.tool = {};
-                    }
                 } else if (std::holds_alternative<session::compaction>(body)) {
                     metrics_.compaction();
                 }

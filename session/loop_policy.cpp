@@ -162,7 +162,10 @@ std::optional<interruption> takeover_interruption(const session_state& s) {
         return interruption{"the previous owner stopped while running tool calls " + cut,
                             interruption_kind::owner_lost};
     }
-    if (needs_inference(s) && !has_unfinished_tool_calls(s)) {
+    // A paused session infers nothing until `resume`: input that awaits a response there was
+    // not being answered, and the turn is done when it resumes (a marker here would be added
+    // at every load: passivation unloads paused sessions).
+    if (!s.paused && needs_inference(s) && !has_unfinished_tool_calls(s)) {
         return interruption{"the previous owner stopped while this turn was in progress",
                             interruption_kind::owner_lost};
     }

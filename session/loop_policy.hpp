@@ -123,8 +123,8 @@ diagnostic overflow_not_compacted(compaction_result how, std::string_view error)
 // What a new owner records when it loads a session whose previous owner stopped mid-turn, so
 // that every client sees the owner changed (DESIGN.md: takeover terminalizes orphans): tool
 // calls that had started and have no result (named: they are re-run if idempotent, else get an
-// error result), or input that awaits a response (the turn is redone). None for a session
-// between turns.
+// error result), or input that awaits a response (the turn is redone; not while the session is
+// paused: it infers nothing then). None for a session between turns.
 std::optional<interruption> takeover_interruption(const session_state& s);
 
 // ---- the tool calls of a response

@@ -116,6 +116,9 @@ class agent_loop final : private session_writer {
         return std::find(started_here_.begin(), started_here_.end(), id) != started_here_.end();
     }
     void set_loop(session::loop_state s) override;
+    void tool_ran(const std::string& tool, std::chrono::milliseconds took) override {
+        hub_->emit(tool_ran_event{tool, took});
+    }
     boost::system::error_code ensure_loaded();
     written run_command(command& c, command_reply& reply, bool& wake);
     written recover_orphan();

@@ -8,6 +8,7 @@
 #include "session/patch.hpp"
 #include "worker/provider.hpp"
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -49,8 +50,15 @@ struct stream_ended_event {
     bool committed = false;
 };
 
+// A tool call of this owner ran to its end (an output, or its timeout) in `took`, on the loop's
+// clock (wuhu_tool_duration_seconds). Not for calls aborted, unknown or not run.
+struct tool_ran_event {
+    std::string tool;
+    std::chrono::milliseconds took{0};
+};
+
 using loop_event = std::variant<committed_event, state_event, stream_began_event,
-                                stream_delta_event, stream_ended_event>;
+                                stream_delta_event, stream_ended_event, tool_ran_event>;
 using event_sink = std::function<void(const loop_event&)>;
 
 // Accumulated deltas of the message being streamed.

@@ -2,6 +2,8 @@
 
 #include <boost/json/object.hpp>
 
+#include <set>
+
 namespace wuhu::worker {
 
 session::assistant_message stream_decoder::message() const {
@@ -9,11 +11,16 @@ session::assistant_message stream_decoder::message() const {
     m.text = text_;
     m.usage = usage_;
     m.model = model_;
+    std::set<std::string> taken;
     for (const auto& [index, c] : calls_) {
         auto id = session::tool_call_id::parse(c.id);
-        if (!id) {  // missing or unusable: one of our own, unique in this message
+        if (!id || taken.contains(id->str())) {
+            // Missing, unusable, or a repeat of an earlier call's in this message (the session
+            // refuses a message with two calls of one id, and the retry would get it again):
+            // one of our own, unique in this message.
             id = session::tool_call_id::parse(id_prefix_ + std::to_string(index));
         }
+        taken.insert(id->str());
         m.tool_calls.push_back(
             session::tool_call{*id, c.name, c.arguments.empty() ? std::string("{}") : c.arguments});
     }

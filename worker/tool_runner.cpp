@@ -139,11 +139,15 @@ asio::awaitable<void> tool_runner::run() {
         const milliseconds backstop = own ? limit + tool_grace : limit;
         tool_call_context ctx{writer_.sid(), tc.call.id,
                               s::unix_ms{clock_.now().value + limit.count()}, *this};
+        const auto began = clock_.now();
         auto r = co_await (guarded_execute(*t, tc.call.arguments, ctx) || abort_.wait() ||
                            clock_.timeout(backstop) || flush_after_linger(&pending));
         abort_.disarm();
         if (writer_.failed()) {
             co_return;
+        }
+        if (r.index() == 0 || r.index() == 2) {  // its output, or its timeout
+            writer_.tool_ran(tc.call.name, milliseconds(clock_.now().value - began.value));
         }
         if (r.index() == 1) {
             // Abort: this call and the ones after it get error results, then the interruption.

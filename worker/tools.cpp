@@ -99,6 +99,16 @@ class clock_tool final : public tool {
                     R"({"type":"object","properties":{}})"};
 };
 
+// The longest wait the built-in tools take (a year): a larger one would overflow the clock's
+// arithmetic (milliseconds since 1970 in 64 bits, and timers' deadlines).
+constexpr std::uint64_t max_wait_ms = 366ULL * 24 * 3600 * 1000;
+
+tool_output too_long(const char* field) {
+    return tool_output{std::string(field) + " must be at most " + std::to_string(max_wait_ms) +
+                           " (a year)",
+                       true};
+}
+
 class sleep_tool final : public tool {
   public:
     const tool_spec& spec() const override { return spec_; }
@@ -109,14 +119,17 @@ class sleep_tool final : public tool {
             co_return std::move(*err);
         }
         const std::uint64_t ms = std::get<std::uint64_t>(args);
-        co_await ctx.services.time().sleep(milliseconds(ms));
+        if (ms > max_wait_ms) {
+            co_return too_long("ms");
+        }
+        co_await ctx.services.time().sleep(milliseconds(static_cast<std::int64_t>(ms)));
         co_return tool_output{"slept " + std::to_string(ms) + " ms", false};
     }
 
   private:
     tool_spec spec_{
         "sleep", "Waits for the given number of milliseconds.",
-        R"({"type":"object","properties":{"ms":{"type":"integer","minimum":0}},"required":["ms"]})"};
+        R"({"type":"object","properties":{"ms":{"type":"integer","minimum":0,"maximum":31622400000}},"required":["ms"]})"};
 };
 
 class schedule_callback_tool final : public tool {
@@ -138,6 +151,9 @@ class schedule_callback_tool final : public tool {
             co_return std::move(*err);
         }
         auto [delay, content] = std::get<callback>(std::move(args));
+        if (delay > max_wait_ms) {
+            co_return too_long("delay_ms");
+        }
         auto id = session::queue_item_id::parse("timer-" + ctx.call.str());
         if (!id) {
             co_return tool_output{"the tool call id is too long for a timer id", true};
@@ -158,7 +174,7 @@ class schedule_callback_tool final : public tool {
         "schedule_callback",
         "Schedules a message to this session's system lane after delay_ms; it arrives once, "
         "even across restarts.",
-        R"({"type":"object","properties":{"delay_ms":{"type":"integer","minimum":0},"content":{"type":"string"}},"required":["delay_ms","content"]})"};
+        R"({"type":"object","properties":{"delay_ms":{"type":"integer","minimum":0,"maximum":31622400000},"content":{"type":"string"}},"required":["delay_ms","content"]})"};
 };
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include "worker/sync.hpp"
 #include "worker/transition.hpp"
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 
@@ -33,6 +34,8 @@ class session_writer {
     virtual bool started_here(const session::tool_call_id& id) const = 0;
     // The loop state observers see (a state_event when it changes).
     virtual void set_loop(session::loop_state s) = 0;
+    // Tells observers a tool call ran to its end in `took` (a tool_ran_event).
+    virtual void tool_ran(const std::string& tool, std::chrono::milliseconds took) = 0;
 
   protected:
     ~session_writer() = default;

@@ -43,7 +43,8 @@ TEST(Metrics, AScrapeDuringASessionPassesPromtoolAndTheStateGaugesFollowTheSessi
     const std::string pad(120, '.');
     worker_process w("metrics", R"({"responses":[
         {"text":"r0 )" + pad + R"(","delay_ms":1200,
-         "tool_calls":[{"name":"sleep","arguments":{"ms":1200}}],
+         "tool_calls":[{"name":"sleep","arguments":{"ms":600}},
+                       {"name":"sleep","arguments":{"ms":600}}],
          "usage":{"input":950,"cached_input":10,"output":30}},
         {"text":"r1","usage":{"input":400,"output":5}}],
         "summaries":["S1"]})");
@@ -106,7 +107,10 @@ TEST(Metrics, AScrapeDuringASessionPassesPromtoolAndTheStateGaugesFollowTheSessi
         << scrape;
     EXPECT_GE(metric_value(scrape, R"(wuhu_commands_total{result="ok",verb="configure"})"), 1);
     EXPECT_GE(metric_value(scrape, R"(wuhu_inference_tokens_total{kind="input"})"), 950);
-    EXPECT_GE(metric_value(scrape, R"(wuhu_tool_duration_seconds_count{tool="sleep"})"), 1);
+    // Issue 31, defect 8: each call of a response with several (the fused commit starts them
+    // all at once: only the first was counted).
+    EXPECT_EQ(metric_value(scrape, R"(wuhu_tool_duration_seconds_count{tool="sleep"})"), 2);
+    EXPECT_GE(metric_value(scrape, R"(wuhu_tool_duration_seconds_sum{tool="sleep"})"), 1.15);
     EXPECT_GE(metric_value(scrape, R"(wuhu_inference_duration_seconds_count)"), 2);
     EXPECT_GE(metric_value(scrape, R"(wuhu_store_commit_duration_seconds_count{backend="sqlite"})"),
               5);

@@ -442,6 +442,27 @@ TEST(Timeouts, AQuietStreamOrALateFirstByteEndsTheAttemptAndIsRetried) {
     }
 }
 
+// Issue 31, defect 8: how long each call of a response ran is told to observers (the tool
+// duration metric), measured around the call: the commits do not say (the response's commit
+// starts every call at once).
+TEST(Timeouts, EachToolCallOfAResponseTellsHowLongItRan) {
+    loop_harness h(R"({"responses":[
+        {"tool_calls":[{"name":"sleep","arguments":{"ms":1000}},
+                       {"name":"sleep","arguments":{"ms":2500}}]},
+        {"text":"ok"}]})");
+    h.start();
+    h.follow_up("f1", "hi");
+    h.settle();
+    std::vector<std::int64_t> took;
+    for (const auto& e : h.events()) {
+        if (const auto* ran = std::get_if<worker::tool_ran_event>(&e)) {
+            EXPECT_EQ(ran->tool, "sleep");
+            took.push_back(ran->took.count());
+        }
+    }
+    EXPECT_THAT(took, ElementsAre(1000, 2500));
+}
+
 TEST(Timeouts, AToolTimeoutBecomesAnErrorResult) {
     auto opts = loop_harness::default_options();
     opts.tool_timeout = milliseconds(1000);
@@ -719,6 +740,28 @@ TEST(DurableTimers, ScheduleCallbackMaterializesIntoTheSystemLaneLaterExactlyOnc
     EXPECT_EQ(std::count(texts.begin(), texts.end(), "system:build finished"), 1);
     EXPECT_EQ(texts.back(), "assistant:the build is done");
     EXPECT_EQ(h.state().find_item("timer-cb1")->in, lane::system);
+}
+
+// Issue 31, defect 12: a delay past what 64-bit milliseconds hold overflowed the clock's
+// arithmetic (the timer's due time, the sleep's deadline). Now a wait past a year is an error
+// result the model sees, and nothing is scheduled.
+TEST(DurableTimers, AWaitPastAYearIsAnErrorResultAndSchedulesNothing) {
+    loop_harness h(R"({"responses":[
+        {"tool_calls":[
+          {"id":"cb1","name":"schedule_callback","arguments":{"delay_ms":18446744073709551615,"content":"x"}},
+          {"id":"cb2","name":"schedule_callback","arguments":{"delay_ms":9223372036854775807,"content":"x"}},
+          {"id":"s1","name":"sleep","arguments":{"ms":18446744073709551615}}]},
+        {"text":"understood"}]})");
+    h.start();
+    h.follow_up("f1", "wait forever");
+    h.settle();
+    EXPECT_TRUE(h.state().timers.empty());
+    auto texts = h.transcript_texts();
+    EXPECT_EQ(std::count_if(texts.begin(), texts.end(),
+                            [](const std::string& t) { return t.starts_with("error:"); }),
+              3)
+        << ::testing::PrintToString(texts);
+    EXPECT_EQ(texts.back(), "assistant:understood");
 }
 
 // The loop's part of a durable timer: stored with the session, it fires once for the owner

@@ -97,6 +97,31 @@ TEST(CrashRecovery, AnOrphanedTurnGetsAnInterruptionThenIsRedone) {
     EXPECT_FALSE(h.state().has_work);
 }
 
+// Issue 31, defect 10: a session paused after its input was drained and before its inference
+// got an owner_lost interruption at every load (passivation unloads paused sessions), though
+// nothing was running. Now none; the turn is done once it resumes.
+TEST(CrashRecovery, APausedSessionAwaitingItsTurnLoadsWithoutMarkers) {
+    storage::memory_store store;
+    {
+        previous_owner p(store);
+        unix_ms t{harness_t0};
+        p.did(p.log().enqueue(p.state(), user_in(lane::follow_up, "f1", "hi"), t));
+        p.did(p.log().drain(p.state(), checkpoint::follow_up, t));
+        p.did(p.log().set_paused(p.state(), true));
+    }
+    for (std::uint64_t epoch = 2; epoch <= 3; ++epoch) {  // loaded, unloaded, loaded again
+        loop_harness h(R"({"responses":[{"text":"answer"}]})", &store, epoch);
+        h.start();
+        h.settle();
+        EXPECT_THAT(h.transcript_texts(), ElementsAre("party:hi")) << "load " << epoch;
+    }
+    loop_harness h(R"({"responses":[{"text":"answer"}]})", &store, 4);
+    h.start();
+    ASSERT_TRUE(h.send(worker::resume_command{}));
+    h.settle();
+    EXPECT_THAT(h.transcript_texts(), ElementsAre("party:hi", "assistant:answer"));
+}
+
 TEST(CrashRecovery, AnIdleSessionLoadsWithoutMarkers) {
     storage::memory_store store;
     {

@@ -1,5 +1,6 @@
 // The OpenAI Chat Completions codec (worker/openai.hpp) against streams saved as OpenAI
 // documents them (tests/data/providers/openai_*.sse).
+#include "session/rules.hpp"
 #include "tests/worker/provider_streams.hpp"
 #include "worker/openai.hpp"
 
@@ -47,6 +48,30 @@ TEST(OpenAi, SeveralToolCallsStreamedInPiecesAreAssembledInOrder) {
         }
     }
     EXPECT_EQ(args0, R"({"city": "Paris"})");
+}
+
+// Issue 31, defect 12: two tool calls of one message with the same id made the session refuse
+// the message (invalid_entry) on every retry. The repeat gets an id of the worker's own.
+TEST(OpenAi, ToolCallsWithTheSameIdGetIdsOfTheirOwn) {
+    recording_sink sink;
+    openai_stream s(sink, "gpt-4o");
+    feed_stream(s, R"(data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_same","type":"function","function":{"name":"echo","arguments":"{}"}}]}}]}
+
+data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"call_same","type":"function","function":{"name":"echo","arguments":"{}"}}]}}]}
+
+data: {"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}
+
+data: [DONE]
+
+)");
+    ASSERT_TRUE(s.done());
+    ASSERT_FALSE(s.error()) << s.error()->message;
+    const auto m = s.message();
+    ASSERT_EQ(m.tool_calls.size(), 2u);
+    EXPECT_EQ(m.tool_calls[0].id.str(), "call_same");
+    EXPECT_NE(m.tool_calls[1].id, m.tool_calls[0].id);
+    EXPECT_TRUE(session::plan_append_assistant(session::session_state{}, m, session::unix_ms{0}))
+        << "the session takes the message";
 }
 
 TEST(OpenAi, AStreamWithoutDoneIsNotDone) {
