@@ -6,6 +6,8 @@
 #include "storage/rows.hpp"
 #include "storage/sqlite_internal.hpp"
 
+#include <algorithm>
+
 namespace wuhu::storage {
 
 namespace s = wuhu::session;
@@ -37,6 +39,20 @@ using sqlite_files::set_meta;
 
 std::string dump(const json::value& v) {
     return json::serialize(v);
+}
+
+// What the catalog row says while a commit from `was` to `now` is under way: the most of both
+// (work if either has it, the more timers, the earlier due time). The sweep finds a session by
+// its row: one that says too much costs a load (which rewrites it), one that says too little
+// hides work.
+s::session_summary at_most_either(const s::session_summary& was, const s::session_summary& now) {
+    s::session_summary out = now;
+    out.has_work = was.has_work || now.has_work;
+    out.timers = std::max(was.timers, now.timers);
+    if (was.next_timer && (!now.next_timer || *was.next_timer < *now.next_timer)) {
+        out.next_timer = was.next_timer;
+    }
+    return out;
 }
 
 }  // namespace
@@ -130,6 +146,17 @@ class sqlite_log final : public session_log {
     }
 
     result<void> do_commit(const session_state& before, const action_list& actions) override {
+        const auto was = s::summarize(before);
+        const auto now = s::summarize(before, actions);
+        // The row is raised before the file's commit, and lowered after it: a process killed
+        // between the two leaves a row that says too much, never one that hides work or a
+        // timer (issue 31, defect 9).
+        const auto during = at_most_either(was, now);
+        const bool raises = during.has_work != was.has_work || during.timers != was.timers ||
+                            during.next_timer != was.next_timer;
+        if (raises) {
+            store_.note_catalog(id(), epoch(), during, true);
+        }
         auto r = with_handle([&](sqlite_store::handle& h) -> result<void> {
             auto& db = *h.db;
             sqlite::transaction tx(db);
@@ -146,14 +173,16 @@ class sqlite_log final : public session_log {
             }
             set_meta(db, "version", encode_version(s::advance(before.version(), actions)));
             tx.commit();
+            if (store_.options_.after_file_commit) {
+                store_.options_.after_file_commit();
+            }
             return {};
         });
         if (r) {
-            const auto was = s::summarize(before);
-            const auto now = s::summarize(before, actions);
-            const bool urgent = now.has_work != was.has_work || now.timers != was.timers ||
-                                now.next_timer != was.next_timer;
-            store_.note_catalog(id(), epoch(), now, urgent);
+            // Lowered now if the commit lowered anything the sweep reads; else written later.
+            const bool lowers = now.has_work != during.has_work || now.timers != during.timers ||
+                                now.next_timer != during.next_timer;
+            store_.note_catalog(id(), epoch(), now, lowers);
         }
         return r;
     }

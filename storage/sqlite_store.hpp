@@ -67,6 +67,9 @@ struct sqlite_options {
     // Tests: runs after a new file is written and synced, before it is named (another
     // process may make the file meanwhile).
     std::function<void()> before_new_file_is_linked = nullptr;
+    // Tests: runs after a commit of a session's file, before the catalog row is lowered (a
+    // test process exits there, as if killed between the two).
+    std::function<void()> after_file_commit = nullptr;
     // Where the machine's boot id is read (tests point it elsewhere): the catalog is checked
     // against the session files when it changed (see sqlite_store).
     std::filesystem::path boot_id_file = "/proc/sys/kernel/random/boot_id";

@@ -22,6 +22,13 @@
 // store's error code, and exits (1 if `go` never came).
 //
 //   store_crash_child hold <store-url> <session-id> <go>
+//
+// With `die-after-commit`, it opens one session of a SQLite store in `data-dir` (making it),
+// enqueues an item, and exits with 9 right after the session file's commit, before the store
+// writes the catalog row after it (as if killed between the two).
+//
+//   store_crash_child die-after-commit <data-dir> <session-id>
+#include "storage/sqlite_store.hpp"
 #include "session/reducer.hpp"
 #include "tests/storage/share_rounds.hpp"
 #include "tests/storage/store_for.hpp"
@@ -128,9 +135,31 @@ int hold(const std::string& url, const std::string& session, const std::string& 
     return 0;
 }
 
+int die_after_commit(const std::string& data_dir, const std::string& session) {
+    storage::sqlite_options o;
+    o.data_dir = data_dir;
+    o.after_file_commit = [] { std::_Exit(9); };  // the first commit is the enqueue's
+    storage::sqlite_store store(o);
+    auto held = open_and_load(store, session, session::lease_epoch{1});
+    if (!held) {
+        return 1;
+    }
+    auto out = held->log->enqueue(
+        held->state,
+        session::enqueue_input{session::lane::follow_up,
+                               session::queue_item_id::parse("work").value(),
+                               session::user_input{session::unknown_author{}, "work"}},
+        session::unix_ms{1});
+    std::cerr << "the commit returned: " << (out ? "ok" : out.error().message()) << "\n";
+    return 1;  // not reached when the hook ran
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+    if (argc == 4 && std::string(argv[1]) == "die-after-commit") {
+        return die_after_commit(argv[2], argv[3]);
+    }
     if (argc == 5 && std::string(argv[1]) == "churn") {
         return churn(argv[2], argv[3], std::stoi(argv[4]));
     }

@@ -3,6 +3,7 @@
 // operation is present and the state loads cleanly. 50 rounds per backend.
 #include "tests/storage/crash_rounds.hpp"
 #include "storage/errc.hpp"
+#include "storage/sqlite_store.hpp"
 #include "tests/storage/share_rounds.hpp"
 #include "tests/storage/store_for.hpp"
 #include "tests/support/process.hpp"
@@ -186,6 +187,36 @@ TEST(StoreCrash, SqliteAnUnloadNeverDeletesTheWalOfAFileAnotherProcessHasOpen) {
         EXPECT_EQ(wal_and_shm(dir.path(), sid.str()), std::make_pair(false, false))
             << "the last connection kept them";
     }
+}
+
+// Issue 31, defect 9: the catalog row that tells the sweep a session has work was written after
+// the session file's commit; a worker killed between the two left durable work that no sweep
+// found (until a request came, or the machine rebooted). The row is now raised before the
+// commit: a process that dies right after the file's commit leaves a row that says so.
+TEST(StoreCrash, SqliteAProcessKilledRightAfterACommitLeavesItsWorkFoundByTheSweep) {
+    temp_dir dir;
+    const std::string log = dir.path().string() + "/child.log";
+    pid_t child = spawn(WUHU_CRASH_CHILD, {"die-after-commit", dir.path().string(), "worked"}, log);
+    ASSERT_GT(child, 0);
+    ASSERT_EQ(wait_exit(child, std::chrono::seconds(60)), 9) << text_of(log);
+    // Another worker's sweep, on the store as the child left it (nothing loaded since).
+    storage::sqlite_options o;
+    o.data_dir = dir.path();
+    storage::sqlite_store store(o);
+    const auto sid = session::session_id::parse("worked").value();
+    storage::catalog_query q;
+    q.needing_owner_by = session::unix_ms{1};
+    auto found = store.sessions(q);
+    ASSERT_TRUE(found) << found.error().message();
+    bool listed = false;
+    for (const auto& e : *found) {
+        listed |= e.id == sid;
+    }
+    {
+        auto mine = store.open(sid, session::lease_epoch{3}).value();
+        EXPECT_TRUE(mine->load().value().has_work) << "the file holds the enqueued item";
+    }
+    EXPECT_TRUE(listed) << "the sweep finds the session's work";
 }
 
 }  // namespace wuhu::testing
