@@ -271,14 +271,23 @@ int main(int argc, char** argv) {
                    "expires (default: a fifth of the TTL)")
         ->envname("WUHU_LEASE_STOP_MARGIN_MS")
         ->check(CLI::Range(0L, 3600000L));
+    // A duration flag: milliseconds, or a number with a unit (500ms, 30s, 10m, 1h), up to
+    // `max_ms`.
+    const auto duration = CLI::AsNumberWithUnit(
+        std::map<std::string, long>{{"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000}});
+    auto add_duration = [&](const char* flag, const char* env, const std::string& what, long& ms,
+                            long max_ms) {
+        app.add_option(flag, ms, what + " (milliseconds, or a number with a unit: 500ms, 30s, "
+                                        "10m, 1h)")
+            ->envname(env)
+            ->transform(duration)
+            ->check(CLI::Range(0L, max_ms));
+    };
+    constexpr long a_day_ms = 86400000L;
     long passivate_after_ms = 600000;
-    app.add_option("--passivate-after", passivate_after_ms,
-                   "unload an idle session unused this long and release its lease: "
-                   "milliseconds, or a number with a unit (500ms, 30s, 10m, 1h); 0: never")
-        ->envname("WUHU_PASSIVATE_AFTER")
-        ->transform(CLI::AsNumberWithUnit(
-            std::map<std::string, long>{{"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000}}))
-        ->check(CLI::Range(0L, 86400000L));
+    add_duration("--passivate-after", "WUHU_PASSIVATE_AFTER",
+                 "unload an idle session unused this long and release its lease; 0: never",
+                 passivate_after_ms, a_day_ms);
     std::size_t max_loaded = 10000;
     app.add_option("--max-loaded-sessions", max_loaded,
                    "at most this many sessions loaded: past it the least recently used idle "
@@ -314,29 +323,21 @@ int main(int argc, char** argv) {
         ->check(CLI::Range(std::size_t{1}, std::size_t{100000}));
     // Bounds (DESIGN.md "Bounds"; docs/operations.md "Limits").
     wuhu::storage::pg_timeouts pg_timeouts;
-    const auto duration = CLI::AsNumberWithUnit(
-        std::map<std::string, long>{{"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000}});
     long pg_statement_ms = pg_timeouts.statement.count();
     long pg_lock_ms = pg_timeouts.lock.count();
     long pg_idle_ms = pg_timeouts.idle_in_transaction.count();
-    app.add_option("--pg-statement-timeout", pg_statement_ms,
-                   "PostgreSQL: the longest a statement of the worker's may run (unavailable "
-                   "past it; milliseconds, or a number with a unit; 0: no limit)")
-        ->envname("WUHU_PG_STATEMENT_TIMEOUT")
-        ->transform(duration)
-        ->check(CLI::Range(0L, 86400000L));
-    app.add_option("--pg-lock-timeout", pg_lock_ms,
-                   "PostgreSQL: the longest a statement waits for a row lock (a frozen previous "
-                   "owner's, say); 0: no limit")
-        ->envname("WUHU_PG_LOCK_TIMEOUT")
-        ->transform(duration)
-        ->check(CLI::Range(0L, 86400000L));
-    app.add_option("--pg-idle-in-transaction-timeout", pg_idle_ms,
-                   "PostgreSQL: a session of the worker's left idle inside a transaction this "
-                   "long is ended by the server, and its locks released; 0: no limit")
-        ->envname("WUHU_PG_IDLE_IN_TRANSACTION_TIMEOUT")
-        ->transform(duration)
-        ->check(CLI::Range(0L, 86400000L));
+    add_duration("--pg-statement-timeout", "WUHU_PG_STATEMENT_TIMEOUT",
+                 "PostgreSQL: the longest a statement of the worker's may run (unavailable past "
+                 "it); 0: no limit",
+                 pg_statement_ms, a_day_ms);
+    add_duration("--pg-lock-timeout", "WUHU_PG_LOCK_TIMEOUT",
+                 "PostgreSQL: the longest a statement waits for a row lock (a frozen previous "
+                 "owner's, say); 0: no limit",
+                 pg_lock_ms, a_day_ms);
+    add_duration("--pg-idle-in-transaction-timeout", "WUHU_PG_IDLE_IN_TRANSACTION_TIMEOUT",
+                 "PostgreSQL: a session of the worker's left idle inside a transaction this long "
+                 "is ended by the server, and its locks released; 0: no limit",
+                 pg_idle_ms, a_day_ms);
     std::size_t max_in_flight = 1024;
     app.add_option("--max-requests-in-flight", max_in_flight,
                    "requests taken and not answered yet, at most: past it a request is "
@@ -399,7 +400,7 @@ int main(int argc, char** argv) {
                    "sessions each tenant may keep in the store (quota_exceeded for a new one "
                    "past it; 0: no limit)")
         ->envname("WUHU_TENANT_MAX_SESSIONS");
-    // Timeouts and the retry policy of inference (docs/operations.md "Timeouts").
+    // Timeouts and the retry policy of inference (docs/operations.md "Timeouts and retries").
     const wuhu::worker::loop_options defaults;
     long inference_first_byte_ms = defaults.inference.first_byte.count();
     long inference_idle_ms = defaults.inference.idle.count();
@@ -447,12 +448,7 @@ int main(int argc, char** argv) {
          "a provider's Retry-After is honoured up to this", &retry_server_wait_ms},
     };
     for (auto& t : timed) {
-        app.add_option(t.flag, *t.ms,
-                       std::string(t.what) +
-                           " (milliseconds, or a number with a unit: 500ms, 30s, 10m, 1h)")
-            ->envname(t.env)
-            ->transform(duration)
-            ->check(CLI::Range(0L, 7L * 86400000L));
+        add_duration(t.flag, t.env, t.what, *t.ms, 7 * a_day_ms);
     }
     int retry_max_attempts = defaults.retry.max_attempts;
     app.add_option("--retry-max-attempts", retry_max_attempts,
@@ -589,7 +585,7 @@ int main(int argc, char** argv) {
             l.retry.max_server_wait = ms(retry_server_wait_ms);
             l.retry.max_attempts = retry_max_attempts;
             if (l.tool_timeout.count() == 0) {
-                l.tool_timeout = ms(7L * 86400000L);  // "no limit": a week
+                l.tool_timeout = ms(7 * a_day_ms);  // "no limit": a week
             }
         }
         options.inferences = inferences;

@@ -139,4 +139,47 @@ asio::awaitable<std::optional<std::string>> server::admit_creation(
     co_return std::nullopt;
 }
 
+std::optional<std::string> server::refused_settings(const protocol::request_body& body) const {
+    const auto* update = std::get_if<s::settings_update>(&body);
+    if (update == nullptr) {
+        return std::nullopt;
+    }
+    const auto& endpoints = options_.model_endpoints;
+    if (update->model && !endpoints.empty() && *update->model != "scripted") {
+        const auto& model = *update->model;
+        const auto slash = model.find('/');
+        const auto endpoint = endpoints.find(model.substr(0, slash));
+        auto refuse = [&](const std::string& why) {
+            return protocol::error_reply(s::code_name(s::errc::invalid_settings),
+                                         "the model " + model + " " + why + " (field: model)");
+        };
+        if (endpoint == endpoints.end()) {
+            std::string names;
+            for (const auto& [name, has_default] : endpoints) {
+                names.append(names.empty() ? "" : ", ").append(name);
+            }
+            return refuse("names no configured endpoint (" + names + "; or scripted)");
+        }
+        if (slash != std::string::npos && slash + 1 == model.size()) {
+            return refuse("names no model after its endpoint (" + endpoint->first + "/<model>)");
+        }
+        if (slash == std::string::npos && !endpoint->second) {
+            return refuse("names an endpoint without a default_model: name the model too (" +
+                          endpoint->first + "/<model>)");
+        }
+    }
+    if (!update->tools) {
+        return std::nullopt;
+    }
+    for (std::size_t i = 0; i < update->tools->size(); ++i) {
+        const auto& name = (*update->tools)[i];
+        if (tools_.find(name, {}) == nullptr) {
+            return protocol::error_reply(
+                s::code_name(s::errc::invalid_settings),
+                "no tool is named " + name + " (field: tools." + std::to_string(i) + ")");
+        }
+    }
+    return std::nullopt;
+}
+
 }  // namespace wuhu::broker
