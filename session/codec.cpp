@@ -97,6 +97,9 @@ json::value to_json(const entry& e) {
                        o["lane"] = lane_name(m.via);
                        o["item"] = m.item.str();
                        o["content"] = m.content;
+                       if (m.sent_at.value != 0) {
+                           o["sent_at"] = m.sent_at.value;
+                       }
                    },
                    [&](const system_message& m) {
                        o["source"] = m.source.str();

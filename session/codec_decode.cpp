@@ -126,7 +126,9 @@ decoded<entry_body> body_at(object_reader& r, std::string_view type) {
         WUHU_TRY(via, lane_field(r, "lane"));
         WUHU_TRY(item, id_field<queue_item_id>(r, "item"));
         WUHU_TRY(content, r.text("content", stored_text_max));
-        return entry_body{party_message{std::move(who), via, std::move(item), std::move(content)}};
+        WUHU_TRY(sent_at, r.opt_i64("sent_at"));  // absent in entries stored before it
+        return entry_body{party_message{std::move(who), via, std::move(item), std::move(content),
+                                        unix_ms{sent_at.value_or(0)}}};
     }
     if (type == "system_message") {
         WUHU_TRY(src, source_field(r, "source"));

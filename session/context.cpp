@@ -35,8 +35,11 @@ llm_message to_llm_message(const entry& e, const role_mapping& roles, int utc_of
                     name = who->name;
                     email = who->email;
                 }
+                // When the party sent it, not when it joined the transcript (a steer sent
+                // during a long tool joins after the tool: docs/decisions.md).
+                const unix_ms sent = p.sent_at.value != 0 ? p.sent_at : e.at;
                 m.content =
-                    with_header(format_header(name, email, e.at, utc_offset_minutes), p.content);
+                    with_header(format_header(name, email, sent, utc_offset_minutes), p.content);
             },
             [&](const system_message& x) {
                 m.role = roles.system_lane;

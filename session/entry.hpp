@@ -41,6 +41,9 @@ struct party_message {
     lane via = lane::follow_up;
     queue_item_id item;
     std::string content;
+    // When the party sent it (its item was enqueued); the entry's `at` is when it joined the
+    // transcript. The model's header shows this one. 0: not recorded (an entry stored before).
+    unix_ms sent_at{0};
     bool operator==(const party_message&) const = default;
 };
 

@@ -148,7 +148,8 @@ std::vector<queue_item> select_checkpoint(const session_state& s, checkpoint c) 
 entry_body materialize(const queue_item& q) {
     return std::visit(overloaded{
                           [&](const user_input& u) -> entry_body {
-                              return party_message{u.from, q.in, q.id, u.content};
+                              return party_message{u.from, q.in, q.id, u.content,
+                                                   q.enqueued_at};
                           },
                           [&](const system_input& x) -> entry_body {
                               return system_message{x.source, q.id, x.content};

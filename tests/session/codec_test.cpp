@@ -82,6 +82,19 @@ TEST(Codec, WireShapesAreStable) {
     EXPECT_EQ(status_from_json(to_json(stamped)).value(), stamped);
 }
 
+// Issue 31, defect 15: a party message records when it was sent (`sent_at`); an entry stored
+// before has none, and reads back with 0 (the header then shows the entry's time).
+TEST(Codec, APartyMessageCarriesWhenItWasSentAndOneStoredBeforeReadsBack) {
+    entry e{entry_seq{1}, unix_ms{20},
+            party_message{human("u1", "Ann", ""), lane::steer, item("s1"), "hi", unix_ms{10}}};
+    const auto written = json::serialize(to_json(e));
+    EXPECT_NE(written.find(R"("sent_at":10)"), std::string::npos) << written;
+    EXPECT_EQ(entry_from_json(json::parse(written)).value(), e);
+    auto before = json::parse(written).as_object();
+    before.erase("sent_at");
+    EXPECT_EQ(std::get<party_message>(entry_from_json(before).value().body).sent_at, unix_ms{0});
+}
+
 // Issue 14: Anthropic reports the tokens written to its prompt cache; an entry without them
 // (every entry stored before) reads back as 0, and a 0 is not written.
 TEST(Codec, UsageCarriesCacheWritesOnlyWhenThereAreSome) {

@@ -44,6 +44,22 @@ TEST(ContextProjection, WithoutCompactionIsTheSystemPromptThenMessageEntries) {
     EXPECT_EQ(ctx[4].content, "system-reminder 26/2/17 14:57\n\nasync task xxx has finished");
 }
 
+// Issue 31, defect 15: a steer sent at 14:50 during a long tool joins the transcript when the
+// tool ends (14:56). Its header reads when it was sent (docs/decisions.md); the entry's time
+// stays when it joined. An entry stored before the send time was recorded shows its own.
+TEST(ContextProjection, APartyMessageHeaderShowsWhenItWasSentNotWhenItJoined) {
+    session_state s;
+    s = enqueued(s, user_in(lane::steer, "s1", "use staging", human("u1", "ann", "ann@x.io")),
+                 t0 - 6 * 60'000);
+    apply_actions(plan_drain(s, checkpoint::steer, unix_ms{t0}), s);
+    ASSERT_EQ(s.transcript.back().at, unix_ms{t0}) << "it joined at 14:56";
+    EXPECT_EQ(project_context(s, openai_roles).back().content,
+              "ann <ann@x.io> 26/2/17 14:50\n\nuse staging");
+    std::get<party_message>(s.transcript.back().body).sent_at = unix_ms{0};
+    EXPECT_EQ(project_context(s, openai_roles).back().content,
+              "ann <ann@x.io> 26/2/17 14:56\n\nuse staging");
+}
+
 TEST(ContextProjection, SystemLaneMapsToDeveloperForOpenAiAndUserForAnthropic) {
     auto openai = project_context(conversation(), openai_roles);
     auto anthropic = project_context(conversation(), anthropic_roles);

@@ -307,7 +307,8 @@ TEST_P(StoreConformance, ALoadedStateEqualsTheOneTheRulesDescribeWrittenByHand) 
     const queue_item c1{item("c1"), lane::system, unix_ms{12}, system_input{bash, "build done"}};
     // The steer checkpoint drains system and steer by enqueue time: s1 (10), then c1 (12).
     expected.transcript = {
-        entry{entry_seq{1}, unix_ms{20}, party_message{ann, lane::steer, item("s1"), "please"}},
+        entry{entry_seq{1}, unix_ms{20},
+              party_message{ann, lane::steer, item("s1"), "please", unix_ms{10}}},
         entry{entry_seq{2}, unix_ms{20}, system_message{bash, item("c1"), "build done"}},
         entry{entry_seq{3}, unix_ms{30}, answer},
         entry{entry_seq{4}, unix_ms{31}, tool_started{call_id("k1"), "echo"}},

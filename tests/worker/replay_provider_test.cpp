@@ -79,6 +79,9 @@ run_result run_session(worker::provider& p) {
     }
     for (const auto& e : loop.state().transcript) {
         out.bodies.push_back(e.body);
+        if (auto* p = std::get_if<session::party_message>(&out.bodies.back())) {
+            p->sent_at = {};  // a time, as the entry's: they differ between runs
+        }
     }
     stop.emit(asio::cancellation_type::terminal);
     io.restart();
