@@ -154,8 +154,8 @@ class sqlite_log final : public session_log {
         const auto during = at_most_either(was, now);
         const bool raises = during.has_work != was.has_work || during.timers != was.timers ||
                             during.next_timer != was.next_timer;
-        if (raises) {
-            store_.note_catalog(id(), epoch(), during, true);
+        if (raises && !store_.note_catalog(id(), epoch(), during, true)) {
+            return errc::unavailable;  // nothing committed: the client retries
         }
         auto r = with_handle([&](sqlite_store::handle& h) -> result<void> {
             auto& db = *h.db;

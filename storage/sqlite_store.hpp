@@ -94,6 +94,9 @@ class sqlite_store final : public session_store {
     // machine restarted since the catalog was last used).
     std::size_t files_checked_at_start() const { return checked_at_start_; }
     std::size_t rows_raised_at_start() const { return raised_at_start_; }
+    // Catalog writes that failed (the catalog locked past the busy timeout, a full disk): their
+    // rows wait for the next write; a commit that needed its row raised first was refused.
+    std::size_t catalog_failures() const { return catalog_failures_.load(); }
 
   protected:
     result<std::unique_ptr<session_log>> do_open(const session_id& id, lease_epoch epoch,
@@ -139,11 +142,14 @@ class sqlite_store final : public session_store {
     // `epoch`: written at once when `urgent` (what the recovery sweep reads changed: has_work
     // or the timers), else with the next urgent write or read of the catalog, so that most
     // commits of a turn cost no catalog commit. A row is never overwritten by an older epoch's.
-    void note_catalog(const session_id& id, lease_epoch epoch,
+    // False when an urgent write failed (the row stays for the next write).
+    bool note_catalog(const session_id& id, lease_epoch epoch,
                       const session::session_summary& sum, bool urgent);
     // The catalog row of a session just loaded: rewritten if it says otherwise.
     void note_loaded(const session_id& id, lease_epoch epoch, const session::session_summary& sum);
-    void write_unwritten();  // with catalog_mu_ held
+    // With catalog_mu_ held. False when the write failed: the rows stay for the next one, and
+    // the failure is counted (catalog_failures()).
+    bool write_unwritten();
     // Writes the session's row now if a commit left it behind.
     void write_unwritten(const session_id& id);
     void note_opened(const session_id& id, lease_epoch epoch, bool after_removal);
@@ -171,6 +177,7 @@ class sqlite_store final : public session_store {
     std::map<std::string, std::pair<lease_epoch, session::session_summary>> unwritten_;
     std::size_t checked_at_start_ = 0;
     std::size_t raised_at_start_ = 0;
+    std::atomic<std::size_t> catalog_failures_{0};
     mutable std::mutex mu_;
     std::list<std::string> lru_;  // most recent first
     std::map<std::string, std::pair<std::shared_ptr<handle>, std::list<std::string>::iterator>>

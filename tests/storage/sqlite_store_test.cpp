@@ -206,6 +206,37 @@ TEST(SqliteStore, ASessionAtWorkCommitsToAWalThatDoesNotGrow) {
     EXPECT_EQ(again->load().value().in(lane::steer).pending.size(), 40u);
 }
 
+// Issue 31, defect 12: a catalog write that failed was swallowed; with the row raised before
+// the file's commit (defect 9), a commit whose row could not be raised would leave work the
+// sweep cannot see. Such a commit is refused (unavailable, nothing written) and counted; once
+// the catalog can be written, the same commit succeeds and the sweep sees the work.
+TEST(SqliteStore, ACommitWhoseCatalogRowCannotBeRaisedIsRefusedAndWritesNothing) {
+    temp_dir dir;
+    storage::sqlite_options o;
+    o.data_dir = dir.path();
+    o.busy_timeout_ms = 50;
+    storage::sqlite_store store(o);
+    const auto sid = session_id::parse("blocked").value();
+    auto log = store.open(sid, lease_epoch{1}).value();
+    auto state = log->load().value();
+    const auto input = user_in(lane::follow_up, "f1", "work");
+    // Another connection holds the catalog's write lock past the busy timeout.
+    storage::sqlite::db other((dir.path() / "catalog.sqlite").string(), "NORMAL", 50);
+    other.exec("BEGIN IMMEDIATE");
+    auto refused = log->enqueue(state, input, unix_ms{1});
+    ASSERT_FALSE(refused);
+    EXPECT_EQ(refused.error(), make_error_code(storage::errc::unavailable));
+    EXPECT_GE(store.catalog_failures(), 1u);
+    EXPECT_EQ(log->load().value(), state) << "nothing of it was written";
+    other.exec("ROLLBACK");
+    ASSERT_TRUE(log->enqueue(state, input, unix_ms{2}));
+    storage::catalog_query q;
+    q.needing_owner_by = unix_ms{2};
+    auto found = store.sessions(q).value();
+    ASSERT_EQ(found.size(), 1u);
+    EXPECT_EQ(found[0].id, sid);
+}
+
 TEST(SqliteStore, OneFilePerSessionUnderTheDataDirectory) {
     temp_sqlite_store t;
     auto log = t.store.open(session_id::parse("abc-1_X").value(), lease_epoch{1}).value();
