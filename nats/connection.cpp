@@ -336,7 +336,10 @@ void connection::drain(std::size_t token, std::function<void()> done) {
         (*cb)();  // closed already: nothing more will be delivered
         return;
     }
-    if (natsSubscription_DrainTimeout(subs_[token], 10000) != NATS_OK) {
+    // Without a server nothing more can arrive, and a drain would wait for its PONG until its
+    // own timeout: what was delivered is handled, the rest is the clients' to retry (nothing
+    // of it was acknowledged).
+    if (!connected() || natsSubscription_DrainTimeout(subs_[token], 10000) != NATS_OK) {
         // Not drained (the connection is closed, or the subscription closed meanwhile): stop
         // the deliveries at once; the completion callback still comes.
         natsSubscription_Unsubscribe(subs_[token]);
@@ -508,7 +511,9 @@ std::size_t connection::requests_waiting() {
 
 void connection::flush() {
     loop_->send_now();  // what this thread queued a send for (it is busy here)
-    natsConnection_FlushTimeout(nc_, 5000);
+    if (connected()) {  // else no server answers the PING: libnats keeps what it holds
+        natsConnection_FlushTimeout(nc_, 5000);
+    }
 }
 
 void connection::batch_sends_here(std::function<void(std::function<void()>)> post) {

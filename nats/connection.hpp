@@ -120,6 +120,7 @@ class connection {
     // Removes interest but still delivers what was already received (asynchronously);
     // `done` is called (on a libnats thread) once the last of it has been handed to the
     // handler and the handler has returned (at once if the subscription is already closed).
+    // Without a server (disconnected) nothing more can arrive: it unsubscribes at once.
     void drain(std::size_t token, std::function<void()> done);
     // A request-reply round trip; nullopt on timeout or no responders.
     std::optional<std::string> request(const std::string& subject, std::string_view data,
@@ -150,7 +151,9 @@ class connection {
     void cancel_request(std::uint64_t token);
     // How many request_async() requests await their replies (for tests and diagnostics).
     std::size_t requests_waiting();
-    // Sends what is buffered, then waits (up to 5 s) until the server has processed it.
+    // Sends what is buffered, then waits (up to 5 s) until the server has processed it; without
+    // a server (disconnected) it waits for nothing: libnats keeps what it holds for the next
+    // connection.
     void flush();
     // From now on, what the calling thread publishes is sent by a call it queues for itself
     // with `post` (an executor's post: the thread must be the one that runs that queue), so

@@ -91,6 +91,27 @@ TEST(WorkerProcess, ReconnectsToNatsAfterTheServerRestarts) {
 
 // Issue 29: libnats hands the reconnected callback the URL with its credentials; the worker
 // logged it in clear after every restart of nats-server. The restart is the point of the test.
+// Issue 31, defect 12: a SIGTERM while nats-server is gone waited for each subscription's drain
+// (which needs the server) to time out, 10 s and more. Without a server there is nothing to
+// drain: the worker releases its leases and exits at once.
+TEST(WorkerProcess, ASigtermWhileNatsIsGoneStopsWithoutWaitingForTheDrain) {
+    own_nats nats;
+    ASSERT_TRUE(nats.up()) << "nats-server did not start on port " << nats.port();
+    worker_process worker("gone", R"({"responses":[{"text":"one"}]})");
+    worker.start(nats.url());
+    nats::connection nc(nats.url(), "gone-client");
+    ASSERT_EQ(answer_when_up(nc, worker.prefix() + ".session.s.configure").at("ok"), true);
+    ASSERT_GE(nats.stop(), 0);
+    std::this_thread::sleep_for(300ms);
+    const auto asked = std::chrono::steady_clock::now();
+    EXPECT_EQ(worker.stop(), 0);
+    const auto took = std::chrono::steady_clock::now() - asked;
+    EXPECT_LT(took, 5s) << "stopped after "
+                        << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
+                        << " ms";
+    EXPECT_TRUE(logged(json_lines(worker.log()), "released 1 leases"));
+}
+
 TEST(WorkerProcess, ConnectsWithCredentialsInTheUrlAndNeverLogsThem) {
     own_nats nats({"--user", "wuhu", "--pass", "s3cret-pw"});
     ASSERT_TRUE(nats.up()) << "nats-server did not start on port " << nats.port();
