@@ -193,23 +193,31 @@ asio::awaitable<error_code> client::connect(std::shared_ptr<connection>& c,
     error_code ec;
     auto token = asio::bind_cancellation_slot(asio::cancellation_slot(),
                                               asio::redirect_error(asio::use_awaitable, ec));
-    // Resolving counts against the connect timeout, and a cancellation stops it too.
-    tcp::resolver resolver(ex_);
+    // Resolving counts against the connect timeout, and a cancellation stops it too. The
+    // deadline's handler and the slot's share the resolver with this frame: a deadline that
+    // expired as the resolve completed has its handler queued, and it may run after this
+    // coroutine has returned (so may a cancellation before the next arm()).
+    struct resolving_state {
+        explicit resolving_state(const asio::any_io_executor& ex) : resolver(ex) {}
+        tcp::resolver resolver;
+        bool timed_out = false;
+    };
+    auto state = std::make_shared<resolving_state>(ex_);
     asio::steady_timer deadline(ex_);
-    bool timed_out = false;
     deadline.expires_after(opts_.connect_timeout);
-    deadline.async_wait([&resolver, &timed_out](const error_code& e) {
-        if (!e) {  // (after the resolver is gone the wait ends with operation_aborted)
-            timed_out = true;
-            resolver.cancel();
+    deadline.async_wait([state](const error_code& e) {
+        if (!e) {
+            state->timed_out = true;
+            state->resolver.cancel();
         }
     });
     if (slot.is_connected()) {
-        slot.assign([&resolver](asio::cancellation_type) { resolver.cancel(); });
+        slot.assign([state](asio::cancellation_type) { state->resolver.cancel(); });
     }
-    auto resolving = resolver.async_resolve(base_.host, base_.port, token);
+    auto resolving = state->resolver.async_resolve(base_.host, base_.port, token);
     auto endpoints = co_await std::move(resolving);
     deadline.cancel();
+    const bool timed_out = state->timed_out;
     if (ec) {
         if (detail != nullptr) {
             *detail = "cannot resolve " + base_.host + ": " +

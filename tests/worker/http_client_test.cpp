@@ -196,6 +196,34 @@ TEST(HttpClient, NobodyListeningIsAConnectFailure) {
     EXPECT_NE(out.detail.find("127.0.0.1"), std::string::npos) << out.detail;
 }
 
+// Issue 31, defect 12: the connect timeout's handler referred to the resolver and a flag in the
+// connecting coroutine's frame; a timeout that expired as the resolve completed ran its handler
+// after the frame was gone (a use after free, seen by AddressSanitizer). Connects whose timeout
+// races their resolve, many times: each ends connected or timed out, and nothing else.
+TEST(HttpClient, AConnectTimeoutRacingTheResolveNeverOutlivesTheConnect) {
+    http_server server([](const http_received&) {
+        http_plan p;
+        p.pieces = {{0ms, "ok"}};
+        return p;
+    });
+    int timed_out = 0;
+    int answered = 0;
+    for (int i = 0; i < 300; ++i) {
+        asio::io_context io;
+        http::client_options o;
+        o.connect_timeout = std::chrono::milliseconds(i % 3);  // 0, 1 and 2 ms
+        http::client c(io.get_executor(), url_of(server), o);
+        auto out = send(io, c, post("/x"));
+        if (out.ec == http::errc::timeout) {
+            ++timed_out;
+        } else {
+            EXPECT_FALSE(out.ec) << out.ec.message();
+            ++answered;
+        }
+    }
+    EXPECT_EQ(timed_out + answered, 300);
+}
+
 // An abort cancels the inference: the connection is closed at once (the server sees it within
 // 50 ms), and the request completes with operation_aborted.
 TEST(HttpClient, CancellationClosesTheConnectionWithin50Milliseconds) {
