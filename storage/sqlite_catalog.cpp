@@ -147,8 +147,7 @@ bool sqlite_store::write_unwritten() {
         unwritten_.clear();
         return true;
     } catch (const sqlite::error&) {
-        // The rows stay for the next write. A commit that needed its row raised first does
-        // not happen (sqlite_log): the sweep never misses its work.
+        // The rows stay for the next write; the failure is counted (catalog_failures()).
         ++catalog_failures_;
         return false;
     }

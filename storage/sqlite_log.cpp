@@ -154,8 +154,12 @@ class sqlite_log final : public session_log {
         const auto during = at_most_either(was, now);
         const bool raises = during.has_work != was.has_work || during.timers != was.timers ||
                             during.next_timer != was.next_timer;
-        if (raises && !store_.note_catalog(id(), epoch(), during, true)) {
-            return errc::unavailable;  // nothing committed: the client retries
+        if (raises) {
+            // A row that cannot be written now (the catalog locked past the busy timeout, a
+            // full disk) is counted and kept for the next write: the commit goes on, since the
+            // catalog is a hint and the file the truth (a crash before that write leaves the
+            // work to the next request, or to the scan after a reboot).
+            store_.note_catalog(id(), epoch(), during, true);
         }
         auto r = with_handle([&](sqlite_store::handle& h) -> result<void> {
             auto& db = *h.db;

@@ -95,7 +95,7 @@ class sqlite_store final : public session_store {
     std::size_t files_checked_at_start() const { return checked_at_start_; }
     std::size_t rows_raised_at_start() const { return raised_at_start_; }
     // Catalog writes that failed (the catalog locked past the busy timeout, a full disk): their
-    // rows wait for the next write; a commit that needed its row raised first was refused.
+    // rows wait for the next write.
     std::size_t catalog_failures() const { return catalog_failures_.load(); }
 
   protected:
