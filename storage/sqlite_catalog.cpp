@@ -80,14 +80,16 @@ void sqlite::migrate_catalog(db& d) {
     migrate(d, catalog_migrations, std::size(catalog_migrations));
 }
 
-bool sqlite_store::note_catalog(const session_id& id, lease_epoch epoch,
+void sqlite_store::note_catalog(const session_id& id, lease_epoch epoch,
                                 const session::session_summary& sum, bool urgent) {
     std::lock_guard lock(catalog_mu_);
     auto& row = unwritten_[id.str()];
     if (row.first <= epoch) {
         row = {epoch, sum};
     }
-    return !urgent || write_unwritten();
+    if (urgent) {
+        write_unwritten();
+    }
 }
 
 void sqlite_store::note_loaded(const session_id& id, lease_epoch epoch,
@@ -116,9 +118,9 @@ void sqlite_store::write_unwritten(const session_id& id) {
     }
 }
 
-bool sqlite_store::write_unwritten() {
+void sqlite_store::write_unwritten() {
     if (unwritten_.empty()) {
-        return true;
+        return;
     }
     try {
         sqlite::transaction tx(*catalog_);
@@ -145,11 +147,9 @@ bool sqlite_store::write_unwritten() {
         }
         tx.commit();
         unwritten_.clear();
-        return true;
     } catch (const sqlite::error&) {
         // The rows stay for the next write; the failure is counted (catalog_failures()).
         ++catalog_failures_;
-        return false;
     }
 }
 

@@ -55,6 +55,11 @@ s::session_summary at_most_either(const s::session_summary& was, const s::sessio
     return out;
 }
 
+// Whether two summaries differ in what the recovery sweep reads (work, timers, when one is due).
+bool sweep_reads_differ(const s::session_summary& a, const s::session_summary& b) {
+    return a.has_work != b.has_work || a.timers != b.timers || a.next_timer != b.next_timer;
+}
+
 }  // namespace
 
 class sqlite_log final : public session_log {
@@ -152,9 +157,7 @@ class sqlite_log final : public session_log {
         // between the two leaves a row that says too much, never one that hides work or a
         // timer (issue 31, defect 9).
         const auto during = at_most_either(was, now);
-        const bool raises = during.has_work != was.has_work || during.timers != was.timers ||
-                            during.next_timer != was.next_timer;
-        if (raises) {
+        if (sweep_reads_differ(during, was)) {
             // A row that cannot be written now (the catalog locked past the busy timeout, a
             // full disk) is counted and kept for the next write: the commit goes on, since the
             // catalog is a hint and the file the truth (a crash before that write leaves the
@@ -184,9 +187,7 @@ class sqlite_log final : public session_log {
         });
         if (r) {
             // Lowered now if the commit lowered anything the sweep reads; else written later.
-            const bool lowers = now.has_work != during.has_work || now.timers != during.timers ||
-                                now.next_timer != during.next_timer;
-            store_.note_catalog(id(), epoch(), now, lowers);
+            store_.note_catalog(id(), epoch(), now, sweep_reads_differ(now, during));
         }
         return r;
     }

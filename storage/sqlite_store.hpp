@@ -142,14 +142,13 @@ class sqlite_store final : public session_store {
     // `epoch`: written at once when `urgent` (what the recovery sweep reads changed: has_work
     // or the timers), else with the next urgent write or read of the catalog, so that most
     // commits of a turn cost no catalog commit. A row is never overwritten by an older epoch's.
-    // False when an urgent write failed (the row stays for the next write).
-    bool note_catalog(const session_id& id, lease_epoch epoch,
+    void note_catalog(const session_id& id, lease_epoch epoch,
                       const session::session_summary& sum, bool urgent);
     // The catalog row of a session just loaded: rewritten if it says otherwise.
     void note_loaded(const session_id& id, lease_epoch epoch, const session::session_summary& sum);
-    // With catalog_mu_ held. False when the write failed: the rows stay for the next one, and
-    // the failure is counted (catalog_failures()).
-    bool write_unwritten();
+    // With catalog_mu_ held. A write that fails keeps the rows for the next one, and is counted
+    // (catalog_failures()).
+    void write_unwritten();
     // Writes the session's row now if a commit left it behind.
     void write_unwritten(const session_id& id);
     void note_opened(const session_id& id, lease_epoch epoch, bool after_removal);

@@ -15,7 +15,7 @@ namespace s = wuhu::session;
 
 namespace {
 
-// A limit of 0 is none: a race against ten years.
+// How long the stream watchdog sleeps when no limit applies (every limit 0): ten years.
 constexpr std::int64_t never = 10LL * 365 * 24 * 3600 * 1000;
 
 // Wrappers that turn a throwing provider into an error value (named coroutines with by-value
@@ -189,12 +189,9 @@ asio::awaitable<turn_runner::attempt> turn_runner::infer_once() {
     cut_ = &cut;
     streamed_ = 0;
     began_stream();
-    std::string quiet_why;
-    const auto total = opts_.inference.total.count() > 0 ? opts_.inference.total
-                                                          : milliseconds(never);
+    std::string over_limit;
     auto r = co_await (guarded_infer(provider_, std::move(req), *sink_) || abort_.wait() ||
-                       clock_.timeout(total) || cut.wait_or_cancelled() ||
-                       quiet(opts_.inference, &quiet_why));
+                       cut.wait_or_cancelled() || past_limits(opts_.inference, &over_limit));
     cut_ = nullptr;
     abort_.disarm();
     attempt a;
@@ -215,20 +212,15 @@ asio::awaitable<turn_runner::attempt> turn_runner::infer_once() {
         case 1:
             a.kind = attempt::aborted;
             break;
-        case 3:
+        case 2:
             // Stored cut, with the note, as a final answer: its calls (perhaps cut too) are
             // dropped, and the turn ends.
             a.kind = attempt::ok;
             a.message.text = s::cut_to(inflight_->text, opts_.max_entry_bytes, "answer", true);
             a.message.model = writer_.state().config.model;
             co_return a;
-        case 2:
-            a.err = {provider_error_kind::transient,
-                     "the answer took longer than " + std::to_string(total.count()) +
-                         " ms in all (--inference-timeout)"};
-            break;
         default:
-            a.err = {provider_error_kind::transient, quiet_why};
+            a.err = {provider_error_kind::transient, over_limit};
             break;
     }
     const std::uint64_t streamed = inflight_->step;
@@ -253,12 +245,9 @@ asio::awaitable<turn_runner::compacted> turn_runner::compact(s::entry_seq upto) 
     summary_request req{plan->segment, writer_.state().config.model, writer_.step(),
                         writer_.sid().str(), [this] { on_alive(); }};
     began_stream();
-    std::string quiet_why;
-    const auto total =
-        opts_.summary.total.count() > 0 ? opts_.summary.total : milliseconds(never);
+    std::string over_limit;
     auto summarizing = guarded_summarize(provider_, std::move(req));
-    auto r = co_await (std::move(summarizing) || clock_.timeout(total) ||
-                       quiet(opts_.summary, &quiet_why));
+    auto r = co_await (std::move(summarizing) || past_limits(opts_.summary, &over_limit));
     if (r.index() != 0 || std::holds_alternative<provider_error>(std::get<0>(r).outcome)) {
         co_return compacted::failed;  // the next response triggers compaction again
     }
@@ -274,31 +263,42 @@ void turn_runner::began_stream() {
     last_byte_.reset();
 }
 
-asio::awaitable<void> turn_runner::quiet(stream_limits lim, std::string* why) {
+asio::awaitable<void> turn_runner::past_limits(stream_limits lim, std::string* why) {
     const std::int64_t first_byte = lim.first_byte.count();
     const std::int64_t idle = lim.idle.count();
+    const std::int64_t total = lim.total.count();
     for (;;) {
         const std::int64_t now = clock_.now().value;
         std::int64_t wait = never;
+        if (total > 0) {
+            wait = stream_began_.value + total - now;
+            if (wait <= 0) {
+                *why = "the answer took longer than " + std::to_string(total) +
+                       " ms in all (--inference-timeout, --summary-timeout)";
+                co_return;
+            }
+        }
         if (!last_byte_) {
             if (first_byte > 0) {
-                wait = stream_began_.value + first_byte - now;
-                if (wait <= 0) {
+                const std::int64_t left = stream_began_.value + first_byte - now;
+                if (left <= 0) {
                     *why = "no first byte from the model within " + std::to_string(first_byte) +
                            " ms (--inference-first-byte-timeout, --summary-first-byte-timeout)";
                     co_return;
                 }
+                wait = std::min(wait, left);
             }
             if (idle > 0) {
                 wait = std::min(wait, idle);  // a first byte now would be due again by then
             }
         } else if (idle > 0) {
-            wait = last_byte_->value + idle - now;
-            if (wait <= 0) {
+            const std::int64_t left = last_byte_->value + idle - now;
+            if (left <= 0) {
                 *why = "no data from the model for " + std::to_string(idle) +
                        " ms (--inference-idle-timeout, --summary-idle-timeout)";
                 co_return;
             }
+            wait = std::min(wait, left);
         }
         if (!co_await clock_.elapsed(milliseconds(wait))) {
             co_return;  // the race is over

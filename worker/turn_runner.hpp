@@ -53,9 +53,11 @@ class turn_runner {
     void on_alive() { last_byte_ = clock_.now(); }
     // Starts watching a stream: it began now, and no byte came yet.
     void began_stream();
-    // Completes when the stream began by began_stream() has been quiet longer than `lim`
-    // allows (its first byte, or the next one); `why` says which, for the attempt's error.
-    asio::awaitable<void> quiet(stream_limits lim, std::string* why);
+    // Completes when the stream began by began_stream() passes one of `lim`'s limits: its
+    // first byte, the next one, or its whole length; `why` says which, for the attempt's error.
+    // One watchdog for the three: it wakes at the nearest deadline and reads when the last byte
+    // came (a delta costs a clock read, not a timer).
+    asio::awaitable<void> past_limits(stream_limits lim, std::string* why);
     double jitter();
 
     session_writer& writer_;
