@@ -45,7 +45,7 @@ std::vector<std::string> absent_session(const protocol::request& req,
         case verb::pause:
         case verb::resume:
             return {protocol::error_reply(s::errc::session_not_found)};
-        default:  // abort (nothing in flight), delete (idempotent)
+        default:  // abort (nothing to stop), delete (idempotent)
             return {protocol::ok_reply(req.to.what, {})};
     }
 }
@@ -64,7 +64,7 @@ worker::command command_for(const protocol::request_body& body) {
                 return worker::configure_command{u};
             },
             [](const protocol::abort_request& r) -> worker::command {
-                return worker::abort_command{r.reason};
+                return worker::abort_command{r.reason, r.id};
             },
             [](const protocol::pause_request&) -> worker::command {
                 return worker::pause_command{};
@@ -75,7 +75,12 @@ worker::command command_for(const protocol::request_body& body) {
 }
 
 protocol::command_result result_of(const worker::command_reply& r) {
-    return protocol::command_result{r.id, r.canceled, r.config};
+    return protocol::command_result{r.id,
+                                    r.canceled,
+                                    r.config,
+                                    r.aborted.stopped,
+                                    r.aborted.entry,
+                                    r.aborted.duplicate};
 }
 
 // The verb of a request's subject, from the bounded set (a metric label).

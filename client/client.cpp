@@ -175,12 +175,16 @@ outcome<void> done(const outcome<json::object>& r) {
 }
 }  // namespace
 
-outcome<void> client::abort(const std::string& sid, std::optional<std::string> reason) {
+outcome<json::object> client::abort(const std::string& sid, std::optional<std::string> reason,
+                                    std::optional<std::string> id) {
     json::object body;
     if (reason) {
         body["reason"] = *reason;
     }
-    return done(call(sid, "abort", body));
+    if (id) {
+        body["id"] = *id;
+    }
+    return call(sid, "abort", body);
 }
 
 outcome<void> client::pause(const std::string& sid) {

@@ -74,7 +74,11 @@ class client {
     outcome<bool> cancel(const std::string& sid, std::string_view lane, std::string_view id);
     // The session's settings after the change.
     outcome<json::object> configure(const std::string& sid, json::object settings);
-    outcome<void> abort(const std::string& sid, std::optional<std::string> reason = {});
+    // Stops the turn in progress; the reply once its interruption is durable: {stopped,
+    // entry?, duplicate?} (`stopped`: inference, backoff, compaction, tool, step or nothing).
+    // With an id, a retry gets the first request's answer and stops nothing more.
+    outcome<json::object> abort(const std::string& sid, std::optional<std::string> reason = {},
+                                std::optional<std::string> id = {});
     outcome<void> pause(const std::string& sid);
     outcome<void> resume(const std::string& sid);
     outcome<void> remove(const std::string& sid);

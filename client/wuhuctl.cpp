@@ -3,7 +3,8 @@
 //   wuhuctl send <sid> <text>            enqueue a follow-up       wuhuctl steer <sid> <text>
 //   wuhuctl system <sid> <text>          a system-lane callback    wuhuctl cancel <sid> <lane> <id>
 //   wuhuctl status <sid>                 wuhuctl configure <sid> key=value...
-//   wuhuctl abort|pause|resume|delete <sid>
+//   wuhuctl abort <sid> [--reason R] [--id K]
+//   wuhuctl pause|resume|delete <sid>
 //   wuhuctl watch <sid> [--until-idle]   the live transcript, streaming text as it arrives
 //   wuhuctl sessions [--state S] [--owner W] [--has-work] [--limit N] [--after ID]
 //                    [--of-tenant T]
@@ -72,6 +73,26 @@ int call(wuhu::client::client& c, const options& o, const std::string& sid, cons
         std::cout << "ok " << json::value_to<std::string>(*id) << "\n";
     } else if (const auto* c = r->if_contains("canceled")) {
         std::cout << (c->as_bool() ? "canceled\n" : "not canceled (already materialized)\n");
+    } else if (const auto* stopped = r->if_contains("stopped"); stopped && stopped->is_string()) {
+        // abort: what it stopped, and the interruption entry that records it
+        const auto* entry = r->if_contains("entry");
+        const std::string_view what = stopped->as_string();
+        if (what == "nothing") {
+            std::cout << "nothing to stop: no turn was in progress";
+        } else {
+            std::cout << (what == "inference"    ? "stopped the inference"
+                          : what == "backoff"    ? "stopped the wait before a retry"
+                          : what == "compaction" ? "stopped the compaction"
+                          : what == "tool"       ? "stopped the tool call"
+                                                 : "stopped the turn between two steps");
+            if (entry != nullptr) {
+                std::cout << " (interruption entry " << json::serialize(*entry) << ")";
+            }
+        }
+        if (const auto* dup = r->if_contains("duplicate"); dup && dup->is_bool() && dup->as_bool()) {
+            std::cout << ", answered before for this id";
+        }
+        std::cout << "\n";
     } else {
         std::cout << "ok\n";
     }
@@ -345,7 +366,12 @@ int main(int argc, char** argv) {
     auto* status = app.add_subcommand("status", "the session's status and version");
     with_sid(status);
     std::vector<CLI::App*> simple;
-    for (const char* verb : {"abort", "pause", "resume", "delete"}) {
+    auto* abort = app.add_subcommand("abort", "stop the turn in progress");
+    with_sid(abort);
+    std::string reason;
+    abort->add_option("--reason", reason, "why (recorded with the interruption)");
+    abort->add_option("--id", id, "idempotency key: a retry gets the first answer");
+    for (const char* verb : {"pause", "resume", "delete"}) {
         simple.push_back(app.add_subcommand(verb, std::string(verb) + " the session"));
         with_sid(simple.back());
     }
@@ -472,6 +498,15 @@ int main(int argc, char** argv) {
         }
         if (name == "watch") {
             return watch(c, o, sid, until_idle, timeout_s);
+        }
+        if (name == "abort") {
+            if (!reason.empty()) {
+                body["reason"] = reason;
+            }
+            if (!id.empty()) {
+                body["id"] = id;
+            }
+            return call(c, o, sid, "abort", body);
         }
         return call(c, o, sid, name, json::object{});
     } catch (const std::invalid_argument& e) {

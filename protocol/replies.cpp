@@ -51,6 +51,15 @@ std::string ok_reply(verb v, const command_result& r) {
                 o["settings"] = s::to_json(*r.settings);
             }
             break;
+        case verb::abort:
+            o["stopped"] = s::stage_name(r.stopped);
+            if (r.stopped != s::abort_stage::none) {
+                o["entry"] = r.entry.value;
+            }
+            if (r.duplicate) {
+                o["duplicate"] = true;
+            }
+            break;
         default:
             break;
     }

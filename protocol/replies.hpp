@@ -31,8 +31,14 @@ struct command_result {
     std::optional<session::queue_item_id> id;
     std::optional<bool> canceled;
     std::optional<session::settings> settings;
+    // abort: what it stopped (none: nothing), the interruption entry, and whether a request
+    // with its id was answered before.
+    session::abort_stage stopped = session::abort_stage::none;
+    session::entry_seq entry;
+    bool duplicate = false;
 };
-// {"ok":true, ...}: id for enqueue/system, canceled for cancel, settings for configure.
+// {"ok":true, ...}: id for enqueue/system, canceled for cancel, settings for configure,
+// stopped (and entry, duplicate) for abort.
 std::string ok_reply(verb v, const command_result& r);
 
 // The message being streamed when a subscribe reply is made: its step, its text so far, and

@@ -160,6 +160,10 @@ decoded<abort_request> decode_abort(const json::value& body) {
         WUHU_TRY(reason, r.text("reason", 4096));
         out.reason = std::move(reason);
     }
+    WUHU_TRY(id, opt_item_id(r));
+    if (id) {
+        out.id = id->str();
+    }
     WUHU_CHECK(r.finish());
     return out;
 }

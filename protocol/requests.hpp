@@ -50,9 +50,10 @@ struct subscribe_request {
     session::version_vector since;
 };
 
-// abort: {reason?}
+// abort: {reason?, id?}
 struct abort_request {
     std::string reason = "aborted";
+    std::string id;  // idempotency key (empty: none)
 };
 
 // pause, resume, delete: {}

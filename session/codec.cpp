@@ -140,6 +140,12 @@ json::value to_json(const entry& e) {
                    [&](const interruption& i) {
                        o["reason"] = i.reason;
                        o["kind"] = i.kind == interruption_kind::aborted ? "aborted" : "owner_lost";
+                       if (i.stopped != abort_stage::none) {
+                           o["stopped"] = stage_name(i.stopped);
+                       }
+                       if (!i.abort_id.empty()) {
+                           o["abort_id"] = i.abort_id;
+                       }
                    },
                    [&](const diagnostic& d) {
                        o["code"] = d.code;

@@ -182,9 +182,24 @@ decoded<entry_body> body_at(object_reader& r, std::string_view type) {
         if (kind != "aborted" && kind != "owner_lost") {
             return fail(errc::invalid_entry, r.path("kind"));
         }
-        return entry_body{interruption{std::move(reason), kind == "aborted"
-                                                              ? interruption_kind::aborted
-                                                              : interruption_kind::owner_lost}};
+        interruption i{std::move(reason), kind == "aborted" ? interruption_kind::aborted
+                                                            : interruption_kind::owner_lost};
+        WUHU_TRY(stopped, r.opt_str("stopped"));
+        if (stopped) {
+            const auto stage = stage_named(*stopped);
+            if (!stage || *stage == abort_stage::none) {
+                return fail(errc::invalid_entry, r.path("stopped"));
+            }
+            i.stopped = *stage;
+        }
+        WUHU_TRY(abort_id, r.opt_str("abort_id"));
+        if (abort_id) {
+            if (!queue_item_id::valid(*abort_id)) {
+                return fail(errc::invalid_entry, r.path("abort_id"));
+            }
+            i.abort_id = std::string(*abort_id);
+        }
+        return entry_body{std::move(i)};
     }
     if (type == "diagnostic") {
         WUHU_TRY(code, r.str("code"));

@@ -16,4 +16,22 @@ std::string_view type_name(const entry_body& b) {
     return names[b.index()];
 }
 
+namespace {
+constexpr std::string_view stage_names[] = {"nothing", "inference", "backoff",
+                                            "compaction", "tool", "step"};
+}  // namespace
+
+std::string_view stage_name(abort_stage s) {
+    return stage_names[static_cast<std::size_t>(s)];
+}
+
+std::optional<abort_stage> stage_named(std::string_view name) {
+    for (std::size_t i = 0; i < std::size(stage_names); ++i) {
+        if (stage_names[i] == name) {
+            return static_cast<abort_stage>(i);
+        }
+    }
+    return std::nullopt;
+}
+
 }  // namespace wuhu::session

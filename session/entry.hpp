@@ -10,7 +10,9 @@
 #include "session/lane.hpp"
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -91,9 +93,20 @@ struct compaction {
 // work). `owner_lost`: the previous owner died mid-stream (the new owner redoes the inference).
 enum class interruption_kind { aborted, owner_lost };
 
+// What an abort stopped: the inference streaming, the wait before its retry, a compaction's
+// summary, a tool call running, or the turn between two of its steps (a commit, a checkpoint,
+// the tool calls not started yet). `none`: an owner_lost interruption (or an abort recorded
+// before the stage was).
+enum class abort_stage { none, inference, backoff, compaction, tool, step };
+std::string_view stage_name(abort_stage s);  // "inference", ...; "nothing" for none
+std::optional<abort_stage> stage_named(std::string_view name);
+
 struct interruption {
     std::string reason;
     interruption_kind kind = interruption_kind::aborted;
+    abort_stage stopped = abort_stage::none;
+    // The abort request's idempotency key, if it had one: a retried abort finds it here.
+    std::string abort_id = {};
     bool operator==(const interruption&) const = default;
 };
 

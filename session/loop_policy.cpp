@@ -172,6 +172,39 @@ std::optional<interruption> takeover_interruption(const session_state& s) {
     return std::nullopt;
 }
 
+bool turn_in_progress(const session_state& s) {
+    return !s.paused && (has_unfinished_tool_calls(s) || needs_inference(s));
+}
+
+std::vector<entry_body> stop_turn(const session_state& s, std::vector<entry_body> before,
+                                  interruption why, const tool_call_id* running,
+                                  const std::function<bool(const tool_call_id&)>& not_run) {
+    std::vector<entry_body> out = std::move(before);
+    auto has_result = [&out](const tool_call_id& id) {
+        return std::any_of(out.begin(), out.end(), [&id](const entry_body& b) {
+            const auto* r = std::get_if<tool_result>(&b);
+            return r != nullptr && r->call == id;
+        });
+    };
+    for (const auto& t : s.tool_calls) {
+        if (t.status == tool_status::finished || has_result(t.call.id)) {
+            continue;
+        }
+        std::string text;
+        if (running != nullptr && *running == t.call.id) {
+            text = "aborted: " + why.reason;
+        } else if (t.status == tool_status::not_started || not_run(t.call.id)) {
+            text = "not run: the turn was aborted";
+        } else {
+            text = "aborted: the turn was aborted after an owner that stopped started this call "
+                   "(it may have run)";
+        }
+        out.emplace_back(tool_result{t.call.id, t.call.name, std::move(text), true});
+    }
+    out.emplace_back(std::move(why));
+    return out;
+}
+
 tool_action next_tool_action(const tool_call_state& call, bool tool_known, bool idempotent) {
     if (call.status == tool_status::finished) {
         return tool_action::skip;

@@ -25,6 +25,7 @@
 #include <string>
 #include <string_view>
 #include <variant>
+#include <vector>
 
 namespace wuhu::session {
 
@@ -126,6 +127,21 @@ diagnostic overflow_not_compacted(compaction_result how, std::string_view error)
 // error result), or input that awaits a response (the turn is redone; not while the session is
 // paused: it infers nothing then). None for a session between turns.
 std::optional<interruption> takeover_interruption(const session_state& s);
+
+// ---- an abort
+
+// Whether a turn is in progress: a call of the newest response has no result, or input awaits
+// a response (not while paused: the session runs nothing then). An abort stops only that.
+bool turn_in_progress(const session_state& s);
+
+// The entries that end the turn in progress for an abort, in one commit: `before` (entries a
+// runner decided and has not committed), an error result for each call of the newest response
+// that has none in the state or in `before`, then `why`. The result says what became of the
+// call: `running` was stopped; a call not started, or started by this owner and not run
+// (`not_run`), was not run; another started one may have run under an owner that stopped.
+std::vector<entry_body> stop_turn(const session_state& s, std::vector<entry_body> before,
+                                  interruption why, const tool_call_id* running,
+                                  const std::function<bool(const tool_call_id&)>& not_run);
 
 // ---- the tool calls of a response
 

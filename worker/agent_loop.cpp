@@ -37,7 +37,7 @@ agent_loop::agent_loop(asio::any_io_executor ex, std::unique_ptr<storage::sessio
 agent_loop::~agent_loop() = default;
 
 bool agent_loop::quiescent() const {
-    return loaded_ && !abort_.armed() && loop_ == s::loop_state::idle &&
+    return loaded_ && !abort_.armed() && !abort_.pending() && loop_ == s::loop_state::idle &&
            (!state_.has_work || state_.paused || failed_);
 }
 
@@ -179,12 +179,11 @@ void agent_loop::set_loop(s::loop_state to) {
 // ------------------------------------------------------------------------------ commands
 
 asio::awaitable<boost::system::result<command_reply>> agent_loop::send(command c) {
-    if (const auto* a = std::get_if<abort_command>(&c)) {
-        // Not a store operation: abort stops what is in flight, and the loop records the
-        // interruption in its own serialized step.
-        command_reply reply;
-        reply.aborted = !failed_ && abort_.fire(a->reason);
-        co_return reply;
+    if (auto* a = std::get_if<abort_command>(&c)) {
+        // Not a store operation of its own: the loop records the interruption in its own
+        // serialized step, and the reply waits for it.
+        auto task = abort_turn(std::move(*a));
+        co_return co_await std::move(task);
     }
     if (opts_.max_waiting_commands > 0 && commands_waiting_ >= opts_.max_waiting_commands) {
         co_return s::errc::overloaded;  // nothing is held for it: the client retries later
@@ -203,6 +202,95 @@ asio::awaitable<boost::system::result<command_reply>> agent_loop::send(command c
         wake_.notify();
     }
     co_return reply;
+}
+
+asio::awaitable<boost::system::result<command_reply>> agent_loop::abort_turn(abort_command a) {
+    if (!loaded_ && !failed_) {
+        // Loaded in the section (start() loads it first; a request can come before).
+        auto guard = co_await section_.lock();
+        if (!failed_) {
+            if (auto ec = ensure_loaded()) {
+                co_return ec;
+            }
+        }
+    }
+    if (failed_) {
+        co_return failure_;
+    }
+    command_reply reply;
+    if (!a.id.empty()) {
+        if (auto seen = answered_abort(a.id)) {
+            reply.aborted = *seen;
+            reply.aborted.duplicate = true;
+            co_return reply;
+        }
+    }
+    if (!quiescent() || commands_waiting_ > 0) {
+        // A turn is in progress (or may be about to: work awaits the loop, or a command
+        // received before this one is committing): the abort stops it where it is, and
+        // answers once its interruption is durable. A loop that waits for work runs once to
+        // find it (and settles the abort when it finds none).
+        auto w = abort_.fire(std::move(a.reason), a.id);
+        wake_.notify();
+        co_await w->done.wait();
+        if (!w->out) {
+            co_return failure_ ? failure_ : make_error_code(storage::errc::closed);
+        }
+        reply.aborted = *w->out;
+    }
+    if (!a.id.empty()) {
+        answered_aborts_.emplace_back(a.id, reply.aborted);
+        if (answered_aborts_.size() > max_answered_aborts) {
+            answered_aborts_.pop_front();
+        }
+    }
+    co_return reply;
+}
+
+std::optional<abort_outcome> agent_loop::answered_abort(const std::string& id) const {
+    for (const auto& [seen, out] : answered_aborts_) {
+        if (seen == id) {
+            return out;
+        }
+    }
+    // One that stopped a turn is in the transcript (a new owner answers it the same way).
+    for (auto e = state_.transcript.rbegin(); e != state_.transcript.rend(); ++e) {
+        if (const auto* i = std::get_if<s::interruption>(&e->body);
+            i != nullptr && i->abort_id == id) {
+            return abort_outcome{i->stopped, e->id, true};
+        }
+    }
+    return std::nullopt;
+}
+
+asio::awaitable<bool> agent_loop::stop_turn(std::vector<s::entry_body> before,
+                                            std::optional<s::tool_call_id> running) {
+    const auto* p = abort_.pending_request();
+    if (p == nullptr || failed_) {
+        co_return false;
+    }
+    const s::abort_stage stopped = p->stopped != s::abort_stage::none ? p->stopped
+                                                                       : s::abort_stage::step;
+    s::interruption why{p->reason, s::interruption_kind::aborted, stopped, p->id};
+    const std::function<bool(const s::tool_call_id&)> not_run = [this](const s::tool_call_id& id) {
+        return started_here(id);
+    };
+    auto steps = s::stop_turn(state_, std::move(before), std::move(why),
+                              running ? &*running : nullptr, not_run);
+    auto task = record(tool_steps{std::move(steps), true});
+    if (!co_await std::move(task)) {
+        co_return false;
+    }
+    // The interruption: the newest one (the checkpoint's drained entries may follow it).
+    s::entry_seq at;
+    for (auto e = state_.transcript.rbegin(); e != state_.transcript.rend(); ++e) {
+        if (std::holds_alternative<s::interruption>(e->body)) {
+            at = e->id;
+            break;
+        }
+    }
+    abort_.settle(abort_outcome{stopped, at, false});
+    co_return true;
 }
 
 agent_loop::written agent_loop::run_command(command& c, command_reply& reply, bool& wake) {
@@ -364,6 +452,23 @@ asio::awaitable<void> agent_loop::run_until_idle() {
     s::loop_position at{compaction_tried_};
     while (!failed_) {
         const s::loop_step step = s::next_step(state_, at);
+        if (abort_.pending()) {
+            // An abort that came between two steps (or during a commit), or stopped a
+            // compaction: it stops the turn here, before its next step runs; a turn that
+            // ended by itself stops nothing.
+            if (s::turn_in_progress(state_) ||
+                abort_.pending_request()->stopped != s::abort_stage::none) {
+                if (step.kind == s::step_kind::compact) {
+                    at.compaction_tried = step.upto;  // abandoned: not tried again
+                    compaction_tried_ = step.upto;
+                }
+                auto task = stop_turn({}, std::nullopt);
+                co_await std::move(task);
+                at = s::loop_position{at.compaction_tried, false, false};
+                continue;
+            }
+            abort_.settle({});
+        }
         switch (step.kind) {
             case s::step_kind::pause:
             case s::step_kind::idle:

@@ -32,6 +32,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -119,7 +120,15 @@ class agent_loop final : private session_writer {
     void tool_ran(const std::string& tool, std::chrono::milliseconds took) override {
         hub_->emit(tool_ran_event{tool, took});
     }
+    asio::awaitable<bool> stop_turn(std::vector<session::entry_body> before,
+                                    std::optional<session::tool_call_id> running) override;
     boost::system::error_code ensure_loaded();
+    // An abort request: answered at once when no turn is in progress (or its id was answered
+    // before), else once the interruption that stops the turn is durable.
+    asio::awaitable<boost::system::result<command_reply>> abort_turn(abort_command a);
+    // The outcome of an earlier abort request with this id: kept by this loop for its last
+    // max_answered_aborts requests, and in the transcript for every one that stopped a turn.
+    std::optional<abort_outcome> answered_abort(const std::string& id) const;
     written run_command(command& c, command_reply& reply, bool& wake);
     written recover_orphan();
     // One of the loop's own transitions, committed now (inside an operation); its errors fail
@@ -150,6 +159,8 @@ class agent_loop final : private session_writer {
     std::uint64_t status_seq_ = 0;         // the last status stamp's seq
     std::size_t commands_waiting_ = 0;     // send()s in or waiting for the section
     session::entry_seq compaction_tried_;  // the response whose compaction was last tried
+    static constexpr std::size_t max_answered_aborts = 64;
+    std::deque<std::pair<std::string, abort_outcome>> answered_aborts_;
     bool loaded_ = false;
     // The calls this loop started with the newest response (worker/writer.hpp).
     std::vector<session::tool_call_id> started_here_;

@@ -23,6 +23,7 @@ struct configure_command {
 };
 struct abort_command {
     std::string reason = "aborted";
+    std::string id = {};  // the request's idempotency key (empty: none)
 };
 struct pause_command {};
 struct resume_command {};
@@ -30,12 +31,21 @@ struct resume_command {};
 using command = std::variant<enqueue_command, cancel_command, configure_command, abort_command,
                              pause_command, resume_command>;
 
+// What one abort request got: what it stopped (abort_stage::none: no turn was in progress)
+// and the interruption entry that records it; `duplicate` when a request with its id had
+// been answered before (this is that request's outcome).
+struct abort_outcome {
+    session::abort_stage stopped = session::abort_stage::none;
+    session::entry_seq entry;
+    bool duplicate = false;
+};
+
 struct command_reply {
     std::optional<session::queue_item_id> id;  // enqueue
     bool duplicate = false;                    // enqueue of an existing id
     std::optional<bool> canceled;              // cancel
     std::optional<session::settings> config;   // configure
-    bool aborted = false;                      // abort found something in flight
+    abort_outcome aborted;                     // abort
 };
 
 }  // namespace wuhu::worker

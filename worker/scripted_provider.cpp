@@ -111,6 +111,8 @@ decoded<script> parse_script(std::string_view json_text) {
             out.summaries.emplace_back((*sums)[i].get_string());
         }
     }
+    WUHU_TRY(summary_delay, r.opt_u64("summary_delay_ms"));
+    out.summary_delay = milliseconds(summary_delay.value_or(0));
     WUHU_TRY(model, r.opt_str("model"));
     out.model = std::string(model.value_or("scripted"));
     WUHU_CHECK(r.finish());
@@ -167,7 +169,7 @@ asio::awaitable<inference_outcome> scripted_provider::infer(inference_request re
 
 asio::awaitable<summary_outcome> scripted_provider::summarize(summary_request req) {
     const auto& segment = req.segment;
-    co_await clock_.sleep(milliseconds(0));
+    co_await clock_.sleep(script_.summary_delay);
     std::size_t i = summaries_++;
     if (i < script_.summaries.size()) {
         co_return script_.summaries[i];

@@ -33,6 +33,7 @@ struct scripted_response {
 struct script {
     std::vector<scripted_response> responses;
     std::vector<std::string> summaries;  // i-th compaction's summary; absent: a generated one
+    milliseconds summary_delay{0};       // each summary's wait before it is returned
     std::string model = "scripted";
 };
 

@@ -123,6 +123,12 @@ asio::awaitable<void> tool_runner::run() {
                                              true});
             continue;
         }
+        if (abort_.pending()) {
+            // Aborted between two calls: this one and the ones after it are not run.
+            auto task = writer_.stop_turn(std::exchange(pending, {}), std::nullopt);
+            co_await std::move(task);
+            co_return;
+        }
         if (tc.status == s::tool_status::not_started && !marked) {
             // Started durably before it runs (with what is pending).
             pending.push_back(s::tool_started{tc.call.id, tc.call.name});
@@ -131,7 +137,7 @@ asio::awaitable<void> tool_runner::run() {
                 co_return;
             }
         }
-        abort_.arm();
+        abort_.arm(s::abort_stage::tool);
         // A tool with a timeout of its own ends its call by the deadline itself, saying why
         // (which attempts failed, and how): the runner's timer, a second later, is the backstop.
         const auto own = t->timeout();
@@ -150,15 +156,10 @@ asio::awaitable<void> tool_runner::run() {
             writer_.tool_ran(tc.call.name, milliseconds(clock_.now().value - began.value));
         }
         if (r.index() == 1) {
-            // Abort: this call and the ones after it get error results, then the interruption.
-            pending.push_back(
-                s::tool_result{tc.call.id, tc.call.name, "aborted: " + abort_.reason(), true});
-            for (std::size_t j = i + 1; j < calls.size(); ++j) {
-                pending.push_back(s::tool_result{calls[j].call.id, calls[j].call.name,
-                                                 "not run: the turn was aborted", true});
-            }
-            pending.push_back(s::interruption{abort_.reason(), s::interruption_kind::aborted});
-            auto task = commit(std::exchange(pending, {}), true);
+            // Abort: this call gets "aborted", the ones after it "not run", then the
+            // interruption (with what is pending, in one commit).
+            abort_.stopped(s::abort_stage::tool);
+            auto task = writer_.stop_turn(std::exchange(pending, {}), tc.call.id);
             co_await std::move(task);
             co_return;
         }

@@ -88,6 +88,11 @@ asio::awaitable<void> turn_runner::infer() {
     // never staged.
     if (!fits()) {
         const auto how = co_await compact(s::entry_seq{});
+        if (abort_.pending()) {
+            auto task = writer_.stop_turn({}, std::nullopt);
+            co_await std::move(task);
+            co_return;
+        }
         if (!fits()) {
             auto task = writer_.record(s::input_too_large(how));
             co_await std::move(task);
@@ -102,8 +107,7 @@ asio::awaitable<void> turn_runner::infer() {
             co_return;  // closed while inferring: nothing of this attempt is ours to write
         }
         if (a.kind == attempt::aborted) {
-            auto task =
-                writer_.record(s::interruption{abort_.reason(), s::interruption_kind::aborted});
+            auto task = writer_.stop_turn({}, std::nullopt);
             co_await std::move(task);
             co_return;
         }
@@ -129,8 +133,7 @@ asio::awaitable<void> turn_runner::infer() {
         auto decision = s::on_inference_error(a.err, attempts, opts_.retry, unit);
         if (const auto* wait = std::get_if<s::retry_after>(&decision)) {
             if (co_await abortable_sleep(wait->wait)) {
-                auto task =
-                    writer_.record(s::interruption{abort_.reason(), s::interruption_kind::aborted});
+                auto task = writer_.stop_turn({}, std::nullopt);
                 co_await std::move(task);
                 co_return;
             }
@@ -138,6 +141,11 @@ asio::awaitable<void> turn_runner::infer() {
         }
         if (std::holds_alternative<s::compact_then_retry>(decision)) {
             const auto how = co_await compact(s::entry_seq{});
+            if (abort_.pending()) {
+                auto task = writer_.stop_turn({}, std::nullopt);
+                co_await std::move(task);
+                co_return;
+            }
             if (how == compacted::done) {
                 continue;
             }
@@ -159,7 +167,7 @@ bool turn_runner::fits() {
 }
 
 asio::awaitable<turn_runner::attempt> turn_runner::infer_once() {
-    abort_.arm();
+    abort_.arm(s::abort_stage::inference);
     std::optional<inference_slots::slot> held;
     if (opts_.inferences != nullptr) {
         // The worker's (and the tenant's) share of the provider: an abort also ends the wait.
@@ -167,6 +175,7 @@ asio::awaitable<turn_runner::attempt> turn_runner::infer_once() {
         auto got = co_await (std::move(waiting) || abort_.wait());
         if (got.index() == 1 || writer_.failed()) {
             abort_.disarm();
+            abort_.stopped(s::abort_stage::inference);
             attempt a;
             a.kind = attempt::aborted;
             co_return a;
@@ -211,6 +220,7 @@ asio::awaitable<turn_runner::attempt> turn_runner::infer_once() {
         }
         case 1:
             a.kind = attempt::aborted;
+            abort_.stopped(s::abort_stage::inference);
             break;
         case 2:
             // Stored cut, with the note, as a final answer: its calls (perhaps cut too) are
@@ -230,9 +240,12 @@ asio::awaitable<turn_runner::attempt> turn_runner::infer_once() {
 }
 
 asio::awaitable<bool> turn_runner::abortable_sleep(milliseconds d) {
-    abort_.arm();
+    abort_.arm(s::abort_stage::backoff);
     auto r = co_await (clock_.timeout(d) || abort_.wait());
     abort_.disarm();
+    if (r.index() == 1) {
+        abort_.stopped(s::abort_stage::backoff);
+    }
     co_return r.index() == 1 || writer_.failed();
 }
 
@@ -247,7 +260,14 @@ asio::awaitable<turn_runner::compacted> turn_runner::compact(s::entry_seq upto) 
     began_stream();
     std::string over_limit;
     auto summarizing = guarded_summarize(provider_, std::move(req));
-    auto r = co_await (std::move(summarizing) || past_limits(opts_.summary, &over_limit));
+    // An abort abandons the summary (nothing of it is written); the turn stops after it.
+    abort_.arm(s::abort_stage::compaction);
+    auto r = co_await (std::move(summarizing) || past_limits(opts_.summary, &over_limit) ||
+                       abort_.wait());
+    abort_.disarm();
+    if (r.index() == 2) {
+        abort_.stopped(s::abort_stage::compaction);
+    }
     if (r.index() != 0 || std::holds_alternative<provider_error>(std::get<0>(r).outcome)) {
         co_return compacted::failed;  // the next response triggers compaction again
     }

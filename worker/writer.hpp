@@ -5,12 +5,16 @@
 
 #include "session/settings.hpp"
 #include "session/state.hpp"
+#include "worker/command.hpp"
 #include "worker/sync.hpp"
 #include "worker/transition.hpp"
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace wuhu::worker {
 
@@ -36,48 +40,104 @@ class session_writer {
     virtual void set_loop(session::loop_state s) = 0;
     // Tells observers a tool call ran to its end in `took` (a tool_ran_event).
     virtual void tool_ran(const std::string& tool, std::chrono::milliseconds took) = 0;
+    // Ends the turn for the pending abort: commits `before` (entries a runner decided and has
+    // not committed), an error result for each call of the newest response that has none
+    // (`running`: the call the abort stopped), the interruption, and the checkpoint after it;
+    // then answers the abort's requests. False when no abort is pending or nothing was written
+    // (the session failed): the runner returns either way.
+    virtual asio::awaitable<bool> stop_turn(std::vector<session::entry_body> before,
+                                            std::optional<session::tool_call_id> running) = 0;
 
   protected:
     ~session_writer() = default;
 };
 
-// What an abort stops: the one inference, tool call or backoff in flight. A runner arms it
-// around that wait and races the wait against wait(); an abort command fires it (only while
-// armed: an abort with nothing in flight is a no-op); closing the loop fires it for good.
+// What an abort stops: the turn in progress. A request fires it; it stays pending until the
+// loop records the interruption that ends the turn (session_writer::stop_turn) or finds that
+// the turn ended by itself, and then every request waiting for it gets the same outcome. A
+// runner arms it around the wait an abort cuts short (an inference, a backoff, a summary, a
+// tool call) and races the wait against wait(); a pending abort is also taken at the loop's
+// next step. Closing the loop fires it for good.
 class abort_signal {
   public:
-    explicit abort_signal(asio::any_io_executor ex) : event_(std::move(ex)) {}
-    void arm() {
-        if (!closed_) {
-            event_.reset();  // an earlier abort was for an earlier wait
+    // One request waiting for the outcome (shared: the request may be cancelled first).
+    struct waiter {
+        explicit waiter(asio::any_io_executor ex) : done(std::move(ex)) {}
+        async_event done;
+        std::optional<abort_outcome> out;  // nullopt: the loop closed first
+    };
+    // The abort to record: its reason and id, and what it stopped.
+    struct request {
+        std::string reason;
+        std::string id;
+        session::abort_stage stopped = session::abort_stage::none;  // none: between steps
+        std::vector<std::shared_ptr<waiter>> waiters;
+    };
+
+    explicit abort_signal(asio::any_io_executor ex) : ex_(ex), event_(std::move(ex)) {}
+
+    // Around a wait an abort stops: one fired before (pending) stops it at once.
+    void arm(session::abort_stage stage) {
+        armed_ = stage;
+        if (pending_ || closed_) {
+            event_.notify();
+        } else {
+            event_.reset();  // an earlier abort was settled
         }
-        armed_ = true;
     }
-    void disarm() { armed_ = false; }
-    bool armed() const { return armed_; }
-    // False (and nothing happens) when nothing is in flight.
-    bool fire(std::string reason) {
-        if (!armed_) {
-            return false;
+    void disarm() { armed_ = session::abort_stage::none; }
+    bool armed() const { return armed_ != session::abort_stage::none; }
+    bool pending() const { return pending_.has_value(); }
+    const request* pending_request() const { return pending_ ? &*pending_ : nullptr; }
+    // A request joins the pending abort, or fires a new one; the armed wait ends. The waiter
+    // gets the outcome when the abort is settled.
+    std::shared_ptr<waiter> fire(std::string reason, std::string id) {
+        auto w = std::make_shared<waiter>(ex_);
+        if (!pending_) {
+            pending_ = request{std::move(reason), std::move(id), session::abort_stage::none, {}};
+            event_.notify();
         }
-        reason_ = std::move(reason);
-        event_.notify();
-        return true;
+        pending_->waiters.push_back(w);
+        return w;
     }
+    // The armed wait lost its race to the pending abort: the abort stopped `stage`.
+    void stopped(session::abort_stage stage) {
+        if (pending_ && pending_->stopped == session::abort_stage::none) {
+            pending_->stopped = stage;
+        }
+    }
+    // Answers every request of the pending abort with `out` (none: the turn had ended).
+    void settle(const abort_outcome& out) {
+        if (!pending_) {
+            return;
+        }
+        auto req = std::exchange(pending_, std::nullopt);
+        for (auto& w : req->waiters) {
+            w->out = out;
+            w->done.notify();
+        }
+    }
+    // The loop closed: every request waiting gets no outcome (the loop's failure).
     void close() {
         closed_ = true;
         event_.notify();
+        if (pending_) {
+            auto req = std::exchange(pending_, std::nullopt);
+            for (auto& w : req->waiters) {
+                w->done.notify();
+            }
+        }
     }
     // Completes when fired or closed; also, without an exception, when cancelled: it is one
     // side of a race (`||`), and a cancelled side's outcome is never read.
     asio::awaitable<void> wait() { return event_.wait_or_cancelled(); }
-    const std::string& reason() const { return reason_; }
 
   private:
+    asio::any_io_executor ex_;
     async_event event_;
-    bool armed_ = false;
+    session::abort_stage armed_ = session::abort_stage::none;
     bool closed_ = false;  // every later wait() returns at once
-    std::string reason_;
+    std::optional<request> pending_;
 };
 
 }  // namespace wuhu::worker

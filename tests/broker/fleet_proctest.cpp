@@ -1037,6 +1037,69 @@ TEST(Fleet, AWatcherSeesTheAnswerWholeWhenANewOwnerStreamsItAgain) {
     EXPECT_EQ(b.stop(), 0);
 }
 
+// Issue 31, defect 3: `abort` answered {"ok":true} whatever it did. Sent with wuhuctl to a
+// fleet of two workers (either may take it; the owner answers), it says what it stopped and
+// which entry records it; a retry with its id gets the same answer and stops nothing more.
+TEST(Fleet, AnAbortAcrossTheFleetSaysWhatItStopped) {
+    const std::string script = R"({"responses":[
+        {"chunks":["a","b","c","d","e","f","g","h"],"chunk_delay_ms":250}]})";
+    temp_dir shared;
+    worker_process a("aborta", script, fleet_member(sharing(shared.path()), "A", "wuhu_abort", 1000));
+    worker_process b("abortb", script, fleet_member(sharing(shared.path()), "B", "wuhu_abort", 1000));
+    a.start();
+    b.start();
+    nats::connection nc(nats_url(), "abort-client");
+    ASSERT_EQ(answer_when_up(nc, a.direct("demo", "enqueue"), enqueue_body("q1")).at("ok"), true);
+    ASSERT_EQ(answer_when_up(nc, b.direct("warmup", "subscribe")).at("ok"), true);
+    auto ctl = [&](const std::vector<std::string>& args, const std::string& name) {
+        const auto out = (shared.path() / (name + ".out")).string();
+        std::vector<std::string> all{"--nats", nats_url(), "--prefix", a.prefix()};
+        all.insert(all.end(), args.begin(), args.end());
+        const pid_t pid = spawn(WUHUCTL_BIN, all, spawn_options{out + ".err", std::nullopt, out});
+        EXPECT_EQ(wait_exit(pid, 30s), 0) << name;
+        std::ifstream f(out);
+        return std::string(std::istreambuf_iterator<char>(f), {});
+    };
+    client::options co;
+    co.prefix = a.prefix();
+    client::client lib(nc, co);
+    const auto until = std::chrono::steady_clock::now() + 20s;
+    while (lib.subscribe("demo").value().at("status").at("state") != "inferring" &&
+           std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(50ms);
+    }
+    const auto first = json::parse(
+        ctl({"--json", "abort", "demo", "--reason", "user pressed stop", "--id", "stop-1"}, "first"));
+    EXPECT_EQ(first.at("stopped"), "inference") << first;
+    EXPECT_EQ(first.at("entry"), 2) << first;
+    // The next turn; the retry of the first abort answers the same and stops nothing.
+    ASSERT_EQ(lib.enqueue("demo", "followUp", "again", std::nullopt, "q2").value(), "q2");
+    const auto retry = json::parse(
+        ctl({"--json", "abort", "demo", "--reason", "user pressed stop", "--id", "stop-1"}, "retry"));
+    EXPECT_EQ(retry.at("stopped"), "inference") << retry;
+    EXPECT_EQ(retry.at("entry"), 2) << retry;
+    EXPECT_EQ(retry.at("duplicate"), true) << retry;
+    json::object sub;
+    while (std::chrono::steady_clock::now() < until + 20s) {
+        sub = lib.subscribe("demo").value();
+        if (sub.at("status").at("has_work") == false) {
+            break;
+        }
+        std::this_thread::sleep_for(50ms);
+    }
+    const auto& entries = sub.at("patch").at("transcript").as_array();
+    ASSERT_EQ(entries.size(), 4u) << sub;
+    EXPECT_EQ(entries[1].at("type"), "interruption");
+    EXPECT_EQ(entries[1].at("stopped"), "inference");
+    EXPECT_EQ(entries[1].at("abort_id"), "stop-1");
+    // (The script answers by step, and the aborted turn added no answer: step 0's again.)
+    EXPECT_EQ(entries[3].at("text"), "abcdefgh") << "the retry stopped nothing";
+    // Nothing in progress: wuhuctl says so.
+    EXPECT_EQ(ctl({"abort", "demo"}, "idle"), "nothing to stop: no turn was in progress\n");
+    EXPECT_EQ(a.stop(), 0);
+    EXPECT_EQ(b.stop(), 0);
+}
+
 TEST(Fleet, AFrozenOwnerOnSqliteIsFencedAndStopsStreamingWhenResumed) {
     temp_dir shared;
     freeze_the_owner(sharing(shared.path() / "data"));

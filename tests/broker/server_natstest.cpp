@@ -298,7 +298,7 @@ TEST_F(worker_fixture, ReadsOfAnUnknownSessionCreateNothing) {
               "invalid_version");
     EXPECT_EQ(request("ghost", "cancel", R"({"lane":"steer","id":"x"})").at("error").at("code"),
               "item_not_found");
-    EXPECT_EQ(request("ghost", "abort", "{}").at("ok"), true);
+    EXPECT_EQ(request("ghost", "abort", "{}").at("stopped"), "nothing");
     EXPECT_EQ(request("ghost", "pause", "{}").at("error").at("code"), "session_not_found");
     EXPECT_EQ(request("ghost", "resume", "{}").at("error").at("code"), "session_not_found");
     EXPECT_EQ(request("ghost", "delete", "{}").at("ok"), true);
@@ -1045,10 +1045,11 @@ TEST_F(worker_fixture, TheClientLibraryEnqueuesAndWatchesWithoutGaps) {
     EXPECT_EQ(status().at("paused"), false);
     EXPECT_EQ(c.configure("lib", json::object{{"model", "m2"}}).value().at("model"), "m2");
     EXPECT_EQ(c.subscribe("lib").value().at("settings").at("model"), "m2");
-    auto aborted = c.call("lib", "abort", json::object{{"reason", "test"}});
+    // The session is idle: an abort stops nothing and says so (an abort that stops a turn:
+    // Fleet.AnAbortAcrossTheFleetSaysWhatItStopped).
+    auto aborted = c.abort("lib", "test", "stop-1");
     ASSERT_TRUE(aborted) << aborted.error().message;
-    EXPECT_EQ(aborted->at("ok"), true);
-    EXPECT_TRUE(c.abort("lib", "test"));
+    EXPECT_EQ(*aborted, (json::object{{"ok", true}, {"stopped", "nothing"}}));
     auto bad = c.cancel("lib", "system", "x");
     ASSERT_FALSE(bad);
     EXPECT_EQ(bad.error().code, "not_cancelable");

@@ -203,6 +203,11 @@ TEST(EmptyRequests, AcceptAnEmptyBodyOrEmptyObjectOnly) {
     EXPECT_EQ(error_of(R"({"x":1})", decode_empty).code, errc::unknown_field);
     EXPECT_EQ(decode_abort(json::parse("{}")).value().reason, "aborted");
     EXPECT_EQ(decode_abort(json::parse(R"({"reason":"user"})")).value().reason, "user");
+    EXPECT_EQ(decode_abort(json::parse(R"({"id":"stop-1"})")).value().id, "stop-1");
+    EXPECT_EQ(decode_abort(json::parse("{}")).value().id, "");
+    EXPECT_EQ(error_of(R"({"id":""})", decode_abort).code, errc::invalid_item_id);
+    EXPECT_EQ(error_of(R"({"id":"a\nb"})", decode_abort).code, errc::invalid_item_id);
+    EXPECT_EQ(error_of(R"({"id":7})", decode_abort).code, errc::invalid_type);
 }
 
 }  // namespace wuhu::protocol

@@ -242,6 +242,14 @@ TEST(Replies, OkRepliesCarryWhatTheCommandReturns) {
     EXPECT_EQ(json::parse(protocol::ok_reply(verb::cancel, c)),
               json::parse(R"({"ok":true,"canceled":false})"));
     EXPECT_EQ(json::parse(protocol::ok_reply(verb::pause, {})), json::parse(R"({"ok":true})"));
+    EXPECT_EQ(json::parse(protocol::ok_reply(verb::abort, {})),
+              json::parse(R"({"ok":true,"stopped":"nothing"})"));
+    protocol::command_result a;
+    a.stopped = session::abort_stage::backoff;
+    a.entry = session::entry_seq{9};
+    a.duplicate = true;
+    EXPECT_EQ(json::parse(protocol::ok_reply(verb::abort, a)),
+              json::parse(R"({"ok":true,"stopped":"backoff","entry":9,"duplicate":true})"));
 }
 
 TEST(Replies, TheClientReadsOkAndErrorRepliesAndRefusesOthers) {

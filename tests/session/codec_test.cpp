@@ -110,6 +110,30 @@ TEST(Codec, UsageCarriesCacheWritesOnlyWhenThereAreSome) {
     EXPECT_EQ(entry_from_json(reparse(to_json(e))).value(), e);
 }
 
+// An abort's interruption says what it stopped and the request's id (older entries, and
+// owner_lost ones, have neither).
+TEST(Codec, AnAbortsInterruptionCarriesWhatItStoppedAndItsId) {
+    entry e{entry_seq{3}, unix_ms{2},
+            interruption{"user", interruption_kind::aborted, abort_stage::tool, "stop-1"}};
+    const auto written = json::serialize(to_json(e));
+    EXPECT_NE(written.find(R"("stopped":"tool","abort_id":"stop-1")"), std::string::npos)
+        << written;
+    EXPECT_EQ(entry_from_json(reparse(to_json(e))).value(), e);
+    entry old{entry_seq{3}, unix_ms{2}, interruption{"gone", interruption_kind::owner_lost}};
+    const auto plain = json::serialize(to_json(old));
+    EXPECT_EQ(plain.find("stopped"), std::string::npos) << plain;
+    EXPECT_EQ(plain.find("abort_id"), std::string::npos) << plain;
+    EXPECT_EQ(entry_from_json(reparse(to_json(old))).value(), old);
+    for (const char* bad :
+         {R"({"id":1,"at":0,"type":"interruption","reason":"x","kind":"aborted","stopped":"nothing"})",
+          R"({"id":1,"at":0,"type":"interruption","reason":"x","kind":"aborted","stopped":"lunch"})",
+          R"({"id":1,"at":0,"type":"interruption","reason":"x","kind":"aborted","abort_id":""})"}) {
+        auto r = entry_from_json(json::parse(bad));
+        ASSERT_FALSE(r.has_value()) << bad;
+        EXPECT_EQ(r.error().code, errc::invalid_entry) << bad;
+    }
+}
+
 struct rejection {
     const char* json;
     errc code;

@@ -261,6 +261,9 @@ TEST(Compaction, InputThatCannotFitEvenAfterCompactionIsAVisibleError) {
     EXPECT_FALSE(h.state().has_work);
 }
 
+// Issue 31, defect 3: abort said {"ok":true} whatever happened, and did nothing during a
+// compaction, a commit or between steps. Each reply now says what it stopped, and an abort
+// stops the turn in every loop state.
 TEST(Abort, DuringInferenceRecordsAnInterruptionAndGoesIdle) {
     loop_harness h(R"({"responses":[
         {"chunks":["partial ","answer"],"chunk_delay_ms":10000}]})");
@@ -269,9 +272,13 @@ TEST(Abort, DuringInferenceRecordsAnInterruptionAndGoesIdle) {
     ASSERT_TRUE(h.run_until([&] { return h.loop().current() == loop_state::inferring; }, false));
     auto r = h.send(worker::abort_command{"user pressed stop"});
     ASSERT_TRUE(r);
-    EXPECT_TRUE(r->aborted);
+    EXPECT_EQ(r->aborted.stopped, abort_stage::inference);
+    EXPECT_EQ(r->aborted.entry, entry_seq{2});
+    EXPECT_FALSE(r->aborted.duplicate);
     h.settle();
     EXPECT_THAT(h.transcript_texts(), ElementsAre("party:hi", "aborted:user pressed stop"));
+    EXPECT_EQ(std::get<interruption>(h.state().transcript[1].body).stopped,
+              abort_stage::inference);
     EXPECT_EQ(events_of<worker::stream_ended_event>(h).back().committed, false);
     // It continues with queued input: the next follow-up is answered. The aborted turn is not
     // redone, and nothing of its partial text is in the context. (The script answers by step,
@@ -292,7 +299,10 @@ TEST(Abort, DuringAToolClosesTheRemainingCallsAndRecordsAnInterruption) {
     h.follow_up("f1", "go");
     ASSERT_TRUE(
         h.run_until([&] { return h.loop().current() == loop_state::executing_tools; }, false));
-    ASSERT_TRUE(h.send(worker::abort_command{"stop"})->aborted);
+    auto r = h.send(worker::abort_command{"stop"});
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->aborted.stopped, abort_stage::tool);
+    EXPECT_EQ(r->aborted.entry, entry_seq{7});
     h.settle();
     EXPECT_THAT(
         h.transcript_texts(),
@@ -317,7 +327,7 @@ TEST(Abort, DuringALaterToolOfTheTurnStillStopsIt) {
                    h.clock().sleepers() >= 3;
         },
         false));
-    ASSERT_TRUE(h.send(worker::abort_command{"stop"})->aborted);
+    EXPECT_EQ(h.send(worker::abort_command{"stop"})->aborted.stopped, abort_stage::tool);
     h.settle();
     EXPECT_THAT(h.transcript_texts(),
                 ElementsAre("party:go", "assistant:+echo+sleep", "started:echo", "started:sleep",
@@ -325,13 +335,180 @@ TEST(Abort, DuringALaterToolOfTheTurnStillStopsIt) {
     EXPECT_FALSE(h.state().has_work);
 }
 
-TEST(Abort, WithNothingInFlightIsANoOp) {
-    loop_harness h(R"({"responses":[]})");
+TEST(Abort, WithNoTurnInProgressStopsNothingAndSaysSo) {
+    loop_harness h(R"({"responses":[{"text":"done"}]})");
     h.start();
     auto r = h.send(worker::abort_command{});
     ASSERT_TRUE(r);
-    EXPECT_FALSE(r->aborted);
+    EXPECT_EQ(r->aborted.stopped, abort_stage::none);
     EXPECT_TRUE(h.state().transcript.empty());
+    h.follow_up("f1", "hi");
+    h.settle();
+    EXPECT_EQ(h.send(worker::abort_command{})->aborted.stopped, abort_stage::none);
+    EXPECT_THAT(h.transcript_texts(), ElementsAre("party:hi", "assistant:done"));
+}
+
+TEST(Abort, DuringTheBackoffBeforeARetryStopsTheTurnWithoutRetrying) {
+    loop_harness h(R"({"responses":[{"text":"never","fail_first":[
+        {"kind":"transient","message":"503"},{"kind":"transient","message":"503"}]}]})");
+    h.start();
+    h.follow_up("f1", "hi");
+    // The first attempt failed: the loop sleeps out its backoff.
+    ASSERT_TRUE(h.run_until(
+        [&] { return h.provider().calls() == 1u && h.clock().sleepers() >= 1; }, false));
+    auto r = h.send(worker::abort_command{"enough"});
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->aborted.stopped, abort_stage::backoff);
+    h.settle();
+    EXPECT_THAT(h.transcript_texts(), ElementsAre("party:hi", "aborted:enough"));
+    EXPECT_EQ(h.provider().calls(), 1u) << "no retry after the abort";
+    EXPECT_FALSE(h.state().has_work);
+}
+
+// A compaction's summary is abandoned (nothing of it is written), and the turn it was part
+// of stops: its tool call is not run. The next response may compact again.
+TEST(Abort, DuringACompactionSummaryAbandonsItAndStopsTheTurn) {
+    const std::string pad(120, '.');
+    loop_harness h(R"({"responses":[
+        {"text":"r0 )" + pad + R"(","usage":{"input":950},
+         "tool_calls":[{"name":"echo","arguments":{"text":"x"}}]},
+        {"text":"r1"}],
+        "summary_delay_ms":60000})");
+    h.start();
+    ASSERT_TRUE(h.send(limits(1000, 100, 20)));
+    h.follow_up("f1", std::string(200, 'a'));
+    ASSERT_TRUE(
+        h.run_until([&] { return h.loop().current() == loop_state::compacting; }, false));
+    auto r = h.send(worker::abort_command{"too slow"});
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->aborted.stopped, abort_stage::compaction);
+    h.settle();
+    EXPECT_THAT(h.transcript_texts(),
+                ElementsAre(std::string("party:") + std::string(200, 'a'),
+                            "assistant:r0 " + pad + "+echo",
+                            "error:not run: the turn was aborted", "aborted:too slow"));
+    EXPECT_EQ(h.state().transcript[r->aborted.entry.value - 1].id, r->aborted.entry);
+    EXPECT_FALSE(h.state().has_work);
+    // The session goes on: the next turn is answered.
+    h.follow_up("f2", "next");
+    h.settle();
+    EXPECT_EQ(h.transcript_texts().back(), "assistant:r1");
+}
+
+// Between two steps (here: input taken and the inference not begun) nothing is armed; the
+// abort stops the turn before its next step runs.
+TEST(Abort, BetweenTwoStepsStopsTheTurnBeforeItsNextStep) {
+    loop_harness h(R"({"responses":[{"text":"never"}]})");
+    h.start();
+    auto replies = h.send_all({worker::enqueue_command{user_in(lane::follow_up, "f1", "hi")},
+                               worker::abort_command{"changed my mind"}});
+    ASSERT_TRUE(replies[0]);
+    ASSERT_TRUE(replies[1]);
+    EXPECT_EQ(replies[1]->aborted.stopped, abort_stage::step);
+    h.settle();
+    EXPECT_THAT(h.transcript_texts(), ElementsAre("party:hi", "aborted:changed my mind"));
+    EXPECT_EQ(h.provider().calls(), 0u);
+}
+
+// An abort that arrives while the loop commits (the response with its tool call, held in the
+// store) stops the turn after that commit: the call is not run.
+TEST(Abort, DuringACommitStopsTheTurnAfterIt) {
+    storage::memory_store inner;
+    storage::faulty_store store(inner);
+    asio::thread_pool pool(1);
+    auto opts = loop_harness::default_options();
+    opts.store_executor = pool.get_executor();
+    loop_harness h(R"({"responses":[
+        {"delay_ms":1000,"tool_calls":[{"name":"echo","arguments":{"text":"x"}}]},
+        {"text":"never"}]})",
+                   &store, 1, opts);
+    auto wait_for = [&h](const std::function<bool()>& done) {
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (std::chrono::steady_clock::now() < deadline) {
+            h.poll();
+            if (done()) {
+                return true;
+            }
+            std::this_thread::sleep_for(milliseconds(1));
+        }
+        return false;
+    };
+    auto spawn = [&h](worker::command c, std::optional<boost::system::result<command_reply>>* out) {
+        asio::co_spawn(h.io(), h.loop().send(std::move(c)),
+                       [out](std::exception_ptr, boost::system::result<command_reply> r) {
+                           *out = std::move(r);
+                       });
+    };
+    h.start();
+    std::optional<boost::system::result<command_reply>> queued, aborted;
+    spawn(worker::enqueue_command{user_in(lane::follow_up, "f1", "go")}, &queued);
+    ASSERT_TRUE(wait_for([&] { return queued.has_value() && h.clock().sleepers() >= 1; }));
+    store.hold_commits();
+    h.clock().advance(milliseconds(1000));  // the response comes; its commit is held
+    ASSERT_TRUE(wait_for([&] { return store.held_commits() == 1; }));
+    spawn(worker::abort_command{"stop"}, &aborted);
+    h.poll();
+    EXPECT_FALSE(aborted.has_value()) << "answered before the turn stopped";
+    store.release_commits();
+    ASSERT_TRUE(wait_for([&] { return aborted.has_value() && h.loop().quiescent(); }));
+    ASSERT_TRUE(*aborted);
+    EXPECT_EQ((*aborted)->aborted.stopped, abort_stage::step);
+    EXPECT_THAT(h.transcript_texts(),
+                ElementsAre("party:go", "assistant:+echo", "started:echo",
+                            "error:not run: the turn was aborted", "aborted:stop"));
+    pool.join();
+}
+
+// A retried abort (its reply was lost) must not stop the turn that came after the first one:
+// the same id gets the first answer, from this owner or from a new one (the transcript).
+TEST(Abort, ARetryWithTheSameIdGetsTheFirstAnswerAndStopsNothingMore) {
+    storage::memory_store store;
+    const char* script = R"({"responses":[
+        {"chunk_delay_ms":10000,"chunks":["o","ne"]},
+        {"chunk_delay_ms":10000,"chunks":["t","wo"]}]})";
+    worker::abort_outcome first;
+    {
+        loop_harness h(script, &store);
+        h.start();
+        h.follow_up("f1", "hi");
+        ASSERT_TRUE(
+            h.run_until([&] { return h.loop().current() == loop_state::inferring; }, false));
+        auto r = h.send(worker::abort_command{"stop", "stop-1"});
+        ASSERT_TRUE(r);
+        first = r->aborted;
+        EXPECT_EQ(first.stopped, abort_stage::inference);
+        EXPECT_EQ(std::get<interruption>(h.state().transcript[1].body).abort_id, "stop-1");
+        // The next turn streams; the retry answers the first outcome and stops nothing.
+        h.follow_up("f2", "again");
+        ASSERT_TRUE(
+            h.run_until([&] { return h.loop().current() == loop_state::inferring; }, false));
+        auto retry = h.send(worker::abort_command{"stop", "stop-1"});
+        ASSERT_TRUE(retry);
+        EXPECT_EQ(retry->aborted.stopped, first.stopped);
+        EXPECT_EQ(retry->aborted.entry, first.entry);
+        EXPECT_TRUE(retry->aborted.duplicate);
+        // An id that stopped nothing is remembered too.
+        h.settle();
+        EXPECT_EQ(h.transcript_texts().back(), "assistant:one");
+        EXPECT_EQ(h.send(worker::abort_command{"late", "stop-2"})->aborted.stopped,
+                  abort_stage::none);
+        h.follow_up("f3", "more");
+        ASSERT_TRUE(
+            h.run_until([&] { return h.loop().current() == loop_state::inferring; }, false));
+        auto again = h.send(worker::abort_command{"late", "stop-2"});
+        EXPECT_EQ(again->aborted.stopped, abort_stage::none);
+        EXPECT_TRUE(again->aborted.duplicate);
+        h.settle();
+        EXPECT_EQ(h.transcript_texts().back(), "assistant:two");
+    }
+    // A new owner finds the first id in the transcript.
+    loop_harness next(script, &store, 2);
+    next.start();
+    auto r = next.send(worker::abort_command{"stop", "stop-1"});
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->aborted.stopped, abort_stage::inference);
+    EXPECT_EQ(r->aborted.entry, first.entry);
+    EXPECT_TRUE(r->aborted.duplicate);
 }
 
 TEST(Retry, TransientErrorsAreRetriedWithCappedExponentialBackoff) {
@@ -684,7 +861,7 @@ TEST(Bounds, AnInferenceWaitsForItsSlotAndAnAbortEndsTheWait) {
     EXPECT_EQ(slots.waiting(), 1u);
     auto r = h.send(worker::abort_command{"stop waiting"});
     ASSERT_TRUE(r);
-    EXPECT_TRUE(r->aborted);
+    EXPECT_EQ(r->aborted.stopped, abort_stage::inference);
     h.settle();
     EXPECT_EQ(h.transcript_texts().back(), "aborted:stop waiting");
     EXPECT_EQ(slots.waiting(), 0u) << "it left the line";

@@ -166,7 +166,7 @@ TEST(Clock, TheLosingSidesOfARaceEndWithoutAnException) {
     }
     auto waited = cancelled([](asio::any_io_executor ex) -> asio::awaitable<void> {
         worker::abort_signal abort(ex);
-        abort.arm();
+        abort.arm(session::abort_stage::inference);
         co_await abort.wait();
     });
     EXPECT_TRUE(waited.returned);
@@ -178,15 +178,15 @@ TEST(Clock, AnAbortOrAnAnswerStillWinsItsRace) {
     run([](asio::any_io_executor ex) -> asio::awaitable<void> {
         worker::manual_clock clock(session::unix_ms{1000});
         worker::abort_signal abort(ex);
-        abort.arm();
+        abort.arm(session::abort_stage::inference);
         auto answered =
             co_await (answer_soon() || abort.wait() || clock.timeout(milliseconds(50)));
         EXPECT_EQ(answered.index(), 0u);
         EXPECT_EQ(std::get<0>(answered), 42);
         EXPECT_EQ(clock.sleepers(), 0u);
         worker::abort_signal stop(ex);
-        stop.arm();
-        EXPECT_TRUE(stop.fire("stop"));
+        stop.arm(session::abort_stage::inference);
+        EXPECT_TRUE(stop.fire("stop", "") != nullptr);
         auto aborted = co_await (clock.timeout(milliseconds(50)) || stop.wait());
         EXPECT_EQ(aborted.index(), 1u);
     });
