@@ -340,7 +340,7 @@ int main(int argc, char** argv) {
                     wuhu::session::queue_item_id::parse("t" + std::to_string(i)).value(),
                     wuhu::session::unix_ms{wuhu::ownership::system_now().value + 86'400'000},
                     wuhu::session::system_source::parse("scheduledCallback").value(), "later"};
-                if (!log->schedule_timer(st, t)) {
+                if (!log->schedule_timer(st, t, wuhu::ownership::system_now())) {
                     std::fprintf(stderr, "broker_bench: could not schedule a timer\n");
                     return 1;
                 }

@@ -5,6 +5,7 @@
 //   wuhuctl status <sid>                 wuhuctl configure <sid> key=value...
 //   wuhuctl abort <sid> [--reason R] [--id K]
 //   wuhuctl pause|resume|delete <sid>
+//   wuhuctl timers <sid>                       the callbacks scheduled and not yet fired
 //   wuhuctl watch <sid> [--until-idle]   the live transcript, streaming text as it arrives
 //   wuhuctl sessions [--state S] [--owner W] [--has-work] [--limit N] [--after ID]
 //                    [--of-tenant T]
@@ -24,6 +25,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <ctime>
 #include <deque>
 #include <iostream>
 #include <mutex>
@@ -71,8 +73,6 @@ int call(wuhu::client::client& c, const options& o, const std::string& sid, cons
         std::cout << json::serialize(*r) << "\n";
     } else if (const auto* id = r->if_contains("id")) {
         std::cout << "ok " << json::value_to<std::string>(*id) << "\n";
-    } else if (const auto* c = r->if_contains("canceled")) {
-        std::cout << (c->as_bool() ? "canceled\n" : "not canceled (already materialized)\n");
     } else if (const auto* stopped = r->if_contains("stopped"); stopped && stopped->is_string()) {
         // abort: what it stopped, and the interruption entry that records it
         const auto* entry = r->if_contains("entry");
@@ -100,6 +100,16 @@ int call(wuhu::client::client& c, const options& o, const std::string& sid, cons
 }
 
 // ---- watch
+
+// A time in ms since the epoch, as "2026-11-26 14:50:07 UTC".
+std::string utc(std::int64_t ms) {
+    const std::time_t t = static_cast<std::time_t>(ms / 1000);
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", &tm);
+    return buf;
+}
 
 std::string str(const json::value& v, const char* key) {
     const auto* x = v.as_object().if_contains(key);
@@ -358,13 +368,16 @@ int main(int argc, char** argv) {
     sys->add_option("--id", id, "idempotency key");
     auto* cancel = app.add_subcommand("cancel", "cancel a queued item");
     with_sid(cancel);
-    cancel->add_option("lane", lane, "steer or followUp")->required();
+    cancel->add_option("lane", lane, "steer, followUp, or system (a scheduled callback)")
+        ->required();
     cancel->add_option("id", id, "the item id")->required();
     auto* configure = app.add_subcommand("configure", "change settings: key=value ...");
     with_sid(configure);
     configure->add_option("settings", settings, "model=..., system_prompt=..., context_limit=...");
     auto* status = app.add_subcommand("status", "the session's status and version");
     with_sid(status);
+    auto* timers = app.add_subcommand("timers", "the callbacks scheduled and not yet fired");
+    with_sid(timers);
     std::vector<CLI::App*> simple;
     auto* abort = app.add_subcommand("abort", "stop the turn in progress");
     with_sid(abort);
@@ -432,7 +445,20 @@ int main(int argc, char** argv) {
             return call(c, o, sid, "system", body);
         }
         if (name == "cancel") {
-            return call(c, o, sid, "cancel", json::object{{"lane", lane}, {"id", id}});
+            auto r = c.call(sid, "cancel", json::object{{"lane", lane}, {"id", id}});
+            if (!r) {
+                return report(r.error(), o);
+            }
+            const auto* done = r->if_contains("canceled");
+            if (o.as_json) {
+                std::cout << json::serialize(*r) << "\n";
+            } else if (done != nullptr && done->is_bool() && done->as_bool()) {
+                std::cout << "canceled\n";
+            } else {
+                std::cout << (lane == "system" ? "not canceled (it already fired)\n"
+                                               : "not canceled (already materialized)\n");
+            }
+            return 0;
         }
         if (name == "configure") {
             for (const auto& kv : settings) {
@@ -466,6 +492,33 @@ int main(int argc, char** argv) {
                       << v->at("status").at("has_work") << ", paused "
                       << v->at("status").at("paused") << ", version "
                       << json::serialize(v->at("patch").at("to")) << "\n";
+            return 0;
+        }
+        if (name == "timers") {
+            // From scratch, the system lane's facts hold the pending timers' `scheduled` facts
+            // (those that fired or were canceled coalesce away).
+            auto v = c.subscribe(sid);
+            if (!v) {
+                return report(v.error(), o);
+            }
+            json::array pending;
+            for (const auto& f : v->at("patch").at("journal").at("system").as_array()) {
+                if (f.at("fact") == "scheduled") {
+                    pending.push_back(f.at("timer"));
+                }
+            }
+            if (o.as_json) {
+                std::cout << json::serialize(json::object{{"ok", true}, {"timers", pending}})
+                          << "\n";
+                return 0;
+            }
+            if (pending.empty()) {
+                std::cout << "no callbacks scheduled\n";
+            }
+            for (const auto& t : pending) {
+                std::cout << str(t, "id") << "  due " << utc(t.at("due").to_number<std::int64_t>())
+                          << "  " << str(t, "source") << ": " << str(t, "content") << "\n";
+            }
             return 0;
         }
         if (name == "sessions") {

@@ -72,9 +72,6 @@ decoded<cancel_request> decode_cancel(const json::value& body) {
     if (!in) {
         return fail(errc::invalid_lane, "lane");
     }
-    if (*in == lane::system) {
-        return fail(errc::not_cancelable, "lane");  // needs no state: refused at the edge
-    }
     WUHU_TRY(id, opt_item_id(r));
     if (!id) {
         return fail(errc::missing_field, "id");

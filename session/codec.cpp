@@ -81,6 +81,14 @@ json::value to_json(const journal_entry& j) {
                        o["id"] = f.id.str();
                        o["entry"] = f.entry.value;
                    },
+                   [&](const scheduled_fact& f) {
+                       o["fact"] = "scheduled";
+                       o["timer"] = to_json(f.t);
+                   },
+                   [&](const unscheduled_fact& f) {
+                       o["fact"] = f.fired ? "fired" : "unscheduled";
+                       o["id"] = f.id.str();
+                   },
                },
                j.fact);
     return o;

@@ -102,6 +102,13 @@ decoded<journal_entry> journal_at(const json::value& v, const std::string& path)
         WUHU_TRY(id, id_field<queue_item_id>(r, "id"));
         WUHU_TRY(e, r.u64("entry"));
         f = materialized_fact{std::move(id), entry_seq{e}};
+    } else if (fact == "scheduled") {
+        WUHU_TRY(t, r.val("timer"));
+        WUHU_TRY(x, timer_from_json(*t));
+        f = scheduled_fact{std::move(x)};
+    } else if (fact == "unscheduled" || fact == "fired") {
+        WUHU_TRY(id, id_field<queue_item_id>(r, "id"));
+        f = unscheduled_fact{std::move(id), fact == "fired"};
     } else {
         return fail(errc::invalid_entry, r.path("fact"));
     }

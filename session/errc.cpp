@@ -23,7 +23,7 @@ constexpr std::array<error_text, errc_count> texts{{
     {"content_too_large", "content is larger than the configured limit"},
     {"invalid_settings", "settings are out of range"},
     {"invalid_version", "version vector must hold non-negative integers"},
-    {"not_cancelable", "items of the system lane cannot be canceled"},
+    {"not_cancelable", "items of the system lane cannot be canceled (a scheduled callback can, before it fires)"},
     {"item_not_found", "no queue item with this id in this lane"},
     {"unknown_tool_call", "no tool call with this id in the transcript"},
     {"tool_call_not_started", "the tool call has not been marked as started"},

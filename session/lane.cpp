@@ -26,8 +26,11 @@ result<lane> parse_lane(std::string_view s) {
 const queue_item_id& journal_entry::item_id() const {
     return std::visit(
         [](const auto& f) -> const queue_item_id& {
-            if constexpr (std::is_same_v<std::decay_t<decltype(f)>, enqueued_fact>) {
+            using fact_t = std::decay_t<decltype(f)>;
+            if constexpr (std::is_same_v<fact_t, enqueued_fact>) {
                 return f.item.id;
+            } else if constexpr (std::is_same_v<fact_t, scheduled_fact>) {
+                return f.t.id;
             } else {
                 return f.id;
             }

@@ -1,6 +1,7 @@
 // Input lanes, queue items and the journal of their lifecycle.
 //
-// Each lane keeps an append-only journal of durable facts (enqueued, canceled, materialized);
+// Each lane keeps an append-only journal of durable facts (enqueued, canceled, materialized;
+// and in the system lane, the timers scheduled and unscheduled);
 // its cursor is the number of facts recorded, and is that lane's component of the version
 // vector. Pending items are those enqueued and neither canceled nor materialized, FIFO.
 #pragma once
@@ -63,10 +64,33 @@ struct materialized_fact {
     bool operator==(const materialized_fact&) const = default;
 };
 
+// A durable timer (schedule_callback): when due, it becomes a system-lane item whose id is the
+// timer id, exactly once.
+struct timer {
+    queue_item_id id;
+    unix_ms due;
+    system_source source;
+    std::string content;
+    bool operator==(const timer&) const = default;
+};
+
+// System lane only: a callback scheduled for later (a timer), and its end: it fired (its item
+// was enqueued, by the fact just before) or it was canceled first (its id is then spent).
+struct scheduled_fact {
+    timer t;
+    bool operator==(const scheduled_fact&) const = default;
+};
+struct unscheduled_fact {
+    queue_item_id id;
+    bool fired = false;
+    bool operator==(const unscheduled_fact&) const = default;
+};
+
 struct journal_entry {
     journal_seq seq;
     unix_ms at;
-    std::variant<enqueued_fact, canceled_fact, materialized_fact> fact;
+    std::variant<enqueued_fact, canceled_fact, materialized_fact, scheduled_fact, unscheduled_fact>
+        fact;
     bool operator==(const journal_entry&) const = default;
 
     const queue_item_id& item_id() const;

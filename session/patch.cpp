@@ -22,18 +22,32 @@ bool patch::empty() const {
 
 void coalesce(patch& p) {
     for (auto& facts : p.journal) {
-        std::set<std::string> enqueued;
-        std::set<std::string> done;
+        std::set<std::string> enqueued;     // items enqueued
+        std::set<std::string> done;         // items canceled or materialized
+        std::set<std::string> scheduled;    // timers scheduled
+        std::set<std::string> unscheduled;  // timers that fired or were canceled
         for (const auto& j : facts) {
-            if (std::holds_alternative<enqueued_fact>(j.fact)) {
-                enqueued.insert(j.item_id().str());
-            } else {
-                done.insert(j.item_id().str());
-            }
+            const auto& id = j.item_id().str();
+            std::visit(overloaded{
+                           [&](const enqueued_fact&) { enqueued.insert(id); },
+                           [&](const scheduled_fact&) { scheduled.insert(id); },
+                           [&](const unscheduled_fact&) { unscheduled.insert(id); },
+                           [&](const auto&) { done.insert(id); },
+                       },
+                       j.fact);
         }
+        // An item enqueued and done within the window, and a timer scheduled and ended within
+        // it, leave nothing a client needs.
         std::erase_if(facts, [&](const journal_entry& j) {
             const auto& id = j.item_id().str();
-            return enqueued.contains(id) && done.contains(id);
+            return std::visit(overloaded{
+                                  [&](const scheduled_fact&) { return unscheduled.contains(id); },
+                                  [&](const unscheduled_fact&) { return scheduled.contains(id); },
+                                  [&](const auto&) {
+                                      return enqueued.contains(id) && done.contains(id);
+                                  },
+                              },
+                              j.fact);
         });
     }
 }

@@ -65,6 +65,21 @@ void record(session_state& s, lane l, const journal_entry& j) {
                        rec.status = item_status::materialized;
                        rec.entry = f.entry;
                    },
+                   // The timers themselves are the timer actions' (timer_scheduled, _cleared):
+                   // these facts make them visible and advance the system lane's version.
+                   [&](const scheduled_fact&) {
+                       WUHU_ASSERT(l == lane::system, "timers are of the system lane");
+                   },
+                   [&](const unscheduled_fact& f) {
+                       WUHU_ASSERT(l == lane::system, "timers are of the system lane");
+                       if (!f.fired) {
+                           // Its id is spent, as a canceled item's: never scheduled or
+                           // enqueued again (a client never sees it come back).
+                           auto [it, fresh] = s.items.emplace(
+                               f.id.str(), item_record{l, item_status::canceled, {}});
+                           WUHU_ASSERT(fresh, "a canceled timer never was an item");
+                       }
+                   },
                },
                j.fact);
 }

@@ -99,7 +99,7 @@ errc lane_room(const session_state& s, const enqueue_input& in, const lane_limit
 result<cancel_outcome> plan_cancel(const session_state& s, lane l, const queue_item_id& id,
                                    unix_ms at) {
     if (l == lane::system) {
-        return errc::not_cancelable;
+        return plan_cancel_timer(s, id, at);
     }
     const item_record* rec = s.find_item(id.str());
     if (rec == nullptr || rec->in != l) {
@@ -229,11 +229,37 @@ action_list plan_set_paused(const session_state& s, bool paused) {
     return {paused_set{paused}};
 }
 
-action_list plan_schedule_timer(const session_state& s, timer t) {
+action_list plan_schedule_timer(const session_state& s, timer t, unix_ms at) {
     if (s.timers.contains(t.id.str()) || s.find_item(t.id.str()) != nullptr) {
         return {};
     }
-    return {timer_scheduled{std::move(t)}};
+    journal_entry j{journal_seq{s.in(lane::system).journal.size() + 1}, at, scheduled_fact{t}};
+    return {timer_scheduled{std::move(t)}, journal_recorded{lane::system, std::move(j)}};
+}
+
+result<cancel_outcome> plan_cancel_timer(const session_state& s, const queue_item_id& id,
+                                         unix_ms at) {
+    if (!s.timers.contains(id.str())) {
+        const item_record* rec = s.find_item(id.str());
+        if (rec == nullptr || rec->in != lane::system) {
+            return errc::item_not_found;
+        }
+        if (rec->status == item_status::canceled) {
+            return cancel_outcome{{}, true};  // canceled before: again
+        }
+        // Fired already: nothing to cancel, as for a materialized item. An item enqueued into
+        // the system lane (not by a timer) cannot be canceled.
+        const auto& journal = s.in(lane::system).journal;
+        for (auto it = journal.rbegin(); it != journal.rend(); ++it) {
+            if (const auto* f = std::get_if<unscheduled_fact>(&it->fact); f && f->id == id) {
+                return cancel_outcome{{}, false};
+            }
+        }
+        return errc::not_cancelable;
+    }
+    journal_entry j{journal_seq{s.in(lane::system).journal.size() + 1}, at,
+                    unscheduled_fact{id, false}};
+    return cancel_outcome{{timer_cleared{id}, journal_recorded{lane::system, std::move(j)}}, true};
 }
 
 action_list plan_fire_timer(const session_state& s, const queue_item_id& id, unix_ms at) {
@@ -245,6 +271,16 @@ action_list plan_fire_timer(const session_state& s, const queue_item_id& id, uni
     auto out =
         plan_enqueue(s, enqueue_input{lane::system, t.id, system_input{t.source, t.content}}, at);
     action_list actions = out ? std::move(out->actions) : action_list{};
+    // The timer's end, after its item's enqueue (a client that saw it scheduled sees it end
+    // even when its item is enqueued and materialized within one patch).
+    std::uint64_t seq = s.in(lane::system).journal.size() + 1;
+    for (const auto& a : actions) {
+        if (std::holds_alternative<journal_recorded>(a)) {
+            ++seq;
+        }
+    }
+    actions.push_back(journal_recorded{
+        lane::system, journal_entry{journal_seq{seq}, at, unscheduled_fact{id, true}}});
     actions.push_back(timer_cleared{id});
     return actions;
 }

@@ -49,9 +49,10 @@ struct cancel_outcome {
     bool canceled = false;  // false when the item was materialized first
 };
 
-// Cancel a pending item. The system lane is not cancelable (not_cancelable); an id that is not
-// in that lane is item_not_found; a canceled item reports canceled again and changes nothing;
-// a materialized item reports canceled = false and changes nothing.
+// Cancel a pending item. In the system lane, only a scheduled callback (a timer) can be
+// canceled, before it fires (plan_cancel_timer); its items are not cancelable (not_cancelable).
+// An id that is not in that lane is item_not_found; a canceled item reports canceled again and
+// changes nothing; a materialized item reports canceled = false and changes nothing.
 result<cancel_outcome> plan_cancel(const session_state& s, lane l, const queue_item_id& id,
                                    unix_ms at);
 
@@ -101,12 +102,22 @@ action_list plan_mark_idle(const session_state& s);
 
 action_list plan_set_paused(const session_state& s, bool paused);
 
-// Schedules a durable timer. An id that is already a timer or a queue item records nothing
-// (so a re-run of the scheduling tool after a crash does not schedule twice).
-action_list plan_schedule_timer(const session_state& s, timer t);
+// Schedules a durable timer, recorded in the system lane's journal too (a scheduled fact, at
+// `at`): it advances the version, and subscribers see it. An id that is already a timer or a
+// queue item records nothing (so a re-run of the scheduling tool after a crash does not
+// schedule twice).
+action_list plan_schedule_timer(const session_state& s, timer t, unix_ms at);
 
-// Fires a pending timer: its item enters the system lane (enqueued at `at`) and the timer is
-// cleared, in one operation. A timer that is not pending records nothing.
+// Cancels a pending timer (an unscheduled fact in the system lane): it never fires, and its id
+// is spent. One that fired already reports canceled false, one canceled before true, and both
+// change nothing; a system item that no timer enqueued is not_cancelable; an unknown id is
+// item_not_found.
+result<cancel_outcome> plan_cancel_timer(const session_state& s, const queue_item_id& id,
+                                         unix_ms at);
+
+// Fires a pending timer: its item enters the system lane (enqueued at `at`), then a fired
+// fact ends the timer, and the timer is cleared, in one operation. A timer that is not pending
+// records nothing.
 action_list plan_fire_timer(const session_state& s, const queue_item_id& id, unix_ms at);
 
 // The earliest pending timer, or nullptr.

@@ -9,7 +9,8 @@
 //   lanes[l].pending == the journal positions of the items enqueued in lane l and neither
 //                       canceled nor materialized, FIFO (each item's content is held once:
 //                       by its enqueued fact)
-//   items / tool_calls are indexes derived from the transcript and the journals
+//   items / tool_calls are indexes derived from the transcript and the journals (a timer
+//                       unscheduled before it fired is a canceled item: its id is spent)
 #pragma once
 
 #include "session/entry.hpp"
@@ -62,16 +63,6 @@ struct version_vector {
     std::uint64_t of(lane l) const;
     // True when every component of *this is <= the one of `o`.
     bool le(const version_vector& o) const;
-};
-
-// A durable timer (schedule_callback): when due, it becomes a system-lane item whose id is the
-// timer id, exactly once.
-struct timer {
-    queue_item_id id;
-    unix_ms due;
-    system_source source;
-    std::string content;
-    bool operator==(const timer&) const = default;
 };
 
 struct session_state {

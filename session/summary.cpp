@@ -39,8 +39,12 @@ session_summary summarize(const session_state& before, const action_list& action
                        [&](const entry_appended& x) { last_entry = x.e.at; },
                        [&](const journal_recorded& x) {
                            last_fact[index_of(x.in)] = x.j.at;
-                           depth[index_of(x.in)] +=
-                               std::holds_alternative<enqueued_fact>(x.j.fact) ? 1 : -1;
+                           if (std::holds_alternative<enqueued_fact>(x.j.fact)) {
+                               ++depth[index_of(x.in)];
+                           } else if (std::holds_alternative<canceled_fact>(x.j.fact) ||
+                                      std::holds_alternative<materialized_fact>(x.j.fact)) {
+                               --depth[index_of(x.in)];
+                           }
                        },
                        [&](const has_work_set& x) { out.has_work = x.value; },
                        [&](const paused_set& x) { out.paused = x.value; },

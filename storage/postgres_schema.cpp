@@ -31,7 +31,8 @@ const char* const migrations[] = {
     // runs before the ids change collation, while the other tables' indexes still serve it.
     // Session ids then sort by byte ("C"), as everywhere else in the fleet, whatever the
     // database's locale. (The backfill reads rows of one value each, as every database before
-    // migration 5 holds.)
+    // migration 5 holds. Only enqueued, canceled and materialized facts existed before this
+    // migration; the timer facts that came later leave a lane's depth alone.)
     R"(ALTER TABLE sessions
            ADD COLUMN lane_system integer NOT NULL DEFAULT 0,
            ADD COLUMN lane_steer integer NOT NULL DEFAULT 0,
@@ -41,13 +42,13 @@ const char* const migrations[] = {
            ADD COLUMN last_activity bigint NOT NULL DEFAULT 0;
        UPDATE sessions s SET
            lane_system = (SELECT count(*) FILTER (WHERE j.body->>'fact' = 'enqueued')
-                                 - count(*) FILTER (WHERE j.body->>'fact' <> 'enqueued')
+                                 - count(*) FILTER (WHERE j.body->>'fact' IN ('canceled', 'materialized'))
                           FROM journal j WHERE j.session_id = s.session_id AND j.lane = 0),
            lane_steer = (SELECT count(*) FILTER (WHERE j.body->>'fact' = 'enqueued')
-                                - count(*) FILTER (WHERE j.body->>'fact' <> 'enqueued')
+                                - count(*) FILTER (WHERE j.body->>'fact' IN ('canceled', 'materialized'))
                          FROM journal j WHERE j.session_id = s.session_id AND j.lane = 1),
            lane_follow_up = (SELECT count(*) FILTER (WHERE j.body->>'fact' = 'enqueued')
-                                    - count(*) FILTER (WHERE j.body->>'fact' <> 'enqueued')
+                                    - count(*) FILTER (WHERE j.body->>'fact' IN ('canceled', 'materialized'))
                              FROM journal j WHERE j.session_id = s.session_id AND j.lane = 2),
            timers = (SELECT count(*) FROM timers t WHERE t.session_id = s.session_id),
            next_timer = (SELECT min((t.body->>'due')::bigint) FROM timers t

@@ -47,8 +47,14 @@ void state_builder::fact(s::lane l, const json::value& v) {
     // The reducer asserts these; stored data is checked instead.
     const s::item_record* rec = state_.find_item(j->item_id().str());
     const bool enqueue = std::holds_alternative<s::enqueued_fact>(j->fact);
-    if (enqueue ? (rec != nullptr || std::get<s::enqueued_fact>(j->fact).item.in != l)
-                : (rec == nullptr || rec->status != s::item_status::pending || rec->in != l)) {
+    const auto* ended = std::get_if<s::unscheduled_fact>(&j->fact);
+    const bool timer = ended != nullptr || std::holds_alternative<s::scheduled_fact>(j->fact);
+    // A timer's facts: scheduled, and canceled, with no item of its id; fired, after its item.
+    const bool has_item = ended != nullptr && ended->fired;
+    if (timer ? ((rec != nullptr) != has_item || l != s::lane::system)
+        : enqueue
+            ? (rec != nullptr || std::get<s::enqueued_fact>(j->fact).item.in != l)
+            : (rec == nullptr || rec->status != s::item_status::pending || rec->in != l)) {
         return corrupt("journal fact " + std::to_string(j->seq.value) + " of an unknown item");
     }
     s::apply_actions(s::action{s::journal_recorded{l, std::move(*j)}}, state_);

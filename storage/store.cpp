@@ -139,9 +139,11 @@ result<action_list> session_log::set_paused(const session_state& before, bool pa
     return commit(before, s::plan_set_paused(before, paused));
 }
 
-result<action_list> session_log::schedule_timer(const session_state& before, s::timer t) {
-    return commit(before, s::plan_schedule_timer(before, std::move(t)));
+result<action_list> session_log::schedule_timer(const session_state& before, s::timer t,
+                                                unix_ms at) {
+    return commit(before, s::plan_schedule_timer(before, std::move(t), at));
 }
+
 
 result<action_list> session_log::fire_timer(const session_state& before, const s::queue_item_id& id,
                                             unix_ms at) {

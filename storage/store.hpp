@@ -126,7 +126,8 @@ class session_log {
     result<action_list> set_settings(const session_state& before, session::settings s);
     result<action_list> mark_idle(const session_state& before);
     result<action_list> set_paused(const session_state& before, bool paused);
-    result<action_list> schedule_timer(const session_state& before, session::timer t);
+    result<action_list> schedule_timer(const session_state& before, session::timer t,
+                                       unix_ms at);
     result<action_list> fire_timer(const session_state& before, const session::queue_item_id& id,
                                    unix_ms at);
 

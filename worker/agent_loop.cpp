@@ -134,8 +134,9 @@ void agent_loop::apply_committed(const s::action_list& actions) {
     const s::version_vector from = state_.version();
     s::apply_actions(actions, state_);
     for (const auto& a : actions) {
-        if (std::holds_alternative<s::timer_scheduled>(a)) {
-            timers_changed_.notify();
+        if (std::holds_alternative<s::timer_scheduled>(a) ||
+            std::holds_alternative<s::timer_cleared>(a)) {
+            timers_changed_.notify();  // an earlier one, or the one it waits for is gone
         } else if (const auto* e = std::get_if<s::entry_appended>(&a);
                    e != nullptr && std::holds_alternative<s::assistant_message>(e->e.body)) {
             ++step_;

@@ -25,7 +25,7 @@ storage::result<s::action_list> write(storage::session_log& log, const s::sessio
                 return log.tool_steps(before, std::move(x.steps), x.drain, now);
             },
             [&](s::compaction& c) -> out { return log.append_compaction(before, std::move(c), now); },
-            [&](s::timer& x) -> out { return log.schedule_timer(before, std::move(x)); },
+            [&](s::timer& x) -> out { return log.schedule_timer(before, std::move(x), now); },
             [&](fire_timer& x) -> out { return log.fire_timer(before, x.id, now); },
         },
         t);

@@ -412,6 +412,81 @@ TEST(Fleet, ADurableTimerSurvivesItsOwnerDyingAndFiresOnceWithNobodyAsking) {
     EXPECT_EQ(b.stop(), 0);
 }
 
+// Issue 31, defect 5: a scheduled callback changed no version and appeared in no patch, and it
+// could not be listed or canceled. Now its facts are published with the system lane's, and
+// `wuhuctl timers` lists it and `wuhuctl cancel <sid> system <id>` cancels it before it fires.
+TEST(Fleet, ScheduledCallbacksArePublishedListedAndCanceledWithWuhuctl) {
+    temp_dir shared;
+    const std::string script = R"({"responses":[
+        {"tool_calls":[{"id":"cb1","name":"schedule_callback",
+                        "arguments":{"delay_ms":2000,"content":"ping"}},
+                       {"id":"cb2","name":"schedule_callback",
+                        "arguments":{"delay_ms":600000,"content":"much later"}}]},
+        {"text":"scheduled"},
+        {"text":"got the ping"}]})";
+    worker_process a("listtimers", script, fleet_member(sharing(shared.path()), "A", "wuhu_timers", 1000));
+    a.start();
+    nats::connection nc(nats_url(), "timers-client");
+    ASSERT_EQ(answer_when_up(nc, a.direct("warmup", "subscribe")).at("ok"), true);
+    std::mutex mu;
+    std::vector<std::string> facts;  // "fact:id" of the system lane, as published
+    nc.subscribe(a.prefix() + ".events.t.patch", [&](nats::message m) {
+        auto v = json::parse(m.data);
+        std::lock_guard lock(mu);
+        for (const auto& f : v.at("journal").at("system").as_array()) {
+            const auto& o = f.as_object();
+            const auto* t = o.if_contains("timer");
+            facts.push_back(json::value_to<std::string>(o.at("fact")) + ":" +
+                            json::value_to<std::string>(t ? t->at("id") : o.contains("id")
+                                                                              ? o.at("id")
+                                                                              : o.at("item").at("id")));
+        }
+    });
+    nc.flush();
+    ASSERT_EQ(answer_when_up(nc, a.direct("t", "enqueue"), enqueue_body("remind")).at("ok"), true);
+    ASSERT_TRUE(wait_idle(nc, a.direct("t", "subscribe")));
+    auto ctl = [&](const std::vector<std::string>& args, const std::string& name) {
+        const auto out = (shared.path() / (name + ".out")).string();
+        std::vector<std::string> all{"--nats", nats_url(), "--prefix", a.prefix()};
+        all.insert(all.end(), args.begin(), args.end());
+        const pid_t pid = spawn(WUHUCTL_BIN, all, spawn_options{out + ".err", std::nullopt, out});
+        EXPECT_EQ(wait_exit(pid, 30s), 0) << name;
+        std::ifstream f(out);
+        return std::string(std::istreambuf_iterator<char>(f), {});
+    };
+    const auto listed = json::parse(ctl({"--json", "timers", "t"}, "listed"));
+    ASSERT_EQ(listed.at("timers").as_array().size(), 2u) << listed;
+    EXPECT_EQ(listed.at("timers").at(0).at("id"), "timer-cb1");
+    EXPECT_EQ(listed.at("timers").at(1).at("content"), "much later");
+    const auto text = ctl({"timers", "t"}, "listed-text");
+    EXPECT_NE(text.find("timer-cb2  due "), std::string::npos) << text;
+    EXPECT_NE(text.find("scheduledCallback: much later"), std::string::npos) << text;
+    EXPECT_EQ(ctl({"cancel", "t", "system", "timer-cb2"}, "cancel"), "canceled\n");
+    // cb1 fires; cb2 never does.
+    const auto until = std::chrono::steady_clock::now() + 20s;
+    json::value now;
+    while (std::chrono::steady_clock::now() < until) {
+        now = answer_when_up(nc, a.direct("t", "subscribe"));
+        if (now.at("patch").at("transcript").as_array().back().at("type") == "assistant_message" &&
+            now.at("patch").at("transcript").as_array().back().at("text") == "got the ping") {
+            break;
+        }
+        std::this_thread::sleep_for(100ms);
+    }
+    const auto& entries = now.at("patch").at("transcript").as_array();
+    ASSERT_EQ(entries.back().at("text"), "got the ping") << now;
+    EXPECT_EQ(ctl({"--json", "timers", "t"}, "none"), "{\"ok\":true,\"timers\":[]}\n");
+    EXPECT_EQ(ctl({"timers", "t"}, "none-text"), "no callbacks scheduled\n");
+    EXPECT_EQ(ctl({"cancel", "t", "system", "timer-cb1"}, "fired"),
+              "not canceled (it already fired)\n");
+    std::this_thread::sleep_for(300ms);  // the last patch is delivered
+    std::lock_guard lock(mu);
+    EXPECT_EQ(facts, (std::vector<std::string>{"scheduled:timer-cb1", "scheduled:timer-cb2",
+                                               "unscheduled:timer-cb2", "enqueued:timer-cb1",
+                                               "fired:timer-cb1", "materialized:timer-cb1"}));
+    EXPECT_EQ(a.stop(), 0);
+}
+
 // Issue 13: sessions orphaned by a crash are taken up at a bounded rate, not in one stampede:
 // each sweep round claims at most --sweep-batch of them, and every one completes.
 TEST(Fleet, OrphansOfACrashAreRecoveredAtMostABatchPerSweepRound) {

@@ -207,7 +207,7 @@ TEST_F(worker_fixture, BadInputGetsItsErrorCodeAndChangesNothing) {
         {prefix_ + ".session.clean.enqueue", R"({"lane":"steer","content":5})", "invalid_type"},
         {prefix_ + ".session.clean.enqueue", R"({"lane":"sideways","content":"x"})",
          "invalid_lane"},
-        {prefix_ + ".session.clean.cancel", R"({"lane":"system","id":"x"})", "not_cancelable"},
+        {prefix_ + ".session.clean.cancel", R"({"lane":"system"})", "missing_field"},
         {prefix_ + ".session.clean.enqueue", R"({"lane":"steer","content":")" + big + "\"}",
          "content_too_large"},
         {prefix_ + ".session.clean.enqueue", "{\"lane\":\"steer\",\"content\":\"\xFF\"}",
@@ -1052,7 +1052,7 @@ TEST_F(worker_fixture, TheClientLibraryEnqueuesAndWatchesWithoutGaps) {
     EXPECT_EQ(*aborted, (json::object{{"ok", true}, {"stopped", "nothing"}}));
     auto bad = c.cancel("lib", "system", "x");
     ASSERT_FALSE(bad);
-    EXPECT_EQ(bad.error().code, "not_cancelable");
+    EXPECT_EQ(bad.error().code, "item_not_found") << "no scheduled callback x";
     const auto lib = session::session_id::parse("lib").value();
     ASSERT_TRUE(node_->leases().owner_of(lib).value().has_value());
     EXPECT_TRUE(c.remove("lib"));

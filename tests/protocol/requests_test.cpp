@@ -94,9 +94,9 @@ TEST(CancelRequest, NeedsALaneAndAnId) {
     EXPECT_EQ(ok.in, lane::follow_up);
     EXPECT_EQ(error_of(R"({"lane":"followUp"})", decode_cancel).code, errc::missing_field);
     EXPECT_EQ(error_of(R"({"lane":"x","id":"a"})", decode_cancel).code, errc::invalid_lane);
-    // The system lane is refused at the edge (the rule needs no state), whether the session
-    // exists or not; plan_cancel applies the same rule.
-    EXPECT_EQ(error_of(R"({"lane":"system","id":"a"})", decode_cancel).code, errc::not_cancelable);
+    // The system lane: a scheduled callback can be canceled (its items cannot: the rule).
+    EXPECT_EQ(decode_cancel(json::parse(R"({"lane":"system","id":"timer-a"})")).value().in,
+              lane::system);
 }
 
 TEST(SystemRequest, TakesASourceAndContent) {

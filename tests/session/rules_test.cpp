@@ -1,5 +1,7 @@
 // The spec rules of lanes, cancelation, checkpoints, tool calls and has_work, each a test.
 #include "session/rules.hpp"
+#include "session/codec.hpp"
+#include "session/patch.hpp"
 #include "session/reducer.hpp"
 #include "tests/support/builders.hpp"
 
@@ -84,7 +86,7 @@ TEST(Enqueue, SystemLaneTakesSourcesAndUserLanesTakeAuthors) {
               make_error_code(errc::invalid_author));
 }
 
-TEST(Cancel, SystemLaneIsNotCancelable) {
+TEST(Cancel, SystemLaneItemsAreNotCancelable) {
     session_state s = enqueued({}, system_in("s1", "callback"), 1);
     EXPECT_EQ(plan_cancel(s, lane::system, item("s1"), unix_ms{2}).error(),
               make_error_code(errc::not_cancelable));
@@ -319,10 +321,10 @@ timer make_timer(const std::string& id, std::int64_t due) {
 
 TEST(DurableTimers, FireIntoTheSystemLaneExactlyOnce) {
     session_state s;
-    apply_actions(plan_schedule_timer(s, make_timer("t1", 500)), s);
-    apply_actions(plan_schedule_timer(s, make_timer("t0", 100)), s);
+    apply_actions(plan_schedule_timer(s, make_timer("t1", 500), unix_ms{1}), s);
+    apply_actions(plan_schedule_timer(s, make_timer("t0", 100), unix_ms{1}), s);
     EXPECT_EQ(next_timer(s)->id.str(), "t0");
-    EXPECT_TRUE(plan_schedule_timer(s, make_timer("t1", 900)).empty());  // same id: nothing
+    EXPECT_TRUE(plan_schedule_timer(s, make_timer("t1", 900), unix_ms{1}).empty());  // same id: nothing
     auto fired = plan_fire_timer(s, item("t1"), unix_ms{510});
     apply_actions(fired, s);
     EXPECT_FALSE(s.timers.contains("t1"));
@@ -334,7 +336,50 @@ TEST(DurableTimers, FireIntoTheSystemLaneExactlyOnce) {
     EXPECT_TRUE(s.has_work);
     // Firing again, or re-scheduling the fired id, records nothing.
     EXPECT_TRUE(plan_fire_timer(s, item("t1"), unix_ms{600}).empty());
-    EXPECT_TRUE(plan_schedule_timer(s, make_timer("t1", 900)).empty());
+    EXPECT_TRUE(plan_schedule_timer(s, make_timer("t1", 900), unix_ms{1}).empty());
+}
+
+// Issue 31, defect 5: timer_scheduled and timer_cleared advanced no version and appeared in no
+// patch; a scheduled callback could not be listed or canceled. Each is now a fact of the
+// system lane: scheduled, then fired (after its item's enqueue) or unscheduled (canceled).
+TEST(DurableTimers, AreFactsOfTheSystemLaneThatAdvanceItsVersion) {
+    session_state s;
+    const auto v0 = s.version();
+    auto scheduled = plan_schedule_timer(s, make_timer("t1", 500), unix_ms{10});
+    apply_actions(scheduled, s);
+    EXPECT_EQ(s.version().system, v0.system + 1);
+    const auto p = patch_of(v0, scheduled, s, loop_state::idle);
+    ASSERT_EQ(p.journal[index_of(lane::system)].size(), 1u);
+    EXPECT_EQ(std::get<scheduled_fact>(p.journal[index_of(lane::system)][0].fact).t,
+              make_timer("t1", 500));
+    // Listed: the subscribe patch from scratch holds the pending timers' scheduled facts.
+    apply_actions(plan_schedule_timer(s, make_timer("t2", 700), unix_ms{11}), s);
+    auto fired = plan_fire_timer(s, item("t2"), unix_ms{700});
+    apply_actions(fired, s);
+    const auto& after_fire = std::get<journal_recorded>(fired[fired.size() - 2]).j;
+    EXPECT_EQ(std::get<unscheduled_fact>(after_fire.fact), (unscheduled_fact{item("t2"), true}));
+    auto all = since(s, version_vector{}).value();
+    std::vector<std::string> facts;
+    for (const auto& j : all.journal[index_of(lane::system)]) {
+        facts.push_back(boost::json::serialize(to_json(j).at("fact")) + ":" + j.item_id().str());
+    }
+    EXPECT_EQ(facts, (std::vector<std::string>{R"("scheduled":t1)", R"("enqueued":t2)"}))
+        << "t2 fired: its scheduled and fired facts coalesce away, its item stays";
+    // Canceled: never fires, reports canceled (again too), and its id is spent.
+    auto canceled = plan_cancel(s, lane::system, item("t1"), unix_ms{20}).value();
+    EXPECT_TRUE(canceled.canceled);
+    apply_actions(canceled.actions, s);
+    EXPECT_TRUE(s.timers.empty());
+    EXPECT_TRUE(plan_fire_timer(s, item("t1"), unix_ms{600}).empty());
+    EXPECT_TRUE(plan_cancel(s, lane::system, item("t1"), unix_ms{21}).value().canceled);
+    EXPECT_TRUE(plan_cancel(s, lane::system, item("t1"), unix_ms{21}).value().actions.empty());
+    EXPECT_TRUE(plan_schedule_timer(s, make_timer("t1", 900), unix_ms{22}).empty());
+    // Fired already: not canceled; an unknown id: item_not_found.
+    EXPECT_FALSE(plan_cancel(s, lane::system, item("t2"), unix_ms{23}).value().canceled);
+    EXPECT_EQ(plan_cancel(s, lane::system, item("t9"), unix_ms{23}).error(),
+              make_error_code(errc::item_not_found));
+    EXPECT_TRUE(since(s, version_vector{}).value().journal[index_of(lane::system)].size() == 1u)
+        << "from scratch, only t2's item: nothing is scheduled";
 }
 
 }  // namespace wuhu::testing

@@ -39,8 +39,8 @@ TEST(Summary, CountsPendingItemsPerLaneTimersAndTheLatestActivity) {
     apply_actions(plan_enqueue(s, user_in(lane::steer, "a", "x"), unix_ms{10}).value().actions, s);
     apply_actions(plan_enqueue(s, user_in(lane::follow_up, "b", "y"), unix_ms{20}).value().actions,
                   s);
-    apply_actions(plan_schedule_timer(s, timer_at("t2", 900)), s);
-    apply_actions(plan_schedule_timer(s, timer_at("t1", 500)), s);
+    apply_actions(plan_schedule_timer(s, timer_at("t2", 900), unix_ms{1}), s);
+    apply_actions(plan_schedule_timer(s, timer_at("t1", 500), unix_ms{1}), s);
     auto sum = summarize(s);
     EXPECT_TRUE(sum.has_work);
     EXPECT_EQ(sum.lanes, (std::array<std::uint32_t, 3>{0, 1, 1}));

@@ -297,7 +297,14 @@ TEST_P(StoreConformance, ALoadedStateEqualsTheOneTheRulesDescribeWrittenByHand) 
     run(log->set_settings(st, next));
     const timer ping{item("t1"), unix_ms{1000}, system_source::parse("scheduledCallback").value(),
                      "ping"};
-    run(log->schedule_timer(st, ping));
+    run(log->schedule_timer(st, ping, unix_ms{40}));
+    // A timer scheduled, then canceled before it fires: both facts stay in the system lane.
+    const timer pong{item("t2"), unix_ms{2000}, system_source::parse("scheduledCallback").value(),
+                     "pong"};
+    run(log->schedule_timer(st, pong, unix_ms{41}));
+    auto unscheduled = log->cancel(st, lane::system, item("t2"), unix_ms{42});
+    ASSERT_TRUE(unscheduled && unscheduled->canceled);
+    session::apply_actions(unscheduled->actions, st);
     run(log->set_paused(st, true));
 
     session_state expected;
@@ -317,6 +324,9 @@ TEST_P(StoreConformance, ALoadedStateEqualsTheOneTheRulesDescribeWrittenByHand) 
     expected.lanes[index_of(lane::system)].journal = {
         journal_entry{journal_seq{1}, unix_ms{12}, enqueued_fact{c1}},
         journal_entry{journal_seq{2}, unix_ms{20}, materialized_fact{item("c1"), entry_seq{2}}},
+        journal_entry{journal_seq{3}, unix_ms{40}, scheduled_fact{ping}},
+        journal_entry{journal_seq{4}, unix_ms{41}, scheduled_fact{pong}},
+        journal_entry{journal_seq{5}, unix_ms{42}, unscheduled_fact{item("t2"), false}},
     };
     expected.lanes[index_of(lane::steer)].journal = {
         journal_entry{journal_seq{1}, unix_ms{10}, enqueued_fact{s1}},
@@ -330,6 +340,7 @@ TEST_P(StoreConformance, ALoadedStateEqualsTheOneTheRulesDescribeWrittenByHand) 
         {"s1", item_record{lane::steer, item_status::materialized, entry_seq{1}}},
         {"f1", item_record{lane::follow_up, item_status::canceled, entry_seq{}}},
         {"c1", item_record{lane::system, item_status::materialized, entry_seq{2}}},
+        {"t2", item_record{lane::system, item_status::canceled, entry_seq{}}},
     };
     expected.tool_calls = {tool_call_state{answer.tool_calls[0], tool_status::finished}};
     expected.tool_calls_entry = entry_seq{3};
@@ -352,7 +363,14 @@ TEST_P(StoreConformance, ALoadedStateEqualsTheOneTheRulesDescribeWrittenByHand) 
     EXPECT_EQ(loaded.has_work, expected.has_work);
     EXPECT_EQ(loaded, expected);
     EXPECT_EQ(st, expected) << "the live path (the reducer) agrees too";
-    EXPECT_EQ(loaded.version(), (version_vector{5, 2, 2, 2}));
+    EXPECT_EQ(loaded.version(), (version_vector{5, 5, 2, 2}));
+    // The backfill carries the timers' facts too (a client sees what is scheduled).
+    auto backfill = log->since(version_vector{5, 2, 2, 2});
+    ASSERT_TRUE(backfill) << backfill.error().message();
+    EXPECT_EQ(backfill->journal[index_of(lane::system)],
+              (std::vector<journal_entry>{
+                  journal_entry{journal_seq{3}, unix_ms{40}, scheduled_fact{ping}}}))
+        << "t2 was scheduled and unscheduled within the window: coalesced away";
 }
 
 TEST_P(StoreConformance, SessionsListsStoredSessionsInIdOrderWithHasWork) {
@@ -399,7 +417,7 @@ TEST_P(StoreConformance, APausedSessionWithWorkNeedsNoOwnerButItsTimersDo) {
         << "it still has work (the fleet view shows it)";
     const timer tick{item("t1"), unix_ms{500}, system_source::parse("scheduledCallback").value(),
                      "tick"};
-    auto scheduled = log->schedule_timer(st, tick);
+    auto scheduled = log->schedule_timer(st, tick, unix_ms{1});
     ASSERT_TRUE(scheduled) << scheduled.error().message();
     session::apply_actions(*scheduled, st);
     EXPECT_EQ(ids_of(store().sessions(needing).value()),
@@ -532,7 +550,7 @@ TEST_P(StoreConformance, ASessionWithAPendingTimerNeedsAnOwnerWhenItIsDue) {
     const timer t{item("t1"), unix_ms{500}, system_source::parse("scheduledCallback").value(),
                   "ping"};
     for (const auto& x : {later, t}) {
-        auto scheduled = log->schedule_timer(st, x);
+        auto scheduled = log->schedule_timer(st, x, unix_ms{1});
         ASSERT_TRUE(scheduled);
         apply_actions(*scheduled, st);
     }

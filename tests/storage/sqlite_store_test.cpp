@@ -464,8 +464,10 @@ TEST(SqliteStore, AfterTheMachineRestartedTheCatalogIsCheckedAgainstTheSessionFi
             session_state st = log->load().value();
             if (std::string(id) == "waiting") {
                 ASSERT_TRUE(log->schedule_timer(
-                    st, timer{item("t1"), unix_ms{5}, system_source::parse("scheduledCallback").value(),
-                              "wake"}));
+                    st,
+                    timer{item("t1"), unix_ms{5}, system_source::parse("scheduledCallback").value(),
+                          "wake"},
+                    unix_ms{1}));
             } else if (std::string(id) != "idle") {
                 ASSERT_TRUE(log->enqueue(st, user_in(lane::follow_up, "f", "x"), unix_ms{1}));
             }

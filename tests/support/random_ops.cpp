@@ -102,8 +102,13 @@ random_op next_op(std::mt19937_64& rng, const session_state& s, unix_ms at) {
             op.t.due = unix_ms{at.value + static_cast<std::int64_t>(rng() % 1000)};
             break;
         case 17:
-            op.what = random_op::fire_timer;
-            op.name = "fire_timer";
+            if (rng() % 2) {
+                op.what = random_op::fire_timer;
+                op.name = "fire_timer";
+            } else {
+                op.what = random_op::cancel_timer;
+                op.name = "cancel_timer";
+            }
             op.id = "t" + std::to_string(rng() % 10);
             break;
         case 0:
@@ -230,9 +235,16 @@ result<action_list> run_pure(const random_op& op, const session_state& s) {
         case random_op::pause:
             return plan_set_paused(s, op.flag);
         case random_op::schedule_timer:
-            return plan_schedule_timer(s, op.t);
+            return plan_schedule_timer(s, op.t, op.at);
         case random_op::fire_timer:
             return plan_fire_timer(s, queue_item_id::parse(op.id).value(), op.at);
+        case random_op::cancel_timer: {
+            auto out = plan_cancel_timer(s, queue_item_id::parse(op.id).value(), op.at);
+            if (!out) {
+                return out.error();
+            }
+            return out->actions;
+        }
         case random_op::enqueue_and_drain: {
             auto out = plan_enqueue_and_drain(s, op.in, op.at);
             if (!out) {
@@ -287,9 +299,16 @@ boost::system::result<action_list> run_store(const random_op& op, storage::sessi
         case random_op::pause:
             return log.set_paused(s, op.flag);
         case random_op::schedule_timer:
-            return log.schedule_timer(s, op.t);
+            return log.schedule_timer(s, op.t, op.at);
         case random_op::fire_timer:
             return log.fire_timer(s, queue_item_id::parse(op.id).value(), op.at);
+        case random_op::cancel_timer: {
+            auto out = log.cancel(s, lane::system, queue_item_id::parse(op.id).value(), op.at);
+            if (!out) {
+                return out.error();
+            }
+            return out->actions;
+        }
         case random_op::enqueue_and_drain: {
             auto out = log.enqueue_and_drain(s, op.in, op.at);
             if (!out) {

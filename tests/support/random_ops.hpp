@@ -29,6 +29,7 @@ struct random_op {
         pause,
         schedule_timer,
         fire_timer,
+        cancel_timer,
         // The fused operations (session/rules.hpp).
         enqueue_and_drain,
         response,
