@@ -23,10 +23,6 @@ using protocol::verb;
 // behind a delete needs three: closed, then refused at its old epoch, then a new session.)
 constexpr int max_routes = 4;
 
-// A subscribe page of at least this many entries and facts is serialized off the executor
-// (below it, the hop to another thread costs more than the serialization).
-constexpr std::size_t off_executor_items = 64;
-
 // The answer to a request for a session that does not exist: nothing is created.
 std::vector<std::string> absent_session(const protocol::request& req,
                                         std::size_t max_reply_bytes) {
@@ -491,6 +487,25 @@ asio::awaitable<std::vector<std::string>> server::handle(worker::session_registr
             if (!at) {
                 co_return replies{error_reply(at.error())};
             }
+            if (!*at && what == verb::subscribe) {
+                // Nobody runs it: answered from the store, without taking its lease (a
+                // dashboard that polls a session must not keep it loaded). A page from the
+                // stored state, read lease-free; nothing is created.
+                auto reading = registry.read(sid);
+                auto stored = co_await std::move(reading);
+                if (!stored) {
+                    co_return replies{error_reply(stored.error())};
+                }
+                if (!*stored) {
+                    co_return absent_session(req, options_.max_reply_bytes);
+                }
+                auto page = subscribe(**stored, std::get<protocol::subscribe_request>(req.body));
+                if (auto* failed_reply = std::get_if<std::string>(&page)) {
+                    co_return replies{std::move(*failed_reply)};
+                }
+                auto serializing = serialize(std::move(std::get<subscribe_page>(page)));
+                co_return co_await std::move(serializing);
+            }
             if (!*at) {
                 // Nobody runs it: read what exists, create nothing.
                 auto checking = registry.exists(sid);
@@ -594,15 +609,7 @@ asio::awaitable<std::vector<std::string>> server::handle(worker::session_registr
             if (auto* failed_reply = std::get_if<std::string>(&page)) {
                 co_return replies{std::move(*failed_reply)};
             }
-            auto& built = std::get<subscribe_page>(page);
-            if (built.items() < off_executor_items) {
-                co_return built.replies(options_.max_reply_bytes);
-            }
-            auto serializing = worker::run_on<replies>(
-                replies_.get_executor(),
-                [built = std::move(built), max = options_.max_reply_bytes] {
-                    return built.replies(max);
-                });
+            auto serializing = serialize(std::move(std::get<subscribe_page>(page)));
             co_return co_await std::move(serializing);
         }
         auto sent = (*loop)->send(command_for(req.body));  // made afresh: it may be routed again

@@ -194,6 +194,18 @@ class server {
     // The subscribe reply's page from the loop's state now (or the error reply).
     std::variant<subscribe_page, std::string> subscribe(worker::agent_loop& loop,
                                                          const protocol::subscribe_request& req);
+    // The page from a state read from the store, of a session nobody owns (idle; its status
+    // stamped older than any an owner publishes).
+    std::variant<subscribe_page, std::string> subscribe(const session::session_state& st,
+                                                        const protocol::subscribe_request& req);
+    // The page from `st` with status `now` (and what `streaming` streams, if anything).
+    std::variant<subscribe_page, std::string> page_of(const session::session_state& st,
+                                                      const protocol::subscribe_request& req,
+                                                      session::loop_state current,
+                                                      const session::status& now,
+                                                      const worker::inflight_message* streaming);
+    // A page's replies: serialized here when small, on the replies thread when large.
+    asio::awaitable<std::vector<std::string>> serialize(subscribe_page page);
     std::string local_sessions(worker::session_registry& registry, const nats::message& m);
     // A page of the fleet view for a query whose sessions are named by their keys.
     std::string list_page(const protocol::sessions_query& q);

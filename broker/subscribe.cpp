@@ -1,12 +1,22 @@
-// The subscribe reply of a loaded session (server.hpp): a page copied from the loop's state on
-// the executor, serialized there when small and on the replies thread when large.
+// The subscribe reply (server.hpp): a page copied from the loop's state on the executor (or
+// from the state read from the store, for a session nobody owns), serialized there when small
+// and on the replies thread when large.
 #include "broker/server.hpp"
 
 #include "session/patch.hpp"
+#include "worker/offload.hpp"
 
 namespace wuhu::broker {
 
 namespace s = wuhu::session;
+
+namespace {
+
+// A subscribe page of at least this many entries and facts is serialized off the executor
+// (below it, the hop to another thread costs more than the serialization).
+constexpr std::size_t off_executor_items = 64;
+
+}  // namespace
 
 std::size_t server::subscribe_page::items() const {
     std::size_t n = patch.transcript.size();
@@ -23,7 +33,20 @@ std::vector<std::string> server::subscribe_page::replies(std::size_t max_reply_b
 
 std::variant<server::subscribe_page, std::string> server::subscribe(
     worker::agent_loop& loop, const protocol::subscribe_request& req) {
-    const auto& st = loop.state();
+    const auto& m = loop.inflight();
+    return page_of(loop.state(), req, loop.current(), loop.status_now(), m ? &*m : nullptr);
+}
+
+std::variant<server::subscribe_page, std::string> server::subscribe(
+    const s::session_state& st, const protocol::subscribe_request& req) {
+    // Epoch 0, seq 0: any status an owner publishes later is newer.
+    const s::status now{s::loop_state::idle, st.paused, st.has_work};
+    return page_of(st, req, s::loop_state::idle, now, nullptr);
+}
+
+std::variant<server::subscribe_page, std::string> server::page_of(
+    const s::session_state& st, const protocol::subscribe_request& req, s::loop_state current,
+    const s::status& now, const worker::inflight_message* streaming) {
     if (!req.since.le(st.version())) {
         return protocol::error_reply(make_error_code(s::errc::invalid_version));
     }
@@ -32,25 +55,39 @@ std::variant<server::subscribe_page, std::string> server::subscribe(
                                 options_.subscribe_page_bytes);
     subscribe_page page;
     page.more = to != st.version();
-    auto p = s::between(st, req.since, to, loop.current());
+    auto p = s::between(st, req.since, to, current);
     if (!p) {
         return protocol::error_reply(p.error());
     }
     page.patch = std::move(*p);
-    page.patch.state = loop.status_now();
+    page.patch.state = now;
     page.step = s::assistant_count(st);
     if (page.more) {
         page.step = 0;  // the assistant messages up to the page's end
         for (std::uint64_t i = 0; i < to.transcript; ++i) {
             page.step += std::holds_alternative<s::assistant_message>(st.transcript[i].body) ? 1 : 0;
         }
-    } else if (const auto& m = loop.inflight()) {
-        page.streaming = protocol::inflight{m->step, m->epoch, m->text, m->deltas, {}};
-        for (const auto& c : m->tool_calls) {
+    } else if (streaming != nullptr) {
+        const auto& m = *streaming;
+        page.streaming = protocol::inflight{m.step, m.epoch, m.text, m.deltas, {}};
+        for (const auto& c : m.tool_calls) {
             page.streaming->tool_calls.push_back({c.id, c.name, c.arguments});
         }
     }
     return page;
+}
+
+asio::awaitable<std::vector<std::string>> server::serialize(subscribe_page page) {
+    using replies = std::vector<std::string>;
+    if (page.items() < off_executor_items) {
+        co_return page.replies(options_.max_reply_bytes);
+    }
+    auto serializing =
+        worker::run_on<replies>(replies_.get_executor(),
+                                [built = std::move(page), max = options_.max_reply_bytes] {
+                                    return built.replies(max);
+                                });
+    co_return co_await std::move(serializing);
 }
 
 }  // namespace wuhu::broker

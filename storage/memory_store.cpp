@@ -93,6 +93,15 @@ result<bool> memory_store::exists(const session_id& id) {
     return sessions_.contains(id.str());
 }
 
+result<std::optional<session_state>> memory_store::read(const session_id& id) {
+    std::lock_guard lock(mu_);
+    auto it = sessions_.find(id.str());
+    if (it == sessions_.end()) {
+        return std::optional<session_state>{};
+    }
+    return std::optional<session_state>{it->second.state};
+}
+
 std::uint64_t memory_store::commits() const {
     std::lock_guard lock(mu_);
     return commits_;

@@ -14,6 +14,7 @@ class memory_store final : public session_store {
   public:
     result<void> remove(const session_id& id, lease_epoch epoch) override;
     result<bool> exists(const session_id& id) override;
+    result<std::optional<session_state>> read(const session_id& id) override;
     std::string_view backend() const override { return "memory"; }
     result<std::vector<catalog_entry>> sessions(const catalog_query& q) override;
 

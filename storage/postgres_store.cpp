@@ -161,6 +161,60 @@ postgres_store::~postgres_store() = default;
 
 // ------------------------------------------------------------------------------ the log
 
+namespace {
+
+// A row's key; 0, which expand_row refuses, for one that is not positive.
+std::uint64_t key_of(const pqxx::field& f) {
+    const auto k = f.as<std::int64_t>();
+    return k > 0 ? static_cast<std::uint64_t>(k) : 0;
+}
+
+// The stored state of session `id` (nullopt: there is none, or, when `fence` is given, its
+// stored epoch is not that one). Throws pqxx's errors.
+result<std::optional<session_state>> load_state(pqxx::connection& c, const std::string& id,
+                                                std::optional<lease_epoch> fence) {
+    pqxx::nontransaction n(c);
+    auto rows = n.exec_prepared("load_all", id);
+    if (rows.empty() || rows[0][0].as<int>() != 0 ||
+        (fence && rows[0][8].as<std::int64_t>() != static_cast<std::int64_t>(fence->value))) {
+        return std::optional<session_state>{};
+    }
+    state_builder b;
+    std::vector<json::value> values;
+    for (std::size_t i = 1; i < rows.size(); ++i) {
+        const auto& row = rows[i];
+        const char* body = row[4].c_str();
+        const int kind = row[0].as<int>();
+        if (kind == 3) {
+            b.timer(body);
+            continue;
+        }
+        const int lane = row[1].as<int>();
+        values.clear();
+        if (lane < 0 || lane > 2 ||
+            !expand_row(body, key_of(row[2]), row[9].as<std::int64_t>(),
+                        kind == 1 ? "id" : "seq", 0, values)) {
+            return errc::corrupt;
+        }
+        for (const auto& v : values) {
+            if (kind == 1) {
+                b.entry(v);
+            } else {
+                b.fact(static_cast<s::lane>(lane), v);
+            }
+        }
+    }
+    const auto& sess = rows[0];
+    b.registers(sess[4].is_null() ? "" : sess[4].c_str(), sess[6].as<bool>(), sess[7].as<bool>());
+    auto st = b.finish();
+    if (!st) {
+        return st.error();
+    }
+    return std::optional<session_state>{std::move(*st)};
+}
+
+}  // namespace
+
 class postgres_log final : public session_log {
   public:
     postgres_log(postgres_store& store, session_id id, lease_epoch epoch)
@@ -169,41 +223,14 @@ class postgres_log final : public session_log {
   protected:
     result<session_state> do_load() override {
         return with_connection([&](pqxx::connection& c) -> result<session_state> {
-            pqxx::nontransaction n(c);
-            auto rows = n.exec_prepared("load_all", id().str());
-            if (rows.empty() || rows[0][0].as<int>() != 0 ||
-                rows[0][8].as<std::int64_t>() != static_cast<std::int64_t>(epoch().value)) {
+            auto st = load_state(c, id().str(), epoch());
+            if (!st) {
+                return st.error();
+            }
+            if (!*st) {
                 return errc::lease_lost;  // removed, or a newer owner opened it
             }
-            state_builder b;
-            std::vector<json::value> values;
-            for (std::size_t i = 1; i < rows.size(); ++i) {
-                const auto& row = rows[i];
-                const char* body = row[4].c_str();
-                const int kind = row[0].as<int>();
-                if (kind == 3) {
-                    b.timer(body);
-                    continue;
-                }
-                const int lane = row[1].as<int>();
-                values.clear();
-                if (lane < 0 || lane > 2 ||
-                    !expand_row(body, key_of(row[2]), row[9].as<std::int64_t>(),
-                                kind == 1 ? "id" : "seq", 0, values)) {
-                    return errc::corrupt;
-                }
-                for (const auto& v : values) {
-                    if (kind == 1) {
-                        b.entry(v);
-                    } else {
-                        b.fact(static_cast<s::lane>(lane), v);
-                    }
-                }
-            }
-            const auto& sess = rows[0];
-            b.registers(sess[4].is_null() ? "" : sess[4].c_str(), sess[6].as<bool>(),
-                        sess[7].as<bool>());
-            return b.finish();
+            return std::move(**st);
         });
     }
 
@@ -325,12 +352,6 @@ class postgres_log final : public session_log {
             return errc::lease_lost;
         }
         return errc::conflict;
-    }
-
-    // A row's key; 0, which expand_row refuses, for one that is not positive.
-    static std::uint64_t key_of(const pqxx::field& f) {
-        const auto k = f.as<std::int64_t>();
-        return k > 0 ? static_cast<std::uint64_t>(k) : 0;
     }
 
     // The rows a commit appends (storage/pg_batch.hpp): its entries', and each lane's facts'.
@@ -493,6 +514,22 @@ result<void> postgres_store::remove(const session_id& id, lease_epoch epoch) {
             throw;
         }
         return {};
+    } catch (const pqxx::failure&) {
+        return errc::unavailable;
+    }
+}
+
+result<std::optional<session_state>> postgres_store::read(const session_id& id) {
+    try {
+        auto l = acquire();
+        try {
+            return load_state(*l, id.str(), std::nullopt);  // no epoch: not fenced
+        } catch (const pqxx::broken_connection&) {
+            l.mark_broken();
+            throw;
+        }
+    } catch (const pqxx::data_exception&) {
+        return errc::corrupt;
     } catch (const pqxx::failure&) {
         return errc::unavailable;
     }

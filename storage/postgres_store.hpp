@@ -49,6 +49,7 @@ class postgres_store final : public session_store {
 
     result<void> remove(const session_id& id, lease_epoch epoch) override;
     result<bool> exists(const session_id& id) override;
+    result<std::optional<session_state>> read(const session_id& id) override;
     std::string_view backend() const override { return "postgres"; }
 
     result<std::vector<catalog_entry>> sessions(const catalog_query& q) override;

@@ -99,6 +99,9 @@ void sync_database(sqlite::db& db);
 std::string meta(sqlite::db& db, const char* key);
 void set_meta(sqlite::db& db, const char* key, std::string_view value);
 
+// The state a session file holds, read in the caller's read transaction (sqlite_log.cpp).
+result<session_state> load_rows(sqlite::db& db);
+
 // The log of session `id`, fenced at `epoch` (sqlite_log.cpp).
 std::unique_ptr<session_log> make_log(sqlite_store& store, session_id id, lease_epoch epoch);
 

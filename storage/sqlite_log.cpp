@@ -30,6 +30,35 @@ void set_meta(sqlite::db& db, const char* key, std::string_view value) {
     q.bind(1, std::string_view(key)).bind(2, value).run();
 }
 
+result<session_state> load_rows(sqlite::db& db) {
+    state_builder b;
+    {
+        auto& q = db.prepare("SELECT body FROM transcript ORDER BY seq");
+        while (q.step()) {
+            b.entry(q.text(0));
+        }
+    }
+    {
+        auto& q = db.prepare("SELECT lane, body FROM journal ORDER BY lane, seq");
+        while (q.step()) {
+            auto lane = q.int64(0);
+            if (lane < 0 || lane > 2) {
+                return errc::corrupt;
+            }
+            b.fact(static_cast<s::lane>(lane), q.text(1));
+        }
+    }
+    {
+        auto& q = db.prepare("SELECT body FROM timers ORDER BY id");
+        while (q.step()) {
+            b.timer(q.text(0));
+        }
+    }
+    b.registers(meta(db, "settings"), meta(db, "paused") == "1",
+                meta(db, "has_work") == "1");
+    return b.finish();
+}
+
 }  // namespace sqlite_files
 
 namespace {
@@ -82,32 +111,7 @@ class sqlite_log final : public session_log {
             if (meta(db, "epoch") != std::to_string(epoch().value)) {
                 return errc::lease_lost;
             }
-            state_builder b;
-            {
-                auto& q = db.prepare("SELECT body FROM transcript ORDER BY seq");
-                while (q.step()) {
-                    b.entry(q.text(0));
-                }
-            }
-            {
-                auto& q = db.prepare("SELECT lane, body FROM journal ORDER BY lane, seq");
-                while (q.step()) {
-                    auto lane = q.int64(0);
-                    if (lane < 0 || lane > 2) {
-                        return errc::corrupt;
-                    }
-                    b.fact(static_cast<s::lane>(lane), q.text(1));
-                }
-            }
-            {
-                auto& q = db.prepare("SELECT body FROM timers ORDER BY id");
-                while (q.step()) {
-                    b.timer(q.text(0));
-                }
-            }
-            b.registers(meta(db, "settings"), meta(db, "paused") == "1",
-                        meta(db, "has_work") == "1");
-            return b.finish();
+            return sqlite_files::load_rows(db);
         });
         if (loaded) {
             store_.note_loaded(id(), epoch(), s::summarize(*loaded));

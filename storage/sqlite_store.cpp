@@ -487,6 +487,34 @@ result<void> sqlite_store::remove(const session_id& id, lease_epoch epoch) {
     }
 }
 
+result<std::optional<session_state>> sqlite_store::read(const session_id& id) {
+    try {
+        auto h = acquire_current(id, open_mode::existing);
+        if (!h) {
+            return std::optional<session_state>{};
+        }
+        result<std::optional<session_state>> out = std::optional<session_state>{};
+        {
+            std::lock_guard lock(h->mu);  // after an operation of this process in progress
+            if (h->db) {
+                // Not fenced: no epoch is checked or written. A removed file's tombstone
+                // reads as no session.
+                sqlite::read_transaction read(*h->db);
+                if (!is_tombstone(*h->db)) {
+                    auto st = sqlite_files::load_rows(*h->db);
+                    out = st ? result<std::optional<session_state>>(std::move(*st))
+                             : result<std::optional<session_state>>(st.error());
+                }
+            }
+        }
+        h.reset();
+        close_unused(id);  // nobody here owns it: its file is not kept open for it
+        return out;
+    } catch (const sqlite::error& e) {
+        return sqlite::storage_error(e);
+    }
+}
+
 result<bool> sqlite_store::exists(const session_id& id) {
     std::error_code ec;
     const bool there = std::filesystem::exists(path_of(id), ec);

@@ -83,6 +83,7 @@ class sqlite_store final : public session_store {
 
     result<void> remove(const session_id& id, lease_epoch epoch) override;
     result<bool> exists(const session_id& id) override;
+    result<std::optional<session_state>> read(const session_id& id) override;
     std::string_view backend() const override { return "sqlite"; }
     void stopping() override;
 

@@ -179,6 +179,12 @@ class session_store {
     // Whether the session has been created (and not removed since). Creates nothing.
     virtual result<bool> exists(const session_id& id) = 0;
 
+    // The stored state of the session, read without a lease: it fences nothing and creates
+    // nothing (nullopt when the session does not exist). For a read of a session nobody owns:
+    // answered from the store, it does not make this worker its owner. A snapshot: an owner
+    // may commit after it.
+    virtual result<std::optional<session_state>> read(const session_id& id) = 0;
+
     // The stored sessions that match `q`, from the index, in id order.
     virtual result<std::vector<catalog_entry>> sessions(const catalog_query& q) = 0;
 
@@ -205,6 +211,9 @@ class forwarding_store : public session_store {
         return target_.remove(id, epoch);
     }
     result<bool> exists(const session_id& id) override { return target_.exists(id); }
+    result<std::optional<session_state>> read(const session_id& id) override {
+        return target_.read(id);
+    }
     result<std::vector<catalog_entry>> sessions(const catalog_query& q) override {
         return target_.sessions(q);
     }

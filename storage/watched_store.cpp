@@ -82,6 +82,10 @@ result<bool> watched_store::exists(const session_id& id) {
     return noted(*this, [&] { return target().exists(id); });
 }
 
+result<std::optional<session_state>> watched_store::read(const session_id& id) {
+    return noted(*this, [&] { return target().read(id); });
+}
+
 result<std::vector<catalog_entry>> watched_store::sessions(const catalog_query& q) {
     return noted(*this, [&] { return target().sessions(q); });
 }

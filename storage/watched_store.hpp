@@ -30,6 +30,7 @@ class watched_store final : public forwarding_store {
 
     result<void> remove(const session_id& id, lease_epoch epoch) override;
     result<bool> exists(const session_id& id) override;
+    result<std::optional<session_state>> read(const session_id& id) override;
     result<std::vector<catalog_entry>> sessions(const catalog_query& q) override;
 
     // How many changes were reported so far: an operation notes it when it begins.

@@ -260,6 +260,15 @@ asio::awaitable<boost::system::result<bool>> session_registry::exists(session::s
     co_return out;
 }
 
+asio::awaitable<boost::system::result<std::optional<session::session_state>>>
+session_registry::read(session::session_id id) {
+    using out_t = boost::system::result<std::optional<session::session_state>>;
+    auto reading = [&store = store_, id]() { return store.read(id); };
+    auto task = run_on<out_t>(opts_.store_executor, std::move(reading));
+    auto out = co_await std::move(task);
+    co_return out;
+}
+
 void session_registry::each(const std::function<bool(const agent_loop&)>& f,
                             std::string_view after) const {
     auto it = after.empty() ? sessions_.begin() : sessions_.upper_bound(std::string(after));

@@ -59,6 +59,10 @@ class session_registry {
                 std::optional<session::lease_epoch> epoch = std::nullopt);
     // Whether the store has the session (store IO on the store executor).
     asio::awaitable<boost::system::result<bool>> exists(session::session_id id);
+    // The stored state of a session nobody owns, read without a lease (nullopt: none), on the
+    // store executor.
+    asio::awaitable<boost::system::result<std::optional<session::session_state>>> read(
+        session::session_id id);
     // The store's index (store IO on the store executor).
     asio::awaitable<boost::system::result<std::vector<storage::catalog_entry>>> catalog(
         storage::catalog_query q);

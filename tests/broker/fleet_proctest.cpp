@@ -281,6 +281,8 @@ TEST(Fleet, AStaleOwnerNeverAcknowledgesIntoADeletedSession) {
     }
     ASSERT_EQ(now.at("ok"), true) << json::serialize(now);
     EXPECT_EQ(item_ids(now), std::set<std::string>{"d3"}) << "acknowledged d3 must survive";
+    // (A read of a session nobody owns takes no lease: a command makes B its owner again.)
+    ASSERT_EQ(answer_when_up(nc, b.direct("s", "pause")).at("ok"), true);
     EXPECT_EQ(b.stop(), 0);
     // Defect: a failover left no log line. Each lease event is logged with its epoch.
     EXPECT_TRUE(a.has_logged("lease of session s acquired (epoch"));

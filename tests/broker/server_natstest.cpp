@@ -568,6 +568,52 @@ TEST_F(worker_fixture, AWorkerThatStopsReleasesItsSessionsAndAnotherTakesThemOve
     node_ = std::move(second);
 }
 
+// Issue 31, defect 4: a subscribe of a session nobody owned took its lease and loaded it, so a
+// dashboard polling it kept it loaded (and owned) for --passivate-after. It is answered from
+// the store now: the same reply, and the session stays unowned and unloaded.
+TEST_F(worker_fixture, ASubscribeOfASessionNobodyOwnsIsAnsweredFromTheStoreWithoutItsLease) {
+    auto second = start_node("w2");
+    auto r = request_raw(prefix_ + ".worker.w1.session.dash.enqueue",
+                         R"({"lane":"followUp","id":"f1","content":"one"})");
+    ASSERT_EQ(r.at("ok"), true) << json::serialize(r);
+    const auto deadline = std::chrono::steady_clock::now() + 20s;
+    json::value before;
+    do {
+        before = request("dash", "subscribe", "{}");
+    } while (before.at("status").at("has_work") == true &&
+             std::chrono::steady_clock::now() < deadline);
+    ASSERT_EQ(before.at("status").at("has_work"), false) << before;
+    node_.reset();  // graceful: its lease is released; the session is only in the store
+    const auto sid = session::session_id::parse("dash").value();
+    for (int i = 0; i < 3; ++i) {
+        auto sub = request("dash", "subscribe", "{}");
+        ASSERT_EQ(sub.at("ok"), true) << sub;
+        auto patch = sub.at("patch").as_object();
+        auto owned = before.at("patch").as_object();
+        EXPECT_EQ(patch.at("status").at("state"), "idle");
+        EXPECT_EQ(patch.at("status").at("has_work"), false);
+        patch.erase("status");  // the owner's was stamped (epoch, seq)
+        owned.erase("status");
+        EXPECT_EQ(patch, owned) << "the stored session, whole";
+        EXPECT_EQ(sub.at("settings"), before.at("settings"));
+        EXPECT_EQ(sub.at("step"), before.at("step"));
+        EXPECT_EQ(sub.at("status").at("state"), "idle");
+        EXPECT_FALSE(sub.at("status").as_object().contains("seq"))
+            << "unstamped: older than any status an owner publishes";
+        auto part = request("dash", "subscribe",
+                            R"({"since":{"transcript":1,"system":0,"steer":0,"followUp":0}})");
+        EXPECT_EQ(part.at("patch").at("transcript").as_array().size(),
+                  before.at("patch").at("transcript").as_array().size() - 1);
+    }
+    EXPECT_FALSE(second->has_loaded("dash")) << "a read loads nothing";
+    EXPECT_FALSE(second->leases().owner_of(sid).value().has_value()) << "nor takes the lease";
+    // A command still takes it, and goes on from the store.
+    auto more = request("dash", "enqueue", R"({"lane":"followUp","id":"f2","content":"two"})");
+    ASSERT_EQ(more.at("ok"), true) << more;
+    EXPECT_TRUE(second->has_loaded("dash"));
+    node_ = std::move(second);
+}
+
 // Issue 31, defect 7: a configure was checked by the worker that took it, not by the session's
 // owner. During a rollout that adds an endpoint (here w1 has "openai", w2 only "claude"), the
 // same configure of w1's session was accepted or refused depending on which worker the queue

@@ -539,6 +539,43 @@ TEST_P(StoreConformance, OpeningAnExistingSessionCreatesNothing) {
               storage::errc::lease_lost);
 }
 
+// Issue 31, defect 4: a read of a session nobody owns took its lease and loaded it. The store
+// answers it instead: read() is the stored state, without a lease, a fence or a new session.
+TEST_P(StoreConformance, AReadWithoutALeaseFencesNothingAndCreatesNothing) {
+    const auto sid = session_id::parse("looked-at").value();
+    auto missing = store().read(sid);
+    ASSERT_TRUE(missing) << missing.error().message();
+    EXPECT_FALSE(missing->has_value());
+    EXPECT_FALSE(store().exists(sid).value()) << "a read creates nothing";
+    EXPECT_TRUE(store().sessions({}).value().empty());
+
+    auto log = open("looked-at", 3);
+    session_state st = log->load().value();
+    auto queued = log->enqueue(st, user_in(lane::follow_up, "f1", "hello"), unix_ms{5});
+    ASSERT_TRUE(queued);
+    session::apply_actions(queued->actions, st);
+    auto scheduled = log->schedule_timer(
+        st, timer{item("t1"), unix_ms{900}, system_source::parse("scheduledCallback").value(), "x"},
+        unix_ms{6});
+    ASSERT_TRUE(scheduled);
+    session::apply_actions(*scheduled, st);
+    auto read = store().read(sid);
+    ASSERT_TRUE(read) << read.error().message();
+    ASSERT_TRUE(read->has_value());
+    EXPECT_EQ(**read, st);
+    EXPECT_EQ(**read, log->load().value());
+    // The owner goes on at its epoch: nothing was fenced.
+    auto more = log->enqueue(st, user_in(lane::follow_up, "f2", "again"), unix_ms{7});
+    ASSERT_TRUE(more) << more.error().message();
+    session::apply_actions(more->actions, st);
+    EXPECT_EQ(store().read(sid).value().value(), st);
+    EXPECT_TRUE(store().open(sid, lease_epoch{3}, storage::open_mode::existing))
+        << "the stored epoch is still the owner's";
+    // A removed session reads as none.
+    ASSERT_TRUE(store().remove(sid, lease_epoch{4}));
+    EXPECT_FALSE(store().read(sid).value().has_value());
+}
+
 // A session with nothing queued but a pending timer needs an owner once the timer is due:
 // nobody would load it otherwise, and its timer would never fire. Before that it need not be
 // loaded (a worker may passivate it); once the timer fires it no longer needs one.
