@@ -70,6 +70,51 @@ void on_message(natsConnection*, natsSubscription*, natsMsg* msg, void* closure)
     (*static_cast<connection::handler*>(closure))(std::move(m));
 }
 
+// What closing an asynchronous subscription waits for: libnats's completion callback, which
+// comes once the subscription's message handler has returned for the last time (nats.h,
+// natsSubscription_SetOnCompleteCB). `then`: the callback of a drain under way, which it
+// replaces (and so runs).
+struct closing {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    std::function<void()>* then = nullptr;
+};
+
+void on_closed(void* closure) {
+    auto* c = static_cast<closing*>(closure);
+    if (c->then != nullptr) {
+        (*c->then)();
+    }
+    std::lock_guard lock(c->mu);
+    c->done = true;
+    c->cv.notify_all();  // under the lock: the waiter frees `c` once it has it
+}
+
+// Unsubscribes and destroys `sub` once its handler can no longer run: a handler that runs on a
+// libnats thread while the connection is destroyed would use a freed closure. Waits at most
+// 5 s (a handler blocked longer is left with its closure: leaked, never freed under it).
+void close_subscription(natsSubscription* sub, std::function<void()>* then) {
+    auto* c = new closing;
+    c->then = then;
+    if (natsSubscription_SetOnCompleteCB(sub, on_closed, c) != NATS_OK) {
+        delete c;  // closed already: its handler has run for the last time
+        natsSubscription_Unsubscribe(sub);
+        natsSubscription_Destroy(sub);
+        return;
+    }
+    natsSubscription_Unsubscribe(sub);
+    bool done = false;
+    {
+        std::unique_lock lock(c->mu);
+        done = c->cv.wait_for(lock, std::chrono::seconds(5), [c] { return c->done; });
+    }
+    if (done) {
+        delete c;
+    }
+    natsSubscription_Destroy(sub);
+}
+
 void check(natsStatus s, const char* what) {
     if (s != NATS_OK) {
         throw std::runtime_error(std::string(what) + ": " + natsStatus_GetText(s));
@@ -219,14 +264,15 @@ connection::connection(options o) : inbox_prefix_(o.inbox_prefix) {
 }
 
 connection::~connection() {
+    // Before the handlers and their closures go: no libnats thread may still be in one.
     if (pending_ && pending_->sub != nullptr) {
-        natsSubscription_Unsubscribe(pending_->sub);
-        natsSubscription_Destroy(pending_->sub);
+        close_subscription(pending_->sub, nullptr);
     }
-    for (auto* sub : subs_) {
-        if (sub != nullptr) {
-            natsSubscription_Unsubscribe(sub);
-            natsSubscription_Destroy(sub);
+    for (std::size_t token = 0; token < subs_.size(); ++token) {
+        if (subs_[token] != nullptr) {
+            auto drain = drained_.find(token);
+            close_subscription(subs_[token],
+                               drain != drained_.end() ? drain->second.get() : nullptr);
         }
     }
     if (nc_ != nullptr) {
@@ -329,8 +375,9 @@ void connection::drain(std::size_t token, std::function<void()> done) {
         done();
         return;
     }
-    drained_.push_back(std::make_unique<std::function<void()>>(std::move(done)));
-    auto* cb = drained_.back().get();
+    auto& slot = drained_[token];
+    slot = std::make_unique<std::function<void()>>(std::move(done));
+    auto* cb = slot.get();
     auto on_complete = [](void* closure) { (*static_cast<std::function<void()>*>(closure))(); };
     if (natsSubscription_SetOnCompleteCB(subs_[token], on_complete, cb) != NATS_OK) {
         (*cb)();  // closed already: nothing more will be delivered
@@ -348,8 +395,8 @@ void connection::drain(std::size_t token, std::function<void()> done) {
 
 void connection::unsubscribe(std::size_t token) {
     if (token < subs_.size() && subs_[token] != nullptr) {
-        natsSubscription_Unsubscribe(subs_[token]);
-        natsSubscription_Destroy(subs_[token]);
+        auto drain = drained_.find(token);
+        close_subscription(subs_[token], drain != drained_.end() ? drain->second.get() : nullptr);
         subs_[token] = nullptr;
     }
 }

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -112,8 +113,10 @@ class connection {
     // Publishes with a reply subject; false when either is not a valid subject.
     bool publish_request(const std::string& subject, const std::string& reply,
                          std::string_view data);
-    // Subscriptions return a token for unsubscribe(). The handler stays alive until the
-    // client is destroyed (a callback may still be running when unsubscribe returns).
+    // Subscriptions return a token for unsubscribe(). unsubscribe() (and the destructor)
+    // returns once the handler no longer runs and never will (it waits up to 5 s for a call in
+    // progress: never call it from the handler itself); the handler object stays alive until
+    // the client is destroyed.
     std::size_t subscribe(const std::string& subject, handler h);
     std::size_t queue_subscribe(const std::string& subject, const std::string& queue, handler h);
     void unsubscribe(std::size_t token);
@@ -189,7 +192,8 @@ class connection {
     __natsConnection* nc_ = nullptr;
     std::vector<__natsSubscription*> subs_;
     std::vector<std::unique_ptr<handler>> handlers_;
-    std::vector<std::unique_ptr<std::function<void()>>> drained_;  // drain() callbacks
+    // drain() callbacks, by subscription token.
+    std::map<std::size_t, std::unique_ptr<std::function<void()>>> drained_;
 };
 
 }  // namespace wuhu::nats

@@ -87,6 +87,39 @@ std::size_t publish_batched(nats::connection& pub, const std::string& subject,
 
 // Issue 31, defect 13: `--nats` takes several servers, comma-separated (with or without spaces),
 // and connects through whichever answers (port 1 refuses at once here).
+// Issue 31, defect 12: ~connection unsubscribed without waiting, so a handler still running on
+// a libnats thread used its closure (and what it captured) after the connection was gone. The
+// destructor (and unsubscribe) now returns only once the handler has returned.
+TEST(Connection, ADestroyedConnectionsHandlerHasReturnedBeforeTheDestructorDoes) {
+    for (const bool by_unsubscribe : {false, true}) {
+        auto nc = std::make_unique<nats::connection>(nats_url(), "outlive");
+        std::atomic<bool> started{false}, finished{false};
+        const auto token = nc->subscribe("outlive.x", [&](nats::message) {
+            started = true;
+            std::this_thread::sleep_for(300ms);  // still running when the owner goes
+            finished = true;
+        });
+        nc->flush();
+        nats::connection pub(nats_url(), "outlive-pub");
+        pub.publish("outlive.x", "go");
+        pub.flush();
+        for (int i = 0; i < 200 && !started; ++i) {
+            std::this_thread::sleep_for(5ms);
+        }
+        ASSERT_TRUE(started);
+        if (by_unsubscribe) {
+            nc->unsubscribe(token);
+        } else {
+            nc.reset();
+        }
+        EXPECT_TRUE(finished) << (by_unsubscribe ? "unsubscribe" : "~connection")
+                              << " returned while the handler ran";
+        while (!finished) {
+            std::this_thread::sleep_for(5ms);  // (before fixed: let it end before its captures go)
+        }
+    }
+}
+
 TEST(Connection, ConnectsThroughAListOfServersWhoseFirstOrLastIsDown) {
     const std::string down = "nats://127.0.0.1:1";
     for (const auto& list : {down + "," + nats_url(), nats_url() + ", " + down,
