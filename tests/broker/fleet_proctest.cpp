@@ -1202,8 +1202,15 @@ TEST(Fleet, TheFleetViewPagesAtEveryLevelAndShowsEveryRowState) {
     auto config = [&](const std::string& id) {
         return fleet_member(sharing(shared.path() / "data"), id, "wuhu_fleet");
     };
-    worker_process a("fleeta", slow_script, config("A"));
-    worker_process b("fleetb", slow_script, config("B"));
+    // A turn infers for 1 s; then a session of a small context compacts for 4 s, another runs
+    // its tool for 4 s (each loop state lasts long enough to be seen in the fleet view).
+    const std::string busy_script = R"({"responses":[
+        {"text":"working )" + std::string(120, '.') + R"(","delay_ms":1000,"usage":{"input":950},
+         "tool_calls":[{"name":"sleep","arguments":{"ms":4000}}]},
+        {"text":"done"}],
+        "summary_delay_ms":4000})";
+    worker_process a("fleeta", busy_script, config("A"));
+    worker_process b("fleetb", busy_script, config("B"));
     a.start(url);
     b.start(url);
     nats::connection nc(url, "fleet-client");
@@ -1282,6 +1289,63 @@ TEST(Fleet, TheFleetViewPagesAtEveryLevelAndShowsEveryRowState) {
         auto page = c.sessions(json::object{{"state", state}});
         ASSERT_TRUE(page) << state << ": " << page.error().message;
         EXPECT_TRUE(page->at("sessions").as_array().empty()) << state << json::serialize(*page);
+    }
+    // Each loop state a turn goes through shows, in the row and through its filter. (Issue 31:
+    // the busy states were only ever checked to give empty pages.)
+    auto shows = [&](const std::string& id, const char* state) {
+        const auto until = std::chrono::steady_clock::now() + 20s;
+        while (std::chrono::steady_clock::now() < until) {
+            auto page = c.sessions(json::object{{"state", state}});
+            if (page) {
+                for (const auto& r : page->at("sessions").as_array()) {
+                    if (r.at("id") == id.c_str()) {
+                        return r.at("state") == state;
+                    }
+                }
+            }
+            std::this_thread::sleep_for(50ms);
+        }
+        return false;
+    };
+    ASSERT_EQ(answer_when_up(nc, a.direct("busyx", "enqueue"), enqueue_body("x1")).at("ok"), true);
+    EXPECT_TRUE(shows("busyx", "inferring"));
+    EXPECT_TRUE(shows("busyx", "executing_tools"));
+    ASSERT_EQ(answer_when_up(nc, b.direct("busyy", "configure"),
+                             R"({"context_limit":1000,"compaction_buffer":100,)"
+                             R"("keep_recent_tokens":20})")
+                  .at("ok"),
+              true);
+    ASSERT_EQ(answer_when_up(nc, b.direct("busyy", "enqueue"),
+                             R"({"lane":"followUp","id":"y1","content":")" +
+                                 std::string(200, 'y') + "\"}")
+                  .at("ok"),
+              true);
+    EXPECT_TRUE(shows("busyy", "compacting")) << "owned by B: A asks B for it";
+    // B frozen: its sessions show as unreachable (A asks, and B does not answer in 500 ms), and
+    // the reply names it.
+    b.signal(SIGSTOP);
+    client::client quick(nc, client::options{a.prefix(), 2s, {}});
+    // (The queue group may give a request to B: it is asked again.)
+    auto ask = [&](const json::object& q) {
+        auto r = quick.sessions(q);
+        for (int i = 0; i < 10 && !r; ++i) {
+            r = quick.sessions(q);
+        }
+        return r;
+    };
+    auto frozen = ask(json::object{{"owner", "B"}, {"limit", 5}});
+    auto by_state = ask(json::object{{"state", "idle"}, {"limit", 5}});
+    b.signal(SIGCONT);
+    ASSERT_TRUE(frozen) << frozen.error().message;
+    ASSERT_FALSE(frozen->at("sessions").as_array().empty()) << json::serialize(*frozen);
+    for (const auto& r : frozen->at("sessions").as_array()) {
+        EXPECT_EQ(r.at("state"), "unreachable") << json::serialize(r);
+    }
+    ASSERT_TRUE(by_state) << by_state.error().message;
+    ASSERT_TRUE(by_state->contains("unreachable")) << json::serialize(*by_state);
+    EXPECT_EQ(by_state->at("unreachable"), (json::array{"B"})) << json::serialize(*by_state);
+    for (const auto& r : by_state->at("sessions").as_array()) {
+        EXPECT_EQ(r.at("owner"), "A") << "only A's loaded sessions answer: " << json::serialize(r);
     }
     // B leaves: its sessions have no live lease, and show so.
     EXPECT_EQ(b.stop(), 0);

@@ -395,15 +395,32 @@ TEST_F(tool_worker_fixture, CancelBeforeMaterializationAndASystemCallback) {
     EXPECT_EQ(request("t2", "cancel", R"({"lane":"followUp","id":"f2"})"), c);
 }
 
+// A response whose usage crosses a small context's compaction threshold, with a tool call:
+// the turn goes through every loop state, compacting included (its summary takes 300 ms).
+class compacting_worker_fixture : public worker_fixture {
+  protected:
+    compacting_worker_fixture() {
+        script_ = R"({"responses":[
+            {"text":"working )" + std::string(120, '.') + R"(","usage":{"input":950},
+             "tool_calls":[{"name":"sleep","arguments":{"ms":300}}]},
+            {"text":"adjusted"}],
+            "summary_delay_ms":300})";
+    }
+};
+
 // Defect: watchers never saw the loop state (a turn's patches carried no status, and the last
 // one said "preparing" while subscribe said "idle"). Every loop state change reaches a watcher,
-// and the last status it holds is what subscribe returns.
-TEST_F(tool_worker_fixture, WatchersSeeEveryLoopStateAndEndWithTheStatusSubscribeReturns) {
+// and the last status it holds is what subscribe returns. (Issue 31: this test never reached
+// `compacting`; now the turn compacts.)
+TEST_F(compacting_worker_fixture, WatchersSeeEveryLoopStateAndEndWithTheStatusSubscribeReturns) {
     nats::connection nc(nats_url(), "status-client");
     client::client c(nc, client::options{prefix_, 30s, {}});
+    ASSERT_TRUE(c.configure("st", json::object{{"context_limit", 1000},
+                                               {"compaction_buffer", 100},
+                                               {"keep_recent_tokens", 20}}));
     auto w = client::watch::open(c, "st");
     ASSERT_TRUE(w) << w.error().message;
-    ASSERT_TRUE(c.enqueue("st", "followUp", "go", std::nullopt, "f1"));
+    ASSERT_TRUE(c.enqueue("st", "followUp", std::string(200, 'a'), std::nullopt, "f1"));
     std::vector<std::string> states;
     json::object last_status;
     bool answered = false;
@@ -427,7 +444,7 @@ TEST_F(tool_worker_fixture, WatchersSeeEveryLoopStateAndEndWithTheStatusSubscrib
         ASSERT_TRUE(got) << got.error().message;
         ASSERT_TRUE(*got) << "timed out; states so far: " << states.size();
     }
-    for (const char* state : {"preparing", "inferring", "executing_tools"}) {
+    for (const char* state : {"preparing", "inferring", "compacting", "executing_tools"}) {
         EXPECT_NE(std::find(states.begin(), states.end(), state), states.end()) << state;
     }
     auto now = c.subscribe("st");
