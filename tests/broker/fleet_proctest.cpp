@@ -8,6 +8,7 @@
 #include "ownership/sqlite_lease.hpp"
 #include "storage/sqlite_db.hpp"
 #include "tests/support/burst.hpp"
+#include "tests/support/http_get.hpp"
 #include "tests/support/pg_env.hpp"
 #include "tests/support/process.hpp"
 
@@ -889,6 +890,15 @@ void kill_one_of_three(const std::string& name, const worker_process::config& ba
         recovered += w->id() != victim && w->has_logged("recovered session");
     }
     EXPECT_GT(recovered, 0) << "the sweep, not a request, brought the sessions back";
+    double recoveries = 0;
+    for (const auto& w : workers) {
+        if (w->id() != victim) {
+            recoveries += metric_value(worker_http(w->log(), "/metrics").body,
+                                       "wuhu_recoveries_total");
+        }
+    }
+    EXPECT_GE(recoveries, static_cast<double>(orphans.size()))
+        << "every session recovered is counted in wuhu_recoveries_total";
     for (auto& w : workers) {
         if (w->id() != victim) {
             EXPECT_EQ(w->stop(), 0);
@@ -1001,6 +1011,13 @@ void freeze_the_owner(const worker_process::config& base) {
     const auto items = item_ids(final);
     EXPECT_TRUE(items.contains("q1") && items.contains("q2")) << json::serialize(final);
     EXPECT_EQ(items.contains("q3"), q3_taken) << "what was acknowledged, and only that";
+    // The lease events, counted (issue 31: never tested): A lost its lease; B renewed its own
+    // (every 267 ms) and took A's over.
+    const auto a_scrape = worker_http(a.log(), "/metrics").body;
+    EXPECT_GE(metric_value(a_scrape, R"(wuhu_lease_events_total{event="lost"})"), 1) << a_scrape;
+    const auto b_scrape = worker_http(b.log(), "/metrics").body;
+    EXPECT_GE(metric_value(b_scrape, R"(wuhu_lease_events_total{event="renewed"})"), 1);
+    EXPECT_GE(metric_value(b_scrape, R"(wuhu_lease_events_total{event="acquired"})"), 1);
     EXPECT_EQ(a.stop(), 0);
     EXPECT_EQ(b.stop(), 0);
 }

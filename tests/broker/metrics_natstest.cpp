@@ -103,3 +103,84 @@ TEST(MetricsEndpoint, ConnectionsPastTheCapAreClosedAtOnce) {
 }
 
 }  // namespace wuhu::testing
+
+namespace wuhu::testing {
+
+// Issue 31 ("never tested"): /healthz answers 503 while the worker's executor is stuck, and 200
+// once it turns again; /readyz answers 503 while the session store does not answer, and 200
+// once it does; and the series of lane depths, command durations and lease renewals move.
+TEST(MetricsHealth, HealthzSeesAStuckExecutorAndReadyzAStoreThatDoesNotAnswer) {
+    temp_dir dir;
+    const std::string prefix = "hz" + std::to_string(getpid());
+    node_options o{nats_url(), prefix, dir.path(), "w1", R"({"responses":[{"text":"ok"}]})"};
+    o.metrics_addr = "127.0.0.1:0";
+    worker_node w(std::move(o));
+    const auto at = w.node().metrics_address();
+    EXPECT_EQ(http_get(at, "/healthz").status, 200);
+    // Stuck: the executor runs one handler for 2.5 s.
+    std::atomic<bool> stuck{false};
+    boost::asio::post(w.node().executor(), [&stuck] {
+        stuck = true;
+        std::this_thread::sleep_for(2500ms);
+    });
+    while (!stuck) {
+        std::this_thread::sleep_for(5ms);
+    }
+    const auto while_stuck = http_get(at, "/healthz");
+    EXPECT_EQ(while_stuck.status, 503) << while_stuck.body;
+    EXPECT_NE(while_stuck.body.find("did not turn within 1 s"), std::string::npos);
+    bool alive = false;
+    for (int i = 0; i < 100 && !alive; ++i) {
+        alive = http_get(at, "/healthz").status == 200;
+        std::this_thread::sleep_for(50ms);
+    }
+    EXPECT_TRUE(alive) << "healthy again once the executor turns";
+
+    nats::connection nc(nats_url(), "health-client");
+    auto send = [&](const std::string& verb, const std::string& body) {
+        auto r = nc.request(prefix + ".session.h1." + verb, body, 10s);
+        return r ? boost::json::parse(*r) : boost::json::value();
+    };
+    ASSERT_EQ(send("pause", "{}").as_object().contains("error"), true) << "no session yet";
+    ASSERT_EQ(send("configure", "{}").at("ok"), true);
+    ASSERT_EQ(send("pause", "{}").at("ok"), true);
+    ASSERT_EQ(send("enqueue", R"({"lane":"followUp","id":"f1","content":"held"})").at("ok"), true);
+    auto scrape = http_get(at, "/metrics").body;
+    EXPECT_EQ(metric_value(scrape, R"(wuhu_lane_depth{lane="followUp"})"), 1) << "paused: queued";
+    EXPECT_EQ(metric_value(scrape, R"(wuhu_lane_depth{lane="steer"})"), 0);
+    EXPECT_GE(metric_value(scrape, R"(wuhu_command_duration_seconds_count{verb="enqueue"})"), 1)
+        << scrape;
+    EXPECT_EQ(metric_value(scrape, R"(wuhu_publish_failures_total)"), 0);
+
+    // The store does not answer: the next commit fails (unavailable), and /readyz says so.
+    EXPECT_EQ(http_get(at, "/readyz").status, 200);
+    w.store().fail_next_commits(1);
+    EXPECT_EQ(send("enqueue", R"({"lane":"followUp","id":"f2","content":"lost"})")
+                  .at("error")
+                  .at("code"),
+              "unavailable");
+    const auto unready = http_get(at, "/readyz");
+    EXPECT_EQ(unready.status, 503) << unready.body;
+    EXPECT_NE(unready.body.find("the session store does not answer"), std::string::npos)
+        << unready.body;
+    boost::json::value back;
+    for (int i = 0; i < 100; ++i) {
+        back = send("enqueue", R"({"lane":"followUp","id":"f3","content":"again"})");
+        if (back.as_object().contains("ok")) {
+            break;
+        }
+        std::this_thread::sleep_for(50ms);
+    }
+    ASSERT_EQ(back.at("ok"), true) << back;
+    EXPECT_EQ(http_get(at, "/readyz").status, 200) << "ready once the store answers";
+    ASSERT_EQ(send("resume", "{}").at("ok"), true);
+    bool drained = false;
+    for (int i = 0; i < 100 && !drained; ++i) {
+        drained = metric_value(http_get(at, "/metrics").body,
+                               R"(wuhu_lane_depth{lane="followUp"})") == 0;
+        std::this_thread::sleep_for(50ms);
+    }
+    EXPECT_TRUE(drained) << "resumed: the lane was drained";
+}
+
+}  // namespace wuhu::testing

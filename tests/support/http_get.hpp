@@ -7,6 +7,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <fstream>
+#include <iterator>
+#include <regex>
 #include <sstream>
 #include <string>
 
@@ -67,6 +70,19 @@ inline double metric_value(const std::string& scrape, const std::string& series)
         }
     }
     return -1;
+}
+
+// A worker's /metrics, /healthz or /readyz (`path`), at the address it logged ("metrics on
+// http://HOST:PORT/metrics"); status 0 when it logged none.
+inline http_answer worker_http(const std::string& log_file, const std::string& path) {
+    const std::regex at(R"(metrics on http://([0-9.]+:[0-9]+)/metrics)");
+    std::ifstream f(log_file);
+    const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    std::smatch m;
+    if (!std::regex_search(text, m, at)) {
+        return {};
+    }
+    return http_get(m[1], path);
 }
 
 }  // namespace wuhu::testing
