@@ -135,6 +135,10 @@ std::string node::scrape() {
     if (future.wait_for(std::chrono::seconds(1)) == std::future_status::ready) {
         metrics_.update(future.get());
     }
+    for (const auto missed = store_.index_write_failures(); index_failures_seen_ < missed;
+         ++index_failures_seen_) {
+        metrics_.index_write_failed();
+    }
     const auto failures = server_->publish_failures();
     for (; publish_failures_seen_ < failures; ++publish_failures_seen_) {
         metrics_.publish_failed();

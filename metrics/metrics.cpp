@@ -122,6 +122,13 @@ worker_metrics::worker_metrics(std::string_view store_backend)
                              .Help("Replies and events that could not be published")
                              .Register(r)
                              .Add({});
+    index_write_failures_ =
+        &BuildCounter()
+             .Name("wuhu_store_index_write_failures_total")
+             .Help("Writes of the store's index (the SQLite catalog) that failed and wait for the "
+                   "next one")
+             .Register(r)
+             .Add({});
     auto& refused = BuildCounter()
                         .Name("wuhu_requests_refused_total")
                         .Help("Requests refused by a bound (docs/operations.md, Limits), by reason")
@@ -226,6 +233,10 @@ void worker_metrics::published(std::string_view kind) {
     if (auto it = published_.find(kind); it != published_.end()) {
         it->second->Increment();
     }
+}
+
+void worker_metrics::index_write_failed() {
+    index_write_failures_->Increment();
 }
 
 void worker_metrics::publish_failed() {

@@ -71,6 +71,7 @@ class worker_metrics {
     // could not be.
     void published(std::string_view kind);
     void publish_failed();
+    void index_write_failed();
 
     // Makes the series of a verb (its "ok" result) and of a tool before any is recorded, so
     // that dashboards and rates see zeros rather than nothing. Before serving, on the executor.
@@ -100,6 +101,7 @@ class worker_metrics {
     prometheus::Gauge* without_owner_;
     std::map<std::string, prometheus::Counter*, std::less<>> published_;
     prometheus::Counter* publish_failures_;
+    prometheus::Counter* index_write_failures_;
     prometheus::Gauge* stuck_;
     // Series made on first use, on the node's executor only (no lock: see command()).
     prometheus::Family<prometheus::Counter>* commands_;

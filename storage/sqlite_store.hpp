@@ -98,6 +98,7 @@ class sqlite_store final : public session_store {
     // Catalog writes that failed (the catalog locked past the busy timeout, a full disk): their
     // rows wait for the next write.
     std::size_t catalog_failures() const { return catalog_failures_.load(); }
+    std::size_t index_write_failures() const override { return catalog_failures(); }
 
   protected:
     result<std::unique_ptr<session_log>> do_open(const session_id& id, lease_epoch epoch,

@@ -191,6 +191,12 @@ class session_store {
     // "memory", "sqlite", "postgres".
     virtual std::string_view backend() const = 0;
 
+    // Writes of the store's index that failed and wait for a later one (the SQLite catalog,
+    // written after each commit: locked past its busy timeout, or a full disk). The commits
+    // themselves succeeded; the sweep may find their sessions late. 0 where the index is
+    // written in the commit's own transaction.
+    virtual std::size_t index_write_failures() const { return 0; }
+
     // The process is stopping: it unloads every session next. Tidying that only saves disk
     // until a session's next use (the SQLite store's WALs of files closed early) is skipped,
     // so that a stop does not wait for it.
@@ -218,6 +224,7 @@ class forwarding_store : public session_store {
         return target_.sessions(q);
     }
     std::string_view backend() const override { return target_.backend(); }
+    std::size_t index_write_failures() const override { return target_.index_write_failures(); }
     void stopping() override { target_.stopping(); }
 
   protected:

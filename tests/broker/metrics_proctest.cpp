@@ -118,6 +118,7 @@ TEST(Metrics, AScrapeDuringASessionPassesPromtoolAndTheStateGaugesFollowTheSessi
     EXPECT_EQ(metric_value(scrape, "wuhu_leases_held"), 1);
     EXPECT_GE(metric_value(scrape, R"(wuhu_events_published_total{kind="patch"})"), 1);
     EXPECT_EQ(metric_value(scrape, "wuhu_loop_stuck_sessions"), 0);
+    EXPECT_EQ(metric_value(scrape, "wuhu_store_index_write_failures_total"), 0);
     EXPECT_EQ(scrape.find("m1"), std::string::npos) << "no session id is a label";
     // promtool (Debian's prometheus package) accepts the exposition.
     temp_dir dir;

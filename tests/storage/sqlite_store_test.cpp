@@ -228,6 +228,8 @@ TEST(SqliteStore, ACatalogRowThatCannotBeWrittenIsCountedAndWrittenWithTheNextWr
         ASSERT_TRUE(committed) << "the file is the truth: the commit goes on";
         apply_actions(committed->actions, state);
         EXPECT_EQ(store.catalog_failures(), 1u);
+        const storage::session_store& any = store;
+        EXPECT_EQ(any.index_write_failures(), 1u) << "what wuhu_store_index_write_failures_total counts";
         other.exec("ROLLBACK");
     }
     // The next write of the catalog (here another session's) writes the kept row too.
