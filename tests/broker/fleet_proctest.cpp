@@ -490,6 +490,111 @@ TEST(Fleet, ScheduledCallbacksArePublishedListedAndCanceledWithWuhuctl) {
     EXPECT_EQ(a.stop(), 0);
 }
 
+// Issue 31, defect 13: users outgrow one nats-server first. Two workers on a three-node
+// nats-server cluster (routes on loopback), given all three URLs; under load (a client
+// library enqueuing all along), one node is killed (SIGKILL) and restarted. Every acknowledged
+// item is found; wuhuctl and the client library work through the cluster too.
+TEST(Fleet, AFleetOnAThreeNodeNatsClusterLosesNothingWhenANodeIsKilledAndRestarted) {
+    const int c1 = free_port(), c2 = free_port(), c3 = free_port();
+    std::string routes;
+    for (int c : {c1, c2, c3}) {
+        routes += (routes.empty() ? "" : ",") + std::string("nats://127.0.0.1:") + std::to_string(c);
+    }
+    auto node = [&](int cluster_port) {
+        return std::vector<std::string>{
+            "--cluster_name", "wuhu", "--cluster",
+            "nats://127.0.0.1:" + std::to_string(cluster_port), "--routes", routes};
+    };
+    own_nats n1(node(c1)), n2(node(c2)), n3(node(c3));
+    ASSERT_TRUE(n1.up() && n2.up() && n3.up()) << "a cluster node did not start";
+    const std::string urls = n1.url() + "," + n2.url() + "," + n3.url();
+    {
+        // The routes are up once a message published on one node reaches a subscriber on
+        // another.
+        nats::connection on1(n1.url(), "cluster-probe-1");
+        nats::connection on3(n3.url(), "cluster-probe-3");
+        std::atomic<bool> through{false};
+        on3.subscribe("probe.x", [&](nats::message) { through = true; });
+        on3.flush();
+        for (int i = 0; i < 100 && !through; ++i) {
+            on1.publish("probe.x", "hi");
+            on1.flush();
+            std::this_thread::sleep_for(50ms);
+        }
+        ASSERT_TRUE(through) << "the cluster's routes did not form";
+    }
+    temp_dir shared;
+    worker_process a("clustera", slow_script, fleet_member(sharing(shared.path()), "A", "wuhu_cluster", 1000));
+    worker_process b("clusterb", slow_script, fleet_member(sharing(shared.path()), "B", "wuhu_cluster", 1000));
+    a.start(urls);
+    b.start(urls);
+    nats::connection nc(urls, "cluster-client");
+    ASSERT_EQ(answer_when_up(nc, a.direct("warma", "subscribe")).at("ok"), true);
+    ASSERT_EQ(answer_when_up(nc, b.direct("warmb", "subscribe")).at("ok"), true);
+    client::client lib(nc, client::options{a.prefix(), 3s, {}});
+    // Load: four sessions, one enqueue after another, all along.
+    std::atomic<bool> loading{true};
+    std::mutex mu;
+    std::map<std::string, std::set<std::string>> acked;  // session -> item ids
+    int refused = 0;
+    std::thread load([&] {
+        for (int i = 0; loading; ++i) {
+            const std::string sid = "cl" + std::to_string(i % 4);
+            const std::string id = "i" + std::to_string(i);
+            auto r = lib.enqueue(sid, "followUp", "item " + id, std::nullopt, id);
+            std::lock_guard lock(mu);
+            if (r) {
+                acked[sid].insert(id);
+            } else {
+                ++refused;
+            }
+        }
+    });
+    auto total = [&] {
+        std::lock_guard lock(mu);
+        std::size_t n = 0;
+        for (const auto& [sid, ids] : acked) {
+            n += ids.size();
+        }
+        return n;
+    };
+    std::this_thread::sleep_for(1s);
+    const auto before_kill = total();
+    n1.kill_now();
+    // Long enough for a connection that was on node 1 to reconnect to another (libnats waits
+    // 2 s between attempts) and for a request lost with it to time out (3 s).
+    std::this_thread::sleep_for(7s);
+    const auto while_down = total() - before_kill;
+    ASSERT_TRUE(n1.start()) << "node 1 did not come back";
+    std::this_thread::sleep_for(2s);
+    loading = false;
+    load.join();
+    std::cout << "[ cluster ] " << total() << " items acknowledged (" << before_kill
+              << " before the kill, " << while_down << " while node 1 was down), " << refused
+              << " requests not answered" << std::endl;
+    EXPECT_GT(before_kill, 0u);
+    EXPECT_GT(while_down, 0u) << "the fleet served while a node was down";
+    // Every acknowledged item is in its session.
+    for (const auto& [sid, ids] : acked) {
+        auto sub = lib.subscribe(sid);
+        ASSERT_TRUE(sub) << sid << ": " << sub.error().message;
+        const auto found = item_ids(json::value(*sub));
+        for (const auto& id : ids) {
+            EXPECT_TRUE(found.contains(id)) << sid << " lost acknowledged item " << id;
+        }
+    }
+    // wuhuctl through the cluster.
+    const auto out = (shared.path() / "ctl.out").string();
+    const pid_t ctl = spawn(WUHUCTL_BIN,
+                            {"--nats", urls, "--prefix", a.prefix(), "send", "cl0", "after",
+                             "--id", "ctl1"},
+                            spawn_options{out + ".err", std::nullopt, out});
+    EXPECT_EQ(wait_exit(ctl, 30s), 0);
+    EXPECT_TRUE(item_ids(json::value(lib.subscribe("cl0").value())).contains("ctl1"));
+    EXPECT_EQ(a.stop(), 0);
+    EXPECT_EQ(b.stop(), 0);
+}
+
 // Issue 13: sessions orphaned by a crash are taken up at a bounded rate, not in one stampede:
 // each sweep round claims at most --sweep-batch of them, and every one completes.
 TEST(Fleet, OrphansOfACrashAreRecoveredAtMostABatchPerSweepRound) {

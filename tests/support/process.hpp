@@ -215,6 +215,14 @@ class own_nats {
         pid_ = 0;
         return status;
     }
+    // SIGKILL (a node that dies), and waited for.
+    void kill_now() {
+        if (pid_ > 0) {
+            kill(pid_, SIGKILL);
+            wait_exit(pid_, std::chrono::seconds(10));
+            pid_ = 0;
+        }
+    }
     bool up() const { return pid_ > 0; }
     int port() const { return port_; }
     // nats://[credentials@]127.0.0.1:<port>
