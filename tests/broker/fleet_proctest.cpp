@@ -103,6 +103,19 @@ worker_process::config sharing(const std::filesystem::path& data_dir) {
     return c;
 }
 
+// What `wuhuctl --nats <url> --prefix <prefix> <args>` printed (its stdout in `out`, its
+// stderr beside it), once it exited 0 (checked, bounded).
+std::string wuhuctl(const std::string& url, const std::string& prefix,
+                    const std::vector<std::string>& args, const std::filesystem::path& out) {
+    std::vector<std::string> all{"--nats", url, "--prefix", prefix};
+    all.insert(all.end(), args.begin(), args.end());
+    const pid_t pid = spawn(WUHUCTL_BIN, all,
+                            spawn_options{out.string() + ".err", std::nullopt, out.string()});
+    EXPECT_EQ(wait_exit(pid, 30s), 0) << "wuhuctl " << out.filename();
+    std::ifstream f(out);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
 }  // namespace
 
 // Defect: the registry freed a session's loop while requests were still suspended on it (a
@@ -449,13 +462,7 @@ TEST(Fleet, ScheduledCallbacksArePublishedListedAndCanceledWithWuhuctl) {
     ASSERT_EQ(answer_when_up(nc, a.direct("t", "enqueue"), enqueue_body("remind")).at("ok"), true);
     ASSERT_TRUE(wait_idle(nc, a.direct("t", "subscribe")));
     auto ctl = [&](const std::vector<std::string>& args, const std::string& name) {
-        const auto out = (shared.path() / (name + ".out")).string();
-        std::vector<std::string> all{"--nats", nats_url(), "--prefix", a.prefix()};
-        all.insert(all.end(), args.begin(), args.end());
-        const pid_t pid = spawn(WUHUCTL_BIN, all, spawn_options{out + ".err", std::nullopt, out});
-        EXPECT_EQ(wait_exit(pid, 30s), 0) << name;
-        std::ifstream f(out);
-        return std::string(std::istreambuf_iterator<char>(f), {});
+        return wuhuctl(nats_url(), a.prefix(), args, shared.path() / name);
     };
     const auto listed = json::parse(ctl({"--json", "timers", "t"}, "listed"));
     ASSERT_EQ(listed.at("timers").as_array().size(), 2u) << listed;
@@ -584,12 +591,7 @@ TEST(Fleet, AFleetOnAThreeNodeNatsClusterLosesNothingWhenANodeIsKilledAndRestart
         }
     }
     // wuhuctl through the cluster.
-    const auto out = (shared.path() / "ctl.out").string();
-    const pid_t ctl = spawn(WUHUCTL_BIN,
-                            {"--nats", urls, "--prefix", a.prefix(), "send", "cl0", "after",
-                             "--id", "ctl1"},
-                            spawn_options{out + ".err", std::nullopt, out});
-    EXPECT_EQ(wait_exit(ctl, 30s), 0);
+    wuhuctl(urls, a.prefix(), {"send", "cl0", "after", "--id", "ctl1"}, shared.path() / "ctl");
     EXPECT_TRUE(item_ids(json::value(lib.subscribe("cl0").value())).contains("ctl1"));
     EXPECT_EQ(a.stop(), 0);
     EXPECT_EQ(b.stop(), 0);
@@ -1251,13 +1253,7 @@ TEST(Fleet, AnAbortAcrossTheFleetSaysWhatItStopped) {
     ASSERT_EQ(answer_when_up(nc, a.direct("demo", "enqueue"), enqueue_body("q1")).at("ok"), true);
     ASSERT_EQ(answer_when_up(nc, b.direct("warmup", "subscribe")).at("ok"), true);
     auto ctl = [&](const std::vector<std::string>& args, const std::string& name) {
-        const auto out = (shared.path() / (name + ".out")).string();
-        std::vector<std::string> all{"--nats", nats_url(), "--prefix", a.prefix()};
-        all.insert(all.end(), args.begin(), args.end());
-        const pid_t pid = spawn(WUHUCTL_BIN, all, spawn_options{out + ".err", std::nullopt, out});
-        EXPECT_EQ(wait_exit(pid, 30s), 0) << name;
-        std::ifstream f(out);
-        return std::string(std::istreambuf_iterator<char>(f), {});
+        return wuhuctl(nats_url(), a.prefix(), args, shared.path() / name);
     };
     client::options co;
     co.prefix = a.prefix();
