@@ -532,6 +532,8 @@ result<std::optional<session_state>> postgres_store::read(const session_id& id) 
         return errc::corrupt;
     } catch (const pqxx::failure&) {
         return errc::unavailable;
+    } catch (const std::exception&) {
+        return errc::unavailable;  // as the log's operations (a row that does not convert)
     }
 }
 

@@ -488,8 +488,9 @@ result<void> sqlite_store::remove(const session_id& id, lease_epoch epoch) {
 }
 
 result<std::optional<session_state>> sqlite_store::read(const session_id& id) {
+    std::shared_ptr<handle> h;
     try {
-        auto h = acquire_current(id, open_mode::existing);
+        h = acquire_current(id, open_mode::existing);
         if (!h) {
             return std::optional<session_state>{};
         }
@@ -511,6 +512,10 @@ result<std::optional<session_state>> sqlite_store::read(const session_id& id) {
         close_unused(id);  // nobody here owns it: its file is not kept open for it
         return out;
     } catch (const sqlite::error& e) {
+        if (h) {
+            h.reset();
+            close_unused(id);
+        }
         return sqlite::storage_error(e);
     }
 }

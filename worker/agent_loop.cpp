@@ -218,6 +218,9 @@ asio::awaitable<boost::system::result<command_reply>> agent_loop::abort_turn(abo
     if (failed_) {
         co_return failure_;
     }
+    if (returned_) {
+        co_return make_error_code(storage::errc::closed);  // nothing runs the turn any more
+    }
     command_reply reply;
     if (!a.id.empty()) {
         if (auto seen = answered_abort(a.id)) {
@@ -386,6 +389,15 @@ agent_loop::written agent_loop::write_now(transition t) {
 }
 
 asio::awaitable<void> agent_loop::start() {
+    // However start() ends (cancelled too), no abort waits for a loop that no longer runs: the
+    // ones waiting, and every later one, are answered `closed` (the request is routed again).
+    struct on_return {
+        agent_loop* self;
+        ~on_return() {
+            self->returned_ = true;
+            self->abort_.close();
+        }
+    } returning{this};
     // Loads the session and terminalizes an orphaned turn before any command runs.
     operation recover = [this] { return recover_orphan(); };
     auto recovering = persist(std::move(recover));

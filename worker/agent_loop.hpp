@@ -162,6 +162,7 @@ class agent_loop final : private session_writer {
     static constexpr std::size_t max_answered_aborts = 64;
     std::deque<std::pair<std::string, abort_outcome>> answered_aborts_;
     bool loaded_ = false;
+    bool returned_ = false;  // start() has returned: nothing takes a pending abort any more
     // The calls this loop started with the newest response (worker/writer.hpp).
     std::vector<session::tool_call_id> started_here_;
     // The work loop waits for a wake-up (read by commands on the store executor).

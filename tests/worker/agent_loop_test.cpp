@@ -459,6 +459,20 @@ TEST(Abort, DuringACommitStopsTheTurnAfterIt) {
     pool.join();
 }
 
+// A loop whose start() returned (a worker stopping cancels it mid-turn) takes no abort any more:
+// one that waited for it, or comes later, is answered `closed` (routed again) at once, never
+// left waiting (the worker's drain would wait for it forever). Found in review.
+TEST(Abort, AfterTheLoopStoppedIsAnsweredClosedAtOnce) {
+    loop_harness h(R"({"responses":[{"text":"never","delay_ms":600000}]})");
+    h.start();
+    h.follow_up("f1", "hi");
+    ASSERT_TRUE(h.run_until([&] { return h.loop().current() == loop_state::inferring; }, false));
+    h.stop();
+    auto r = h.send(worker::abort_command{"too late"});
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error(), make_error_code(storage::errc::closed));
+}
+
 // A retried abort (its reply was lost) must not stop the turn that came after the first one:
 // the same id gets the first answer, from this owner or from a new one (the transcript).
 TEST(Abort, ARetryWithTheSameIdGetsTheFirstAnswerAndStopsNothingMore) {
