@@ -568,8 +568,8 @@ TEST(Fleet, AFleetOnAThreeNodeNatsClusterLosesNothingWhenANodeIsKilledAndRestart
     std::this_thread::sleep_for(1s);
     const auto before_kill = total();
     n1.kill_now();
-    // Long enough for a connection that was on node 1 to reconnect to another (libnats waits
-    // 2 s between attempts) and for a request lost with it to time out (3 s).
+    // Long enough for a request lost with node 1 to time out (the client's 3 s) and for the
+    // connections that were on it to reconnect to another node (every 250 ms).
     std::this_thread::sleep_for(7s);
     const auto while_down = total() - before_kill;
     ASSERT_TRUE(n1.start()) << "node 1 did not come back";
