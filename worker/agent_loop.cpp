@@ -391,13 +391,21 @@ agent_loop::written agent_loop::write_now(transition t) {
 asio::awaitable<void> agent_loop::start() {
     // However start() ends (cancelled too), no abort waits for a loop that no longer runs: the
     // ones waiting, and every later one, are answered `closed` (the request is routed again).
-    struct on_return {
-        agent_loop* self;
-        ~on_return() {
-            self->returned_ = true;
-            self->abort_.close();
-        }
-    } returning{this};
+    // (Not in a destructor of the frame: a frame destroyed without being resumed, as by an
+    // io_context that goes first, may outlive the loop.)
+    try {
+        auto running = run();
+        co_await std::move(running);
+    } catch (...) {
+        returned_ = true;
+        abort_.close();
+        throw;
+    }
+    returned_ = true;
+    abort_.close();
+}
+
+asio::awaitable<void> agent_loop::run() {
     // Loads the session and terminalizes an orphaned turn before any command runs.
     operation recover = [this] { return recover_orphan(); };
     auto recovering = persist(std::move(recover));

@@ -135,6 +135,8 @@ class agent_loop final : private session_writer {
     // the session (the rules never refuse the loop's own transitions).
     written write_now(transition t);
 
+    // start()'s body.
+    asio::awaitable<void> run();
     asio::awaitable<void> work_loop();
     asio::awaitable<void> timer_loop();
     asio::awaitable<void> run_until_idle();
