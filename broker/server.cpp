@@ -499,11 +499,8 @@ asio::awaitable<std::vector<std::string>> server::handle(worker::session_registr
                 if (!*stored) {
                     co_return absent_session(req, options_.max_reply_bytes);
                 }
-                auto page = subscribe(**stored, std::get<protocol::subscribe_request>(req.body));
-                if (auto* failed_reply = std::get_if<std::string>(&page)) {
-                    co_return replies{std::move(*failed_reply)};
-                }
-                auto serializing = serialize(std::move(std::get<subscribe_page>(page)));
+                auto serializing = serialize(
+                    subscribe(**stored, std::get<protocol::subscribe_request>(req.body)));
                 co_return co_await std::move(serializing);
             }
             if (!*at) {
@@ -605,11 +602,7 @@ asio::awaitable<std::vector<std::string>> server::handle(worker::session_registr
             co_return replies{error_reply(loop.error())};
         }
         if (const auto* sub = std::get_if<protocol::subscribe_request>(&req.body)) {
-            auto page = subscribe(**loop, *sub);
-            if (auto* failed_reply = std::get_if<std::string>(&page)) {
-                co_return replies{std::move(*failed_reply)};
-            }
-            auto serializing = serialize(std::move(std::get<subscribe_page>(page)));
+            auto serializing = serialize(subscribe(**loop, *sub));
             co_return co_await std::move(serializing);
         }
         auto sent = (*loop)->send(command_for(req.body));  // made afresh: it may be routed again

@@ -204,8 +204,10 @@ class server {
                                                       session::loop_state current,
                                                       const session::status& now,
                                                       const worker::inflight_message* streaming);
-    // A page's replies: serialized here when small, on the replies thread when large.
-    asio::awaitable<std::vector<std::string>> serialize(subscribe_page page);
+    // A page's replies (serialized here when small, on the replies thread when large), or the
+    // error reply that came instead of a page.
+    asio::awaitable<std::vector<std::string>> serialize(
+        std::variant<subscribe_page, std::string> page_or_error);
     std::string local_sessions(worker::session_registry& registry, const nats::message& m);
     // A page of the fleet view for a query whose sessions are named by their keys.
     std::string list_page(const protocol::sessions_query& q);

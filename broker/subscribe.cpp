@@ -77,8 +77,13 @@ std::variant<server::subscribe_page, std::string> server::page_of(
     return page;
 }
 
-asio::awaitable<std::vector<std::string>> server::serialize(subscribe_page page) {
+asio::awaitable<std::vector<std::string>> server::serialize(
+    std::variant<subscribe_page, std::string> page_or_error) {
     using replies = std::vector<std::string>;
+    if (auto* error = std::get_if<std::string>(&page_or_error)) {
+        co_return replies{std::move(*error)};
+    }
+    auto& page = std::get<subscribe_page>(page_or_error);
     if (page.items() < off_executor_items) {
         co_return page.replies(options_.max_reply_bytes);
     }
