@@ -1053,6 +1053,16 @@ TEST_F(worker_fixture, DeletingASessionTellsItsWatchers) {
     auto after = (*w)->next(std::chrono::steady_clock::now() + 10ms, h);
     ASSERT_TRUE(after);
     EXPECT_FALSE(*after) << "the watch has ended";
+    // The other connection's subscriber gets it too, in its own time (bounded).
+    for (int i = 0; i < 200; ++i) {
+        {
+            std::lock_guard lock(mu);
+            if (!subjects.empty() && subjects.back().find(".deleted ") != std::string::npos) {
+                break;
+            }
+        }
+        std::this_thread::sleep_for(10ms);
+    }
     std::lock_guard lock(mu);
     ASSERT_FALSE(subjects.empty());
     EXPECT_TRUE(subjects.back().starts_with(prefix_ + ".events.gone.deleted "))
