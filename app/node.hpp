@@ -161,6 +161,7 @@ class node {
     std::map<std::string, timing, std::less<>> timings_;
     std::uint64_t watch_round_ = 0;
     std::size_t publish_failures_seen_ = 0;  // the server's count at the last scrape
+    std::size_t rerouted_seen_ = 0;          // the server's rerouted() at the last scrape
     std::size_t index_failures_seen_ = 0;    // the store's count at the last scrape
     // Before io_: work destroyed with it gives its passes back to live gates.
     worker::work_gate busy_;      // requests, loops, drains, sweep, passivation

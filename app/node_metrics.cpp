@@ -143,6 +143,9 @@ std::string node::scrape() {
     for (; publish_failures_seen_ < failures; ++publish_failures_seen_) {
         metrics_.publish_failed();
     }
+    const auto rerouted = server_->rerouted();
+    metrics_.forwards_rerouted(rerouted - std::min(rerouted, rerouted_seen_));
+    rerouted_seen_ = std::max(rerouted, rerouted_seen_);
     return metrics_.text();
 }
 

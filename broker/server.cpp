@@ -7,6 +7,9 @@
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
 
 #include <algorithm>
 
@@ -22,6 +25,10 @@ using protocol::verb;
 // time it reached it) answers owner_changed: the client retries later. (A request that waited
 // behind a delete needs three: closed, then refused at its old epoch, then a new session.)
 constexpr int max_routes = 4;
+
+// Forwards watched at once, at most (each holds a coroutine and, once unacknowledged, asks the
+// lease store a few times a second): past it, a forward is sent as before, unwatched.
+constexpr std::size_t max_held_forwards = 256;
 
 // The answer to a request for a session that does not exist: nothing is created.
 std::vector<std::string> absent_session(const protocol::request& req,
@@ -107,6 +114,8 @@ std::string_view outcome_of(std::string_view reply) {
 
 // The header that carries a forwarded request's reply subject (server.hpp).
 constexpr std::string_view reply_header = "Wuhu-Reply";
+// The header that names the subject on which the owner acknowledges a forwarded request.
+constexpr std::string_view ack_header = "Wuhu-Ack";
 
 // One request, answered on the executor (a named coroutine taking its arguments by value).
 // `began`: when the worker took it (its wait at the door counts).
@@ -282,14 +291,24 @@ void server::start(worker::session_registry& registry, worker::work_gate& work) 
                 }
             }
         };
+        const bool forwarded = subjects_.for_worker(m.subject, worker_id());
+        if (forwarded) {
+            // Taken: the worker that forwarded it stops watching this worker's lease. Only a
+            // forward acknowledgement subject of the fleet is ever published to.
+            for (const auto& [name, value] : m.headers) {
+                if (name == ack_header && subjects_.is_forward_ack(value)) {
+                    publish(value, "", "forward acknowledgement", m.subject);
+                    break;
+                }
+            }
+        }
         if (options_.max_in_flight > 0 && in_flight_.load() >= options_.max_in_flight) {
             return turn_away(m);
         }
         // The session's key (requests with a bad subject share one: serve() answers them).
         std::string key;
-        auto to = subjects_.for_worker(m.subject, worker_id())
-                      ? subjects_.parse_forwarded(m.subject, worker_id())
-                      : subjects_.parse_request(m.subject);
+        auto to = forwarded ? subjects_.parse_forwarded(m.subject, worker_id())
+                            : subjects_.parse_request(m.subject);
         if (to) {
             key = to->sid.str();
         }
@@ -340,6 +359,12 @@ void server::start(worker::session_registry& registry, worker::work_gate& work) 
     forwarded_to_me_.push_back(
         nats_.subscribe(subjects_.forwarded_requests(worker_id()), on_request));
     forwarded_to_me_.push_back(
+        nats_.subscribe(subjects_.forward_acks(worker_id()), [this](nats::message m) {
+            if (auto n = subjects_.parse_forward_ack(m.subject, worker_id())) {
+                acknowledged(*n);
+            }
+        }));
+    forwarded_to_me_.push_back(
         nats_.subscribe(subjects_.local_sessions(worker_id()).value(),
                         [this, &registry](nats::message m) {
             if (m.reply.empty() || m.bad_reply || !answerable(m.reply)) {
@@ -369,6 +394,67 @@ void server::start_next(worker::session_registry& registry) {
     // The next one after what is already queued here (this one's start included): one
     // request of each session in turn.
     asio::post(ex_, [this, &registry] { start_next(registry); });
+}
+
+struct server::forward_wait {
+    explicit forward_wait(const asio::any_io_executor& ex) : wake(ex) {}
+    asio::steady_timer wake;  // executor only
+    std::atomic<bool> acked{false};
+};
+
+void server::acknowledged(std::uint64_t n) {
+    std::shared_ptr<forward_wait> wait;
+    {
+        std::lock_guard lock(acks_mu_);
+        if (auto it = acks_.find(n); it != acks_.end()) {
+            wait = it->second;
+        }
+    }
+    if (wait) {
+        wait->acked = true;
+        asio::post(ex_, [wait] { wait->wake.cancel(); });
+    }
+}
+
+asio::awaitable<bool> server::unacknowledged(std::shared_ptr<forward_wait> wait,
+                                             session::session_id sid,
+                                             ownership::keeper::elsewhere to) {
+    using namespace std::chrono_literals;
+    auto sleep = [&](std::chrono::milliseconds d) -> asio::awaitable<void> {
+        wait->wake.expires_after(d);
+        boost::system::error_code ec;  // operation_aborted: the acknowledgement came
+        co_await wait->wake.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    };
+    auto sleeping = sleep(options_.forward_ack_timeout);
+    co_await std::move(sleeping);
+    // The lease the forward went under ends within its TTL, unless its owner renews it (it
+    // lives, and answers): watched until then, a few times a second.
+    const auto ttl = leases_.keeper().ttl();
+    const auto poll = std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(ttl / 10),
+                                 std::chrono::milliseconds(50), std::chrono::milliseconds(250));
+    const auto until = std::chrono::steady_clock::now() + ttl + options_.forward_ack_timeout;
+    while (!wait->acked && !stopping_ && std::chrono::steady_clock::now() < until) {
+        auto locating = leases_.locate(sid);
+        auto at = co_await std::move(locating);
+        if (wait->acked || stopping_) {
+            break;
+        }
+        if (at) {
+            if (!*at) {
+                co_return true;  // nobody holds it now
+            }
+            const auto* e = std::get_if<ownership::keeper::elsewhere>(&**at);
+            if (e == nullptr || e->owner != to.owner || e->epoch != to.epoch) {
+                co_return true;  // taken here, or by another owner (or epoch)
+            }
+            if (e->expires.value > to.expires.value) {
+                co_return false;  // renewed since: the owner lives, and answers
+            }
+        }  // else the lease store did not answer: asked again
+        auto pausing = sleep(poll);
+        co_await std::move(pausing);
+    }
+    co_return false;
 }
 
 void server::cancel() {
@@ -543,10 +629,45 @@ asio::awaitable<std::vector<std::string>> server::handle(worker::session_registr
                 headers.emplace_back(reply_header, m.reply);
             }
             const bool imported = m.reply.starts_with("_R_.");
-            if (!nats_.publish_request(*subject, imported ? "" : m.reply, headers, m.data)) {
+            // The owner acknowledges the forward as it takes it. Without an acknowledgement in
+            // time, the owner may have died or be frozen with its lease not yet expired: its
+            // lease is watched, and the request routed again once that lease expired or
+            // changed hands (served here, or by the new owner; the old owner, fenced, can no
+            // longer change anything). A lost request then costs its caller the lease's expiry,
+            // not the caller's own timeout.
+            std::shared_ptr<forward_wait> wait;
+            std::uint64_t n = 0;
+            if (held_forwards_.load() < max_held_forwards) {
+                wait = std::make_shared<forward_wait>(ex_);
+                n = next_forward_++;
+                headers.emplace_back(ack_header, subjects_.forward_ack(worker_id(), n));
+                std::lock_guard lock(acks_mu_);
+                acks_.emplace(n, wait);
+            }
+            const bool sent =
+                nats_.publish_request(*subject, imported ? "" : m.reply, headers, m.data);
+            if (!sent) {
                 count_failure("forwarded request", sid.str(), m.data.size());
             }
-            co_return replies{};
+            if (!wait) {
+                co_return replies{};
+            }
+            bool again = false;
+            if (sent) {
+                ++held_forwards_;
+                auto watching = unacknowledged(wait, sid, *other);
+                again = co_await std::move(watching);
+                --held_forwards_;
+            }
+            {
+                std::lock_guard lock(acks_mu_);
+                acks_.erase(n);
+            }
+            if (!again) {
+                co_return replies{};
+            }
+            ++rerouted_;
+            continue;
         }
         const s::lease_epoch epoch = std::get<ownership::keeper::here>(where).epoch;
         // Settings are checked by the owner, against its own tools and endpoints: during a

@@ -3,7 +3,11 @@
 // requests forwarded to it on `<prefix>.worker.<worker-id>.…`, routes each by the session's
 // lease (here, or forwarded to the live owner, which answers the caller directly: the caller's
 // reply subject travels in the `Wuhu-Reply` header, because nats-server refuses a publish that
-// carries the reply subject of a request that came through an account import), answers after
+// carries the reply subject of a request that came through an account import; the owner
+// acknowledges the forward on `<prefix>.worker.<forwarder>.ack.<n>` as it takes it, and a
+// forward not acknowledged in `forward_ack_timeout` has the owner's lease watched: routed again
+// once that lease expired or changed hands, so that a request sent to an owner that just died
+// or froze is served when its lease runs out, not lost until the caller's timeout), answers after
 // the command is durable, and publishes every session's committed patches, status changes and
 // stream deltas. Any worker answers the fleet view (a tenant's, or every tenant's for the
 // fleet's own account). libnats callbacks only copy the message and post it to the worker's
@@ -95,6 +99,9 @@ struct server_options {
     std::size_t subscribe_page_items = 1000;
     std::size_t subscribe_page_bytes = 1024 * 1024;
     std::size_t max_pending_views = 64;
+    // How long a forward waits for its owner's acknowledgement before the owner's lease is
+    // watched (an owner that died or is frozen, its lease not yet expired).
+    std::chrono::milliseconds forward_ack_timeout{250};
     // Told of each refusal of a bound (its code: overloaded, lane_full, rate_limited,
     // quota_exceeded), from any thread.
     std::function<void(std::string_view reason)> on_refused;
@@ -151,6 +158,9 @@ class server {
 
     // Requests this worker forwarded to another owner (for tests and logs).
     std::size_t forwarded() const { return forwarded_.load(); }
+    // Forwarded requests that no owner acknowledged and that this worker routed again (their
+    // owner's lease expired or changed hands while it watched).
+    std::size_t rerouted() const { return rerouted_.load(); }
     // Replies and events that could not be published (too large, or the connection refused).
     std::size_t publish_failures() const { return publish_failures_.load(); }
     // Publishes; a failure is counted and logged with `what` and its session (or subject).
@@ -222,6 +232,16 @@ class server {
     // owner (nullopt: no answer in time, or not a page).
     std::map<std::string, std::optional<owner_page>> ask_owners(
         const std::vector<std::string>& owners, const std::vector<std::string>& bodies);
+    // A forward waiting for its owner's acknowledgement (server.cpp).
+    struct forward_wait;
+    // Whether a forward of `sid` to `to` must be routed again: not acknowledged in time, and
+    // the lease it was sent under expired or changed hands while it was watched (false: it
+    // was acknowledged, the owner renewed its lease and lives, or the watch ran out).
+    asio::awaitable<bool> unacknowledged(std::shared_ptr<forward_wait> wait,
+                                         session::session_id sid,
+                                         ownership::keeper::elsewhere to);
+    // The acknowledgement of forward `n` arrived (any thread).
+    void acknowledged(std::uint64_t n);
     // Starts the next request the door holds, and schedules the one after it.
     void start_next(worker::session_registry& registry);
     // Drains one subscription, holding a pass of the gate until the drain completes.
@@ -239,6 +259,13 @@ class server {
     worker::system_clock clock_;
     std::mt19937_64 rng_{std::random_device{}()};
     std::atomic<std::size_t> forwarded_{0};
+    std::atomic<std::size_t> rerouted_{0};
+    // Forwards waiting for their acknowledgement, by number (any thread, under acks_mu_); at
+    // most max_held_forwards are watched at once (past it, a forward is not watched).
+    std::mutex acks_mu_;
+    std::unordered_map<std::uint64_t, std::shared_ptr<forward_wait>> acks_;
+    std::atomic<std::uint64_t> next_forward_{0};
+    std::atomic<std::size_t> held_forwards_{0};
     std::atomic<std::size_t> in_flight_{0};
     std::atomic<std::size_t> publish_failures_{0};
     std::atomic<std::size_t> views_pending_{0};

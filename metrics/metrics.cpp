@@ -129,6 +129,13 @@ worker_metrics::worker_metrics(std::string_view store_backend)
                    "next one")
              .Register(r)
              .Add({});
+    forwards_rerouted_ =
+        &BuildCounter()
+             .Name("wuhu_forwards_rerouted_total")
+             .Help("Requests forwarded to an owner that did not acknowledge them, routed again "
+                   "once its lease expired or changed hands")
+             .Register(r)
+             .Add({});
     auto& refused = BuildCounter()
                         .Name("wuhu_requests_refused_total")
                         .Help("Requests refused by a bound (docs/operations.md, Limits), by reason")
@@ -237,6 +244,10 @@ void worker_metrics::published(std::string_view kind) {
 
 void worker_metrics::index_write_failed() {
     index_write_failures_->Increment();
+}
+
+void worker_metrics::forwards_rerouted(std::uint64_t n) {
+    forwards_rerouted_->Increment(static_cast<double>(n));
 }
 
 void worker_metrics::publish_failed() {

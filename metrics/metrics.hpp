@@ -72,6 +72,9 @@ class worker_metrics {
     void published(std::string_view kind);
     void publish_failed();
     void index_write_failed();
+    // `n` more forwarded requests routed again because their owner did not acknowledge them
+    // and its lease expired or changed hands.
+    void forwards_rerouted(std::uint64_t n);
 
     // Makes the series of a verb (its "ok" result) and of a tool before any is recorded, so
     // that dashboards and rates see zeros rather than nothing. Before serving, on the executor.
@@ -102,6 +105,7 @@ class worker_metrics {
     std::map<std::string, prometheus::Counter*, std::less<>> published_;
     prometheus::Counter* publish_failures_;
     prometheus::Counter* index_write_failures_;
+    prometheus::Counter* forwards_rerouted_;
     prometheus::Gauge* stuck_;
     // Series made on first use, on the node's executor only (no lock: see command()).
     prometheus::Family<prometheus::Counter>* commands_;

@@ -49,6 +49,8 @@ class keeper {
     };
     struct elsewhere {
         std::string owner;
+        lease_epoch epoch;  // of the owner's live lease
+        unix_ms expires;    // its expiry then (the lease store's clock)
     };
     using placement = std::variant<here, elsewhere>;
     using steady_clock = std::function<std::chrono::steady_clock::time_point()>;

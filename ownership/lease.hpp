@@ -62,6 +62,7 @@ struct lease_settings {
 struct held_elsewhere {
     std::string owner;
     unix_ms expires;
+    lease_epoch epoch;  // of that live lease
 };
 
 using acquisition = std::variant<lease, held_elsewhere>;

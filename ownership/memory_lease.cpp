@@ -40,7 +40,7 @@ result<acquisition> memory_lease::acquire(const session_id& id, std::string_view
     const auto now = now_();
     auto it = leases_.find(id.str());
     if (it != leases_.end() && it->second.expires > now && it->second.owner != owner) {
-        return acquisition{held_elsewhere{it->second.owner, it->second.expires}};
+        return acquisition{held_elsewhere{it->second.owner, it->second.expires, it->second.epoch}};
     }
     std::string previous = it != leases_.end() && it->second.owner != owner
                                ? it->second.owner  // whose lease had expired

@@ -58,7 +58,7 @@ void prepare(pqxx::connection& c, const std::string& schema) {
     }
     const std::string now = now_ms;
     c.prepare("lease_current",
-              "SELECT owner, expires, expires > " + now +
+              "SELECT owner, expires, expires > " + now + ", epoch" +
                   " FROM leases WHERE session_id = $2 FOR UPDATE");
     // Conditional: only a missing, expired or own lease is replaced.
     c.prepare("lease_take",
@@ -177,7 +177,8 @@ result<acquisition> take(pqxx::work& w, const session_id& id, const std::string&
     if (!cur.empty() && cur[0][0].c_str() != me) {
         if (cur[0][2].as<bool>()) {
             return acquisition{
-                held_elsewhere{cur[0][0].c_str(), unix_ms{cur[0][1].as<std::int64_t>()}}};
+                held_elsewhere{cur[0][0].c_str(), unix_ms{cur[0][1].as<std::int64_t>()},
+                               lease_epoch{cur[0][3].as<std::uint64_t>()}}};
         }
         previous = cur[0][0].c_str();  // its lease expired: a take-over
     }
@@ -190,7 +191,8 @@ result<acquisition> take(pqxx::work& w, const session_id& id, const std::string&
             return storage::errc::conflict;
         }
         return acquisition{
-            held_elsewhere{other[0][0].c_str(), unix_ms{other[0][1].as<std::int64_t>()}}};
+            held_elsewhere{other[0][0].c_str(), unix_ms{other[0][1].as<std::int64_t>()},
+                           lease_epoch{other[0][3].as<std::uint64_t>()}}};
     }
     return acquisition{lease{id, me, lease_epoch{took[0][0].as<std::uint64_t>()},
                              unix_ms{took[0][1].as<std::int64_t>()}, std::move(previous)}};

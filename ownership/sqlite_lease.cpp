@@ -120,12 +120,13 @@ result<std::vector<lease>> sqlite_lease::claim(const std::vector<session_id>& ca
 
 result<acquisition> sqlite_lease::take(const session_id& id, std::string_view owner,
                                std::chrono::milliseconds ttl, unix_ms now) {
-    auto& cur = db_->prepare("SELECT owner, expires FROM leases WHERE id = ?1");
+    auto& cur = db_->prepare("SELECT owner, expires, epoch FROM leases WHERE id = ?1");
     cur.bind(1, id.str());
     std::string previous;
     if (cur.step() && cur.text(0) != owner) {
         if (cur.int64(1) > now.value) {
-            held_elsewhere other{std::string(cur.text(0)), unix_ms{cur.int64(1)}};
+            held_elsewhere other{std::string(cur.text(0)), unix_ms{cur.int64(1)},
+                                 lease_epoch{static_cast<std::uint64_t>(cur.int64(2))}};
             cur.reset();
             return acquisition{std::move(other)};
         }

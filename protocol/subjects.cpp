@@ -159,6 +159,52 @@ std::optional<std::string_view> after_worker(std::string_view subject, std::stri
 }
 }  // namespace
 
+std::string subject_layout::forward_acks(std::string_view worker_id) const {
+    return prefix_ + ".worker." + std::string(worker_id) + ".ack.*";
+}
+
+std::string subject_layout::forward_ack(std::string_view worker_id, std::uint64_t n) const {
+    return prefix_ + ".worker." + std::string(worker_id) + ".ack." + std::to_string(n);
+}
+
+namespace {
+// A forward number: 1-19 decimal digits (below 10^19, so it fits 64 bits).
+std::optional<std::uint64_t> forward_number(std::string_view digits) {
+    if (digits.empty() || digits.size() > 19 ||
+        digits.find_first_not_of("0123456789") != std::string_view::npos) {
+        return std::nullopt;
+    }
+    std::uint64_t n = 0;
+    for (char c : digits) {
+        n = n * 10 + static_cast<std::uint64_t>(c - '0');
+    }
+    return n;
+}
+}  // namespace
+
+std::optional<std::uint64_t> subject_layout::parse_forward_ack(std::string_view subject,
+                                                               std::string_view worker_id) const {
+    const auto rest = after_worker(subject, prefix_, worker_id);
+    constexpr std::string_view ack = "ack.";
+    if (!rest || !rest->starts_with(ack)) {
+        return std::nullopt;
+    }
+    return forward_number(rest->substr(ack.size()));
+}
+
+bool subject_layout::is_forward_ack(std::string_view subject) const {
+    constexpr std::string_view worker = ".worker.";
+    if (!subject.starts_with(prefix_) || !subject.substr(prefix_.size()).starts_with(worker)) {
+        return false;
+    }
+    const auto rest = subject.substr(prefix_.size() + worker.size());
+    const auto dot = rest.find('.');
+    if (dot == std::string_view::npos || !valid_worker(rest.substr(0, dot))) {
+        return false;
+    }
+    return parse_forward_ack(subject, rest.substr(0, dot)).has_value();
+}
+
 bool subject_layout::for_worker(std::string_view subject, std::string_view worker_id) const {
     return after_worker(subject, prefix_, worker_id).has_value();
 }

@@ -94,6 +94,19 @@ class subject_layout {
     std::optional<std::string> fleet_view() const;
     // The requests forwarded to a worker. REQUIRES: valid_worker(worker_id).
     std::string forwarded_requests(std::string_view worker_id) const;
+    // The acknowledgements of the requests a worker forwards: <prefix>.worker.<id>.ack.*.
+    // REQUIRES: valid_worker(worker_id).
+    std::string forward_acks(std::string_view worker_id) const;
+    // The acknowledgement subject of that worker's forward number `n`.
+    std::string forward_ack(std::string_view worker_id, std::uint64_t n) const;
+    // The forward number of an acknowledgement sent to `worker_id`; nullopt for any other
+    // subject.
+    std::optional<std::uint64_t> parse_forward_ack(std::string_view subject,
+                                                   std::string_view worker_id) const;
+    // Whether `subject` is a forward's acknowledgement subject of any worker of the fleet
+    // (<prefix>.worker.<valid id>.ack.<1-19 digits>): the only subject an owner acknowledges
+    // a forward on, whatever the header says.
+    bool is_forward_ack(std::string_view subject) const;
     // Whether `subject` is one only that worker takes (<prefix>.worker.<id>.…).
     bool for_worker(std::string_view subject, std::string_view worker_id) const;
     // Whether `subject` is under the prefix (one of the fleet's subjects).

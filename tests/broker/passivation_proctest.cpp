@@ -1,6 +1,7 @@
 // Passivation (issue 13) with a real worker process: what a worker holds is bounded by the
 // sessions it has loaded now, not by every session it has ever touched.
 #include "tests/support/burst.hpp"
+#include "tests/support/http_get.hpp"
 #include "tests/support/process.hpp"
 
 #include <gtest/gtest.h>
@@ -131,6 +132,10 @@ TEST(Passivation, TenThousandSessionsTouchedOnceAreUnloadedOnceIdle) {
                                             "quarantine)\n");
     EXPECT_EQ(loaded, 0) << "every idle session is unloaded";
     EXPECT_EQ(done.total, sessions) << "each once: none was loaded again";
+    // Each passivation gave its lease back (issue 31: the series was never tested).
+    const auto scrape = worker_http(w.log(), "/metrics").body;
+    EXPECT_EQ(metric_value(scrape, R"(wuhu_lease_events_total{event="released"})"), sessions)
+        << scrape;
     EXPECT_GT(peak_fds, start_fds + 100) << "loaded sessions hold their files open";
     EXPECT_LE(end_fds, start_fds + 2) << "and give them back when passivated";
     if (releases_memory) {

@@ -38,6 +38,33 @@ TEST(Subjects, ParseSessionAndVerb) {
     EXPECT_EQ(wuhu.parse_view("wuhu.admin.sessions").value(), std::nullopt);
 }
 
+// Issue 31, defect 16: an owner acknowledges a forward on the subject its header names, and
+// on no other: only `<prefix>.worker.<valid id>.ack.<1-19 digits>` is one, read by length.
+TEST(Subjects, AForwardIsAcknowledgedOnlyOnAForwardAcknowledgementSubject) {
+    const protocol::subject_layout wuhu;
+    EXPECT_EQ(wuhu.forward_acks("w1"), "wuhu.worker.w1.ack.*");
+    EXPECT_EQ(wuhu.forward_ack("w1", 42), "wuhu.worker.w1.ack.42");
+    EXPECT_EQ(wuhu.parse_forward_ack("wuhu.worker.w1.ack.42", "w1"), 42u);
+    EXPECT_EQ(wuhu.parse_forward_ack("wuhu.worker.w1.ack.18446744073709551615", "w1"),
+              std::nullopt)
+        << "20 digits";
+    EXPECT_EQ(wuhu.parse_forward_ack("wuhu.worker.w1.ack.9999999999999999999", "w1"),
+              9999999999999999999u);
+    EXPECT_EQ(wuhu.parse_forward_ack("wuhu.worker.w2.ack.42", "w1"), std::nullopt);
+    EXPECT_TRUE(wuhu.is_forward_ack("wuhu.worker.w2.ack.0"));
+    for (const std::string& bad : std::vector<std::string>{
+             "wuhu.worker.w1.ack.", "wuhu.worker.w1.ack.4a", "wuhu.worker.w1.ack.4.2",
+          "wuhu.worker.w1.ack.*", "wuhu.worker.w1.ack.>", "wuhu.worker.w1.session.s.enqueue",
+          "wuhu.worker.w1.ack", "wuhu.worker.w 1.ack.1", "wuhu.worker..ack.1",
+          "wuhu.session.s.enqueue", "_INBOX.abc", "wuhux.worker.w1.ack.1", "wuhu.events.s.patch",
+          std::string("wuhu.worker.w1.ack.1\0", 21), std::string("wuhu.worker.w1\0.ack.1", 21)}) {
+        EXPECT_FALSE(wuhu.is_forward_ack(bad)) << bad;
+    }
+    const protocol::subject_layout tenants("wuhu", {.on = true, .default_tenant = ""});
+    EXPECT_TRUE(tenants.is_forward_ack("wuhu.worker.w1.ack.7"));
+    EXPECT_FALSE(tenants.is_forward_ack("wuhu.worker.session.ack.7")) << "a layout word";
+}
+
 TEST(Subjects, BadSessionIdsAreInvalidSessionId) {
     const protocol::subject_layout wuhu;
     for (const char* bad :
