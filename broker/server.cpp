@@ -24,11 +24,14 @@ using protocol::verb;
 // Routing a request more often than this (its session was unloaded, deleted or fenced each
 // time it reached it) answers owner_changed: the client retries later. (A request that waited
 // behind a delete needs three: closed, then refused at its old epoch, then a new session.)
+// A forward that its owner did not acknowledge and that is routed again (server.hpp) counts
+// as one of these routes.
 constexpr int max_routes = 4;
 
 // Forwards watched at once, at most (each holds a coroutine and, once unacknowledged, asks the
-// lease store a few times a second): past it, a forward is sent as before, unwatched.
-constexpr std::size_t max_held_forwards = 256;
+// lease store a few times a second, on the strand every lease operation of this worker takes):
+// past it, a forward is sent as before, unwatched.
+constexpr std::size_t max_held_forwards = 64;
 
 // The answer to a request for a session that does not exist: nothing is created.
 std::vector<std::string> absent_session(const protocol::request& req,
@@ -192,6 +195,10 @@ server::server(asio::any_io_executor ex, nats::connection& nats, lease_desk& lea
             "the worker id must be 1-64 characters of [A-Za-z0-9_-] (and with tenancy not "
             "session, admin, events, tools or worker): " + worker_id());
     }
+    // Forward numbers start anywhere (below 10^15, far from the 19 digits an acknowledgement
+    // may have), so that a late acknowledgement meant for an earlier run of this worker id
+    // acknowledges no forward of this one.
+    next_forward_ = rng_() % 1'000'000'000'000'000ULL;
     auto max = nats_.max_payload();
     if (max > 0) {
         options_.limits.max_request_bytes = static_cast<std::size_t>(max);
@@ -397,8 +404,15 @@ void server::start_next(worker::session_registry& registry) {
 }
 
 struct server::forward_wait {
-    explicit forward_wait(const asio::any_io_executor& ex) : wake(ex) {}
+    forward_wait(const asio::any_io_executor& ex, std::string to) : wake(ex), owner(std::move(to)) {}
+    // Sleeps `d`, or until the acknowledgement (or the worker's stop) cancels the wait.
+    asio::awaitable<void> sleep(std::chrono::milliseconds d) {
+        wake.expires_after(d);
+        boost::system::error_code ec;  // operation_aborted: woken early
+        co_await wake.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    }
     asio::steady_timer wake;  // executor only
+    const std::string owner;  // the worker the request was forwarded to
     std::atomic<bool> acked{false};
 };
 
@@ -411,6 +425,10 @@ void server::acknowledged(std::uint64_t n) {
         }
     }
     if (wait) {
+        {
+            std::lock_guard lock(acks_mu_);
+            ackers_.insert(wait->owner);
+        }
         wait->acked = true;
         asio::post(ex_, [wait] { wait->wake.cancel(); });
     }
@@ -419,14 +437,22 @@ void server::acknowledged(std::uint64_t n) {
 asio::awaitable<bool> server::unacknowledged(std::shared_ptr<forward_wait> wait,
                                              session::session_id sid,
                                              ownership::keeper::elsewhere to) {
-    using namespace std::chrono_literals;
-    auto sleep = [&](std::chrono::milliseconds d) -> asio::awaitable<void> {
-        wait->wake.expires_after(d);
-        boost::system::error_code ec;  // operation_aborted: the acknowledgement came
-        co_await wait->wake.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-    };
-    auto sleeping = sleep(options_.forward_ack_timeout);
+    auto sleeping = wait->sleep(options_.forward_ack_timeout);
     co_await std::move(sleeping);
+    if (wait->acked || stopping_) {
+        co_return false;
+    }
+    // Only an owner that acknowledged a forward before is known to acknowledge each one it
+    // takes: one of an earlier release never does, and may well have served the request (a
+    // request routed again would then be served twice).
+    bool acknowledges = false;
+    {
+        std::lock_guard lock(acks_mu_);
+        acknowledges = ackers_.contains(to.owner);
+    }
+    if (!acknowledges) {
+        co_return false;
+    }
     // The lease the forward went under ends within its TTL, unless its owner renews it (it
     // lives, and answers): watched until then, a few times a second.
     const auto ttl = leases_.keeper().ttl();
@@ -451,7 +477,7 @@ asio::awaitable<bool> server::unacknowledged(std::shared_ptr<forward_wait> wait,
                 co_return false;  // renewed since: the owner lives, and answers
             }
         }  // else the lease store did not answer: asked again
-        auto pausing = sleep(poll);
+        auto pausing = wait->sleep(poll);
         co_await std::move(pausing);
     }
     co_return false;
@@ -468,6 +494,13 @@ void server::cancel() {
 
 void server::stop_taking() {
     stopping_ = true;
+    {
+        // Watched forwards stop watching (stopping_): the worker leaves, and routes nothing.
+        std::lock_guard lock(acks_mu_);
+        for (auto& [n, wait] : acks_) {
+            wait->wake.cancel();
+        }
+    }
     for (auto token : taking_) {
         drain(token);
     }
@@ -546,6 +579,9 @@ asio::awaitable<std::vector<std::string>> server::handle(worker::session_registr
         }
         return ec == storage::errc::lease_lost || ec == storage::errc::closed;
     };
+    // The owner (and epoch) an unacknowledged forward went to, once it is routed again: never
+    // sent to it twice (it would serve both copies).
+    std::optional<ownership::keeper::elsewhere> sent_to;
     for (int attempt = 0; attempt < max_routes; ++attempt) {
         ownership::keeper::placement where;
         if (stopping_) {
@@ -613,6 +649,9 @@ asio::awaitable<std::vector<std::string>> server::handle(worker::session_registr
             if (forwarded) {  // never forwarded twice: the client retries and is routed afresh
                 co_return replies{error_reply(ownership::errc::owner_changed)};
             }
+            if (sent_to && sent_to->owner == other->owner && sent_to->epoch == other->epoch) {
+                co_return replies{};  // it has the request (it renewed its lease): it answers
+            }
             const auto subject = subjects_.forward(other->owner, sid, what);
             if (!subject) {
                 // The lease store names an owner that is no subject token: never put in a
@@ -637,8 +676,8 @@ asio::awaitable<std::vector<std::string>> server::handle(worker::session_registr
             // not the caller's own timeout.
             std::shared_ptr<forward_wait> wait;
             std::uint64_t n = 0;
-            if (held_forwards_.load() < max_held_forwards) {
-                wait = std::make_shared<forward_wait>(ex_);
+            if (!stopping_ && held_forwards_.load() < max_held_forwards) {
+                wait = std::make_shared<forward_wait>(ex_, other->owner);
                 n = next_forward_++;
                 headers.emplace_back(ack_header, subjects_.forward_ack(worker_id(), n));
                 std::lock_guard lock(acks_mu_);
@@ -652,21 +691,27 @@ asio::awaitable<std::vector<std::string>> server::handle(worker::session_registr
             if (!wait) {
                 co_return replies{};
             }
+            // Until the watch ends, however it ends (an exception included).
+            ++held_forwards_;
+            struct unwatch {
+                server* self;
+                std::uint64_t n;
+                ~unwatch() {
+                    --self->held_forwards_;
+                    std::lock_guard lock(self->acks_mu_);
+                    self->acks_.erase(n);
+                }
+            } unwatching{this, n};
             bool again = false;
             if (sent) {
-                ++held_forwards_;
                 auto watching = unacknowledged(wait, sid, *other);
                 again = co_await std::move(watching);
-                --held_forwards_;
             }
-            {
-                std::lock_guard lock(acks_mu_);
-                acks_.erase(n);
-            }
-            if (!again) {
+            if (!again || wait->acked) {
                 co_return replies{};
             }
             ++rerouted_;
+            sent_to = *other;
             continue;
         }
         const s::lease_epoch epoch = std::get<ownership::keeper::here>(where).epoch;

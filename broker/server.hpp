@@ -41,6 +41,7 @@
 
 #include <atomic>
 #include <map>
+#include <set>
 #include <mutex>
 #include <unordered_map>
 #include <chrono>
@@ -264,6 +265,7 @@ class server {
     // most max_held_forwards are watched at once (past it, a forward is not watched).
     std::mutex acks_mu_;
     std::unordered_map<std::uint64_t, std::shared_ptr<forward_wait>> acks_;
+    std::set<std::string> ackers_;  // the owners that acknowledged a forward of this worker
     std::atomic<std::uint64_t> next_forward_{0};
     std::atomic<std::size_t> held_forwards_{0};
     std::atomic<std::size_t> in_flight_{0};
