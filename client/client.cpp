@@ -2,11 +2,14 @@
 
 #include "protocol/events.hpp"
 #include "protocol/replies.hpp"
+#include "session/ids.hpp"
 #include "session/errc.hpp"
 
 #include <boost/throw_exception.hpp>
 
 #include <algorithm>
+#include <array>
+#include <random>
 #include <stdexcept>
 #include <thread>
 
@@ -27,6 +30,23 @@ outcome<json::object> decode_reply(std::string_view text) {
 bool retryable(const failure& f) {
     return f.code == "owner_changed" || f.code == "worker_stopping" || f.code == "overloaded" ||
            f.code == "rate_limited";
+}
+
+// An id of the client's own for an enqueue, a system message or an abort sent without one (a
+// UUIDv7, as the service makes them): the request is sent again on a retryable refusal, and
+// each copy must be the same request. A worker that woke up from a freeze as its lease ran
+// out may refuse (owner_changed) a request another worker served meanwhile
+// (docs/protocol.md, Routing): with the id, sending it again gets that answer, not a second
+// item.
+std::string own_id() {
+    thread_local std::mt19937_64 rng{std::random_device{}()};
+    std::array<std::uint8_t, 10> random{};
+    for (auto& b : random) {
+        b = static_cast<std::uint8_t>(rng());
+    }
+    const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::system_clock::now().time_since_epoch());
+    return session::make_uuid_v7(session::unix_ms{now.count()}, random).str();
 }
 
 // Runs `attempt` until it succeeds, fails otherwise, or the timeout would pass.
@@ -123,9 +143,7 @@ outcome<std::string> client::enqueue(const std::string& sid, std::string_view la
         }
         body["author"] = std::move(a);
     }
-    if (id) {
-        body["id"] = *id;
-    }
+    body["id"] = id ? *id : own_id();
     auto r = call(sid, "enqueue", body);
     if (!r) {
         return r.error();
@@ -135,10 +153,7 @@ outcome<std::string> client::enqueue(const std::string& sid, std::string_view la
 
 outcome<std::string> client::system(const std::string& sid, std::string_view source,
                                     std::string_view content, std::optional<std::string> id) {
-    json::object body{{"source", source}, {"content", content}};
-    if (id) {
-        body["id"] = *id;
-    }
+    json::object body{{"source", source}, {"content", content}, {"id", id ? *id : own_id()}};
     auto r = call(sid, "system", body);
     if (!r) {
         return r.error();
@@ -181,9 +196,7 @@ outcome<json::object> client::abort(const std::string& sid, std::optional<std::s
     if (reason) {
         body["reason"] = *reason;
     }
-    if (id) {
-        body["id"] = *id;
-    }
+    body["id"] = id ? *id : own_id();
     return call(sid, "abort", body);
 }
 

@@ -62,8 +62,9 @@ class client {
     // std::invalid_argument for a prefix or tenant that is no subject token.
     explicit client(nats::connection& nats, options o = {});
 
-    // Returns the item id (the given one, or the server's UUIDv7) once durable. Without an
-    // author the message's author is {"kind":"unknown"}.
+    // Returns the item id once durable: the given one, or one the client made (a UUIDv7) so
+    // that the retries of the request are the same request. Without an author the message's
+    // author is {"kind":"unknown"}. system() and abort() likewise.
     outcome<std::string> enqueue(const std::string& sid, std::string_view lane,
                                  std::string_view content,
                                  const std::optional<author>& from = std::nullopt,
@@ -76,7 +77,8 @@ class client {
     outcome<json::object> configure(const std::string& sid, json::object settings);
     // Stops the turn in progress; the reply once its interruption is durable: {stopped,
     // entry?, duplicate?} (`stopped`: inference, backoff, compaction, tool, step or nothing).
-    // With an id, a retry gets the first request's answer and stops nothing more.
+    // A retry (with the id given, or the one the client made) gets the first request's answer
+    // and stops nothing more.
     outcome<json::object> abort(const std::string& sid, std::optional<std::string> reason = {},
                                 std::optional<std::string> id = {});
     outcome<void> pause(const std::string& sid);

@@ -1146,4 +1146,54 @@ TEST_F(worker_fixture, TheClientLibraryEnqueuesAndWatchesWithoutGaps) {
     }
 }
 
+// A request the client library sends again (after owner_changed, worker_stopping, overloaded
+// or rate_limited) is the same request: an enqueue, a system message or an abort sent without
+// an id gets one of the client's own, so that a copy refused by one worker and served by
+// another is never applied twice (docs/protocol.md, Routing: a frozen owner that wakes up as
+// its lease runs out may refuse a forward another worker served). Here the test plays the
+// worker: every request is refused once, then answered with the id it carries.
+TEST(ClientRetries, ARequestSentAgainCarriesTheIdOfItsFirstCopy) {
+    nats::connection fake(nats_url(), "fake-worker");
+    const std::string prefix = "wuhu_retry" + std::to_string(getpid());
+    std::mutex mu;
+    std::vector<json::object> bodies;
+    fake.subscribe(prefix + ".session.>", [&](nats::message m) {
+        auto body = json::parse(m.data).as_object();
+        std::size_t n = 0;
+        {
+            std::lock_guard lock(mu);
+            bodies.push_back(body);
+            n = bodies.size();
+        }
+        if (n % 2 == 1) {
+            fake.publish(m.reply, R"({"ok":false,"error":{"code":"owner_changed","message":"retry"}})");
+            return;
+        }
+        json::object ok{{"ok", true}, {"stopped", "nothing"}};
+        if (const auto* id = body.if_contains("id")) {
+            ok["id"] = *id;
+        }
+        fake.publish(m.reply, json::serialize(ok));
+    });
+    fake.flush();
+    nats::connection nc(nats_url(), "retry-client");
+    client::client c(nc, client::options{prefix, 10s, {}});
+    auto item = c.enqueue("s", "followUp", "hello");
+    ASSERT_TRUE(item) << item.error().message;
+    auto callback = c.system("s", "asyncTaskNotification", "done");
+    ASSERT_TRUE(callback) << callback.error().message;
+    auto aborted = c.abort("s");
+    ASSERT_TRUE(aborted) << aborted.error().message;
+    std::lock_guard lock(mu);
+    ASSERT_EQ(bodies.size(), 6u) << "each request refused once, then sent again";
+    for (std::size_t i = 0; i < bodies.size(); i += 2) {
+        ASSERT_TRUE(bodies[i].contains("id")) << json::serialize(bodies[i]);
+        EXPECT_EQ(bodies[i].at("id"), bodies[i + 1].at("id")) << "copy " << i / 2;
+        EXPECT_EQ(bodies[i].at("id").as_string().size(), 36u) << "a UUIDv7";
+    }
+    EXPECT_EQ(*item, bodies[0].at("id").as_string());
+    EXPECT_EQ(*callback, bodies[2].at("id").as_string());
+    EXPECT_NE(bodies[0].at("id"), bodies[2].at("id"));
+}
+
 }  // namespace wuhu::testing

@@ -37,6 +37,8 @@ TEST_P(LeaseConformance, LiveLeaseOfAnotherOwnerIsHeldElsewhere) {
     ASSERT_TRUE(std::holds_alternative<held_elsewhere>(*other));
     EXPECT_EQ(std::get<held_elsewhere>(*other).owner, "w1");
     EXPECT_EQ(std::get<held_elsewhere>(*other).expires, l.expires);
+    EXPECT_EQ(std::get<held_elsewhere>(*other).epoch, l.epoch)
+        << "the epoch of that lease (a forward is watched against it)";
 }
 
 TEST_P(LeaseConformance, EpochsOnlyGrowAcrossSessionsOwnersAndRemoval) {
@@ -255,6 +257,7 @@ TEST_P(LeaseConformance, AcquireAllAnswersEachSessionAsAcquireWould) {
     ASSERT_TRUE(std::holds_alternative<held_elsewhere>(*got[1]));
     EXPECT_EQ(std::get<held_elsewhere>(*got[1]).owner, "w2");
     EXPECT_EQ(std::get<held_elsewhere>(*got[1]).expires, other.expires);
+    EXPECT_EQ(std::get<held_elsewhere>(*got[1]).epoch, other.epoch);
     auto taken = granted(got[2]);
     EXPECT_EQ(taken.taken_from, "w2");
     EXPECT_GT(taken.epoch, expiring.epoch);

@@ -99,6 +99,13 @@ TEST(Keeper, PlacesHereOnceAcquiredAndElsewhereWhileAnotherWorkerIsLive) {
     auto p2 = w2.place(sid("s")).value();
     ASSERT_TRUE(std::holds_alternative<ownership::keeper::elsewhere>(p2));
     EXPECT_EQ(std::get<ownership::keeper::elsewhere>(p2).owner, "w1");
+    // The lease it names, as locate() names it: a forward is watched against them.
+    const auto held = leases.owner_of(sid("s")).value().value();
+    EXPECT_EQ(std::get<ownership::keeper::elsewhere>(p2).epoch, held.epoch);
+    EXPECT_EQ(std::get<ownership::keeper::elsewhere>(p2).expires, held.expires);
+    auto located = w2.locate(sid("s")).value().value();
+    EXPECT_EQ(std::get<ownership::keeper::elsewhere>(located).epoch, held.epoch);
+    EXPECT_EQ(std::get<ownership::keeper::elsewhere>(located).expires, held.expires);
     EXPECT_EQ(w2.epoch_of(sid("s")).error(), make_error_code(ownership::errc::not_held));
 }
 
