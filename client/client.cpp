@@ -118,12 +118,25 @@ outcome<json::object> client::call(const std::string& sid, std::string_view verb
     }
     const auto subject = layout_.request(*id, *v);
     const auto text = json::serialize(body);
+    const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
     return with_retries(options_, [&]() -> outcome<json::object> {
-        auto reply = nats_.request(subject, text, options_.timeout);
-        if (!reply) {
-            return no_reply(subject);
+        // Unanswered within attempt_timeout: sent again (a worker took it and died or froze);
+        // no worker at all (no responders, at once): again after a pause.
+        for (;;) {
+            const auto sent = std::chrono::steady_clock::now();
+            const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - sent);
+            if (left.count() <= 0) {
+                return no_reply(subject);
+            }
+            const auto wait = std::min(left, std::max(options_.attempt_timeout,
+                                                      std::chrono::milliseconds(1)));
+            if (auto reply = nats_.request(subject, text, wait)) {
+                return decode_reply(*reply);
+            }
+            if (std::chrono::steady_clock::now() - sent < wait / 2) {
+                std::this_thread::sleep_for(std::min(left, std::chrono::milliseconds(100)));
+            }
         }
-        return decode_reply(*reply);
     });
 }
 

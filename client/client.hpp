@@ -9,8 +9,8 @@
 // Every call returns an outcome: the value, or a failure with the service's error `code` and
 // `message` ("no_reply" when no worker answered in time). A request refused with
 // `owner_changed` or `worker_stopping` (nothing changed; the session is moving to another
-// worker), `overloaded` or `rate_limited` (nothing changed; after the reply's retry hint) is
-// sent again until `timeout`. A session id that is not 1-64 of
+// worker), `overloaded` or `rate_limited` (nothing changed; after the reply's retry hint), or
+// not answered within `attempt_timeout`, is sent again until `timeout`. A session id that is not 1-64 of
 // [A-Za-z0-9_-] fails with "invalid_session_id" before anything is sent (it would otherwise
 // change the subject). Subscribe replies that come in chunks are reassembled.
 //
@@ -55,6 +55,10 @@ struct options {
     // its subjects are <prefix>.<tenant>.session.…, .events.… and .admin.sessions. A tenant's
     // own clients leave it empty: nats-server adds their tenant.
     std::string tenant;
+    // A command without a reply this long is sent again (the same request: every command the
+    // client sends is idempotent, by its id or by its nature), until `timeout`: a request lost
+    // with a worker that died or froze after taking it costs this, not the whole timeout.
+    std::chrono::milliseconds attempt_timeout{2000};
 };
 
 class client {

@@ -1196,4 +1196,42 @@ TEST(ClientRetries, ARequestSentAgainCarriesTheIdOfItsFirstCopy) {
     EXPECT_NE(bodies[0].at("id"), bodies[2].at("id"));
 }
 
+// A command whose reply does not come within the client's attempt_timeout (a worker took it and
+// died or froze) is sent again, as the same request, until the timeout: its caller waits for
+// the lost copy that long, not its whole timeout. Here the test plays the worker: it drops
+// every first copy and answers every second.
+TEST(ClientRetries, ACommandNotAnsweredInTimeIsSentAgainAsTheSameRequest) {
+    nats::connection fake(nats_url(), "fake-worker");
+    const std::string prefix = "wuhu_lost" + std::to_string(getpid());
+    std::mutex mu;
+    std::vector<json::object> bodies;
+    fake.subscribe(prefix + ".session.>", [&](nats::message m) {
+        auto body = json::parse(m.data).as_object();
+        std::size_t n = 0;
+        {
+            std::lock_guard lock(mu);
+            bodies.push_back(body);
+            n = bodies.size();
+        }
+        if (n % 2 == 0) {
+            fake.publish(m.reply, json::serialize(json::object{{"ok", true}, {"id", body.at("id")}}));
+        }
+    });
+    fake.flush();
+    nats::connection nc(nats_url(), "lost-client");
+    client::client c(nc, client::options{.prefix = prefix,
+                                         .timeout = 20s,
+                                         .tenant = {},
+                                         .attempt_timeout = 300ms});
+    const auto began = std::chrono::steady_clock::now();
+    auto item = c.enqueue("s", "followUp", "hello");
+    const auto took = std::chrono::steady_clock::now() - began;
+    ASSERT_TRUE(item) << item.error().message;
+    EXPECT_LT(took, 5s) << "the lost copy cost the attempt's 300 ms, not the 20 s timeout";
+    std::lock_guard lock(mu);
+    ASSERT_EQ(bodies.size(), 2u);
+    EXPECT_EQ(bodies[0].at("id"), bodies[1].at("id"));
+    EXPECT_EQ(*item, bodies[0].at("id").as_string());
+}
+
 }  // namespace wuhu::testing
