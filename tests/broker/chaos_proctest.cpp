@@ -134,25 +134,6 @@ class prober {
     std::set<std::string> acknowledged_;
 };
 
-// The ids of the items a subscribe reply's patch holds (enqueued, pending or materialized).
-std::set<std::string> item_ids(const json::value& reply) {
-    std::set<std::string> ids;
-    const auto& p = reply.at("patch");
-    for (const char* lane : {"system", "steer", "followUp"}) {
-        for (const auto& f : p.at("journal").at(lane).as_array()) {
-            if (const auto* item = f.as_object().if_contains("item")) {
-                ids.insert(json::value_to<std::string>(item->at("id")));
-            }
-        }
-    }
-    for (const auto& e : p.at("transcript").as_array()) {
-        if (const auto* id = e.as_object().if_contains("item")) {
-            ids.insert(json::value_to<std::string>(*id));
-        }
-    }
-    return ids;
-}
-
 // Which worker holds each session's live lease (read from PostgreSQL; empty if it is down).
 std::map<std::string, std::string> owners(const std::string& dsn) {
     std::map<std::string, std::string> out;

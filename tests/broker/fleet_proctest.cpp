@@ -52,25 +52,6 @@ std::string enqueue_body(const std::string& id) {
     return R"({"lane":"followUp","id":")" + id + R"(","content":"item )" + id + "\"}";
 }
 
-// The ids of the items a subscribe reply's patch holds (enqueued, pending or materialized).
-std::set<std::string> item_ids(const json::value& reply) {
-    std::set<std::string> ids;
-    const auto& p = reply.at("patch");
-    for (const char* lane : {"system", "steer", "followUp"}) {
-        for (const auto& f : p.at("journal").at(lane).as_array()) {
-            if (const auto* item = f.as_object().if_contains("item")) {
-                ids.insert(json::value_to<std::string>(item->at("id")));
-            }
-        }
-    }
-    for (const auto& e : p.at("transcript").as_array()) {
-        if (const auto* id = e.as_object().if_contains("item")) {
-            ids.insert(json::value_to<std::string>(*id));
-        }
-    }
-    return ids;
-}
-
 bool ok(const json::value& v) {
     return v.is_object() && v.as_object().contains("ok") && v.at("ok") == true;
 }

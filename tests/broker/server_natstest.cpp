@@ -1146,45 +1146,75 @@ TEST_F(worker_fixture, TheClientLibraryEnqueuesAndWatchesWithoutGaps) {
     }
 }
 
+namespace {
+
+// The test plays the worker on its own prefix: it keeps every request body it gets and answers
+// (or not) as `answer` says, given the body and how many came before it.
+class fake_worker {
+  public:
+    using policy = std::function<std::optional<std::string>(const json::object& body, std::size_t n)>;
+    fake_worker(const std::string& tag, policy answer)
+        : prefix_(tag + std::to_string(getpid())), answer_(std::move(answer)) {
+        nc_.subscribe(prefix_ + ".session.>", [this](nats::message m) {
+            auto body = json::parse(m.data).as_object();
+            std::size_t n = 0;
+            {
+                std::lock_guard lock(mu_);
+                n = bodies_.size();
+                bodies_.push_back(body);
+            }
+            if (auto reply = answer_(body, n)) {
+                nc_.publish(m.reply, *reply);
+            }
+        });
+        nc_.flush();
+    }
+    const std::string& prefix() const { return prefix_; }
+    std::vector<json::object> bodies() const {
+        std::lock_guard lock(mu_);
+        return bodies_;
+    }
+
+  private:
+    std::string prefix_;
+    policy answer_;
+    mutable std::mutex mu_;
+    std::vector<json::object> bodies_;
+    nats::connection nc_{nats_url(), "fake-worker"};
+};
+
+// `{"ok":true, "stopped":"nothing", "id": <the body's id>}`: an answer to any command.
+std::string ok_with_id(const json::object& body) {
+    json::object ok{{"ok", true}, {"stopped", "nothing"}};
+    if (const auto* id = body.if_contains("id")) {
+        ok["id"] = *id;
+    }
+    return json::serialize(ok);
+}
+
+}  // namespace
+
 // A request the client library sends again (after owner_changed, worker_stopping, overloaded
 // or rate_limited) is the same request: an enqueue, a system message or an abort sent without
 // an id gets one of the client's own, so that a copy refused by one worker and served by
 // another is never applied twice (docs/protocol.md, Routing: a frozen owner that wakes up as
-// its lease runs out may refuse a forward another worker served). Here the test plays the
-// worker: every request is refused once, then answered with the id it carries.
+// its lease runs out may refuse a forward another worker served). The fake worker refuses
+// every request once, then answers it with the id it carries.
 TEST(ClientRetries, ARequestSentAgainCarriesTheIdOfItsFirstCopy) {
-    nats::connection fake(nats_url(), "fake-worker");
-    const std::string prefix = "wuhu_retry" + std::to_string(getpid());
-    std::mutex mu;
-    std::vector<json::object> bodies;
-    fake.subscribe(prefix + ".session.>", [&](nats::message m) {
-        auto body = json::parse(m.data).as_object();
-        std::size_t n = 0;
-        {
-            std::lock_guard lock(mu);
-            bodies.push_back(body);
-            n = bodies.size();
-        }
-        if (n % 2 == 1) {
-            fake.publish(m.reply, R"({"ok":false,"error":{"code":"owner_changed","message":"retry"}})");
-            return;
-        }
-        json::object ok{{"ok", true}, {"stopped", "nothing"}};
-        if (const auto* id = body.if_contains("id")) {
-            ok["id"] = *id;
-        }
-        fake.publish(m.reply, json::serialize(ok));
+    fake_worker fake("wuhu_retry", [](const json::object& body, std::size_t n) {
+        return n % 2 == 0
+                   ? std::string(R"({"ok":false,"error":{"code":"owner_changed","message":"retry"}})")
+                   : ok_with_id(body);
     });
-    fake.flush();
     nats::connection nc(nats_url(), "retry-client");
-    client::client c(nc, client::options{prefix, 10s, {}});
+    client::client c(nc, client::options{fake.prefix(), 10s, {}});
     auto item = c.enqueue("s", "followUp", "hello");
     ASSERT_TRUE(item) << item.error().message;
     auto callback = c.system("s", "asyncTaskNotification", "done");
     ASSERT_TRUE(callback) << callback.error().message;
     auto aborted = c.abort("s");
     ASSERT_TRUE(aborted) << aborted.error().message;
-    std::lock_guard lock(mu);
+    const auto bodies = fake.bodies();
     ASSERT_EQ(bodies.size(), 6u) << "each request refused once, then sent again";
     for (std::size_t i = 0; i < bodies.size(); i += 2) {
         ASSERT_TRUE(bodies[i].contains("id")) << json::serialize(bodies[i]);
@@ -1198,28 +1228,13 @@ TEST(ClientRetries, ARequestSentAgainCarriesTheIdOfItsFirstCopy) {
 
 // A command whose reply does not come within the client's attempt_timeout (a worker took it and
 // died or froze) is sent again, as the same request, until the timeout: its caller waits for
-// the lost copy that long, not its whole timeout. Here the test plays the worker: it drops
-// every first copy and answers every second.
+// the lost copy that long, not its whole timeout. The fake worker drops every first copy.
 TEST(ClientRetries, ACommandNotAnsweredInTimeIsSentAgainAsTheSameRequest) {
-    nats::connection fake(nats_url(), "fake-worker");
-    const std::string prefix = "wuhu_lost" + std::to_string(getpid());
-    std::mutex mu;
-    std::vector<json::object> bodies;
-    fake.subscribe(prefix + ".session.>", [&](nats::message m) {
-        auto body = json::parse(m.data).as_object();
-        std::size_t n = 0;
-        {
-            std::lock_guard lock(mu);
-            bodies.push_back(body);
-            n = bodies.size();
-        }
-        if (n % 2 == 0) {
-            fake.publish(m.reply, json::serialize(json::object{{"ok", true}, {"id", body.at("id")}}));
-        }
+    fake_worker fake("wuhu_lost", [](const json::object& body, std::size_t n) {
+        return n % 2 == 0 ? std::nullopt : std::optional<std::string>(ok_with_id(body));
     });
-    fake.flush();
     nats::connection nc(nats_url(), "lost-client");
-    client::client c(nc, client::options{.prefix = prefix,
+    client::client c(nc, client::options{.prefix = fake.prefix(),
                                          .timeout = 20s,
                                          .tenant = {},
                                          .attempt_timeout = 300ms});
@@ -1228,7 +1243,7 @@ TEST(ClientRetries, ACommandNotAnsweredInTimeIsSentAgainAsTheSameRequest) {
     const auto took = std::chrono::steady_clock::now() - began;
     ASSERT_TRUE(item) << item.error().message;
     EXPECT_LT(took, 5s) << "the lost copy cost the attempt's 300 ms, not the 20 s timeout";
-    std::lock_guard lock(mu);
+    const auto bodies = fake.bodies();
     ASSERT_EQ(bodies.size(), 2u);
     EXPECT_EQ(bodies[0].at("id"), bodies[1].at("id"));
     EXPECT_EQ(*item, bodies[0].at("id").as_string());

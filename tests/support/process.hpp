@@ -23,6 +23,7 @@
 #include <fstream>
 #include <iostream>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -369,6 +370,25 @@ inline bool wait_idle(nats::connection& nc, const std::string& subject) {
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     return false;
+}
+
+// The ids of the items a subscribe reply's patch holds (enqueued, pending or materialized).
+inline std::set<std::string> item_ids(const boost::json::value& reply) {
+    std::set<std::string> ids;
+    const auto& p = reply.at("patch");
+    for (const char* lane : {"system", "steer", "followUp"}) {
+        for (const auto& f : p.at("journal").at(lane).as_array()) {
+            if (const auto* item = f.as_object().if_contains("item")) {
+                ids.insert(boost::json::value_to<std::string>(item->at("id")));
+            }
+        }
+    }
+    for (const auto& e : p.at("transcript").as_array()) {
+        if (const auto* id = e.as_object().if_contains("item")) {
+            ids.insert(boost::json::value_to<std::string>(*id));
+        }
+    }
+    return ids;
 }
 
 }  // namespace wuhu::testing
