@@ -10,11 +10,11 @@
 #include "ownership/postgres_lease.hpp"
 #include "ownership/sqlite_lease.hpp"
 #include "protocol/subjects.hpp"
+#include "runtime/log.hpp"
+#include "runtime/secrets.hpp"
 #include "storage/memory_store.hpp"
 #include "storage/postgres_store.hpp"
 #include "storage/sqlite_store.hpp"
-#include "runtime/secrets.hpp"
-#include "worker/log.hpp"
 #include "worker/scripted_provider.hpp"
 
 #include <CLI/CLI.hpp>
@@ -465,7 +465,7 @@ int main(int argc, char** argv) {
     pg_timeouts.statement = std::chrono::milliseconds(pg_statement_ms);
     pg_timeouts.lock = std::chrono::milliseconds(pg_lock_ms);
     pg_timeouts.idle_in_transaction = std::chrono::milliseconds(pg_idle_ms);
-    auto log = wuhu::worker::json_logger(worker_id);
+    auto log = wuhu::runtime::json_logger(worker_id);
     try {
         const auto lease_settings = lease_settings_of(lease_ttl_ms, renew_ms, stop_margin_ms);
         auto script = wuhu::worker::script{};
@@ -599,7 +599,7 @@ int main(int argc, char** argv) {
         options.nats_connected = [&nats] { return nats.connected(); };
         wuhu::app::node node(
             *store, *leases, nats,
-            [&script](wuhu::worker::clock& clk) {
+            [&script](wuhu::runtime::clock& clk) {
                 return std::make_unique<wuhu::worker::scripted_provider>(script, clk);
             },
             options, log);

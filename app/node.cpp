@@ -162,8 +162,8 @@ node::node(storage::session_store& store, ownership::lease_store& leases, nats::
         options_.sweep_interval = options_.lease.ttl / 2;
     }
     // Each background coroutine holds its gate's pass until it returns (the stop awaits them).
-    auto owned = [](worker::work_gate& g) {
-        return [pass = std::make_shared<worker::work_gate::pass>(g.enter())](
+    auto owned = [](runtime::work_gate& g) {
+        return [pass = std::make_shared<runtime::work_gate::pass>(g.enter())](
                    const std::exception_ptr&) { auto left = std::move(*pass); };
     };
     asio::co_spawn(io_, keep_leases(this),

@@ -39,8 +39,8 @@
 #include "broker/tool_services.hpp"
 #include "metrics/http_endpoint.hpp"
 #include "metrics/metrics.hpp"
+#include "runtime/clock.hpp"
 #include "storage/watched_store.hpp"
-#include "worker/clock.hpp"
 #include "worker/providers_config.hpp"
 
 #include <spdlog/logger.h>
@@ -101,7 +101,7 @@ struct node_options {
 class node {
   public:
     // A new provider for each session the node loads.
-    using provider_factory = std::function<std::unique_ptr<worker::provider>(worker::clock&)>;
+    using provider_factory = std::function<std::unique_ptr<worker::provider>(runtime::clock&)>;
 
     // Throws std::invalid_argument for a bad worker id, or a tool service named as a built-in.
     node(storage::session_store& store, ownership::lease_store& leases, nats::connection& nats,
@@ -164,12 +164,12 @@ class node {
     std::size_t rerouted_seen_ = 0;          // the server's rerouted() at the last scrape
     std::size_t index_failures_seen_ = 0;    // the store's count at the last scrape
     // Before io_: work destroyed with it gives its passes back to live gates.
-    worker::work_gate busy_;      // requests, loops, drains, sweep, passivation
-    worker::work_gate renewing_;  // the lease keeper
+    runtime::work_gate busy_;      // requests, loops, drains, sweep, passivation
+    runtime::work_gate renewing_;  // the lease keeper
     asio::io_context io_;
     asio::executor_work_guard<asio::io_context::executor_type> work_;
     asio::thread_pool store_pool_;
-    worker::system_clock clock_;
+    runtime::system_clock clock_;
     worker::tool_registry tools_;
     storage::watched_store store_;
     ownership::keeper keeper_;

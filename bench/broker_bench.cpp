@@ -16,10 +16,10 @@
 //   broker_bench [requests]
 #include "app/node.hpp"
 #include "ownership/sqlite_lease.hpp"
+#include "runtime/log.hpp"
 #include "storage/memory_store.hpp"
 #include "storage/sqlite_db.hpp"
 #include "storage/sqlite_store.hpp"
-#include "worker/log.hpp"
 
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -99,7 +99,7 @@ struct worker {
           nats(url, id),
           node(
               store, leases, nats,
-              [deltas](wuhu::worker::clock&) { return std::make_unique<clock_provider>(deltas); },
+              [deltas](wuhu::runtime::clock&) { return std::make_unique<clock_provider>(deltas); },
               options(id, prefix), quiet_logger()) {
         thread = std::thread([this] { node.run(); });
     }
@@ -114,7 +114,7 @@ struct worker {
         return o;
     }
     static std::shared_ptr<spdlog::logger> quiet_logger() {
-        auto log = wuhu::worker::json_logger("bench-worker");
+        auto log = wuhu::runtime::json_logger("bench-worker");
         log->set_level(spdlog::level::warn);
         return log;
     }

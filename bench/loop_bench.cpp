@@ -21,7 +21,7 @@ namespace w = wuhu::worker;
 
 struct rig {
     asio::io_context io;
-    w::manual_clock clock{s::unix_ms{1'700'000'000'000}};
+    wuhu::runtime::manual_clock clock{s::unix_ms{1'700'000'000'000}};
     wuhu::storage::memory_store store;
     w::tool_registry tools;
     std::unique_ptr<w::scripted_provider> provider;

@@ -98,7 +98,7 @@ struct quiet_sink final : wuhu::worker::stream_sink {
 // The provider: microseconds per inference (median of `n`), the same server and request.
 double provider_exchange_us(const std::string& url, int n, std::size_t expect_deltas) {
     asio::io_context io;
-    wuhu::worker::system_clock clk;
+    wuhu::runtime::system_clock clk;
     wuhu::worker::endpoint_config c;
     c.name = "bench";
     c.base = *wuhu::worker::http::parse_base_url(url + "/v1");

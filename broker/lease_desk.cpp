@@ -1,13 +1,13 @@
 #include "broker/lease_desk.hpp"
 
-#include "worker/offload.hpp"
+#include "runtime/offload.hpp"
 
 #include <boost/asio/post.hpp>
 
 namespace wuhu::broker {
 
 using ownership::result;
-using worker::run_on;
+using runtime::run_on;
 
 void lease_desk::run_urgent() {
     for (;;) {

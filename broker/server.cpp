@@ -1,9 +1,9 @@
 #include "broker/server.hpp"
 
 #include "protocol/events.hpp"
+#include "runtime/offload.hpp"
 #include "session/overloaded.hpp"
 #include "storage/errc.hpp"
-#include "worker/offload.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/post.hpp>
@@ -282,7 +282,7 @@ void server::flush_patches() {
     patches_->flush();
 }
 
-void server::start(worker::session_registry& registry, worker::work_gate& work) {
+void server::start(worker::session_registry& registry, runtime::work_gate& work) {
     store_ = &registry.store();
     work_ = &work;
     // Counted from the libnats callback to the reply, so that a stopping worker can wait for
@@ -320,7 +320,7 @@ void server::start(worker::session_registry& registry, worker::work_gate& work) 
             key = to->sid.str();
         }
         ++in_flight_;
-        waiting w{std::move(m), std::make_shared<worker::work_gate::pass>(work_->enter()),
+        waiting w{std::move(m), std::make_shared<runtime::work_gate::pass>(work_->enter()),
                   std::chrono::steady_clock::now()};
         switch (door_.take(key, std::move(w))) {  // moved from only when taken
             case door<waiting>::taken::refused:
@@ -378,7 +378,7 @@ void server::start(worker::session_registry& registry, worker::work_gate& work) 
                 return;
             }
             ++in_flight_;
-            auto pass = std::make_shared<worker::work_gate::pass>(work_->enter());
+            auto pass = std::make_shared<runtime::work_gate::pass>(work_->enter());
             asio::post(ex_, [this, &registry, m = std::move(m), pass] {
                 publish(m.reply, local_sessions(registry, m), "fleet view page", "admin.local");
                 --in_flight_;
@@ -519,7 +519,7 @@ void server::finish() {
 
 void server::drain(std::size_t token) {
     // Requests already received may still be handed over until the drain completes.
-    auto pass = std::make_shared<worker::work_gate::pass>(work_->enter());
+    auto pass = std::make_shared<runtime::work_gate::pass>(work_->enter());
     nats_.drain(token, [pass] { auto done = std::move(*pass); });
 }
 

@@ -32,8 +32,8 @@
 #include "nats/connection.hpp"
 #include "protocol/replies.hpp"
 #include "protocol/requests.hpp"
+#include "runtime/work_gate.hpp"
 #include "worker/registry.hpp"
-#include "worker/work_gate.hpp"
 
 #include <spdlog/logger.h>
 #include <boost/asio/any_io_executor.hpp>
@@ -127,7 +127,7 @@ class server {
     void flush_patches();
     // Subscribes; requests are then handled on the executor. Each request received, and each
     // subscription draining, holds a pass of `work` until it is done.
-    void start(worker::session_registry& registry, worker::work_gate& work);
+    void start(worker::session_registry& registry, runtime::work_gate& work);
     // The first step of a stop: drains the queue-group subscriptions (new requests go to the
     // other workers; those already received are still handled) and serves only the sessions
     // it has loaded and still holds (others get worker_stopping). Requests forwarded to this
@@ -251,13 +251,13 @@ class server {
     asio::any_io_executor ex_;
     nats::connection& nats_;
     lease_desk& leases_;
-    worker::work_gate* work_ = nullptr;
+    runtime::work_gate* work_ = nullptr;
     const worker::tool_registry& tools_;
     server_options options_;
     std::shared_ptr<spdlog::logger> log_;
     protocol::subject_layout subjects_;
     std::shared_ptr<patch_batch> patches_;  // executor only
-    worker::system_clock clock_;
+    runtime::system_clock clock_;
     std::mt19937_64 rng_{std::random_device{}()};
     std::atomic<std::size_t> forwarded_{0};
     std::atomic<std::size_t> rerouted_{0};
@@ -274,7 +274,7 @@ class server {
     // Requests taken and not started, started one session at a time in turn (door.hpp).
     struct waiting {
         nats::message m;
-        std::shared_ptr<worker::work_gate::pass> pass;
+        std::shared_ptr<runtime::work_gate::pass> pass;
         std::chrono::steady_clock::time_point taken;
     };
     door<waiting> door_{options_.max_per_session};

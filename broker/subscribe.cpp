@@ -3,8 +3,8 @@
 // and on the replies thread when large.
 #include "broker/server.hpp"
 
+#include "runtime/offload.hpp"
 #include "session/patch.hpp"
-#include "worker/offload.hpp"
 
 namespace wuhu::broker {
 
@@ -88,7 +88,7 @@ asio::awaitable<std::vector<std::string>> server::serialize(
         co_return page.replies(options_.max_reply_bytes);
     }
     auto serializing =
-        worker::run_on<replies>(replies_.get_executor(),
+        runtime::run_on<replies>(replies_.get_executor(),
                                 [built = std::move(page), max = options_.max_reply_bytes] {
                                     return built.replies(max);
                                 });

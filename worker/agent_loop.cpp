@@ -1,9 +1,9 @@
 #include "worker/agent_loop.hpp"
 
+#include "runtime/offload.hpp"
 #include "session/loop_policy.hpp"
 #include "session/overloaded.hpp"
 #include "session/reducer.hpp"
-#include "worker/offload.hpp"
 
 #include <boost/asio/experimental/awaitable_operators.hpp>
 
@@ -21,7 +21,7 @@ bool is_storage_error(const boost::system::error_code& ec) {
 }  // namespace
 
 agent_loop::agent_loop(asio::any_io_executor ex, std::unique_ptr<storage::session_log> log,
-                       provider& p, const tool_registry& tools, clock& clk, loop_options opts)
+                       provider& p, const tool_registry& tools, runtime::clock& clk, loop_options opts)
     : log_(std::move(log)),
       clock_(clk),
       opts_(std::move(opts)),
@@ -97,7 +97,7 @@ asio::awaitable<boost::system::error_code> agent_loop::persist(operation op) {
     // The operation runs on the store executor (when there is one): a commit's blocking IO
     // does not hold up the other sessions of this executor. The section stays held, so this
     // session's state is read there and changed only here, after the commit.
-    auto task = run_on<written>(opts_.store_executor, std::move(op));
+    auto task = runtime::run_on<written>(opts_.store_executor, std::move(op));
     written w = co_await std::move(task);
     if (w.refused) {
         co_return w.refused;

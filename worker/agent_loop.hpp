@@ -39,10 +39,12 @@
 
 namespace wuhu::worker {
 
+namespace asio = boost::asio;
+
 class agent_loop final : private session_writer {
   public:
     agent_loop(asio::any_io_executor ex, std::unique_ptr<storage::session_log> log, provider& p,
-               const tool_registry& tools, clock& clk, loop_options opts = {});
+               const tool_registry& tools, runtime::clock& clk, loop_options opts = {});
     ~agent_loop();
     agent_loop(const agent_loop&) = delete;
     agent_loop& operator=(const agent_loop&) = delete;
@@ -146,13 +148,13 @@ class agent_loop final : private session_writer {
     void stamp(session::status& st);
 
     std::unique_ptr<storage::session_log> log_;
-    clock& clock_;
+    runtime::clock& clock_;
     loop_options opts_;
     std::shared_ptr<event_hub> hub_;
 
-    async_mutex section_;
-    async_event wake_;
-    async_event timers_changed_;
+    runtime::async_mutex section_;
+    runtime::async_event wake_;
+    runtime::async_event timers_changed_;
     abort_signal abort_;
 
     session::session_state state_;

@@ -60,7 +60,7 @@ struct response_state {
 
 }  // namespace
 
-http_provider::http_provider(asio::any_io_executor ex, endpoint_config config, clock& clk)
+http_provider::http_provider(asio::any_io_executor ex, endpoint_config config, runtime::clock& clk)
     : config_(std::move(config)), clock_(clk), client_(std::move(ex), config_.base, config_.http) {
     if (config_.api == api_kind::anthropic && config_.max_tokens == 0) {
         config_.max_tokens = 4096;

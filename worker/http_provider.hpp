@@ -14,7 +14,7 @@
 // summarize it, no tools; the text is the summary.
 #pragma once
 
-#include "worker/clock.hpp"
+#include "runtime/clock.hpp"
 #include "worker/http_client.hpp"
 #include "worker/provider.hpp"
 
@@ -22,6 +22,8 @@
 #include <string>
 
 namespace wuhu::worker {
+
+namespace asio = boost::asio;
 
 enum class api_kind { openai, anthropic, replay };
 
@@ -44,7 +46,7 @@ struct endpoint_config {
 class http_provider final : public provider {
   public:
     // Throws std::invalid_argument if the endpoint's CA certificates cannot be loaded.
-    http_provider(asio::any_io_executor ex, endpoint_config config, clock& clk);
+    http_provider(asio::any_io_executor ex, endpoint_config config, runtime::clock& clk);
 
     // `req.model` is the model as the endpoint names it (empty: the endpoint's default).
     asio::awaitable<inference_outcome> infer(inference_request req, stream_sink& sink) override;
@@ -58,7 +60,7 @@ class http_provider final : public provider {
     asio::awaitable<inference_outcome> attempt(inference_request req, stream_sink& sink);
 
     endpoint_config config_;
-    clock& clock_;
+    runtime::clock& clock_;
     http::client client_;
 };
 

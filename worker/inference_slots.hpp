@@ -8,7 +8,7 @@
 // Executor: one (the worker's); not thread-safe.
 #pragma once
 
-#include "worker/sync.hpp"
+#include "runtime/sync.hpp"
 
 #include <cstddef>
 #include <deque>
@@ -17,6 +17,8 @@
 #include <string>
 
 namespace wuhu::worker {
+
+namespace asio = boost::asio;
 
 class inference_slots {
   public:
@@ -60,7 +62,7 @@ class inference_slots {
   private:
     struct waiter {
         explicit waiter(asio::any_io_executor ex) : ready(std::move(ex)) {}
-        async_event ready;
+        runtime::async_event ready;
         bool granted = false;
     };
     bool may_run(const std::string& tenant) const;

@@ -2,10 +2,10 @@
 // store IO runs.
 #pragma once
 
+#include "runtime/clock.hpp"
 #include "session/context.hpp"
 #include "session/loop_policy.hpp"
 #include "session/rules.hpp"
-#include "worker/clock.hpp"
 #include "worker/inference_slots.hpp"
 
 #include <boost/asio/any_io_executor.hpp>
@@ -14,6 +14,8 @@
 #include <optional>
 
 namespace wuhu::worker {
+
+using std::chrono::milliseconds;
 
 // How long a streamed answer (an inference, a summary) may take, each 0 for no limit: until its
 // first byte arrives (the response's headers), between two bytes, and in all. A stream past

@@ -31,6 +31,8 @@
 
 namespace wuhu::worker {
 
+namespace asio = boost::asio;
+
 // Reads an environment variable, or a file's contents (nullopt: unset, or unreadable).
 using lookup = std::function<std::optional<std::string>(std::string_view)>;
 

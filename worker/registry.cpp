@@ -1,6 +1,6 @@
 #include "worker/registry.hpp"
 
-#include "worker/offload.hpp"
+#include "runtime/offload.hpp"
 
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -24,13 +24,13 @@ struct session_registry::entry {
 
 struct session_registry::gate {
     explicit gate(asio::any_io_executor ex) : mu(std::move(ex)) {}
-    async_mutex mu;
+    runtime::async_mutex mu;
 };
 
 session_registry::session_registry(asio::any_io_executor ex, storage::session_store& store,
                                    provider_factory providers, const tool_registry& tools,
-                                   clock& clk, loop_options opts, event_forwarder events,
-                                   work_gate* work)
+                                   runtime::clock& clk, loop_options opts, event_forwarder events,
+                                   runtime::work_gate* work)
     : ex_(std::move(ex)),
       store_(store),
       providers_(std::move(providers)),
@@ -132,7 +132,7 @@ asio::awaitable<boost::system::result<session_registry::handle>> session_registr
 }
 
 void session_registry::limit_loads(std::size_t n) {
-    loads_ = n > 0 ? std::make_unique<async_semaphore>(ex_, n) : nullptr;
+    loads_ = n > 0 ? std::make_unique<runtime::async_semaphore>(ex_, n) : nullptr;
 }
 
 asio::awaitable<boost::system::result<session_registry::handle>> session_registry::load(
@@ -158,11 +158,11 @@ asio::awaitable<boost::system::result<session_registry::handle>> session_registr
         out.state = std::move(*st);
         return out;
     };
-    std::optional<async_semaphore::guard> loading;
+    std::optional<runtime::async_semaphore::guard> loading;
     if (loads_) {
         loading.emplace(co_await loads_->acquire());
     }
-    auto task = run_on<opened>(opts_.store_executor, std::move(open));
+    auto task = runtime::run_on<opened>(opts_.store_executor, std::move(open));
     opened o = co_await std::move(task);
     loading.reset();
     if (o.ec) {
@@ -185,8 +185,8 @@ asio::awaitable<boost::system::result<session_registry::handle>> session_registr
     // The loop is a tracked child: stop() and retire() cancel it through its slot. Its
     // completion frees the registry's part of it (a failed session is reloaded from the store
     // on its next use) once the handler has returned.
-    auto pass = std::make_shared<work_gate::pass>(work_ != nullptr ? work_->enter()
-                                                                   : work_gate::pass());
+    auto pass = std::make_shared<runtime::work_gate::pass>(work_ != nullptr ? work_->enter()
+                                                                   : runtime::work_gate::pass());
     auto done = [this, keep = e, id, pass](std::exception_ptr) mutable {
         keep->running = false;
         --running_;
@@ -229,7 +229,7 @@ asio::awaitable<boost::system::result<void>> session_registry::remove(session::s
             retire(id, storage::errc::closed);
         }
         auto rm = [&store = store_, id, epoch]() { return store.remove(id, epoch); };
-        auto task = run_on<boost::system::result<void>>(opts_.store_executor, std::move(rm));
+        auto task = runtime::run_on<boost::system::result<void>>(opts_.store_executor, std::move(rm));
         out = co_await std::move(task);
     }
     release_gate(id, g);
@@ -248,14 +248,14 @@ asio::awaitable<boost::system::result<std::vector<storage::catalog_entry>>>
 session_registry::catalog(storage::catalog_query q) {
     using listing = boost::system::result<std::vector<storage::catalog_entry>>;
     auto list = [&store = store_, q = std::move(q)]() { return store.sessions(q); };
-    auto task = run_on<listing>(opts_.store_executor, std::move(list));
+    auto task = runtime::run_on<listing>(opts_.store_executor, std::move(list));
     auto out = co_await std::move(task);
     co_return out;
 }
 
 asio::awaitable<boost::system::result<bool>> session_registry::exists(session::session_id id) {
     auto check = [&store = store_, id]() { return store.exists(id); };
-    auto task = run_on<boost::system::result<bool>>(opts_.store_executor, std::move(check));
+    auto task = runtime::run_on<boost::system::result<bool>>(opts_.store_executor, std::move(check));
     auto out = co_await std::move(task);
     co_return out;
 }
@@ -264,7 +264,7 @@ asio::awaitable<boost::system::result<std::optional<session::session_state>>>
 session_registry::read(session::session_id id) {
     using out_t = boost::system::result<std::optional<session::session_state>>;
     auto reading = [&store = store_, id]() { return store.read(id); };
-    auto task = run_on<out_t>(opts_.store_executor, std::move(reading));
+    auto task = runtime::run_on<out_t>(opts_.store_executor, std::move(reading));
     auto out = co_await std::move(task);
     co_return out;
 }

@@ -17,8 +17,8 @@
 // Lifetime: stop() cancels every loop; the registry must outlive the io_context's run.
 #pragma once
 
+#include "runtime/work_gate.hpp"
 #include "worker/agent_loop.hpp"
-#include "worker/work_gate.hpp"
 
 #include <boost/asio/cancellation_signal.hpp>
 
@@ -28,6 +28,8 @@
 
 namespace wuhu::worker {
 
+namespace asio = boost::asio;
+
 class session_registry {
   public:
     using provider_factory = std::function<std::unique_ptr<provider>()>;
@@ -35,8 +37,8 @@ class session_registry {
     using handle = std::shared_ptr<agent_loop>;
 
     session_registry(asio::any_io_executor ex, storage::session_store& store,
-                     provider_factory providers, const tool_registry& tools, clock& clk,
-                     loop_options opts, event_forwarder events, work_gate* work = nullptr);
+                     provider_factory providers, const tool_registry& tools, runtime::clock& clk,
+                     loop_options opts, event_forwarder events, runtime::work_gate* work = nullptr);
     ~session_registry();
 
     // The session's loop at `epoch` (the caller holds that lease), loaded and started if it
@@ -112,10 +114,10 @@ class session_registry {
     storage::session_store& store_;
     provider_factory providers_;
     const tool_registry& tools_;
-    clock& clock_;
+    runtime::clock& clock_;
     loop_options opts_;
     event_forwarder events_;
-    work_gate* work_;  // each running loop holds a pass
+    runtime::work_gate* work_;  // each running loop holds a pass
     std::map<std::string, std::shared_ptr<entry>> sessions_;
     std::map<std::string, std::shared_ptr<gate>> gates_;
     std::size_t running_ = 0;
@@ -123,7 +125,7 @@ class session_registry {
     std::shared_ptr<std::atomic<std::size_t>> freed_ =
         std::make_shared<std::atomic<std::size_t>>(0);
     bool stopped_ = false;
-    std::unique_ptr<async_semaphore> loads_;  // none: no limit
+    std::unique_ptr<runtime::async_semaphore> loads_;  // none: no limit
 };
 
 }  // namespace wuhu::worker

@@ -72,7 +72,7 @@ std::optional<provider_error> error_of(const json::value& v) {
 // Passes the deltas on, and keeps them with their times.
 class recording_sink final : public stream_sink {
   public:
-    recording_sink(stream_sink& inner, clock& clk)
+    recording_sink(stream_sink& inner, runtime::clock& clk)
         : inner_(inner), clock_(clk), start_(clk.now().value) {}
     void text(std::string_view d) override {
         events_.push_back(json::object{{"after_ms", clock_.now().value - start_}, {"text", d}});
@@ -89,7 +89,7 @@ class recording_sink final : public stream_sink {
 
   private:
     stream_sink& inner_;
-    clock& clock_;
+    runtime::clock& clock_;
     std::int64_t start_;
     json::array events_;
 };
@@ -157,7 +157,7 @@ replay_provider::record record_of(const json::object& line, std::size_t n) {
 
 std::unique_ptr<replay_provider> replay_provider::recording(std::unique_ptr<provider> inner,
                                                             const std::filesystem::path& file,
-                                                            clock& clk) {
+                                                            runtime::clock& clk) {
     std::unique_ptr<replay_provider> p(new replay_provider(clk));
     p->inner_ = std::move(inner);
     p->out_.open(file, std::ios::app);
@@ -169,7 +169,7 @@ std::unique_ptr<replay_provider> replay_provider::recording(std::unique_ptr<prov
 }
 
 std::unique_ptr<replay_provider> replay_provider::playing(const std::filesystem::path& file,
-                                                          clock& clk) {
+                                                          runtime::clock& clk) {
     std::ifstream in(file);
     if (!in) {
         throw std::invalid_argument("cannot read the recording " + file.string());

@@ -20,7 +20,7 @@
 // summaries "kind":"summary" with "outcome":{"summary":"…"}.
 #pragma once
 
-#include "worker/clock.hpp"
+#include "runtime/clock.hpp"
 #include "worker/provider.hpp"
 
 #include <deque>
@@ -32,16 +32,20 @@
 
 namespace wuhu::worker {
 
+namespace asio = boost::asio;
+
+using std::chrono::milliseconds;
+
 class replay_provider final : public provider {
   public:
     // Records what `inner` answers, appending to `file`. Throws std::invalid_argument if the
     // file cannot be opened for appending.
     static std::unique_ptr<replay_provider> recording(std::unique_ptr<provider> inner,
                                                       const std::filesystem::path& file,
-                                                      clock& clk);
+                                                      runtime::clock& clk);
     // Plays `file` back. Throws std::invalid_argument if it cannot be read or a line is not a
     // record (naming the line).
-    static std::unique_ptr<replay_provider> playing(const std::filesystem::path& file, clock& clk);
+    static std::unique_ptr<replay_provider> playing(const std::filesystem::path& file, runtime::clock& clk);
 
     asio::awaitable<inference_outcome> infer(inference_request req, stream_sink& sink) override;
     asio::awaitable<summary_outcome> summarize(summary_request req) override;
@@ -58,10 +62,10 @@ class replay_provider final : public provider {
     };
 
   private:
-    explicit replay_provider(clock& clk) : clock_(clk) {}
+    explicit replay_provider(runtime::clock& clk) : clock_(clk) {}
     using key = std::tuple<std::string, std::string, std::uint64_t>;  // session, kind, step
 
-    clock& clock_;
+    runtime::clock& clock_;
     std::unique_ptr<provider> inner_;            // recording: what is recorded
     std::ofstream out_;                          // recording: the file
     std::map<key, std::deque<record>> records_;  // playing back: what is left, in order

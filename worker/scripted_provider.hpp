@@ -6,14 +6,18 @@
 // answers. Failures listed in `fail_first` are returned by the first attempts of that step.
 #pragma once
 
+#include "runtime/clock.hpp"
 #include "session/codec.hpp"
-#include "worker/clock.hpp"
 #include "worker/provider.hpp"
 
 #include <map>
 #include <optional>
 
 namespace wuhu::worker {
+
+namespace asio = boost::asio;
+
+using std::chrono::milliseconds;
 
 struct scripted_call {
     std::string id;  // empty: "call_<step>_<index>"
@@ -42,7 +46,7 @@ session::decoded<script> parse_script(std::string_view json_text);
 
 class scripted_provider final : public provider {
   public:
-    scripted_provider(script s, clock& clk) : script_(std::move(s)), clock_(clk) {}
+    scripted_provider(script s, runtime::clock& clk) : script_(std::move(s)), clock_(clk) {}
 
     asio::awaitable<inference_outcome> infer(inference_request req, stream_sink& sink) override;
     asio::awaitable<summary_outcome> summarize(summary_request req) override;
@@ -57,7 +61,7 @@ class scripted_provider final : public provider {
 
   private:
     script script_;
-    clock& clock_;
+    runtime::clock& clock_;
     std::map<std::uint64_t, int> attempts_;
     std::vector<inference_request> requests_;
     bool record_ = false;

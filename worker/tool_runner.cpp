@@ -54,7 +54,7 @@ asio::awaitable<tool_output> guarded_execute(tool& t, std::string args, tool_cal
 
 }  // namespace
 
-tool_runner::tool_runner(session_writer& w, const tool_registry& tools, clock& clk,
+tool_runner::tool_runner(session_writer& w, const tool_registry& tools, runtime::clock& clk,
                          milliseconds timeout, milliseconds linger, std::size_t max_output,
                          abort_signal& abort)
     : writer_(w),

@@ -9,22 +9,26 @@
 // may use (tool_services).
 #pragma once
 
-#include "worker/clock.hpp"
+#include "runtime/clock.hpp"
 #include "worker/tools.hpp"
 #include "worker/writer.hpp"
 
 namespace wuhu::worker {
 
+namespace asio = boost::asio;
+
+using std::chrono::milliseconds;
+
 class tool_runner final : private tool_services {
   public:
     // `max_output`: a tool's output past it is stored cut, with a note (0: no limit).
-    tool_runner(session_writer& w, const tool_registry& tools, clock& clk, milliseconds timeout,
+    tool_runner(session_writer& w, const tool_registry& tools, runtime::clock& clk, milliseconds timeout,
                 milliseconds linger, std::size_t max_output, abort_signal& abort);
 
     asio::awaitable<void> run();
 
   private:
-    clock& time() override { return clock_; }
+    runtime::clock& time() override { return clock_; }
     asio::awaitable<bool> schedule_timer(session::timer t) override;
     // Commits `steps` (and with `drain`, the checkpoint after them) in one operation.
     asio::awaitable<bool> commit(std::vector<session::entry_body> steps, bool drain);
@@ -34,7 +38,7 @@ class tool_runner final : private tool_services {
 
     session_writer& writer_;
     const tool_registry& tools_;
-    clock& clock_;
+    runtime::clock& clock_;
     milliseconds timeout_;
     milliseconds linger_;
     std::size_t max_output_;

@@ -4,8 +4,8 @@
 // cancel it through the awaiting coroutine's cancellation slot.
 #pragma once
 
+#include "runtime/clock.hpp"
 #include "session/state.hpp"
-#include "worker/clock.hpp"
 #include "worker/provider.hpp"
 
 #include <boost/asio/awaitable.hpp>
@@ -17,6 +17,10 @@
 
 namespace wuhu::worker {
 
+namespace asio = boost::asio;
+
+using std::chrono::milliseconds;
+
 struct tool_output {
     std::string text;
     bool is_error = false;
@@ -26,7 +30,7 @@ struct tool_output {
 class tool_services {
   public:
     virtual ~tool_services() = default;
-    virtual clock& time() = 0;
+    virtual runtime::clock& time() = 0;
     // Persists a durable timer for this session (idempotent by timer id). False when the
     // session has stopped and nothing was persisted.
     virtual asio::awaitable<bool> schedule_timer(session::timer t) = 0;

@@ -69,7 +69,7 @@ struct turn_runner::attempt {
     provider_error err;
 };
 
-turn_runner::turn_runner(session_writer& w, provider& p, const tool_registry& tools, clock& clk,
+turn_runner::turn_runner(session_writer& w, provider& p, const tool_registry& tools, runtime::clock& clk,
                          const loop_options& opts, abort_signal& abort, event_hub& hub)
     : writer_(w),
       provider_(p),
@@ -194,7 +194,7 @@ asio::awaitable<turn_runner::attempt> turn_runner::infer_once() {
     inflight_ = inflight_message{step, writer_.epoch().value, {}, {}, 0};
     hub_.emit(stream_began_event{step, inflight_->epoch});
     // An answer that streams past the entry limit (or without end) is stopped there.
-    async_event cut(co_await asio::this_coro::executor);
+    runtime::async_event cut(co_await asio::this_coro::executor);
     cut_ = &cut;
     streamed_ = 0;
     began_stream();

@@ -20,9 +20,13 @@
 
 namespace wuhu::worker {
 
+namespace asio = boost::asio;
+
+using std::chrono::milliseconds;
+
 class turn_runner {
   public:
-    turn_runner(session_writer& w, provider& p, const tool_registry& tools, clock& clk,
+    turn_runner(session_writer& w, provider& p, const tool_registry& tools, runtime::clock& clk,
                 const loop_options& opts, abort_signal& abort, event_hub& hub);
     ~turn_runner();
     turn_runner(const turn_runner&) = delete;
@@ -63,7 +67,7 @@ class turn_runner {
     session_writer& writer_;
     provider& provider_;
     const tool_registry& tools_;
-    clock& clock_;
+    runtime::clock& clock_;
     const loop_options& opts_;
     abort_signal& abort_;
     event_hub& hub_;
@@ -72,7 +76,7 @@ class turn_runner {
     // The attempt streaming now: what it streamed (bytes of text and tool calls), and its
     // signal to stop past loop_options::max_entry_bytes.
     std::size_t streamed_ = 0;
-    async_event* cut_ = nullptr;
+    runtime::async_event* cut_ = nullptr;
     session::unix_ms stream_began_{};
     std::optional<session::unix_ms> last_byte_;  // of the stream watched now
     std::vector<session::llm_message> context_;  // projection built by fits(), if still current

@@ -3,10 +3,10 @@
 // for. agent_loop implements the writer; the runners write nothing else.
 #pragma once
 
+#include "runtime/sync.hpp"
 #include "session/settings.hpp"
 #include "session/state.hpp"
 #include "worker/command.hpp"
-#include "worker/sync.hpp"
 #include "worker/transition.hpp"
 
 #include <chrono>
@@ -17,6 +17,8 @@
 #include <vector>
 
 namespace wuhu::worker {
+
+namespace asio = boost::asio;
 
 class session_writer {
   public:
@@ -63,7 +65,7 @@ class abort_signal {
     // One request waiting for the outcome (shared: the request may be cancelled first).
     struct waiter {
         explicit waiter(asio::any_io_executor ex) : done(std::move(ex)) {}
-        async_event done;
+        runtime::async_event done;
         std::optional<abort_outcome> out;  // nullopt: the loop closed first
     };
     // The abort to record: its reason and id, and what it stopped.
@@ -134,7 +136,7 @@ class abort_signal {
 
   private:
     asio::any_io_executor ex_;
-    async_event event_;
+    runtime::async_event event_;
     session::abort_stage armed_ = session::abort_stage::none;
     bool closed_ = false;  // every later wait() returns at once
     std::optional<request> pending_;

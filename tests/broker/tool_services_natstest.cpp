@@ -28,11 +28,11 @@ namespace {
 // What a running tool may use: the real clock.
 class services final : public worker::tool_services {
   public:
-    worker::clock& time() override { return clock_; }
+    runtime::clock& time() override { return clock_; }
     asio::awaitable<bool> schedule_timer(session::timer) override { co_return false; }
 
   private:
-    worker::system_clock clock_;
+    runtime::system_clock clock_;
 };
 
 // The requests a test service received.

@@ -7,10 +7,10 @@
 
 #include "app/node.hpp"
 #include "ownership/sqlite_lease.hpp"
+#include "runtime/log.hpp"
 #include "storage/faulty_store.hpp"
 #include "storage/sqlite_store.hpp"
 #include "tests/support/forwarding_lease.hpp"
-#include "worker/log.hpp"
 #include "worker/scripted_provider.hpp"
 
 #include <boost/asio/post.hpp>
@@ -86,7 +86,7 @@ class worker_node {
           holding_leases_(leases_),
           nats_(options_.nats_url, options_.worker_id),
           node_(stalling_store_, holding_leases_, nats_, provider_factory(), broker_options(),
-                options_.log ? options_.log : worker::json_logger(options_.worker_id)) {
+                options_.log ? options_.log : runtime::json_logger(options_.worker_id)) {
         thread_ = std::thread([this] { node_.run(); });
     }
     worker_node(const worker_node&) = delete;
@@ -122,7 +122,7 @@ class worker_node {
   private:
     app::node::provider_factory provider_factory() const {
         auto script = worker::parse_script(options_.script).value();
-        return [script](worker::clock& clk) {
+        return [script](runtime::clock& clk) {
             return std::make_unique<worker::scripted_provider>(script, clk);
         };
     }

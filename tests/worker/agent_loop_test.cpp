@@ -1184,7 +1184,7 @@ TEST(AgentLoop, CommandsCommitOnTheStoreExecutorAndResumeOnTheSession) {
     storage::faulty_store store(inner);
     asio::io_context io;
     asio::thread_pool pool(1);
-    worker::manual_clock clk(unix_ms{harness_t0});
+    runtime::manual_clock clk(unix_ms{harness_t0});
     worker::scripted_provider provider(worker::parse_script(R"({"responses":[]})").value(), clk);
     provider.record_requests(true);
     worker::tool_registry tools;
@@ -1219,7 +1219,7 @@ TEST(AgentLoop, TheLoopsOwnTransitionsCommitOnTheStoreExecutorAndStopCleanly) {
     storage::faulty_store store(inner);
     asio::io_context io;
     asio::thread_pool pool(1);
-    worker::system_clock clk;
+    runtime::system_clock clk;
     worker::scripted_provider provider(
         worker::parse_script(
             R"({"responses":[{"text":"on it","tool_calls":[{"name":"echo","arguments":{"text":"x"}}]},
@@ -1334,7 +1334,7 @@ TEST(FusedCommits, AnEnqueueAfterTheLoopWokeIsLeftForItsCheckpoint) {
     storage::memory_store store;
     asio::io_context io;
     asio::thread_pool pool(2);
-    worker::system_clock clk;
+    runtime::system_clock clk;
     worker::scripted_provider provider(worker::parse_script(R"({"responses":[]})").value(), clk);
     provider.record_requests(true);
     worker::tool_registry tools;

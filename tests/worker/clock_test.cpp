@@ -1,5 +1,5 @@
 // The clocks' sleeps, and the sides of a race that lose it.
-#include "worker/clock.hpp"
+#include "runtime/clock.hpp"
 #include "worker/writer.hpp"
 
 #include <boost/asio/bind_cancellation_slot.hpp>
@@ -46,7 +46,7 @@ asio::awaitable<int> answer_soon() {
     co_return 42;
 }
 
-asio::awaitable<void> zero_sleep(worker::clock* c, std::optional<bool>* out) {
+asio::awaitable<void> zero_sleep(runtime::clock* c, std::optional<bool>* out) {
     *out = co_await c->elapsed(milliseconds(0));
 }
 
@@ -54,8 +54,8 @@ asio::awaitable<void> zero_sleep(worker::clock* c, std::optional<bool>* out) {
 
 TEST(Clock, ElapsedSaysWhetherTheTimePassedOrTheSleepWasCancelled) {
     run([](asio::any_io_executor) -> asio::awaitable<void> {
-        worker::manual_clock clock(session::unix_ms{1000});
-        worker::system_clock real;
+        runtime::manual_clock clock(session::unix_ms{1000});
+        runtime::system_clock real;
         // The quick side wins: the sleeps are cancelled and say so, without an exception.
         auto r = co_await (real.elapsed(milliseconds(1)) || clock.elapsed(milliseconds(50)));
         EXPECT_EQ(r.index(), 0u);
@@ -68,7 +68,7 @@ TEST(Clock, ElapsedSaysWhetherTheTimePassedOrTheSleepWasCancelled) {
 
 TEST(Clock, AManualSleepEndsWhenTimeIsAdvancedPastIt) {
     asio::io_context io;
-    worker::manual_clock clock(session::unix_ms{1000});
+    runtime::manual_clock clock(session::unix_ms{1000});
     std::optional<bool> slept;
     asio::co_spawn(
         io,
@@ -86,7 +86,7 @@ TEST(Clock, AManualSleepEndsWhenTimeIsAdvancedPastIt) {
 
 TEST(Clock, ACancelledSleepStillThrows) {
     EXPECT_THROW(run([](asio::any_io_executor) -> asio::awaitable<void> {
-                     worker::manual_clock clock(session::unix_ms{1000});
+                     runtime::manual_clock clock(session::unix_ms{1000});
                      // sleep() is what the callers that do not race use: cancelled, it throws
                      // (here through a race it loses, whose outcome is then the winner's).
                      auto r = co_await (answer_now() || clock.sleep(milliseconds(50)));
@@ -100,7 +100,7 @@ TEST(Clock, ACancelledSleepStillThrows) {
 // it says so like any sleep.
 TEST(Clock, AZeroSleepYieldsToTheExecutor) {
     run([](asio::any_io_executor ex) -> asio::awaitable<void> {
-        worker::system_clock real;
+        runtime::system_clock real;
         bool ran = false;
         asio::post(ex, [&] { ran = true; });
         auto zero = co_await real.elapsed(milliseconds(0));
@@ -117,7 +117,7 @@ TEST(Clock, AZeroSleepYieldsToTheExecutor) {
 // The losing side of a race whose winner ended before it ran: cancelled, it says so.
 TEST(Clock, AZeroSleepCancelledBeforeItsTurnSaysSo) {
     run([](asio::any_io_executor) -> asio::awaitable<void> {
-        worker::system_clock real;
+        runtime::system_clock real;
         std::optional<bool> zero;
         auto r = co_await (answer_now() || zero_sleep(&real, &zero));
         EXPECT_EQ(r.index(), 0u);
@@ -154,9 +154,9 @@ ending cancelled(F f) {
 // The losing sides of a race (a timeout, an abort) end without an exception when the race is
 // decided: an exception a side, a few a turn, cost a tenth of the worker's serving thread.
 TEST(Clock, TheLosingSidesOfARaceEndWithoutAnException) {
-    worker::manual_clock clock(session::unix_ms{1000});
-    worker::system_clock real;
-    for (worker::clock* c : {static_cast<worker::clock*>(&clock), static_cast<worker::clock*>(&real)}) {
+    runtime::manual_clock clock(session::unix_ms{1000});
+    runtime::system_clock real;
+    for (runtime::clock* c : {static_cast<runtime::clock*>(&clock), static_cast<runtime::clock*>(&real)}) {
         auto timeout = cancelled([c](asio::any_io_executor) { return c->timeout(milliseconds(10'000)); });
         EXPECT_TRUE(timeout.returned);
         EXPECT_FALSE(timeout.threw);
@@ -176,7 +176,7 @@ TEST(Clock, TheLosingSidesOfARaceEndWithoutAnException) {
 // A fired abort still wins its race, and a race an answer wins returns the answer.
 TEST(Clock, AnAbortOrAnAnswerStillWinsItsRace) {
     run([](asio::any_io_executor ex) -> asio::awaitable<void> {
-        worker::manual_clock clock(session::unix_ms{1000});
+        runtime::manual_clock clock(session::unix_ms{1000});
         worker::abort_signal abort(ex);
         abort.arm(session::abort_stage::inference);
         auto answered =

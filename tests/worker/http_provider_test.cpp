@@ -49,7 +49,7 @@ http_plan answer(int status, std::string body, std::string type = "application/j
 struct endpoint {
     http_server server;
     asio::io_context io;
-    worker::system_clock clock;
+    runtime::system_clock clock;
     std::unique_ptr<worker::http_provider> provider;
 
     endpoint(api_kind api, http_server::handler h, worker::http::header_list headers = {})

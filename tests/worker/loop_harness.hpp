@@ -57,7 +57,7 @@ class loop_harness {
     worker::agent_loop& loop() { return *loop_; }
     asio::io_context& io() { return io_; }
     worker::scripted_provider& provider() { return *provider_; }
-    worker::manual_clock& clock() { return clock_; }
+    runtime::manual_clock& clock() { return clock_; }
     worker::tool_registry& tools() { return tools_; }
     storage::session_store& store() { return *store_; }
     const session_state& state() const { return loop_->state(); }
@@ -71,7 +71,7 @@ class loop_harness {
 
   private:
     asio::io_context io_;
-    worker::manual_clock clock_{unix_ms{harness_t0}};
+    runtime::manual_clock clock_{unix_ms{harness_t0}};
     storage::memory_store own_store_;
     storage::session_store* store_;
     std::unique_ptr<worker::scripted_provider> provider_;

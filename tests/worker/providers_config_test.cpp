@@ -145,7 +145,7 @@ TEST(ProvidersConfig, AModelGoesToTheEndpointItNamesOrToTheScriptedModel) {
 // that lists the endpoints), and `scripted` still reaches the scripted model.
 TEST(ProvidersConfig, AModelNamingNoEndpointIsAFatalErrorListingTheEndpoints) {
     boost::asio::io_context io;
-    worker::manual_clock clk(session::unix_ms{0});
+    runtime::manual_clock clk(session::unix_ms{0});
     worker::endpoint_config c;
     c.name = "local";
     c.base = *worker::http::parse_base_url("http://127.0.0.1:9");

@@ -34,7 +34,7 @@ struct run_result {
 
 run_result run_session(worker::provider& p) {
     asio::io_context io;
-    worker::system_clock clk;
+    runtime::system_clock clk;
     storage::memory_store store;
     worker::tool_registry tools;
     worker::add_builtin_tools(tools);
@@ -94,7 +94,7 @@ run_result run_session(worker::provider& p) {
 TEST(Replay, ARecordedSessionReplaysToTheIdenticalTranscript) {
     temp_dir dir;
     const auto file = dir.path() / "session.jsonl";
-    worker::system_clock clk;
+    runtime::system_clock clk;
     // The recorded provider: streamed chunks with pauses, a tool call, a transient failure
     // retried, usage.
     auto script = worker::parse_script(R"({"responses":[
@@ -134,7 +134,7 @@ TEST(Replay, ARecordedSessionReplaysToTheIdenticalTranscript) {
 
 TEST(Replay, ARecordingThatIsNotOneIsRefusedNamingTheLine) {
     temp_dir dir;
-    worker::system_clock clk;
+    runtime::system_clock clk;
     const auto file = dir.path() / "bad.jsonl";
     std::ofstream(file) << R"({"session":"s","kind":"infer","step":0,"outcome":{"summary":"x"}})"
                         << "\n{not json}\n";

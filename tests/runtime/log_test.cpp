@@ -1,5 +1,5 @@
 // The worker's log lines are JSON objects whatever the message holds.
-#include "worker/log.hpp"
+#include "runtime/log.hpp"
 
 #include <gtest/gtest.h>
 #include <spdlog/sinks/ostream_sink.h>
@@ -16,7 +16,7 @@ TEST(JsonLog, EveryLineIsAJsonObjectWithTheMessageIntact) {
     auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out);
     spdlog::logger log("test", sink);
     const std::string worker = R"(w"1%n\)";  // escaped too, and not an spdlog flag
-    log.set_formatter(worker::json_log_formatter(worker));
+    log.set_formatter(runtime::json_log_formatter(worker));
     const std::vector<std::string> messages = {
         "plain",
         R"(fatal: CREATE TABLE x (id TEXT): table "x" already exists)",

@@ -11,7 +11,7 @@
 #include <memory>
 #include <string>
 
-namespace wuhu::worker {
+namespace wuhu::runtime {
 
 // The formatter of those lines, for any sink.
 std::unique_ptr<spdlog::formatter> json_log_formatter(const std::string& worker_id);
@@ -19,4 +19,4 @@ std::unique_ptr<spdlog::formatter> json_log_formatter(const std::string& worker_
 // A logger that writes those lines to stderr (thread-safe).
 std::shared_ptr<spdlog::logger> json_logger(const std::string& worker_id);
 
-}  // namespace wuhu::worker
+}  // namespace wuhu::runtime

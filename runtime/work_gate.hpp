@@ -21,7 +21,7 @@
 #include <optional>
 #include <utility>
 
-namespace wuhu::worker {
+namespace wuhu::runtime {
 
 class work_gate {
   public:
@@ -108,4 +108,4 @@ class work_gate {
     std::atomic<std::size_t> inside_{0};
 };
 
-}  // namespace wuhu::worker
+}  // namespace wuhu::runtime

@@ -1,4 +1,4 @@
-#include "worker/clock.hpp"
+#include "runtime/clock.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/post.hpp>
@@ -9,7 +9,7 @@
 
 #include <algorithm>
 
-namespace wuhu::worker {
+namespace wuhu::runtime {
 
 asio::awaitable<void> clock::sleep_until(session::unix_ms t) {
     auto d = t.value - now().value;
@@ -103,4 +103,4 @@ std::optional<session::unix_ms> manual_clock::next_deadline() const {
     return best;
 }
 
-}  // namespace wuhu::worker
+}  // namespace wuhu::runtime

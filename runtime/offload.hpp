@@ -16,7 +16,7 @@
 #include <functional>
 #include <optional>
 
-namespace wuhu::worker {
+namespace wuhu::runtime {
 
 namespace detail {
 
@@ -41,4 +41,4 @@ boost::asio::awaitable<R> run_on(std::optional<boost::asio::any_io_executor> ex,
     co_return out;
 }
 
-}  // namespace wuhu::worker
+}  // namespace wuhu::runtime

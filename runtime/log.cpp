@@ -1,11 +1,11 @@
-#include "worker/log.hpp"
+#include "runtime/log.hpp"
 
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <boost/json/serialize.hpp>
 #include <boost/json/string_view.hpp>
 
-namespace wuhu::worker {
+namespace wuhu::runtime {
 
 namespace {
 
@@ -50,4 +50,4 @@ std::shared_ptr<spdlog::logger> json_logger(const std::string& worker_id) {
     return log;
 }
 
-}  // namespace wuhu::worker
+}  // namespace wuhu::runtime

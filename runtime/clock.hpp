@@ -15,7 +15,7 @@
 #include <optional>
 #include <vector>
 
-namespace wuhu::worker {
+namespace wuhu::runtime {
 
 namespace asio = boost::asio;
 using std::chrono::milliseconds;
@@ -68,4 +68,4 @@ class manual_clock final : public clock {
     std::vector<std::shared_ptr<sleeper>> sleepers_;
 };
 
-}  // namespace wuhu::worker
+}  // namespace wuhu::runtime

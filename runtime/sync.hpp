@@ -8,7 +8,7 @@
 #include <boost/asio/experimental/channel.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
-namespace wuhu::worker {
+namespace wuhu::runtime {
 
 namespace asio = boost::asio;
 
@@ -99,4 +99,4 @@ class async_semaphore {
     asio::experimental::channel<void(boost::system::error_code)> ch_;
 };
 
-}  // namespace wuhu::worker
+}  // namespace wuhu::runtime
