@@ -12,6 +12,7 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include <algorithm>
+#include <stdexcept>
 
 namespace wuhu::broker {
 
@@ -56,7 +57,9 @@ std::vector<std::string> absent_session(const protocol::request& req,
     }
 }
 
-// The loop's command for a request that changes the session (not subscribe or delete).
+// The loop's command for a request that changes the session. Every request type is named (a
+// new one does not compile until it is mapped); subscribe and delete are served without a
+// command, and never come here.
 worker::command command_for(const protocol::request_body& body) {
     return std::visit(
         s::overloaded{
@@ -75,7 +78,15 @@ worker::command command_for(const protocol::request_body& body) {
             [](const protocol::pause_request&) -> worker::command {
                 return worker::pause_command{};
             },
-            [](const auto&) -> worker::command { return worker::resume_command{}; },
+            [](const protocol::resume_request&) -> worker::command {
+                return worker::resume_command{};
+            },
+            [](const protocol::subscribe_request&) -> worker::command {
+                throw std::logic_error("subscribe is served without a command");
+            },
+            [](const protocol::remove_request&) -> worker::command {
+                throw std::logic_error("delete is served without a command");
+            },
         },
         body);
 }

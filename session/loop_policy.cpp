@@ -205,17 +205,20 @@ std::vector<entry_body> stop_turn(const session_state& s, std::vector<entry_body
     return out;
 }
 
-tool_action next_tool_action(const tool_call_state& call, bool tool_known, bool idempotent) {
+tool_action next_tool_action(const tool_call_state& call, tool_kind tool) {
     if (call.status == tool_status::finished) {
         return tool_action::skip;
     }
-    if (!tool_known) {
-        return tool_action::unknown;
+    switch (tool) {
+        case tool_kind::unavailable:
+            return tool_action::unknown;
+        case tool_kind::not_idempotent:
+            return call.status == tool_status::started ? tool_action::interrupted
+                                                       : tool_action::run;
+        case tool_kind::idempotent:
+            return tool_action::run;
     }
-    if (call.status == tool_status::started && !idempotent) {
-        return tool_action::interrupted;
-    }
-    return tool_action::run;
+    return tool_action::unknown;
 }
 
 std::string unknown_tool_result(std::string_view name) {

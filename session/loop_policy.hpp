@@ -145,8 +145,14 @@ std::vector<entry_body> stop_turn(const session_state& s, std::vector<entry_body
 
 // ---- the tool calls of a response
 
-// What the loop does with one call, given whether the session may use its tool and whether
-// the tool is idempotent.
+// What the session knows of a call's tool.
+enum class tool_kind {
+    unavailable,     // no such tool, or not enabled for this session
+    idempotent,      // may run again after an owner that started it stopped
+    not_idempotent,  // runs at most once
+};
+
+// What the loop does with one call, given its tool.
 enum class tool_action {
     skip,         // it has its result
     run,          // run it (tool_started is committed first when it has not started)
@@ -154,7 +160,7 @@ enum class tool_action {
     interrupted,  // started by an owner that stopped, and not idempotent: an error result,
                   // never a second run
 };
-tool_action next_tool_action(const tool_call_state& call, bool tool_known, bool idempotent);
+tool_action next_tool_action(const tool_call_state& call, tool_kind tool);
 
 // The error results of calls the loop does not run.
 std::string unknown_tool_result(std::string_view name);

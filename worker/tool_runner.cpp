@@ -109,7 +109,10 @@ asio::awaitable<void> tool_runner::run() {
             tc.status = s::tool_status::not_started;
         }
         tool* t = tools_.find(tc.call.name, writer_.state().config.tools);
-        const auto action = s::next_tool_action(tc, t != nullptr, t != nullptr && t->idempotent());
+        const auto kind = t == nullptr      ? s::tool_kind::unavailable
+                          : t->idempotent() ? s::tool_kind::idempotent
+                                            : s::tool_kind::not_idempotent;
+        const auto action = s::next_tool_action(tc, kind);
         if (action == s::tool_action::skip) {
             continue;
         }

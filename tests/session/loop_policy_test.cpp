@@ -264,21 +264,21 @@ TEST(Takeover, ACutOffTurnIsRecordedAndASessionBetweenTurnsIsNot) {
 
 TEST(ToolPolicy, FinishedCallsAreSkippedAndNewOnesRun) {
     tool_call_state c{tool_call{call_id("c1"), "echo", "{}"}, tool_status::finished};
-    EXPECT_EQ(next_tool_action(c, true, true), tool_action::skip);
+    EXPECT_EQ(next_tool_action(c, tool_kind::idempotent), tool_action::skip);
     c.status = tool_status::not_started;
-    EXPECT_EQ(next_tool_action(c, true, false), tool_action::run);
+    EXPECT_EQ(next_tool_action(c, tool_kind::not_idempotent), tool_action::run);
 }
 
 TEST(ToolPolicy, AnUnknownOrDisabledToolGetsAnErrorResult) {
     tool_call_state c{tool_call{call_id("c1"), "rm", "{}"}, tool_status::not_started};
-    EXPECT_EQ(next_tool_action(c, false, true), tool_action::unknown);
+    EXPECT_EQ(next_tool_action(c, tool_kind::unavailable), tool_action::unknown);
     EXPECT_EQ(unknown_tool_result("rm"), "unknown tool: rm");
 }
 
 TEST(ToolPolicy, AStartedCallRunsAgainOnlyWhenIdempotent) {
     tool_call_state c{tool_call{call_id("c1"), "clock", "{}"}, tool_status::started};
-    EXPECT_EQ(next_tool_action(c, true, true), tool_action::run);
-    EXPECT_EQ(next_tool_action(c, true, false), tool_action::interrupted);
+    EXPECT_EQ(next_tool_action(c, tool_kind::idempotent), tool_action::run);
+    EXPECT_EQ(next_tool_action(c, tool_kind::not_idempotent), tool_action::interrupted);
     EXPECT_NE(interrupted_tool_result().find("not run again"), std::string::npos);
 }
 
