@@ -5,7 +5,7 @@
 //
 // Threads: run() runs the worker's io_context on the calling thread (sessions, requests, the
 // timers of lease renewal, the sweep and passivation); store IO runs on `store_threads` threads
-// of its own, and lease-store IO on one strand of them (broker/lease_desk.hpp), so no store or
+// of its own, and lease-store IO on one strand of them (ownership/lease_desk.hpp), so no store or
 // lease round trip blocks the sessions being served; stop() may be called from any thread. The store, the lease store and the NATS connection belong to the caller and must
 // outlive the node.
 //
@@ -34,11 +34,11 @@
 // coming back (once each per outage).
 #pragma once
 
-#include "broker/lease_desk.hpp"
 #include "broker/server.hpp"
 #include "broker/tool_services.hpp"
 #include "metrics/http_endpoint.hpp"
 #include "metrics/metrics.hpp"
+#include "ownership/lease_desk.hpp"
 #include "runtime/clock.hpp"
 #include "storage/watched_store.hpp"
 #include "worker/providers_config.hpp"
@@ -173,7 +173,7 @@ class node {
     worker::tool_registry tools_;
     storage::watched_store store_;
     ownership::keeper keeper_;
-    broker::lease_desk leases_;  // lease-store IO on a strand of store_pool_
+    ownership::lease_desk leases_;  // lease-store IO on a strand of store_pool_
     std::unique_ptr<broker::server> server_;
     // Before the sessions that hold its slots.
     worker::inference_slots inferences_{options_.inferences};

@@ -187,7 +187,7 @@ std::string server::reply_target(const nats::message& m) {
     return to;
 }
 
-server::server(asio::any_io_executor ex, nats::connection& nats, lease_desk& leases,
+server::server(asio::any_io_executor ex, nats::connection& nats, ownership::lease_desk& leases,
                const worker::tool_registry& tools, server_options options,
                std::shared_ptr<spdlog::logger> log)
     : ex_(std::move(ex)),

@@ -27,9 +27,9 @@
 #include "broker/admin.hpp"
 #include "broker/admission.hpp"
 #include "broker/door.hpp"
-#include "broker/lease_desk.hpp"
 #include "broker/patch_batch.hpp"
 #include "nats/connection.hpp"
+#include "ownership/lease_desk.hpp"
 #include "protocol/replies.hpp"
 #include "protocol/requests.hpp"
 #include "runtime/work_gate.hpp"
@@ -114,7 +114,7 @@ std::optional<std::string> delta_event(const worker::loop_event& e);
 
 class server {
   public:
-    server(asio::any_io_executor ex, nats::connection& nats, lease_desk& leases,
+    server(asio::any_io_executor ex, nats::connection& nats, ownership::lease_desk& leases,
            const worker::tool_registry& tools, server_options options,
            std::shared_ptr<spdlog::logger> log);
 
@@ -250,7 +250,7 @@ class server {
 
     asio::any_io_executor ex_;
     nats::connection& nats_;
-    lease_desk& leases_;
+    ownership::lease_desk& leases_;
     runtime::work_gate* work_ = nullptr;
     const worker::tool_registry& tools_;
     server_options options_;

@@ -21,7 +21,7 @@
 // acquisition or a renewal runs on another thread. The calls that do store IO (place, locate,
 // renew, release, lost, remove) must not run concurrently for one session (two acquisitions
 // would hand out two epochs): the worker runs them one at a time, off its serving executor
-// (broker/lease_desk.hpp).
+// (ownership/lease_desk.hpp).
 #pragma once
 
 #include "ownership/errc.hpp"

@@ -1,10 +1,10 @@
-#include "broker/lease_desk.hpp"
+#include "ownership/lease_desk.hpp"
 
 #include "runtime/offload.hpp"
 
 #include <boost/asio/post.hpp>
 
-namespace wuhu::broker {
+namespace wuhu::ownership {
 
 using ownership::result;
 using runtime::run_on;
@@ -183,4 +183,4 @@ asio::awaitable<std::size_t> lease_desk::release_all() {
     co_return n;
 }
 
-}  // namespace wuhu::broker
+}  // namespace wuhu::ownership

@@ -41,7 +41,7 @@
 #include <mutex>
 #include <string>
 
-namespace wuhu::broker {
+namespace wuhu::ownership {
 
 namespace asio = boost::asio;
 
@@ -111,4 +111,4 @@ class lease_desk {
     std::vector<std::shared_ptr<batched>> batch_;  // placements, placed by the next turn
 };
 
-}  // namespace wuhu::broker
+}  // namespace wuhu::ownership

@@ -1,6 +1,6 @@
-// The lease desk (broker/lease_desk.hpp): lease-store calls run on one strand; a renewal goes
+// The lease desk (ownership/lease_desk.hpp): lease-store calls run on one strand; a renewal goes
 // ahead of the acquisitions already waiting there.
-#include "broker/lease_desk.hpp"
+#include "ownership/lease_desk.hpp"
 #include "ownership/memory_lease.hpp"
 #include "tests/support/forwarding_lease.hpp"
 
@@ -65,12 +65,12 @@ class slow_leases final : public forwarding_lease {
     std::vector<std::string> calls_;
 };
 
-asio::awaitable<void> place(broker::lease_desk& desk, std::string id) {
+asio::awaitable<void> place(ownership::lease_desk& desk, std::string id) {
     auto placed = co_await desk.place(session::session_id::parse(id).value());
     EXPECT_TRUE(placed) << id;
 }
 
-asio::awaitable<void> renew(broker::lease_desk& desk, bool& renewed) {
+asio::awaitable<void> renew(ownership::lease_desk& desk, bool& renewed) {
     auto lost = co_await desk.renew();
     EXPECT_TRUE(lost);
     EXPECT_TRUE(lost && lost->empty()) << "nothing was lost";
@@ -85,7 +85,7 @@ TEST(LeaseDesk, ARenewalGoesAheadOfTheAcquisitionsWaitingOnTheStrand) {
     ownership::keeper keeper(store, "w1", 60s);
     asio::thread_pool pool(1);
     asio::io_context io;
-    broker::lease_desk desk(keeper, asio::make_strand(pool.get_executor()));
+    ownership::lease_desk desk(keeper, asio::make_strand(pool.get_executor()));
     asio::co_spawn(io, place(desk, "held"), asio::detached);
     io.run();
     io.restart();
