@@ -344,7 +344,8 @@ void server::start(worker::session_registry& registry, runtime::work_gate& work)
                 break;
         }
     };
-    taking_.push_back(nats_.queue_subscribe(subjects_.requests(), options_.queue_group, on_request));
+    taking_.push_back(
+        nats_.queue_subscribe(subjects_.requests(), options_.queue_group, on_request));
     // The fleet view: any one worker answers, asking each owner for a page of its sessions.
     auto on_view = [this](nats::message m) {
         if (m.reply.empty() || m.bad_reply || !answerable(m.reply)) {
@@ -404,18 +405,20 @@ void server::start_next(worker::session_registry& registry) {
         return;  // none waits: the next request taken schedules a start
     }
     auto& [key, w] = *next;
-    asio::co_spawn(ex_, serve(this, &registry, std::move(w.m), w.taken),
-                   [this, pass = std::move(w.pass), key = std::move(key)](const std::exception_ptr&) {
-                       --in_flight_;
-                       door_.answered(key);
-                   });
+    asio::co_spawn(
+        ex_, serve(this, &registry, std::move(w.m), w.taken),
+        [this, pass = std::move(w.pass), key = std::move(key)](const std::exception_ptr&) {
+            --in_flight_;
+            door_.answered(key);
+        });
     // The next one after what is already queued here (this one's start included): one
     // request of each session in turn.
     asio::post(ex_, [this, &registry] { start_next(registry); });
 }
 
 struct server::forward_wait {
-    forward_wait(const asio::any_io_executor& ex, std::string to) : wake(ex), owner(std::move(to)) {}
+    forward_wait(const asio::any_io_executor& ex, std::string to)
+        : wake(ex), owner(std::move(to)) {}
     // Sleeps `d`, or until the acknowledgement (or the worker's stop) cancels the wait.
     asio::awaitable<void> sleep(std::chrono::milliseconds d) {
         wake.expires_after(d);

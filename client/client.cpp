@@ -2,8 +2,8 @@
 
 #include "protocol/events.hpp"
 #include "protocol/replies.hpp"
-#include "session/ids.hpp"
 #include "session/errc.hpp"
+#include "session/ids.hpp"
 
 #include <boost/throw_exception.hpp>
 
@@ -48,6 +48,9 @@ std::string own_id() {
         std::chrono::system_clock::now().time_since_epoch());
     return session::make_uuid_v7(session::unix_ms{now.count()}, random).str();
 }
+
+// The shortest wait of one copy of a request (options::attempt_timeout).
+constexpr std::chrono::milliseconds min_attempt{100};
 
 // Runs `attempt` until it succeeds, fails otherwise, or the timeout would pass.
 template <class F>
@@ -116,25 +119,37 @@ outcome<json::object> client::call(const std::string& sid, std::string_view verb
                        make_error_code(session::errc::unknown_command).message() + ": \"" +
                            std::string(verb) + "\""};
     }
+    using protocol::verb;
     const auto subject = layout_.request(*id, *v);
-    const auto text = json::serialize(body);
+    // Every copy of a request the client sends again is the same request: an enqueue, a
+    // system message or an abort carries an id (the caller's, or one made here).
+    json::object sent_body = body;
+    if ((*v == verb::enqueue || *v == verb::system || *v == verb::abort) &&
+        !sent_body.contains("id")) {
+        sent_body["id"] = own_id();
+    }
+    const auto text = json::serialize(sent_body);
+    // Sent again when unanswered within attempt_timeout (a worker took it and died or froze):
+    // those with an id, cancel (by an item's id) and subscribe (a read). Configure, pause,
+    // resume and delete are not: a late copy could undo another client's later command.
+    const bool resend = *v == verb::enqueue || *v == verb::system || *v == verb::abort ||
+                        *v == verb::cancel || *v == verb::subscribe;
     const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
     return with_retries(options_, [&]() -> outcome<json::object> {
-        // Unanswered within attempt_timeout: sent again (a worker took it and died or froze);
-        // no worker at all (no responders, at once): again after a pause.
         for (;;) {
-            const auto sent = std::chrono::steady_clock::now();
-            const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - sent);
+            const auto now = std::chrono::steady_clock::now();
+            const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
             if (left.count() <= 0) {
                 return no_reply(subject);
             }
-            const auto wait = std::min(left, std::max(options_.attempt_timeout,
-                                                      std::chrono::milliseconds(1)));
+            const auto attempt = std::max(options_.attempt_timeout, min_attempt);
+            const auto wait = resend ? std::min(left, attempt) : left;
             if (auto reply = nats_.request(subject, text, wait)) {
                 return decode_reply(*reply);
             }
-            if (std::chrono::steady_clock::now() - sent < wait / 2) {
-                std::this_thread::sleep_for(std::min(left, std::chrono::milliseconds(100)));
+            // Failed at once (no worker at all, or no connection): answered as before, now.
+            if (!resend || std::chrono::steady_clock::now() - now < wait / 2) {
+                return no_reply(subject);
             }
         }
     });
@@ -156,7 +171,9 @@ outcome<std::string> client::enqueue(const std::string& sid, std::string_view la
         }
         body["author"] = std::move(a);
     }
-    body["id"] = id ? *id : own_id();
+    if (id) {
+        body["id"] = *id;
+    }
     auto r = call(sid, "enqueue", body);
     if (!r) {
         return r.error();
@@ -166,7 +183,10 @@ outcome<std::string> client::enqueue(const std::string& sid, std::string_view la
 
 outcome<std::string> client::system(const std::string& sid, std::string_view source,
                                     std::string_view content, std::optional<std::string> id) {
-    json::object body{{"source", source}, {"content", content}, {"id", id ? *id : own_id()}};
+    json::object body{{"source", source}, {"content", content}};
+    if (id) {
+        body["id"] = *id;
+    }
     auto r = call(sid, "system", body);
     if (!r) {
         return r.error();
@@ -209,7 +229,9 @@ outcome<json::object> client::abort(const std::string& sid, std::optional<std::s
     if (reason) {
         body["reason"] = *reason;
     }
-    body["id"] = id ? *id : own_id();
+    if (id) {
+        body["id"] = *id;
+    }
     return call(sid, "abort", body);
 }
 
@@ -236,7 +258,8 @@ outcome<json::object> client::subscribe(const std::string& sid,
         body["since"] = *since;
     }
     const auto subject = layout_.request(*id, protocol::verb::subscribe);
-    auto first = with_retries(options_, [&] { return chunked_request(subject, json::serialize(body)); });
+    auto first =
+        with_retries(options_, [&] { return chunked_request(subject, json::serialize(body)); });
     // A long backfill comes in pages: each asked for since the last one's end, and appended.
     // Gap-free: a page ends at a version the next starts from; events meanwhile are the
     // watch's, which drops what the pages hold.

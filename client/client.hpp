@@ -9,8 +9,10 @@
 // Every call returns an outcome: the value, or a failure with the service's error `code` and
 // `message` ("no_reply" when no worker answered in time). A request refused with
 // `owner_changed` or `worker_stopping` (nothing changed; the session is moving to another
-// worker), `overloaded` or `rate_limited` (nothing changed; after the reply's retry hint), or
-// not answered within `attempt_timeout`, is sent again until `timeout`. A session id that is not 1-64 of
+// worker), `overloaded` or `rate_limited` (nothing changed; after the reply's retry hint) is
+// sent again until `timeout`, and so is one of those `options::attempt_timeout` names when its
+// reply is late. An enqueue, a system message or an abort without an id gets one made here
+// (call() too), so that every copy is the same request. A session id that is not 1-64 of
 // [A-Za-z0-9_-] fails with "invalid_session_id" before anything is sent (it would otherwise
 // change the subject). Subscribe replies that come in chunks are reassembled.
 //
@@ -55,9 +57,10 @@ struct options {
     // its subjects are <prefix>.<tenant>.session.…, .events.… and .admin.sessions. A tenant's
     // own clients leave it empty: nats-server adds their tenant.
     std::string tenant;
-    // A command without a reply this long is sent again (the same request: every command the
-    // client sends is idempotent, by its id or by its nature), until `timeout`: a request lost
-    // with a worker that died or froze after taking it costs this, not the whole timeout.
+    // An enqueue, system message, abort, cancel or subscribe without a reply this long (at
+    // least 100 ms) is sent again, as the same request, until `timeout`: a request lost with a
+    // worker that died or froze after taking it costs this, not the whole timeout. Configure,
+    // pause, resume and delete are sent once (a late copy could undo a later command).
     std::chrono::milliseconds attempt_timeout{2000};
 };
 
@@ -67,8 +70,8 @@ class client {
     explicit client(nats::connection& nats, options o = {});
 
     // Returns the item id once durable: the given one, or one the client made (a UUIDv7) so
-    // that the retries of the request are the same request. Without an author the message's
-    // author is {"kind":"unknown"}. system() and abort() likewise.
+    // that the copies it sends again are the same request. Without an author the message's
+    // author is {"kind":"unknown"}.
     outcome<std::string> enqueue(const std::string& sid, std::string_view lane,
                                  std::string_view content,
                                  const std::optional<author>& from = std::nullopt,

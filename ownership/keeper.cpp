@@ -104,7 +104,8 @@ result<std::optional<keeper::placement>> keeper::locate(const session_id& id) {
         return owner.error();
     }
     if (*owner && (*owner)->owner != worker_id_) {
-        return std::optional<placement>{elsewhere{(*owner)->owner, (*owner)->epoch, (*owner)->expires}};
+        return std::optional<placement>{
+            elsewhere{(*owner)->owner, (*owner)->epoch, (*owner)->expires}};
     }
     return std::optional<placement>{};  // nobody live (a lease of an earlier run of this id
                                         // is replaced by place())
@@ -153,7 +154,9 @@ std::vector<result<keeper::placement>> keeper::place_all(const std::vector<sessi
                              l);
                         return here{l.epoch};
                     },
-                    [](const held_elsewhere& h) -> placement { return elsewhere{h.owner, h.epoch, h.expires}; },
+                    [](const held_elsewhere& h) -> placement {
+                        return elsewhere{h.owner, h.epoch, h.expires};
+                    },
                 },
                 *got[k]);
         }

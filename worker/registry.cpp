@@ -229,7 +229,8 @@ asio::awaitable<boost::system::result<void>> session_registry::remove(session::s
             retire(id, storage::errc::closed);
         }
         auto rm = [&store = store_, id, epoch]() { return store.remove(id, epoch); };
-        auto task = runtime::run_on<boost::system::result<void>>(opts_.store_executor, std::move(rm));
+        auto task =
+            runtime::run_on<boost::system::result<void>>(opts_.store_executor, std::move(rm));
         out = co_await std::move(task);
     }
     release_gate(id, g);
@@ -255,7 +256,8 @@ session_registry::catalog(storage::catalog_query q) {
 
 asio::awaitable<boost::system::result<bool>> session_registry::exists(session::session_id id) {
     auto check = [&store = store_, id]() { return store.exists(id); };
-    auto task = runtime::run_on<boost::system::result<bool>>(opts_.store_executor, std::move(check));
+    auto task =
+        runtime::run_on<boost::system::result<bool>>(opts_.store_executor, std::move(check));
     auto out = co_await std::move(task);
     co_return out;
 }

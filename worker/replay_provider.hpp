@@ -45,7 +45,8 @@ class replay_provider final : public provider {
                                                       runtime::clock& clk);
     // Plays `file` back. Throws std::invalid_argument if it cannot be read or a line is not a
     // record (naming the line).
-    static std::unique_ptr<replay_provider> playing(const std::filesystem::path& file, runtime::clock& clk);
+    static std::unique_ptr<replay_provider> playing(const std::filesystem::path& file,
+                                                    runtime::clock& clk);
 
     asio::awaitable<inference_outcome> infer(inference_request req, stream_sink& sink) override;
     asio::awaitable<summary_outcome> summarize(summary_request req) override;

@@ -22,8 +22,9 @@ using std::chrono::milliseconds;
 class tool_runner final : private tool_services {
   public:
     // `max_output`: a tool's output past it is stored cut, with a note (0: no limit).
-    tool_runner(session_writer& w, const tool_registry& tools, runtime::clock& clk, milliseconds timeout,
-                milliseconds linger, std::size_t max_output, abort_signal& abort);
+    tool_runner(session_writer& w, const tool_registry& tools, runtime::clock& clk,
+                milliseconds timeout, milliseconds linger, std::size_t max_output,
+                abort_signal& abort);
 
     asio::awaitable<void> run();
 

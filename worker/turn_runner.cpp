@@ -69,8 +69,9 @@ struct turn_runner::attempt {
     provider_error err;
 };
 
-turn_runner::turn_runner(session_writer& w, provider& p, const tool_registry& tools, runtime::clock& clk,
-                         const loop_options& opts, abort_signal& abort, event_hub& hub)
+turn_runner::turn_runner(session_writer& w, provider& p, const tool_registry& tools,
+                         runtime::clock& clk, const loop_options& opts, abort_signal& abort,
+                         event_hub& hub)
     : writer_(w),
       provider_(p),
       tools_(tools),

@@ -422,7 +422,8 @@ TEST(Fleet, ScheduledCallbacksArePublishedListedAndCanceledWithWuhuctl) {
                         "arguments":{"delay_ms":600000,"content":"much later"}}]},
         {"text":"scheduled"},
         {"text":"got the ping"}]})";
-    worker_process a("listtimers", script, fleet_member(sharing(shared.path()), "A", "wuhu_timers", 1000));
+    worker_process a("listtimers", script,
+                     fleet_member(sharing(shared.path()), "A", "wuhu_timers", 1000));
     a.start();
     nats::connection nc(nats_url(), "timers-client");
     ASSERT_EQ(answer_when_up(nc, a.direct("warmup", "subscribe")).at("ok"), true);
@@ -435,9 +436,10 @@ TEST(Fleet, ScheduledCallbacksArePublishedListedAndCanceledWithWuhuctl) {
             const auto& o = f.as_object();
             const auto* t = o.if_contains("timer");
             facts.push_back(json::value_to<std::string>(o.at("fact")) + ":" +
-                            json::value_to<std::string>(t ? t->at("id") : o.contains("id")
-                                                                              ? o.at("id")
-                                                                              : o.at("item").at("id")));
+                            json::value_to<std::string>(t ? t->at("id")
+                                                        : o.contains("id")
+                                                            ? o.at("id")
+                                                            : o.at("item").at("id")));
         }
     });
     nc.flush();
@@ -487,7 +489,8 @@ TEST(Fleet, AFleetOnAThreeNodeNatsClusterLosesNothingWhenANodeIsKilledAndRestart
     const int c1 = free_port(), c2 = free_port(), c3 = free_port();
     std::string routes;
     for (int c : {c1, c2, c3}) {
-        routes += (routes.empty() ? "" : ",") + std::string("nats://127.0.0.1:") + std::to_string(c);
+        routes +=
+            (routes.empty() ? "" : ",") + std::string("nats://127.0.0.1:") + std::to_string(c);
     }
     auto node = [&](int cluster_port) {
         return std::vector<std::string>{
@@ -513,8 +516,10 @@ TEST(Fleet, AFleetOnAThreeNodeNatsClusterLosesNothingWhenANodeIsKilledAndRestart
         ASSERT_TRUE(through) << "the cluster's routes did not form";
     }
     temp_dir shared;
-    worker_process a("clustera", slow_script, fleet_member(sharing(shared.path()), "A", "wuhu_cluster", 1000));
-    worker_process b("clusterb", slow_script, fleet_member(sharing(shared.path()), "B", "wuhu_cluster", 1000));
+    worker_process a("clustera", slow_script,
+                     fleet_member(sharing(shared.path()), "A", "wuhu_cluster", 1000));
+    worker_process b("clusterb", slow_script,
+                     fleet_member(sharing(shared.path()), "B", "wuhu_cluster", 1000));
     a.start(urls);
     b.start(urls);
     nats::connection nc(urls, "cluster-client");
@@ -1172,7 +1177,8 @@ TEST(Fleet, RequestsForwardedToAFrozenOwnerAreServedOnceItsLeaseExpires) {
     int early = 0;
     for (int i = 0; i < n; ++i) {
         EXPECT_GE(answered_ms[i], 0) << "request " << i << " was lost";
-        EXPECT_TRUE(ok(json::parse(replies[i].empty() ? "null" : replies[i]))) << replies[i] << " at " << answered_ms[i];
+        EXPECT_TRUE(ok(json::parse(replies[i].empty() ? "null" : replies[i])))
+            << replies[i] << " at " << answered_ms[i];
         early += answered_ms[i] >= 0 && answered_ms[i] <= owner_and_other::ttl_ms + 2000.0;
     }
     std::cout << early << " of " << n << " requests answered within ttl + 2 s of the freeze\n";
@@ -1197,9 +1203,8 @@ TEST(Fleet, RequestsForwardedToAFrozenOwnerAreServedOnceItsLeaseExpires) {
         }
     }
     for (int i = 0; i < n; ++i) {
-        EXPECT_EQ(ids_of["f" + std::to_string(i)].size(), 1u) << "f" << i << " applied "
-                                                              << ids_of["f" + std::to_string(i)].size()
-                                                              << " times";
+        EXPECT_EQ(ids_of["f" + std::to_string(i)].size(), 1u)
+            << "f" << i << " applied " << ids_of["f" + std::to_string(i)].size() << " times";
     }
     EXPECT_EQ(f.a.stop(), 0);
     EXPECT_EQ(f.b.stop(), 0);
@@ -1325,8 +1330,10 @@ TEST(Fleet, AWatcherSeesTheAnswerWholeWhenANewOwnerStreamsItAgain) {
     const std::string script = json::serialize(json::object{
         {"responses", json::array{json::object{{"chunks", chunks}, {"chunk_delay_ms", 100}}}}});
     temp_dir shared;
-    worker_process a("restreama", script, fleet_member(sharing(shared.path()), "A", "wuhu_restream", 1000));
-    worker_process b("restreamb", script, fleet_member(sharing(shared.path()), "B", "wuhu_restream", 1000));
+    worker_process a("restreama", script,
+                     fleet_member(sharing(shared.path()), "A", "wuhu_restream", 1000));
+    worker_process b("restreamb", script,
+                     fleet_member(sharing(shared.path()), "B", "wuhu_restream", 1000));
     a.start();
     nats::connection nc(nats_url(), "restream-client");
     ASSERT_EQ(answer_when_up(nc, a.direct("demo", "configure")).at("ok"), true);
@@ -1398,7 +1405,8 @@ TEST(Fleet, AWatcherSeesTheAnswerWholeWhenANewOwnerStreamsItAgain) {
     for (const auto& l : lines) {
         interrupted |= l.starts_with("-- interrupted:");
         if (l.starts_with("assistant")) {
-            EXPECT_TRUE(l.starts_with("assistant: Alpha")) << "a line that is no answer's start: " << l;
+            EXPECT_TRUE(l.starts_with("assistant: Alpha"))
+                << "a line that is no answer's start: " << l;
         }
     }
     EXPECT_TRUE(interrupted) << "the takeover was printed";
@@ -1418,8 +1426,10 @@ TEST(Fleet, AnAbortAcrossTheFleetSaysWhatItStopped) {
     const std::string script = R"({"responses":[
         {"chunks":["a","b","c","d","e","f","g","h"],"chunk_delay_ms":250}]})";
     temp_dir shared;
-    worker_process a("aborta", script, fleet_member(sharing(shared.path()), "A", "wuhu_abort", 1000));
-    worker_process b("abortb", script, fleet_member(sharing(shared.path()), "B", "wuhu_abort", 1000));
+    worker_process a("aborta", script,
+                     fleet_member(sharing(shared.path()), "A", "wuhu_abort", 1000));
+    worker_process b("abortb", script,
+                     fleet_member(sharing(shared.path()), "B", "wuhu_abort", 1000));
     a.start();
     b.start();
     nats::connection nc(nats_url(), "abort-client");
@@ -1436,14 +1446,14 @@ TEST(Fleet, AnAbortAcrossTheFleetSaysWhatItStopped) {
            std::chrono::steady_clock::now() < until) {
         std::this_thread::sleep_for(50ms);
     }
-    const auto first = json::parse(
-        ctl({"--json", "abort", "demo", "--reason", "user pressed stop", "--id", "stop-1"}, "first"));
+    const auto first = json::parse(ctl(
+        {"--json", "abort", "demo", "--reason", "user pressed stop", "--id", "stop-1"}, "first"));
     EXPECT_EQ(first.at("stopped"), "inference") << first;
     EXPECT_EQ(first.at("entry"), 2) << first;
     // The next turn; the retry of the first abort answers the same and stops nothing.
     ASSERT_EQ(lib.enqueue("demo", "followUp", "again", std::nullopt, "q2").value(), "q2");
-    const auto retry = json::parse(
-        ctl({"--json", "abort", "demo", "--reason", "user pressed stop", "--id", "stop-1"}, "retry"));
+    const auto retry = json::parse(ctl(
+        {"--json", "abort", "demo", "--reason", "user pressed stop", "--id", "stop-1"}, "retry"));
     EXPECT_EQ(retry.at("stopped"), "inference") << retry;
     EXPECT_EQ(retry.at("entry"), 2) << retry;
     EXPECT_EQ(retry.at("duplicate"), true) << retry;

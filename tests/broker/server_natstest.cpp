@@ -14,7 +14,9 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdlib>
+#include <functional>
 #include <future>
+#include <mutex>
 #include <thread>
 
 namespace wuhu::testing {
@@ -1152,7 +1154,8 @@ namespace {
 // (or not) as `answer` says, given the body and how many came before it.
 class fake_worker {
   public:
-    using policy = std::function<std::optional<std::string>(const json::object& body, std::size_t n)>;
+    using policy =
+        std::function<std::optional<std::string>(const json::object& body, std::size_t n)>;
     fake_worker(const std::string& tag, policy answer)
         : prefix_(tag + std::to_string(getpid())), answer_(std::move(answer)) {
         nc_.subscribe(prefix_ + ".session.>", [this](nats::message m) {
@@ -1203,7 +1206,8 @@ std::string ok_with_id(const json::object& body) {
 TEST(ClientRetries, ARequestSentAgainCarriesTheIdOfItsFirstCopy) {
     fake_worker fake("wuhu_retry", [](const json::object& body, std::size_t n) {
         return n % 2 == 0
-                   ? std::string(R"({"ok":false,"error":{"code":"owner_changed","message":"retry"}})")
+                   ? std::string(
+                         R"({"ok":false,"error":{"code":"owner_changed","message":"retry"}})")
                    : ok_with_id(body);
     });
     nats::connection nc(nats_url(), "retry-client");
@@ -1224,6 +1228,27 @@ TEST(ClientRetries, ARequestSentAgainCarriesTheIdOfItsFirstCopy) {
     EXPECT_EQ(*item, bodies[0].at("id").as_string());
     EXPECT_EQ(*callback, bodies[2].at("id").as_string());
     EXPECT_NE(bodies[0].at("id"), bodies[2].at("id"));
+}
+
+// The same through call() with a body that has no id (as wuhuctl sends): the id is made once,
+// before the first copy; one the caller gave is kept.
+TEST(ClientRetries, ACallWithoutAnIdGetsOneKeptByEveryCopy) {
+    fake_worker fake("wuhu_callid", [](const json::object& body, std::size_t n) {
+        return n % 2 == 0
+                   ? std::string(R"({"ok":false,"error":{"code":"owner_changed","message":"x"}})")
+                   : ok_with_id(body);
+    });
+    nats::connection nc(nats_url(), "callid-client");
+    client::client c(nc, client::options{fake.prefix(), 10s, {}});
+    ASSERT_TRUE(c.call("s", "enqueue", json::object{{"lane", "steer"}, {"content", "hi"}}));
+    ASSERT_TRUE(c.call("s", "enqueue", json::object{{"lane", "steer"}, {"content", "hi"},
+                                                    {"id", "mine"}}));
+    const auto bodies = fake.bodies();
+    ASSERT_EQ(bodies.size(), 4u);
+    ASSERT_TRUE(bodies[0].contains("id"));
+    EXPECT_EQ(bodies[0].at("id"), bodies[1].at("id"));
+    EXPECT_EQ(bodies[2].at("id"), "mine");
+    EXPECT_EQ(bodies[3].at("id"), "mine");
 }
 
 // A command whose reply does not come within the client's attempt_timeout (a worker took it and
@@ -1247,6 +1272,23 @@ TEST(ClientRetries, ACommandNotAnsweredInTimeIsSentAgainAsTheSameRequest) {
     ASSERT_EQ(bodies.size(), 2u);
     EXPECT_EQ(bodies[0].at("id"), bodies[1].at("id"));
     EXPECT_EQ(*item, bodies[0].at("id").as_string());
+}
+
+// A command that could undo another client's later one if a copy came late (configure, pause,
+// resume, delete) is sent once, and waited for the whole timeout.
+TEST(ClientRetries, APauseWithALateReplyIsNotSentAgain) {
+    fake_worker fake("wuhu_once", [](const json::object&, std::size_t) {
+        return std::optional<std::string>();  // never answers
+    });
+    nats::connection nc(nats_url(), "once-client");
+    client::client c(nc, client::options{.prefix = fake.prefix(),
+                                         .timeout = 1500ms,
+                                         .tenant = {},
+                                         .attempt_timeout = 200ms});
+    auto paused = c.pause("s");
+    ASSERT_FALSE(paused);
+    EXPECT_EQ(paused.error().code, "no_reply");
+    EXPECT_EQ(fake.bodies().size(), 1u) << "sent once";
 }
 
 }  // namespace wuhu::testing

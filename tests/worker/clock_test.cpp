@@ -156,11 +156,14 @@ ending cancelled(F f) {
 TEST(Clock, TheLosingSidesOfARaceEndWithoutAnException) {
     runtime::manual_clock clock(session::unix_ms{1000});
     runtime::system_clock real;
-    for (runtime::clock* c : {static_cast<runtime::clock*>(&clock), static_cast<runtime::clock*>(&real)}) {
-        auto timeout = cancelled([c](asio::any_io_executor) { return c->timeout(milliseconds(10'000)); });
+    for (runtime::clock* c :
+         {static_cast<runtime::clock*>(&clock), static_cast<runtime::clock*>(&real)}) {
+        auto timeout =
+            cancelled([c](asio::any_io_executor) { return c->timeout(milliseconds(10'000)); });
         EXPECT_TRUE(timeout.returned);
         EXPECT_FALSE(timeout.threw);
-        auto sleep = cancelled([c](asio::any_io_executor) { return c->sleep(milliseconds(10'000)); });
+        auto sleep =
+            cancelled([c](asio::any_io_executor) { return c->sleep(milliseconds(10'000)); });
         EXPECT_FALSE(sleep.returned);
         EXPECT_TRUE(sleep.threw);
     }
