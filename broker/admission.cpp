@@ -2,6 +2,7 @@
 
 #include "broker/server.hpp"
 #include "protocol/replies.hpp"
+#include "worker/providers_config.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -144,28 +145,12 @@ std::optional<std::string> server::refused_settings(const protocol::request_body
     if (update == nullptr) {
         return std::nullopt;
     }
-    const auto& endpoints = options_.model_endpoints;
-    if (update->model && !endpoints.empty() && *update->model != "scripted") {
-        const auto& model = *update->model;
-        const auto slash = model.find('/');
-        const auto endpoint = endpoints.find(model.substr(0, slash));
-        auto refuse = [&](const std::string& why) {
+    if (update->model) {
+        // The rule that routes a model to its endpoint judges it (worker/providers_config).
+        if (auto why = worker::unservable_model(*update->model, options_.model_endpoints)) {
             return protocol::error_reply(s::code_name(s::errc::invalid_settings),
-                                         "the model " + model + " " + why + " (field: model)");
-        };
-        if (endpoint == endpoints.end()) {
-            std::string names;
-            for (const auto& [name, has_default] : endpoints) {
-                names.append(names.empty() ? "" : ", ").append(name);
-            }
-            return refuse("names no configured endpoint (" + names + "; or scripted)");
-        }
-        if (slash != std::string::npos && slash + 1 == model.size()) {
-            return refuse("names no model after its endpoint (" + endpoint->first + "/<model>)");
-        }
-        if (slash == std::string::npos && !endpoint->second) {
-            return refuse("names an endpoint without a default_model: name the model too (" +
-                          endpoint->first + "/<model>)");
+                                         "the model " + *update->model + " " + *why +
+                                             " (field: model)");
         }
     }
     if (!update->tools) {

@@ -212,18 +212,51 @@ boost::system::result<std::vector<endpoint_config>, std::string> parse_providers
     return out;
 }
 
+namespace {
+// A model's endpoint (before the first '/'), and the model after it (nullopt: no '/').
+std::pair<std::string, std::optional<std::string>> split_model(std::string_view model) {
+    const auto slash = model.find('/');
+    if (slash == std::string_view::npos) {
+        return {std::string(model), std::nullopt};
+    }
+    return {std::string(model.substr(0, slash)), std::string(model.substr(slash + 1))};
+}
+}  // namespace
+
 std::optional<route> route_model(std::string_view model,
                                  const std::map<std::string, provider*>& endpoints) {
     if (endpoints.empty() || model == "scripted" || model.empty()) {
         return route{};
     }
-    const auto slash = model.find('/');
-    const std::string endpoint(model.substr(0, slash));
+    auto [endpoint, named] = split_model(model);
     if (!endpoints.contains(endpoint)) {
         return std::nullopt;
     }
-    return route{endpoint,
-                 slash == std::string_view::npos ? "" : std::string(model.substr(slash + 1))};
+    return route{std::move(endpoint), named.value_or("")};
+}
+
+std::optional<std::string> unservable_model(std::string_view model,
+                                            const std::map<std::string, bool>& endpoints) {
+    if (endpoints.empty() || model == "scripted") {
+        return std::nullopt;
+    }
+    const auto [endpoint, named] = split_model(model);
+    const auto found = endpoints.find(endpoint);
+    if (found == endpoints.end()) {
+        std::string names;
+        for (const auto& [name, has_default] : endpoints) {
+            names.append(names.empty() ? "" : ", ").append(name);
+        }
+        return "names no configured endpoint (" + names + "; or scripted)";
+    }
+    if (named && named->empty()) {
+        return "names no model after its endpoint (" + endpoint + "/<model>)";
+    }
+    if (!named && !found->second) {
+        return "names an endpoint without a default_model: name the model too (" + endpoint +
+               "/<model>)";
+    }
+    return std::nullopt;
 }
 
 namespace {

@@ -48,6 +48,12 @@ struct route {
 // nullopt when the model names no endpoint of `endpoints` (and is not `scripted`).
 std::optional<route> route_model(std::string_view model,
                                  const std::map<std::string, provider*>& endpoints);
+// Why a session may not be configured with `model`, given the providers file's endpoints (by
+// name, whether each has a default model), or nullopt: it is `scripted`, or it names an
+// endpoint and a model after it (`openai/gpt-4.1`), or an endpoint with a default model alone.
+// No endpoints (no providers file): any model, which the scripted one answers.
+std::optional<std::string> unservable_model(std::string_view model,
+                                            const std::map<std::string, bool>& endpoints);
 
 // A session's provider: the endpoint its model names, or the scripted one.
 class routing_provider final : public provider {

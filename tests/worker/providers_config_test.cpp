@@ -182,4 +182,23 @@ TEST(ProvidersConfig, AModelNamingNoEndpointIsAFatalErrorListingTheEndpoints) {
     EXPECT_EQ(std::get<session::assistant_message>(scripted).text, "scripted here");
 }
 
+// One rule judges a configure's model, the one that routes it (the worker that takes the
+// configure asks it): an endpoint of the file, then a model after its '/' or the endpoint's
+// default model; `scripted` always; any model without a providers file.
+TEST(ProvidersConfig, AModelIsJudgedByTheRuleThatRoutesIt) {
+    const std::map<std::string, bool> endpoints{{"local", true}, {"bare", false}};
+    EXPECT_EQ(worker::unservable_model("scripted", endpoints), std::nullopt);
+    EXPECT_EQ(worker::unservable_model("local", endpoints), std::nullopt);
+    EXPECT_EQ(worker::unservable_model("local/llama", endpoints), std::nullopt);
+    EXPECT_EQ(worker::unservable_model("bare/model-x", endpoints), std::nullopt);
+    EXPECT_EQ(worker::unservable_model("gpt-4o", {}), std::nullopt) << "no providers file";
+    EXPECT_EQ(worker::unservable_model("gpt-4o", endpoints),
+              "names no configured endpoint (bare, local; or scripted)");
+    EXPECT_EQ(worker::unservable_model("local/", endpoints),
+              "names no model after its endpoint (local/<model>)");
+    EXPECT_EQ(worker::unservable_model("bare", endpoints),
+              "names an endpoint without a default_model: name the model too (bare/<model>)");
+    EXPECT_NE(worker::unservable_model("", endpoints), std::nullopt);
+}
+
 }  // namespace wuhu::testing
