@@ -690,12 +690,14 @@ asio::awaitable<std::vector<std::string>> server::handle(worker::session_registr
             // not the caller's own timeout.
             std::shared_ptr<forward_wait> wait;
             std::uint64_t n = 0;
-            if (!stopping_ && held_forwards_.load() < max_held_forwards) {
-                wait = std::make_shared<forward_wait>(ex_, other->owner);
-                n = next_forward_++;
-                headers.emplace_back(ack_header, subjects_.forward_ack(worker_id(), n));
+            if (!stopping_) {
                 std::lock_guard lock(acks_mu_);
-                acks_.emplace(n, wait);
+                if (acks_.size() < max_held_forwards) {
+                    wait = std::make_shared<forward_wait>(ex_, other->owner);
+                    n = next_forward_++;
+                    headers.emplace_back(ack_header, subjects_.forward_ack(worker_id(), n));
+                    acks_.emplace(n, wait);
+                }
             }
             const bool sent =
                 nats_.publish_request(*subject, imported ? "" : m.reply, headers, m.data);
@@ -706,12 +708,10 @@ asio::awaitable<std::vector<std::string>> server::handle(worker::session_registr
                 co_return replies{};
             }
             // Until the watch ends, however it ends (an exception included).
-            ++held_forwards_;
             struct unwatch {
                 server* self;
                 std::uint64_t n;
                 ~unwatch() {
-                    --self->held_forwards_;
                     std::lock_guard lock(self->acks_mu_);
                     self->acks_.erase(n);
                 }

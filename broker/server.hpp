@@ -267,7 +267,6 @@ class server {
     std::unordered_map<std::uint64_t, std::shared_ptr<forward_wait>> acks_;
     std::set<std::string> ackers_;  // the owners that acknowledged a forward of this worker
     std::atomic<std::uint64_t> next_forward_{0};
-    std::atomic<std::size_t> held_forwards_{0};
     std::atomic<std::size_t> in_flight_{0};
     std::atomic<std::size_t> publish_failures_{0};
     std::atomic<std::size_t> views_pending_{0};

@@ -45,14 +45,6 @@ double ms_between(steady::time_point a, steady::time_point b) {
     return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
-double percentile(std::vector<double> v, double p) {
-    if (v.empty()) {
-        return 0;
-    }
-    std::sort(v.begin(), v.end());
-    return v[std::min(v.size() - 1, static_cast<std::size_t>(p * static_cast<double>(v.size())))];
-}
-
 // One client per session: enqueues an item, and again with the same id until it is
 // acknowledged (a retry is idempotent), then the next; each request waits at most 1 s (a
 // client's own timeout: a request lost with a worker that died or froze after it took it, or

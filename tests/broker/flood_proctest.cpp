@@ -92,14 +92,6 @@ std::set<std::string> enqueued_ids(client::client& c, const std::string& sid) {
     return out;
 }
 
-double percentile(std::vector<double> xs, double p) {
-    if (xs.empty()) {
-        return 0;
-    }
-    std::sort(xs.begin(), xs.end());
-    return xs[std::min(xs.size() - 1, static_cast<std::size_t>(p * static_cast<double>(xs.size())))];
-}
-
 // Enqueues `n` items into `sid`, one after another, retrying refusals; the latency of each
 // first attempt's reply in ms. Every item must be acknowledged.
 std::vector<double> calm_enqueues(nats::connection& nc, const std::string& subject,

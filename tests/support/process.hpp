@@ -23,6 +23,7 @@
 #include <fstream>
 #include <iostream>
 #include <optional>
+#include <algorithm>
 #include <set>
 #include <string>
 #include <thread>
@@ -389,6 +390,15 @@ inline std::set<std::string> item_ids(const boost::json::value& reply) {
         }
     }
     return ids;
+}
+
+// The p-quantile (0..1) of `xs` (0 when empty): the value at index p * n of the sorted values.
+inline double percentile(std::vector<double> xs, double p) {
+    if (xs.empty()) {
+        return 0;
+    }
+    std::sort(xs.begin(), xs.end());
+    return xs[std::min(xs.size() - 1, static_cast<std::size_t>(p * static_cast<double>(xs.size())))];
 }
 
 }  // namespace wuhu::testing
