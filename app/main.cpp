@@ -10,12 +10,12 @@
 #include "ownership/postgres_lease.hpp"
 #include "ownership/sqlite_lease.hpp"
 #include "protocol/subjects.hpp"
+#include "providers/scripted_provider.hpp"
 #include "runtime/log.hpp"
 #include "runtime/secrets.hpp"
 #include "storage/memory_store.hpp"
 #include "storage/postgres_store.hpp"
 #include "storage/sqlite_store.hpp"
-#include "worker/scripted_provider.hpp"
 
 #include <CLI/CLI.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -468,16 +468,16 @@ int main(int argc, char** argv) {
     auto log = wuhu::runtime::json_logger(worker_id);
     try {
         const auto lease_settings = lease_settings_of(lease_ttl_ms, renew_ms, stop_margin_ms);
-        auto script = wuhu::worker::script{};
+        auto script = wuhu::providers::script{};
         if (!script_path.empty()) {
-            auto parsed = wuhu::worker::parse_script(read_file(script_path));
+            auto parsed = wuhu::providers::parse_script(read_file(script_path));
             if (!parsed) {
                 log->error("bad script {}: {}", script_path, parsed.error().message());
                 return 2;
             }
             script = std::move(*parsed);
         }
-        std::vector<wuhu::worker::endpoint_config> endpoints;
+        std::vector<wuhu::providers::endpoint_config> endpoints;
         if (!providers_path.empty()) {
             auto env = [](std::string_view name) -> std::optional<std::string> {
                 const char* v = std::getenv(std::string(name).c_str());
@@ -492,7 +492,7 @@ int main(int argc, char** argv) {
                 ss << f.rdbuf();
                 return ss.str();
             };
-            auto parsed = wuhu::worker::parse_providers(read_file(providers_path), env, file);
+            auto parsed = wuhu::providers::parse_providers(read_file(providers_path), env, file);
             if (!parsed) {
                 log->error("bad providers file {}: {}", providers_path, parsed.error());
                 return 2;
@@ -600,7 +600,7 @@ int main(int argc, char** argv) {
         wuhu::app::node node(
             *store, *leases, nats,
             [&script](wuhu::runtime::clock& clk) {
-                return std::make_unique<wuhu::worker::scripted_provider>(script, clk);
+                return std::make_unique<wuhu::providers::scripted_provider>(script, clk);
             },
             options, log);
         asio::signal_set signals(node.executor(), SIGTERM, SIGINT);
@@ -621,12 +621,12 @@ int main(int argc, char** argv) {
             std::string(leases->backend()), lease_ttl_ms, lease_settings.renew_interval.count(),
             lease_settings.stop_margin.count());
         for (const auto& e : endpoints) {
-            if (e.api == wuhu::worker::api_kind::replay) {
+            if (e.api == wuhu::providers::api_kind::replay) {
                 log->info("model endpoint {}: replay of {}", e.name, e.replay_file);
                 continue;
             }
             log->info("model endpoint {}: {} at {}://{}:{}{} (default model {}){}", e.name,
-                      e.api == wuhu::worker::api_kind::openai ? "openai" : "anthropic",
+                      e.api == wuhu::providers::api_kind::openai ? "openai" : "anthropic",
                       e.base.tls ? "https" : "http", e.base.host, e.base.port, e.base.path,
                       e.default_model.empty() ? "none" : e.default_model,
                       e.record_to.empty() ? "" : ", recorded to " + e.record_to);

@@ -1,7 +1,7 @@
 #include "app/node.hpp"
 
 #include "protocol/subjects.hpp"
-#include "worker/replay_provider.hpp"
+#include "providers/replay_provider.hpp"
 
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -82,22 +82,22 @@ node::node(storage::session_store& store, ownership::lease_store& leases, nats::
     server_ = std::make_unique<broker::server>(io_.get_executor(), nats, leases_, tools_,
                                                options_.server, log_);
     for (const auto& e : options_.endpoints) {
-        std::unique_ptr<worker::provider> p;
-        if (e.api == worker::api_kind::replay) {
-            p = worker::replay_provider::playing(e.replay_file, clock_);
+        std::unique_ptr<providers::provider> p;
+        if (e.api == providers::api_kind::replay) {
+            p = providers::replay_provider::playing(e.replay_file, clock_);
         } else {
-            p = std::make_unique<worker::http_provider>(io_.get_executor(), e, clock_);
+            p = std::make_unique<providers::http_provider>(io_.get_executor(), e, clock_);
         }
         if (!e.record_to.empty()) {
-            p = worker::replay_provider::recording(std::move(p), e.record_to, clock_);
+            p = providers::replay_provider::recording(std::move(p), e.record_to, clock_);
         }
         endpoints_[e.name] = p.get();
         endpoint_owners_[e.name] = std::move(p);
     }
     registry_ = std::make_unique<worker::session_registry>(
         io_.get_executor(), store_,
-        [this, providers = std::move(providers)]() -> std::unique_ptr<worker::provider> {
-            return std::make_unique<worker::routing_provider>(providers(clock_), endpoints_);
+        [this, providers = std::move(providers)]() -> std::unique_ptr<providers::provider> {
+            return std::make_unique<providers::routing_provider>(providers(clock_), endpoints_);
         },
         tools_, clock_, loop,
         measuring() ? measured(served_only(server_->publisher()))

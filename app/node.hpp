@@ -39,9 +39,9 @@
 #include "metrics/http_endpoint.hpp"
 #include "metrics/metrics.hpp"
 #include "ownership/lease_desk.hpp"
+#include "providers/providers_config.hpp"
 #include "runtime/clock.hpp"
 #include "storage/watched_store.hpp"
-#include "worker/providers_config.hpp"
 
 #include <spdlog/logger.h>
 #include <boost/asio/cancellation_signal.hpp>
@@ -84,7 +84,7 @@ struct node_options {
     worker::inference_slots::limits inferences;
     // The model endpoints of the providers file: a session whose model names one infers
     // there; the others use the node's provider factory (the scripted model).
-    std::vector<worker::endpoint_config> endpoints;
+    std::vector<providers::endpoint_config> endpoints;
     // The tools file's tools, served over NATS (broker/tool_services.hpp).
     std::vector<broker::tool_service> tool_services;
     // Where /metrics, /healthz and /readyz are served ("host:port"; port 0: a free one);
@@ -101,7 +101,7 @@ struct node_options {
 class node {
   public:
     // A new provider for each session the node loads.
-    using provider_factory = std::function<std::unique_ptr<worker::provider>(runtime::clock&)>;
+    using provider_factory = std::function<std::unique_ptr<providers::provider>(runtime::clock&)>;
 
     // Throws std::invalid_argument for a bad worker id, or a tool service named as a built-in.
     node(storage::session_store& store, ownership::lease_store& leases, nats::connection& nats,
@@ -179,8 +179,8 @@ class node {
     worker::inference_slots inferences_{options_.inferences};
     // The endpoints' providers (their connections): after io_, before the sessions that use
     // them.
-    std::map<std::string, std::unique_ptr<worker::provider>> endpoint_owners_;
-    std::map<std::string, worker::provider*> endpoints_;
+    std::map<std::string, std::unique_ptr<providers::provider>> endpoint_owners_;
+    std::map<std::string, providers::provider*> endpoints_;
     std::unique_ptr<worker::session_registry> registry_;
     asio::steady_timer lease_timer_{io_};  // the lease keeper's next turn
     bool overdue_ = false;                  // an event met an overdue lease: a turn is asked

@@ -65,11 +65,11 @@ std::filesystem::path temp_dir(const char* name) {
 }
 
 // A provider that streams `n` deltas, each carrying the steady-clock time it was handed over.
-class clock_provider final : public wuhu::worker::provider {
+class clock_provider final : public wuhu::providers::provider {
   public:
     explicit clock_provider(int n) : n_(n) {}
-    asio::awaitable<wuhu::worker::inference_outcome> infer(
-        wuhu::worker::inference_request, wuhu::worker::stream_sink& sink) override {
+    asio::awaitable<wuhu::providers::inference_outcome> infer(
+        wuhu::providers::inference_request, wuhu::providers::stream_sink& sink) override {
         asio::steady_timer t(co_await asio::this_coro::executor);
         for (int i = 0; i < n_; ++i) {
             t.expires_after(2ms);
@@ -80,8 +80,8 @@ class clock_provider final : public wuhu::worker::provider {
         m.text = "done";
         co_return m;
     }
-    asio::awaitable<wuhu::worker::summary_outcome> summarize(
-        wuhu::worker::summary_request) override {
+    asio::awaitable<wuhu::providers::summary_outcome> summarize(
+        wuhu::providers::summary_request) override {
         co_return std::string("summary");
     }
 

@@ -2,9 +2,9 @@
 // an instant scripted provider and instant tools, so nothing but the loop is measured. And the
 // latency of an enqueue while an inference is in flight, for inferences of very different
 // lengths: the figures must not grow with the inference time.
+#include "providers/scripted_provider.hpp"
 #include "storage/memory_store.hpp"
 #include "worker/agent_loop.hpp"
-#include "worker/scripted_provider.hpp"
 
 #include <benchmark/benchmark.h>
 #include <boost/asio/co_spawn.hpp>
@@ -24,12 +24,13 @@ struct rig {
     wuhu::runtime::manual_clock clock{s::unix_ms{1'700'000'000'000}};
     wuhu::storage::memory_store store;
     w::tool_registry tools;
-    std::unique_ptr<w::scripted_provider> provider;
+    std::unique_ptr<wuhu::providers::scripted_provider> provider;
     std::unique_ptr<w::agent_loop> loop;
 
     explicit rig(const std::string& script) {
         w::add_builtin_tools(tools);
-        provider = std::make_unique<w::scripted_provider>(w::parse_script(script).value(), clock);
+        provider = std::make_unique<wuhu::providers::scripted_provider>(
+            wuhu::providers::parse_script(script).value(), clock);
         auto log = store.open(s::session_id::parse("bench").value(), s::lease_epoch{1}).value();
         loop = std::make_unique<w::agent_loop>(io.get_executor(), std::move(log), *provider, tools,
                                                clock);

@@ -4,10 +4,10 @@
 // parser, decoder, sink) the same exchange. What the provider adds, per inference (a one-delta
 // answer) and per streamed delta (the slope over N), is printed against the goals: under 1 ms
 // per inference and 50 us per delta.
+#include "providers/http_provider.hpp"
+#include "providers/openai.hpp"
+#include "providers/sse.hpp"
 #include "tests/support/http_server.hpp"
-#include "worker/http_provider.hpp"
-#include "worker/openai.hpp"
-#include "worker/sse.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
@@ -89,32 +89,32 @@ double raw_exchange_us(int port, const std::string& body, int n) {
     return us[static_cast<std::size_t>(n / 2)];
 }
 
-struct quiet_sink final : wuhu::worker::stream_sink {
+struct quiet_sink final : wuhu::providers::stream_sink {
     std::size_t deltas = 0;
     void text(std::string_view) override { ++deltas; }
-    void tool_call(const wuhu::worker::tool_call_delta&) override {}
+    void tool_call(const wuhu::providers::tool_call_delta&) override {}
 };
 
 // The provider: microseconds per inference (median of `n`), the same server and request.
 double provider_exchange_us(const std::string& url, int n, std::size_t expect_deltas) {
     asio::io_context io;
     wuhu::runtime::system_clock clk;
-    wuhu::worker::endpoint_config c;
+    wuhu::providers::endpoint_config c;
     c.name = "bench";
-    c.base = *wuhu::worker::http::parse_base_url(url + "/v1");
+    c.base = *wuhu::providers::http::parse_base_url(url + "/v1");
     c.default_model = "m";
-    wuhu::worker::http_provider provider(io.get_executor(), c, clk);
+    wuhu::providers::http_provider provider(io.get_executor(), c, clk);
     std::vector<double> us;
     for (int i = 0; i < n; ++i) {
         quiet_sink sink;
-        wuhu::worker::inference_request req;
+        wuhu::providers::inference_request req;
         wuhu::session::llm_message m;
         m.content = "hi";
         req.context.push_back(m);
         bool ok = false;
         const auto t0 = clock_type::now();
         asio::co_spawn(io, provider.infer(std::move(req), sink),
-                       [&](std::exception_ptr, wuhu::worker::inference_outcome o) {
+                       [&](std::exception_ptr, wuhu::providers::inference_outcome o) {
                            ok = std::holds_alternative<wuhu::session::assistant_message>(o);
                        });
         io.restart();
@@ -136,10 +136,10 @@ double decode_us_per_delta(int deltas, int n) {
     std::vector<double> us;
     for (int i = 0; i < n; ++i) {
         quiet_sink sink;
-        wuhu::worker::openai_stream s(sink, "m");
-        wuhu::worker::sse_parser p;
+        wuhu::providers::openai_stream s(sink, "m");
+        wuhu::providers::sse_parser p;
         const auto t0 = clock_type::now();
-        p.feed(all, [&](const wuhu::worker::sse_event& e) { s.on_event(e); });
+        p.feed(all, [&](const wuhu::providers::sse_event& e) { s.on_event(e); });
         us.push_back(std::chrono::duration<double, std::micro>(clock_type::now() - t0).count() /
                      deltas);
         if (!s.done() || sink.deltas != static_cast<std::size_t>(deltas)) {

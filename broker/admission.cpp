@@ -2,7 +2,7 @@
 
 #include "broker/server.hpp"
 #include "protocol/replies.hpp"
-#include "worker/providers_config.hpp"
+#include "providers/providers_config.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -146,8 +146,8 @@ std::optional<std::string> server::refused_settings(const protocol::request_body
         return std::nullopt;
     }
     if (update->model) {
-        // The rule that routes a model to its endpoint judges it (worker/providers_config).
-        if (auto why = worker::unservable_model(*update->model, options_.model_endpoints)) {
+        // The rule that routes a model to its endpoint judges it (providers/providers_config).
+        if (auto why = providers::unservable_model(*update->model, options_.model_endpoints)) {
             return protocol::error_reply(s::code_name(s::errc::invalid_settings),
                                          "the model " + *update->model + " " + *why +
                                              " (field: model)");

@@ -55,7 +55,7 @@ namespace wuhu::broker {
 namespace asio = boost::asio;
 
 struct tool_service {
-    worker::tool_spec spec;  // name, description, JSON schema
+    session::tool_spec spec;  // name, description, JSON schema
     std::string subject;     // empty: <prefix>.tools.<name>
     bool idempotent = false;
     std::chrono::milliseconds timeout{30000};
@@ -76,7 +76,7 @@ class nats_tool final : public worker::tool {
     // `subjects`: the worker's (the default subject is the session's tools.<name>).
     nats_tool(nats::connection& nc, tool_service service, protocol::subject_layout subjects);
 
-    const worker::tool_spec& spec() const override { return service_.spec; }
+    const session::tool_spec& spec() const override { return service_.spec; }
     bool idempotent() const override { return service_.idempotent; }
     std::optional<std::chrono::milliseconds> timeout() const override { return service_.timeout; }
 

@@ -43,8 +43,9 @@ namespace asio = boost::asio;
 
 class agent_loop final : private session_writer {
   public:
-    agent_loop(asio::any_io_executor ex, std::unique_ptr<storage::session_log> log, provider& p,
-               const tool_registry& tools, runtime::clock& clk, loop_options opts = {});
+    agent_loop(asio::any_io_executor ex, std::unique_ptr<storage::session_log> log,
+               providers::provider& p, const tool_registry& tools, runtime::clock& clk,
+               loop_options opts = {});
     ~agent_loop();
     agent_loop(const agent_loop&) = delete;
     agent_loop& operator=(const agent_loop&) = delete;

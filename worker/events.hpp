@@ -5,8 +5,8 @@
 // agent_loop::observe() gets a snapshot and its subscription in one step, so it misses nothing.
 #pragma once
 
+#include "providers/provider.hpp"
 #include "session/patch.hpp"
-#include "worker/provider.hpp"
 
 #include <chrono>
 #include <functional>
@@ -40,7 +40,7 @@ struct stream_delta_event {
     std::uint64_t epoch = 0;
     std::uint64_t seq = 0;
     std::string text;
-    std::optional<tool_call_delta> tool_call;
+    std::optional<providers::tool_call_delta> tool_call;
 };
 // The attempt ended (streamEnded). `committed`: its assistant entry was persisted (and its
 // committed_event already delivered); false when it failed or was aborted.
@@ -66,7 +66,7 @@ struct inflight_message {
     std::uint64_t step = 0;
     std::uint64_t epoch = 0;  // of the owner streaming it
     std::string text;
-    std::vector<tool_call_delta> tool_calls;
+    std::vector<providers::tool_call_delta> tool_calls;
     std::uint64_t deltas = 0;
 };
 

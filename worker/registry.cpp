@@ -11,7 +11,7 @@
 namespace wuhu::worker {
 
 struct session_registry::entry {
-    std::unique_ptr<provider> prov;
+    std::unique_ptr<providers::provider> prov;
     std::unique_ptr<agent_loop> loop;
     asio::cancellation_signal stop;
     subscription sub;

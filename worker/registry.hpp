@@ -32,7 +32,7 @@ namespace asio = boost::asio;
 
 class session_registry {
   public:
-    using provider_factory = std::function<std::unique_ptr<provider>()>;
+    using provider_factory = std::function<std::unique_ptr<providers::provider>()>;
     using event_forwarder = std::function<void(const session::session_id&, const loop_event&)>;
     using handle = std::shared_ptr<agent_loop>;
 

@@ -27,8 +27,9 @@ tool* tool_registry::find(const std::string& name, const std::vector<std::string
     return it->second.get();
 }
 
-std::vector<tool_spec> tool_registry::specs(const std::vector<std::string>& enabled) const {
-    std::vector<tool_spec> out;
+std::vector<session::tool_spec> tool_registry::specs(
+    const std::vector<std::string>& enabled) const {
+    std::vector<session::tool_spec> out;
     for (const auto& [name, t] : tools_) {
         if (find(name, enabled) != nullptr) {
             out.push_back(t->spec());
@@ -60,7 +61,7 @@ std::variant<T, tool_output> read_args(const std::string& arguments, Read read) 
 
 class echo_tool final : public tool {
   public:
-    const tool_spec& spec() const override { return spec_; }
+    const session::tool_spec& spec() const override { return spec_; }
     bool idempotent() const override { return true; }
     asio::awaitable<tool_output> execute(std::string arguments, tool_call_context) override {
         auto args = read_args<std::string>(arguments, [](object_reader& r) -> decoded<std::string> {
@@ -74,14 +75,14 @@ class echo_tool final : public tool {
     }
 
   private:
-    tool_spec spec_{
+    session::tool_spec spec_{
         "echo", "Returns its text argument unchanged.",
         R"({"type":"object","properties":{"text":{"type":"string"}},"required":["text"]})"};
 };
 
 class clock_tool final : public tool {
   public:
-    const tool_spec& spec() const override { return spec_; }
+    const session::tool_spec& spec() const override { return spec_; }
     bool idempotent() const override { return true; }
     asio::awaitable<tool_output> execute(std::string, tool_call_context ctx) override {
         auto ms = ctx.services.time().now().value;
@@ -95,7 +96,7 @@ class clock_tool final : public tool {
     }
 
   private:
-    tool_spec spec_{"clock", "Returns the current time in UTC (ISO 8601).",
+    session::tool_spec spec_{"clock", "Returns the current time in UTC (ISO 8601).",
                     R"({"type":"object","properties":{}})"};
 };
 
@@ -111,10 +112,11 @@ tool_output too_long(const char* field) {
 
 class sleep_tool final : public tool {
   public:
-    const tool_spec& spec() const override { return spec_; }
+    const session::tool_spec& spec() const override { return spec_; }
     bool idempotent() const override { return true; }
     asio::awaitable<tool_output> execute(std::string arguments, tool_call_context ctx) override {
-        auto args = read_args<std::uint64_t>(arguments, [](object_reader& r) { return r.u64("ms"); });
+        auto args =
+            read_args<std::uint64_t>(arguments, [](object_reader& r) { return r.u64("ms"); });
         if (auto* err = std::get_if<tool_output>(&args)) {
             co_return std::move(*err);
         }
@@ -127,14 +129,14 @@ class sleep_tool final : public tool {
     }
 
   private:
-    tool_spec spec_{
+    session::tool_spec spec_{
         "sleep", "Waits for the given number of milliseconds.",
         R"({"type":"object","properties":{"ms":{"type":"integer","minimum":0,"maximum":31622400000}},"required":["ms"]})"};
 };
 
 class schedule_callback_tool final : public tool {
   public:
-    const tool_spec& spec() const override { return spec_; }
+    const session::tool_spec& spec() const override { return spec_; }
     // The timer id derives from the call id, so a re-run schedules nothing new.
     bool idempotent() const override { return true; }
     asio::awaitable<tool_output> execute(std::string arguments, tool_call_context ctx) override {
@@ -170,7 +172,7 @@ class schedule_callback_tool final : public tool {
     }
 
   private:
-    tool_spec spec_{
+    session::tool_spec spec_{
         "schedule_callback",
         "Schedules a message to this session's system lane after delay_ms; it arrives once, "
         "even across restarts.",

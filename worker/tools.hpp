@@ -6,7 +6,7 @@
 
 #include "runtime/clock.hpp"
 #include "session/state.hpp"
-#include "worker/provider.hpp"
+#include "session/tool_spec.hpp"
 
 #include <boost/asio/awaitable.hpp>
 
@@ -14,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace wuhu::worker {
 
@@ -47,7 +48,7 @@ struct tool_call_context {
 class tool {
   public:
     virtual ~tool() = default;
-    virtual const tool_spec& spec() const = 0;
+    virtual const session::tool_spec& spec() const = 0;
     virtual bool idempotent() const = 0;
     // How long a call may run; none: the loop's `tool_timeout`.
     virtual std::optional<milliseconds> timeout() const { return std::nullopt; }
@@ -60,7 +61,7 @@ class tool_registry {
     bool add(std::shared_ptr<tool> t);
     // The tool, if registered and enabled by `enabled` (empty: every registered tool).
     tool* find(const std::string& name, const std::vector<std::string>& enabled) const;
-    std::vector<tool_spec> specs(const std::vector<std::string>& enabled) const;
+    std::vector<session::tool_spec> specs(const std::vector<std::string>& enabled) const;
 
   private:
     std::map<std::string, std::shared_ptr<tool>> tools_;

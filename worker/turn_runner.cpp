@@ -25,38 +25,42 @@ constexpr std::int64_t never = 10LL * 365 * 24 * 3600 * 1000;
 // (ASan caught it). Await into a named local first, then return it.
 // The outcomes are wrapped in structs because the awaitable operators flatten variants.
 struct inferred {
-    inference_outcome outcome;
+    providers::inference_outcome outcome;
 };
 struct summarized {
-    summary_outcome outcome;
+    providers::summary_outcome outcome;
 };
 
-asio::awaitable<inferred> guarded_infer(provider& p, inference_request req, stream_sink& sink) {
+asio::awaitable<inferred> guarded_infer(providers::provider& p, providers::inference_request req,
+                                        providers::stream_sink& sink) {
     try {
-        inference_outcome out = co_await p.infer(std::move(req), sink);
+        providers::inference_outcome out = co_await p.infer(std::move(req), sink);
         co_return inferred{std::move(out)};
     } catch (const std::exception& e) {
-        co_return inferred{provider_error{provider_error_kind::fatal, e.what()}};
+        co_return inferred{
+            providers::provider_error{providers::provider_error_kind::fatal, e.what()}};
     }
 }
 
-asio::awaitable<summarized> guarded_summarize(provider& p, summary_request req) {
+asio::awaitable<summarized> guarded_summarize(providers::provider& p,
+                                              providers::summary_request req) {
     try {
         auto summarizing = p.summarize(std::move(req));
-        summary_outcome out = co_await std::move(summarizing);
+        providers::summary_outcome out = co_await std::move(summarizing);
         co_return summarized{std::move(out)};
     } catch (const std::exception& e) {
-        co_return summarized{provider_error{provider_error_kind::fatal, e.what()}};
+        co_return summarized{
+            providers::provider_error{providers::provider_error_kind::fatal, e.what()}};
     }
 }
 
 }  // namespace
 
-class turn_runner::sink final : public stream_sink {
+class turn_runner::sink final : public providers::stream_sink {
   public:
     explicit sink(turn_runner& r) : runner_(r) {}
     void text(std::string_view delta) override { runner_.on_text(delta); }
-    void tool_call(const tool_call_delta& d) override { runner_.on_tool_call(d); }
+    void tool_call(const providers::tool_call_delta& d) override { runner_.on_tool_call(d); }
     void alive() override { runner_.on_alive(); }
 
   private:
@@ -66,10 +70,10 @@ class turn_runner::sink final : public stream_sink {
 struct turn_runner::attempt {
     enum kind_t { ok, error, aborted } kind = error;
     s::assistant_message message;
-    provider_error err;
+    providers::provider_error err;
 };
 
-turn_runner::turn_runner(session_writer& w, provider& p, const tool_registry& tools,
+turn_runner::turn_runner(session_writer& w, providers::provider& p, const tool_registry& tools,
                          runtime::clock& clk, const loop_options& opts, abort_signal& abort,
                          event_hub& hub)
     : writer_(w),
@@ -189,8 +193,8 @@ asio::awaitable<turn_runner::attempt> turn_runner::infer_once() {
         context_ = s::project_context(st, opts_.roles);
     }
     const std::uint64_t step = writer_.step();
-    inference_request req{std::move(context_), tools_.specs(st.config.tools), st.config.model,
-                          step, writer_.sid().str()};
+    providers::inference_request req{std::move(context_), tools_.specs(st.config.tools),
+                                     st.config.model, step, writer_.sid().str()};
     context_.clear();
     inflight_ = inflight_message{step, writer_.epoch().value, {}, {}, 0};
     hub_.emit(stream_began_event{step, inflight_->epoch});
@@ -216,7 +220,7 @@ asio::awaitable<turn_runner::attempt> turn_runner::infer_once() {
                 a.message = std::move(*m);
                 co_return a;
             }
-            a.err = std::get<provider_error>(out);
+            a.err = std::get<providers::provider_error>(out);
             break;
         }
         case 1:
@@ -231,7 +235,7 @@ asio::awaitable<turn_runner::attempt> turn_runner::infer_once() {
             a.message.model = writer_.state().config.model;
             co_return a;
         default:
-            a.err = {provider_error_kind::transient, over_limit};
+            a.err = {providers::provider_error_kind::transient, over_limit};
             break;
     }
     const std::uint64_t streamed = inflight_->step;
@@ -256,7 +260,7 @@ asio::awaitable<turn_runner::compacted> turn_runner::compact(s::entry_seq upto) 
         co_return compacted::nothing_to_compact;
     }
     writer_.set_loop(s::loop_state::compacting);
-    summary_request req{plan->segment, writer_.state().config.model, writer_.step(),
+    providers::summary_request req{plan->segment, writer_.state().config.model, writer_.step(),
                         writer_.sid().str(), [this] { on_alive(); }};
     began_stream();
     std::string over_limit;
@@ -269,7 +273,8 @@ asio::awaitable<turn_runner::compacted> turn_runner::compact(s::entry_seq upto) 
     if (r.index() == 2) {
         abort_.stopped(s::abort_stage::compaction);
     }
-    if (r.index() != 0 || std::holds_alternative<provider_error>(std::get<0>(r).outcome)) {
+    if (r.index() != 0 ||
+        std::holds_alternative<providers::provider_error>(std::get<0>(r).outcome)) {
         co_return compacted::failed;  // the next response triggers compaction again
     }
     s::compaction c{std::get<std::string>(std::get<0>(r).outcome), plan->first_kept,
@@ -345,7 +350,7 @@ void turn_runner::count_streamed(std::size_t bytes) {
     }
 }
 
-void turn_runner::on_tool_call(const tool_call_delta& d) {
+void turn_runner::on_tool_call(const providers::tool_call_delta& d) {
     if (!inflight_) {
         return;
     }

@@ -7,9 +7,9 @@
 // session_writer.
 #pragma once
 
+#include "providers/provider.hpp"
 #include "worker/events.hpp"
 #include "worker/loop_options.hpp"
-#include "worker/provider.hpp"
 #include "worker/tools.hpp"
 #include "worker/writer.hpp"
 
@@ -26,8 +26,8 @@ using std::chrono::milliseconds;
 
 class turn_runner {
   public:
-    turn_runner(session_writer& w, provider& p, const tool_registry& tools, runtime::clock& clk,
-                const loop_options& opts, abort_signal& abort, event_hub& hub);
+    turn_runner(session_writer& w, providers::provider& p, const tool_registry& tools,
+                runtime::clock& clk, const loop_options& opts, abort_signal& abort, event_hub& hub);
     ~turn_runner();
     turn_runner(const turn_runner&) = delete;
     turn_runner& operator=(const turn_runner&) = delete;
@@ -50,7 +50,7 @@ class turn_runner {
     // True when aborted (or the session failed) before `d` passed.
     asio::awaitable<bool> abortable_sleep(milliseconds d);
     void on_text(std::string_view delta);
-    void on_tool_call(const tool_call_delta& d);
+    void on_tool_call(const providers::tool_call_delta& d);
     // Counts what the attempt streamed; past the entry limit, stops it.
     void count_streamed(std::size_t bytes);
     // Bytes of the answer (or summary) streaming now arrived.
@@ -65,7 +65,7 @@ class turn_runner {
     double jitter();
 
     session_writer& writer_;
-    provider& provider_;
+    providers::provider& provider_;
     const tool_registry& tools_;
     runtime::clock& clock_;
     const loop_options& opts_;

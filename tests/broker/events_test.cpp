@@ -1,9 +1,9 @@
 // What a worker publishes for each loop event, the codes of its own errors; URLs in logs.
 #include "broker/patch_batch.hpp"
 #include "broker/server.hpp"
-#include "tests/support/builders.hpp"
 #include "nats/connection.hpp"
 #include "storage/errc.hpp"
+#include "tests/support/builders.hpp"
 
 #include <gtest/gtest.h>
 
@@ -18,8 +18,8 @@ TEST(Events, DeltasAndPatchesHaveTheDocumentedShape) {
         json::parse(*broker::delta_event(worker::stream_delta_event{3, 7, 2, "Hi", std::nullopt})),
         json::parse(R"({"type":"text.delta","step":3,"epoch":7,"seq":2,"text":"Hi"})"));
     EXPECT_EQ(
-        json::parse(*broker::delta_event(
-            worker::stream_delta_event{3, 7, 4, "", worker::tool_call_delta{"c1", "echo", "{}"}})),
+        json::parse(*broker::delta_event(worker::stream_delta_event{
+            3, 7, 4, "", providers::tool_call_delta{"c1", "echo", "{}"}})),
         json::parse(
             R"({"type":"tool_call.delta","step":3,"epoch":7,"seq":4,"id":"c1","name":"echo","arguments":"{}"})"));
     EXPECT_EQ(json::parse(*broker::delta_event(worker::stream_ended_event{3, 7, false})),

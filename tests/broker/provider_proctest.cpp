@@ -5,10 +5,10 @@
 // their results in the next request, the answer, idle. An asynchronous NATS tool's outcome
 // arrives on the system lane and reaches the next inference. And a bad providers or tools
 // file stops the worker at start with exit code 2 and a message.
+#include "tests/providers/provider_streams.hpp"
 #include "tests/support/http_server.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/temp_dir.hpp"
-#include "tests/worker/provider_streams.hpp"
 
 #include <gtest/gtest.h>
 

@@ -2,11 +2,11 @@
 // tests/external/streams.mjs parses each with the official `openai` and `@anthropic-ai/sdk`
 // npm packages (clients this project did not write); this test decodes the same bytes with
 // Wuhu's decoders and compares: text, tool calls (arguments as JSON values), usage.
+#include "providers/anthropic.hpp"
+#include "providers/openai.hpp"
+#include "tests/providers/provider_streams.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/temp_dir.hpp"
-#include "tests/worker/provider_streams.hpp"
-#include "worker/anthropic.hpp"
-#include "worker/openai.hpp"
 
 #include <gtest/gtest.h>
 #include <boost/json.hpp>
@@ -77,10 +77,10 @@ TEST(SdkStreams, TheOfficialSdksParseTheSavedStreamsAsWuhuDoes) {
     const auto theirs = json::parse(text);
     ASSERT_EQ(theirs.as_object().size(), 4u) << text;
     for (const char* name : {"openai_text.sse", "openai_tools.sse"}) {
-        same(name, wuhu_parse<worker::openai_stream>(name), theirs.at(name));
+        same(name, wuhu_parse<providers::openai_stream>(name), theirs.at(name));
     }
     for (const char* name : {"anthropic_text.sse", "anthropic_tools.sse"}) {
-        same(name, wuhu_parse<worker::anthropic_stream>(name), theirs.at(name));
+        same(name, wuhu_parse<providers::anthropic_stream>(name), theirs.at(name));
     }
 }
 

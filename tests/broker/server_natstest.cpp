@@ -641,10 +641,10 @@ TEST_F(worker_fixture, AConfigureIsCheckedByTheSessionsOwnerWhicheverWorkerTookI
     auto with_endpoint = [&](const std::string& id, const std::string& endpoint) {
         node_options o{nats_url(), prefix_, dir_.path(), id, script_};
         o.tune = [endpoint](app::node_options& n) {
-            worker::endpoint_config e;
+            providers::endpoint_config e;
             e.name = endpoint;
             e.default_model = "m";
-            e.base = worker::http::base_url{false, "127.0.0.1", "1", "/v1"};
+            e.base = providers::http::base_url{false, "127.0.0.1", "1", "/v1"};
             n.endpoints.push_back(e);
         };
         return std::make_unique<worker_node>(std::move(o));

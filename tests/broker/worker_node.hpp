@@ -7,11 +7,11 @@
 
 #include "app/node.hpp"
 #include "ownership/sqlite_lease.hpp"
+#include "providers/scripted_provider.hpp"
 #include "runtime/log.hpp"
 #include "storage/faulty_store.hpp"
 #include "storage/sqlite_store.hpp"
 #include "tests/support/forwarding_lease.hpp"
-#include "worker/scripted_provider.hpp"
 
 #include <boost/asio/post.hpp>
 
@@ -121,9 +121,9 @@ class worker_node {
 
   private:
     app::node::provider_factory provider_factory() const {
-        auto script = worker::parse_script(options_.script).value();
+        auto script = providers::parse_script(options_.script).value();
         return [script](runtime::clock& clk) {
-            return std::make_unique<worker::scripted_provider>(script, clk);
+            return std::make_unique<providers::scripted_provider>(script, clk);
         };
     }
     app::node_options broker_options() const {

@@ -19,7 +19,7 @@ using ::testing::HasSubstr;
 
 namespace {
 
-bool context_mentions(const worker::inference_request& r, const std::string& text) {
+bool context_mentions(const providers::inference_request& r, const std::string& text) {
     for (const auto& m : r.context) {
         if (m.content.find(text) != std::string::npos) {
             return true;
@@ -244,7 +244,8 @@ TEST(Compaction, AnOverflowWithNothingToCompactSaysSo) {
     EXPECT_EQ(h.transcript_texts().back(), "diagnostic:input_too_large");
     EXPECT_EQ(h.diagnostic_message(),
               "the context overflowed, and nothing older could be compacted: too long");
-    EXPECT_THAT(h.transcript_texts(), ::testing::Not(::testing::Contains(HasSubstr("compaction:"))));
+    EXPECT_THAT(h.transcript_texts(),
+                ::testing::Not(::testing::Contains(HasSubstr("compaction:"))));
 }
 
 TEST(Compaction, InputThatCannotFitEvenAfterCompactionIsAVisibleError) {
@@ -675,7 +676,7 @@ class deadline_tool final : public worker::tool {
   public:
     deadline_tool(bool ends_itself, std::optional<worker::tool_call_context>& seen)
         : ends_itself_(ends_itself), seen_(seen) {}
-    const worker::tool_spec& spec() const override { return spec_; }
+    const session::tool_spec& spec() const override { return spec_; }
     bool idempotent() const override { return false; }
     std::optional<milliseconds> timeout() const override { return milliseconds(300); }
     asio::awaitable<worker::tool_output> execute(std::string,
@@ -692,7 +693,7 @@ class deadline_tool final : public worker::tool {
   private:
     bool ends_itself_;
     std::optional<worker::tool_call_context>& seen_;
-    worker::tool_spec spec_{"patient", "Waits.", R"({"type":"object"})"};
+    session::tool_spec spec_{"patient", "Waits.", R"({"type":"object"})"};
 };
 
 }  // namespace
@@ -822,14 +823,14 @@ TEST(Bounds, AnAnswerStreamingPastTheEntryLimitIsStoppedAndStoredCut) {
 // A tool whose output is far larger than what it was asked (a file dump, a search).
 class verbose_tool final : public worker::tool {
   public:
-    const worker::tool_spec& spec() const override { return spec_; }
+    const session::tool_spec& spec() const override { return spec_; }
     bool idempotent() const override { return true; }
     asio::awaitable<worker::tool_output> execute(std::string, worker::tool_call_context) override {
         co_return worker::tool_output{std::string(2000, 'z'), false};
     }
 
   private:
-    worker::tool_spec spec_{"dump", "Dumps a lot.", R"({"type":"object"})"};
+    session::tool_spec spec_{"dump", "Dumps a lot.", R"({"type":"object"})"};
 };
 
 TEST(Bounds, AToolOutputPastTheEntryLimitIsStoredCutWithANote) {
@@ -1185,7 +1186,8 @@ TEST(AgentLoop, CommandsCommitOnTheStoreExecutorAndResumeOnTheSession) {
     asio::io_context io;
     asio::thread_pool pool(1);
     runtime::manual_clock clk(unix_ms{harness_t0});
-    worker::scripted_provider provider(worker::parse_script(R"({"responses":[]})").value(), clk);
+    providers::scripted_provider provider(providers::parse_script(R"({"responses":[]})").value(),
+                                          clk);
     provider.record_requests(true);
     worker::tool_registry tools;
     worker::loop_options opts;
@@ -1220,8 +1222,8 @@ TEST(AgentLoop, TheLoopsOwnTransitionsCommitOnTheStoreExecutorAndStopCleanly) {
     asio::io_context io;
     asio::thread_pool pool(1);
     runtime::system_clock clk;
-    worker::scripted_provider provider(
-        worker::parse_script(
+    providers::scripted_provider provider(
+        providers::parse_script(
             R"({"responses":[{"text":"on it","tool_calls":[{"name":"echo","arguments":{"text":"x"}}]},
                              {"text":"done"}]})")
             .value(),
@@ -1335,7 +1337,8 @@ TEST(FusedCommits, AnEnqueueAfterTheLoopWokeIsLeftForItsCheckpoint) {
     asio::io_context io;
     asio::thread_pool pool(2);
     runtime::system_clock clk;
-    worker::scripted_provider provider(worker::parse_script(R"({"responses":[]})").value(), clk);
+    providers::scripted_provider provider(providers::parse_script(R"({"responses":[]})").value(),
+                                          clk);
     provider.record_requests(true);
     worker::tool_registry tools;
     worker::loop_options opts;

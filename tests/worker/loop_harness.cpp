@@ -13,12 +13,12 @@ worker::loop_options loop_harness::default_options() {
 loop_harness::loop_harness(const std::string& script_json, storage::session_store* store,
                            std::uint64_t epoch, worker::loop_options opts)
     : store_(store != nullptr ? store : &own_store_) {
-    auto parsed = worker::parse_script(script_json);
+    auto parsed = providers::parse_script(script_json);
     if (!parsed) {
         ADD_FAILURE() << "bad script: " << parsed.error().message();
-        parsed = worker::script{};
+        parsed = providers::script{};
     }
-    provider_ = std::make_unique<worker::scripted_provider>(std::move(*parsed), clock_);
+    provider_ = std::make_unique<providers::scripted_provider>(std::move(*parsed), clock_);
     provider_->record_requests(true);
     worker::add_builtin_tools(tools_);
     auto log = store_->open(session_id::parse("s1").value(), lease_epoch{epoch});

@@ -3,10 +3,10 @@
 // only when the harness runs out of ready work and advances the clock to the next deadline.
 #pragma once
 
+#include "providers/scripted_provider.hpp"
 #include "storage/memory_store.hpp"
 #include "tests/support/builders.hpp"
 #include "worker/agent_loop.hpp"
-#include "worker/scripted_provider.hpp"
 
 #include <gtest/gtest.h>
 #include <boost/asio/bind_cancellation_slot.hpp>
@@ -56,7 +56,7 @@ class loop_harness {
 
     worker::agent_loop& loop() { return *loop_; }
     asio::io_context& io() { return io_; }
-    worker::scripted_provider& provider() { return *provider_; }
+    providers::scripted_provider& provider() { return *provider_; }
     runtime::manual_clock& clock() { return clock_; }
     worker::tool_registry& tools() { return tools_; }
     storage::session_store& store() { return *store_; }
@@ -74,7 +74,7 @@ class loop_harness {
     runtime::manual_clock clock_{unix_ms{harness_t0}};
     storage::memory_store own_store_;
     storage::session_store* store_;
-    std::unique_ptr<worker::scripted_provider> provider_;
+    std::unique_ptr<providers::scripted_provider> provider_;
     worker::tool_registry tools_;
     std::unique_ptr<worker::agent_loop> loop_;
     worker::subscription sub_;
@@ -87,14 +87,14 @@ class loop_harness {
 class counting_tool final : public worker::tool {
   public:
     explicit counting_tool(std::map<std::string, int>& runs) : runs_(runs) {}
-    const worker::tool_spec& spec() const override { return spec_; }
+    const session::tool_spec& spec() const override { return spec_; }
     bool idempotent() const override { return false; }
     asio::awaitable<worker::tool_output> execute(std::string,
                                                  worker::tool_call_context ctx) override;
 
   private:
     std::map<std::string, int>& runs_;
-    worker::tool_spec spec_{"charge", "Charges a card (not idempotent).", "{}"};
+    session::tool_spec spec_{"charge", "Charges a card (not idempotent).", "{}"};
 };
 
 }  // namespace wuhu::testing

@@ -1,13 +1,13 @@
-// The replay provider (worker/replay_provider.hpp): a session run on a recorded provider
+// The replay provider (providers/replay_provider.hpp): a session run on a recorded provider
 // replays, from the recording alone, to the identical transcript, deltas and retries
 // included; and a recording that lacks a request says which.
+#include "providers/replay_provider.hpp"
+#include "providers/scripted_provider.hpp"
 #include "storage/memory_store.hpp"
+#include "tests/providers/provider_streams.hpp"
 #include "tests/support/builders.hpp"
 #include "tests/support/temp_dir.hpp"
-#include "tests/worker/provider_streams.hpp"
 #include "worker/agent_loop.hpp"
-#include "worker/replay_provider.hpp"
-#include "worker/scripted_provider.hpp"
 #include "worker/tools.hpp"
 
 #include <boost/asio/bind_cancellation_slot.hpp>
@@ -32,7 +32,7 @@ struct run_result {
     std::vector<std::string> deltas;
 };
 
-run_result run_session(worker::provider& p) {
+run_result run_session(providers::provider& p) {
     asio::io_context io;
     runtime::system_clock clk;
     storage::memory_store store;
@@ -97,7 +97,7 @@ TEST(Replay, ARecordedSessionReplaysToTheIdenticalTranscript) {
     runtime::system_clock clk;
     // The recorded provider: streamed chunks with pauses, a tool call, a transient failure
     // retried, usage.
-    auto script = worker::parse_script(R"({"responses":[
+    auto script = providers::parse_script(R"({"responses":[
         {"chunks":["Let me ","check."],"chunk_delay_ms":20,
          "tool_calls":[{"name":"echo","arguments":{"text":"hi"}}],
          "fail_first":[{"kind":"transient","message":"overloaded"}]},
@@ -107,28 +107,29 @@ TEST(Replay, ARecordedSessionReplaysToTheIdenticalTranscript) {
     ASSERT_TRUE(script) << script.error().message();
     run_result recorded;
     {
-        auto rec = worker::replay_provider::recording(
-            std::make_unique<worker::scripted_provider>(*script, clk), file, clk);
+        auto rec = providers::replay_provider::recording(
+            std::make_unique<providers::scripted_provider>(*script, clk), file, clk);
         recorded = run_session(*rec);
     }
     ASSERT_EQ(recorded.bodies.size(), 7u) << "2 questions, 3 answers, a tool's start and result";
-    auto play = worker::replay_provider::playing(file, clk);
+    auto play = providers::replay_provider::playing(file, clk);
     const auto replayed = run_session(*play);
     EXPECT_EQ(replayed.bodies, recorded.bodies);
     EXPECT_EQ(replayed.deltas, recorded.deltas) << "the same chunking";
     // Played once: a session that asks again gets a clear error, not a made-up answer.
     recording_sink sink;
-    worker::inference_request again;
+    providers::inference_request again;
     again.session = "rec";
     again.step = 0;
     asio::io_context io;
-    std::optional<worker::inference_outcome> out;
+    std::optional<providers::inference_outcome> out;
     asio::co_spawn(io, play->infer(again, sink),
-                   [&](std::exception_ptr, worker::inference_outcome o) { out = std::move(o); });
+                   [&](std::exception_ptr, providers::inference_outcome o) { out = std::move(o); });
     io.run();
-    ASSERT_TRUE(out && std::holds_alternative<worker::provider_error>(*out));
-    EXPECT_EQ(std::get<worker::provider_error>(*out).kind, worker::provider_error_kind::fatal);
-    EXPECT_NE(std::get<worker::provider_error>(*out).message.find("session rec at step 0"),
+    ASSERT_TRUE(out && std::holds_alternative<providers::provider_error>(*out));
+    EXPECT_EQ(std::get<providers::provider_error>(*out).kind,
+              providers::provider_error_kind::fatal);
+    EXPECT_NE(std::get<providers::provider_error>(*out).message.find("session rec at step 0"),
               std::string::npos);
 }
 
@@ -139,12 +140,12 @@ TEST(Replay, ARecordingThatIsNotOneIsRefusedNamingTheLine) {
     std::ofstream(file) << R"({"session":"s","kind":"infer","step":0,"outcome":{"summary":"x"}})"
                         << "\n{not json}\n";
     try {
-        worker::replay_provider::playing(file, clk);
+        providers::replay_provider::playing(file, clk);
         ADD_FAILURE() << "a bad recording was played";
     } catch (const std::invalid_argument& e) {
         EXPECT_NE(std::string(e.what()).find("line 2"), std::string::npos) << e.what();
     }
-    EXPECT_THROW(worker::replay_provider::playing(dir.path() / "missing.jsonl", clk),
+    EXPECT_THROW(providers::replay_provider::playing(dir.path() / "missing.jsonl", clk),
                  std::invalid_argument);
 }
 
