@@ -499,9 +499,9 @@ int main(int argc, char** argv) {
             }
             endpoints = std::move(*parsed);
         }
-        std::vector<wuhu::broker::tool_service> tool_services;
+        std::vector<wuhu::tools::tool_service> tool_services;
         if (!tools_path.empty()) {
-            auto parsed = wuhu::broker::parse_tools(read_file(tools_path));
+            auto parsed = wuhu::tools::parse_tools(read_file(tools_path));
             if (!parsed) {
                 log->error("bad tools file {}: {}", tools_path, parsed.error());
                 return 2;
@@ -635,7 +635,7 @@ int main(int argc, char** argv) {
             log->info("metrics on http://{}/metrics (and /healthz, /readyz)", at);
         }
         for (const auto& t : tool_services) {
-            log->info("tool {}: served on {}{}", t.spec.name, wuhu::broker::subject_of(t, subjects),
+            log->info("tool {}: served on {}{}", t.spec.name, wuhu::tools::subject_of(t, subjects),
                       t.idempotent ? " (idempotent)" : "");
         }
         node.run();

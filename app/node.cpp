@@ -47,8 +47,8 @@ node::node(storage::session_store& store, ownership::lease_store& leases, nats::
                    }),
       keeper_(leases, options_.worker_id, options_.lease),
       leases_(keeper_, asio::make_strand(store_pool_.get_executor())) {
-    worker::add_builtin_tools(tools_);
-    broker::add_tool_services(tools_, nats, options_.tool_services,
+    tools::add_builtin_tools(tools_);
+    tools::add_tool_services(tools_, nats, options_.tool_services,
                               protocol::subject_layout(options_.server.prefix,
                                                        options_.server.tenancy));
     auto loop = options_.loop;

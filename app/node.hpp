@@ -35,7 +35,7 @@
 #pragma once
 
 #include "broker/server.hpp"
-#include "broker/tool_services.hpp"
+#include "tools/nats_tools.hpp"
 #include "metrics/http_endpoint.hpp"
 #include "metrics/metrics.hpp"
 #include "ownership/lease_desk.hpp"
@@ -85,8 +85,8 @@ struct node_options {
     // The model endpoints of the providers file: a session whose model names one infers
     // there; the others use the node's provider factory (the scripted model).
     std::vector<providers::endpoint_config> endpoints;
-    // The tools file's tools, served over NATS (broker/tool_services.hpp).
-    std::vector<broker::tool_service> tool_services;
+    // The tools file's tools, served over NATS (tools/nats_tools.hpp).
+    std::vector<tools::tool_service> tool_services;
     // Where /metrics, /healthz and /readyz are served ("host:port"; port 0: a free one);
     // empty: nowhere, and no metric is recorded. Throws std::runtime_error when it cannot listen there, unless
     // `metrics_addr_is_default`: then a free port of that host is used (and logged).
@@ -170,7 +170,7 @@ class node {
     asio::executor_work_guard<asio::io_context::executor_type> work_;
     asio::thread_pool store_pool_;
     runtime::system_clock clock_;
-    worker::tool_registry tools_;
+    tools::tool_registry tools_;
     storage::watched_store store_;
     ownership::keeper keeper_;
     ownership::lease_desk leases_;  // lease-store IO on a strand of store_pool_

@@ -23,12 +23,12 @@ struct rig {
     asio::io_context io;
     wuhu::runtime::manual_clock clock{s::unix_ms{1'700'000'000'000}};
     wuhu::storage::memory_store store;
-    w::tool_registry tools;
+    wuhu::tools::tool_registry tools;
     std::unique_ptr<wuhu::providers::scripted_provider> provider;
     std::unique_ptr<w::agent_loop> loop;
 
     explicit rig(const std::string& script) {
-        w::add_builtin_tools(tools);
+        wuhu::tools::add_builtin_tools(tools);
         provider = std::make_unique<wuhu::providers::scripted_provider>(
             wuhu::providers::parse_script(script).value(), clock);
         auto log = store.open(s::session_id::parse("bench").value(), s::lease_epoch{1}).value();

@@ -188,7 +188,7 @@ std::string server::reply_target(const nats::message& m) {
 }
 
 server::server(asio::any_io_executor ex, nats::connection& nats, ownership::lease_desk& leases,
-               const worker::tool_registry& tools, server_options options,
+               const tools::tool_registry& tools, server_options options,
                std::shared_ptr<spdlog::logger> log)
     : ex_(std::move(ex)),
       nats_(nats),

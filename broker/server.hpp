@@ -115,7 +115,7 @@ std::optional<std::string> delta_event(const worker::loop_event& e);
 class server {
   public:
     server(asio::any_io_executor ex, nats::connection& nats, ownership::lease_desk& leases,
-           const worker::tool_registry& tools, server_options options,
+           const tools::tool_registry& tools, server_options options,
            std::shared_ptr<spdlog::logger> log);
 
     // The forwarder to give the session registry: publishes patches and deltas. Called on the
@@ -252,7 +252,7 @@ class server {
     nats::connection& nats_;
     ownership::lease_desk& leases_;
     runtime::work_gate* work_ = nullptr;
-    const worker::tool_registry& tools_;
+    const tools::tool_registry& tools_;
     server_options options_;
     std::shared_ptr<spdlog::logger> log_;
     protocol::subject_layout subjects_;

@@ -9,8 +9,8 @@
 #
 # A violation stops the configure step with the file and the include that broke the rule.
 
-set(WUHU_MODULES session protocol runtime storage ownership providers worker nats client broker app
-    metrics)
+set(WUHU_MODULES session protocol runtime storage ownership providers nats tools worker client broker
+    app metrics)
 set(WUHU_PURE_MODULES session protocol)
 set(WUHU_PURE_LINKS Boost::headers Boost::json)
 # Headers a pure module may not include: IO, clocks, threads, randomness from the machine.

@@ -21,7 +21,7 @@ bool is_storage_error(const boost::system::error_code& ec) {
 }  // namespace
 
 agent_loop::agent_loop(asio::any_io_executor ex, std::unique_ptr<storage::session_log> log,
-                       providers::provider& p, const tool_registry& tools, runtime::clock& clk,
+                       providers::provider& p, const tools::tool_registry& tools, runtime::clock& clk,
                        loop_options opts)
     : log_(std::move(log)),
       clock_(clk),

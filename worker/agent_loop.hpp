@@ -44,7 +44,7 @@ namespace asio = boost::asio;
 class agent_loop final : private session_writer {
   public:
     agent_loop(asio::any_io_executor ex, std::unique_ptr<storage::session_log> log,
-               providers::provider& p, const tool_registry& tools, runtime::clock& clk,
+               providers::provider& p, const tools::tool_registry& tools, runtime::clock& clk,
                loop_options opts = {});
     ~agent_loop();
     agent_loop(const agent_loop&) = delete;

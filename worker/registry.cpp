@@ -28,7 +28,7 @@ struct session_registry::gate {
 };
 
 session_registry::session_registry(asio::any_io_executor ex, storage::session_store& store,
-                                   provider_factory providers, const tool_registry& tools,
+                                   provider_factory providers, const tools::tool_registry& tools,
                                    runtime::clock& clk, loop_options opts, event_forwarder events,
                                    runtime::work_gate* work)
     : ex_(std::move(ex)),

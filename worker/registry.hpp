@@ -37,7 +37,7 @@ class session_registry {
     using handle = std::shared_ptr<agent_loop>;
 
     session_registry(asio::any_io_executor ex, storage::session_store& store,
-                     provider_factory providers, const tool_registry& tools, runtime::clock& clk,
+                     provider_factory providers, const tools::tool_registry& tools, runtime::clock& clk,
                      loop_options opts, event_forwarder events, runtime::work_gate* work = nullptr);
     ~session_registry();
 
@@ -113,7 +113,7 @@ class session_registry {
     asio::any_io_executor ex_;
     storage::session_store& store_;
     provider_factory providers_;
-    const tool_registry& tools_;
+    const tools::tool_registry& tools_;
     runtime::clock& clock_;
     loop_options opts_;
     event_forwarder events_;

@@ -2,14 +2,12 @@
 
 #include "session/loop_policy.hpp"
 #include "session/text.hpp"
-#include "worker/json_schema.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <boost/json/parse.hpp>
 
 namespace wuhu::worker {
 
@@ -20,41 +18,9 @@ namespace {
 
 constexpr milliseconds tool_grace{1000};
 
-// Arguments that are not JSON, or that the tool's schema refuses, never reach the tool: the
-// model gets the reason as the tool's error result (and may try again).
-std::optional<std::string> invalid_arguments(const tool& t, const std::string& args) {
-    boost::system::error_code ec;
-    const auto value = boost::json::parse(args, ec);
-    if (ec) {
-        return "invalid arguments: not JSON (" + ec.message() + ")";
-    }
-    const auto schema = boost::json::parse(t.spec().schema, ec);
-    if (ec) {
-        return std::nullopt;  // a tool without a usable schema takes what it is given
-    }
-    if (auto why = schema_violation(value, schema)) {
-        return "invalid arguments: " + *why;
-    }
-    return std::nullopt;
-}
-
-// A throwing tool becomes an error result (a named coroutine with by-value parameters inside
-// the co_await expression: see the g++ 12 note in docs/decisions.md).
-asio::awaitable<tool_output> guarded_execute(tool& t, std::string args, tool_call_context ctx) {
-    if (auto why = invalid_arguments(t, args)) {
-        co_return tool_output{std::move(*why), true};
-    }
-    try {
-        tool_output out = co_await t.execute(std::move(args), ctx);
-        co_return out;
-    } catch (const std::exception& e) {
-        co_return tool_output{std::string("tool failed: ") + e.what(), true};
-    }
-}
-
 }  // namespace
 
-tool_runner::tool_runner(session_writer& w, const tool_registry& tools, runtime::clock& clk,
+tool_runner::tool_runner(session_writer& w, const tools::tool_registry& tools, runtime::clock& clk,
                          milliseconds timeout, milliseconds linger, std::size_t max_output,
                          abort_signal& abort)
     : writer_(w),
@@ -108,7 +74,7 @@ asio::awaitable<void> tool_runner::run() {
         if (marked) {
             tc.status = s::tool_status::not_started;
         }
-        tool* t = tools_.find(tc.call.name, writer_.state().config.tools);
+        tools::tool* t = tools_.find(tc.call.name, writer_.state().config.tools);
         const auto kind = t == nullptr      ? s::tool_kind::unavailable
                           : t->idempotent() ? s::tool_kind::idempotent
                                             : s::tool_kind::not_idempotent;
@@ -146,10 +112,10 @@ asio::awaitable<void> tool_runner::run() {
         const auto own = t->timeout();
         const milliseconds limit = own.value_or(timeout_);
         const milliseconds backstop = own ? limit + tool_grace : limit;
-        tool_call_context ctx{writer_.sid(), tc.call.id,
+        tools::tool_call_context ctx{writer_.sid(), tc.call.id,
                               s::unix_ms{clock_.now().value + limit.count()}, *this};
         const auto began = clock_.now();
-        auto r = co_await (guarded_execute(*t, tc.call.arguments, ctx) || abort_.wait() ||
+        auto r = co_await (tools::call(*t, tc.call.arguments, ctx) || abort_.wait() ||
                            clock_.timeout(backstop) || flush_after_linger(&pending));
         abort_.disarm();
         if (writer_.failed()) {
@@ -166,10 +132,10 @@ asio::awaitable<void> tool_runner::run() {
             co_await std::move(task);
             co_return;
         }
-        tool_output out =
+        tools::tool_output out =
             r.index() == 0
                 ? std::get<0>(std::move(r))
-                : tool_output{"timed out after " + std::to_string(limit.count()) + " ms", true};
+                : tools::tool_output{"timed out after " + std::to_string(limit.count()) + " ms", true};
         pending.push_back(s::tool_result{tc.call.id, tc.call.name,
                                          s::cut_to(std::move(out.text), max_output_, "tool output"),
                                          out.is_error});

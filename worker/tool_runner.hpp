@@ -10,7 +10,7 @@
 #pragma once
 
 #include "runtime/clock.hpp"
-#include "worker/tools.hpp"
+#include "tools/tools.hpp"
 #include "worker/writer.hpp"
 
 namespace wuhu::worker {
@@ -19,10 +19,10 @@ namespace asio = boost::asio;
 
 using std::chrono::milliseconds;
 
-class tool_runner final : private tool_services {
+class tool_runner final : private tools::tool_services {
   public:
     // `max_output`: a tool's output past it is stored cut, with a note (0: no limit).
-    tool_runner(session_writer& w, const tool_registry& tools, runtime::clock& clk,
+    tool_runner(session_writer& w, const tools::tool_registry& tools, runtime::clock& clk,
                 milliseconds timeout, milliseconds linger, std::size_t max_output,
                 abort_signal& abort);
 
@@ -38,7 +38,7 @@ class tool_runner final : private tool_services {
     asio::awaitable<void> flush_after_linger(std::vector<session::entry_body>* pending);
 
     session_writer& writer_;
-    const tool_registry& tools_;
+    const tools::tool_registry& tools_;
     runtime::clock& clock_;
     milliseconds timeout_;
     milliseconds linger_;

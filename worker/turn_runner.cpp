@@ -73,7 +73,7 @@ struct turn_runner::attempt {
     providers::provider_error err;
 };
 
-turn_runner::turn_runner(session_writer& w, providers::provider& p, const tool_registry& tools,
+turn_runner::turn_runner(session_writer& w, providers::provider& p, const tools::tool_registry& tools,
                          runtime::clock& clk, const loop_options& opts, abort_signal& abort,
                          event_hub& hub)
     : writer_(w),

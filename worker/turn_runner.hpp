@@ -10,7 +10,7 @@
 #include "providers/provider.hpp"
 #include "worker/events.hpp"
 #include "worker/loop_options.hpp"
-#include "worker/tools.hpp"
+#include "tools/tools.hpp"
 #include "worker/writer.hpp"
 
 #include <memory>
@@ -26,7 +26,7 @@ using std::chrono::milliseconds;
 
 class turn_runner {
   public:
-    turn_runner(session_writer& w, providers::provider& p, const tool_registry& tools,
+    turn_runner(session_writer& w, providers::provider& p, const tools::tool_registry& tools,
                 runtime::clock& clk, const loop_options& opts, abort_signal& abort, event_hub& hub);
     ~turn_runner();
     turn_runner(const turn_runner&) = delete;
@@ -66,7 +66,7 @@ class turn_runner {
 
     session_writer& writer_;
     providers::provider& provider_;
-    const tool_registry& tools_;
+    const tools::tool_registry& tools_;
     runtime::clock& clock_;
     const loop_options& opts_;
     abort_signal& abort_;

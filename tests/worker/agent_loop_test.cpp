@@ -672,27 +672,27 @@ namespace {
 
 // A tool with a timeout of its own (300 ms): it records what it was told, and either ends the
 // call itself at its deadline or ignores the deadline.
-class deadline_tool final : public worker::tool {
+class deadline_tool final : public tools::tool {
   public:
-    deadline_tool(bool ends_itself, std::optional<worker::tool_call_context>& seen)
+    deadline_tool(bool ends_itself, std::optional<tools::tool_call_context>& seen)
         : ends_itself_(ends_itself), seen_(seen) {}
     const session::tool_spec& spec() const override { return spec_; }
     bool idempotent() const override { return false; }
     std::optional<milliseconds> timeout() const override { return milliseconds(300); }
-    asio::awaitable<worker::tool_output> execute(std::string,
-                                                 worker::tool_call_context ctx) override {
+    asio::awaitable<tools::tool_output> execute(std::string,
+                                                 tools::tool_call_context ctx) override {
         seen_.emplace(ctx);
         if (ends_itself_) {
             co_await ctx.services.time().sleep_until(ctx.deadline);
-            co_return worker::tool_output{"gave up at the deadline, with reasons", true};
+            co_return tools::tool_output{"gave up at the deadline, with reasons", true};
         }
         co_await ctx.services.time().sleep(milliseconds(600000));
-        co_return worker::tool_output{"never", false};
+        co_return tools::tool_output{"never", false};
     }
 
   private:
     bool ends_itself_;
-    std::optional<worker::tool_call_context>& seen_;
+    std::optional<tools::tool_call_context>& seen_;
     session::tool_spec spec_{"patient", "Waits.", R"({"type":"object"})"};
 };
 
@@ -708,7 +708,7 @@ TEST(Timeouts, AToolsOwnTimeoutReplacesTheLoopsAndTheToolHearsItsDeadline) {
         loop_harness h(R"({"responses":[
             {"tool_calls":[{"name":"patient","arguments":{}}]},{"text":"ok"}]})",
                        nullptr, 1, opts);
-        std::optional<worker::tool_call_context> seen;
+        std::optional<tools::tool_call_context> seen;
         h.tools().add(std::make_shared<deadline_tool>(ends_itself, seen));
         h.start();
         h.follow_up("f1", "hi");
@@ -821,12 +821,12 @@ TEST(Bounds, AnAnswerStreamingPastTheEntryLimitIsStoppedAndStoredCut) {
 }
 
 // A tool whose output is far larger than what it was asked (a file dump, a search).
-class verbose_tool final : public worker::tool {
+class verbose_tool final : public tools::tool {
   public:
     const session::tool_spec& spec() const override { return spec_; }
     bool idempotent() const override { return true; }
-    asio::awaitable<worker::tool_output> execute(std::string, worker::tool_call_context) override {
-        co_return worker::tool_output{std::string(2000, 'z'), false};
+    asio::awaitable<tools::tool_output> execute(std::string, tools::tool_call_context) override {
+        co_return tools::tool_output{std::string(2000, 'z'), false};
     }
 
   private:
@@ -1189,7 +1189,7 @@ TEST(AgentLoop, CommandsCommitOnTheStoreExecutorAndResumeOnTheSession) {
     providers::scripted_provider provider(providers::parse_script(R"({"responses":[]})").value(),
                                           clk);
     provider.record_requests(true);
-    worker::tool_registry tools;
+    tools::tool_registry tools;
     worker::loop_options opts;
     opts.store_executor = pool.get_executor();
     worker::agent_loop loop(io.get_executor(),
@@ -1228,8 +1228,8 @@ TEST(AgentLoop, TheLoopsOwnTransitionsCommitOnTheStoreExecutorAndStopCleanly) {
                              {"text":"done"}]})")
             .value(),
         clk);
-    worker::tool_registry tools;
-    worker::add_builtin_tools(tools);
+    tools::tool_registry tools;
+    tools::add_builtin_tools(tools);
     worker::loop_options opts;
     opts.store_executor = pool.get_executor();
     worker::agent_loop loop(io.get_executor(),
@@ -1340,7 +1340,7 @@ TEST(FusedCommits, AnEnqueueAfterTheLoopWokeIsLeftForItsCheckpoint) {
     providers::scripted_provider provider(providers::parse_script(R"({"responses":[]})").value(),
                                           clk);
     provider.record_requests(true);
-    worker::tool_registry tools;
+    tools::tool_registry tools;
     worker::loop_options opts;
     opts.store_executor = pool.get_executor();
     worker::agent_loop loop(io.get_executor(),

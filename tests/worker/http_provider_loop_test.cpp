@@ -4,7 +4,7 @@
 #include "tests/providers/local_endpoint.hpp"
 #include "tests/support/builders.hpp"
 #include "worker/agent_loop.hpp"
-#include "worker/tools.hpp"
+#include "tools/tools.hpp"
 
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -37,7 +37,7 @@ TEST(OpenAiProvider, ACutStreamAndA500AreRetriedAndOnlyTheWholeAnswerIsCommitted
         return p;
     });
     storage::memory_store store;
-    worker::tool_registry tools;
+    tools::tool_registry tools;
     worker::loop_options opts;
     opts.retry.base = 10ms;
     worker::agent_loop loop(e.io.get_executor(),

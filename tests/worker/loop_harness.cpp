@@ -20,7 +20,7 @@ loop_harness::loop_harness(const std::string& script_json, storage::session_stor
     }
     provider_ = std::make_unique<providers::scripted_provider>(std::move(*parsed), clock_);
     provider_->record_requests(true);
-    worker::add_builtin_tools(tools_);
+    tools::add_builtin_tools(tools_);
     auto log = store_->open(session_id::parse("s1").value(), lease_epoch{epoch});
     EXPECT_TRUE(log.has_value());
     loop_ = std::make_unique<worker::agent_loop>(io_.get_executor(), std::move(*log), *provider_,
@@ -165,10 +165,10 @@ std::vector<std::string> loop_harness::transcript_texts() const {
     return out;
 }
 
-asio::awaitable<worker::tool_output> counting_tool::execute(std::string,
-                                                            worker::tool_call_context ctx) {
+asio::awaitable<tools::tool_output> counting_tool::execute(std::string,
+                                                            tools::tool_call_context ctx) {
     int n = ++runs_[ctx.call.str()];
-    co_return worker::tool_output{"charged (run " + std::to_string(n) + ")", false};
+    co_return tools::tool_output{"charged (run " + std::to_string(n) + ")", false};
 }
 
 }  // namespace wuhu::testing

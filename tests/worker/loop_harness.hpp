@@ -58,7 +58,7 @@ class loop_harness {
     asio::io_context& io() { return io_; }
     providers::scripted_provider& provider() { return *provider_; }
     runtime::manual_clock& clock() { return clock_; }
-    worker::tool_registry& tools() { return tools_; }
+    tools::tool_registry& tools() { return tools_; }
     storage::session_store& store() { return *store_; }
     const session_state& state() const { return loop_->state(); }
     const std::vector<loop_event>& events() const { return events_; }
@@ -75,7 +75,7 @@ class loop_harness {
     storage::memory_store own_store_;
     storage::session_store* store_;
     std::unique_ptr<providers::scripted_provider> provider_;
-    worker::tool_registry tools_;
+    tools::tool_registry tools_;
     std::unique_ptr<worker::agent_loop> loop_;
     worker::subscription sub_;
     std::vector<loop_event> events_;
@@ -84,13 +84,13 @@ class loop_harness {
 };
 
 // A tool that is not idempotent and counts its executions per call id.
-class counting_tool final : public worker::tool {
+class counting_tool final : public tools::tool {
   public:
     explicit counting_tool(std::map<std::string, int>& runs) : runs_(runs) {}
     const session::tool_spec& spec() const override { return spec_; }
     bool idempotent() const override { return false; }
-    asio::awaitable<worker::tool_output> execute(std::string,
-                                                 worker::tool_call_context ctx) override;
+    asio::awaitable<tools::tool_output> execute(std::string,
+                                                 tools::tool_call_context ctx) override;
 
   private:
     std::map<std::string, int>& runs_;

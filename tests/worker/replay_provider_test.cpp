@@ -8,7 +8,7 @@
 #include "tests/support/builders.hpp"
 #include "tests/support/temp_dir.hpp"
 #include "worker/agent_loop.hpp"
-#include "worker/tools.hpp"
+#include "tools/tools.hpp"
 
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -36,8 +36,8 @@ run_result run_session(providers::provider& p) {
     asio::io_context io;
     runtime::system_clock clk;
     storage::memory_store store;
-    worker::tool_registry tools;
-    worker::add_builtin_tools(tools);
+    tools::tool_registry tools;
+    tools::add_builtin_tools(tools);
     worker::loop_options opts;
     opts.retry.base = 5ms;
     opts.jitter_seed = 7;

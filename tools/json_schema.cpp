@@ -1,10 +1,10 @@
-#include "worker/json_schema.hpp"
+#include "tools/json_schema.hpp"
 
 #include <boost/json.hpp>
 
 #include <cmath>
 
-namespace wuhu::worker {
+namespace wuhu::tools {
 
 namespace json = boost::json;
 
@@ -213,4 +213,4 @@ std::optional<std::string> schema_violation(const json::value& v, const json::va
     return check(v, schema, "");
 }
 
-}  // namespace wuhu::worker
+}  // namespace wuhu::tools

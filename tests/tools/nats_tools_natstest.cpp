@@ -1,8 +1,8 @@
-// Tools served over NATS (broker/tool_services.hpp) against a real nats-server (scripts/test
+// Tools served over NATS (tools/nats_tools.hpp) against a real nats-server (scripts/test
 // starts it): a call is a request with the session, the call and the deadline in its headers;
 // no responders and no answer give error results at once; an idempotent call is tried again
 // within its timeout; an abort withdraws the request.
-#include "broker/tool_services.hpp"
+#include "tools/nats_tools.hpp"
 #include "tests/support/env.hpp"
 
 #include <gtest/gtest.h>
@@ -26,7 +26,7 @@ using std::chrono::milliseconds;
 namespace {
 
 // What a running tool may use: the real clock.
-class services final : public worker::tool_services {
+class services final : public tools::tool_services {
   public:
     runtime::clock& time() override { return clock_; }
     asio::awaitable<bool> schedule_timer(session::timer) override { co_return false; }
@@ -72,9 +72,9 @@ class ToolService : public ::testing::Test {
           worker_nc_(nats_url(), "tools-worker"),
           service_nc_(nats_url(), "tools-service") {}
 
-    broker::tool_service service(const std::string& name, bool idempotent, milliseconds timeout,
+    tools::tool_service service(const std::string& name, bool idempotent, milliseconds timeout,
                                  milliseconds attempt = milliseconds(0)) {
-        broker::tool_service s;
+        tools::tool_service s;
         s.spec = {name, "a test tool", R"({"type":"object"})"};
         s.idempotent = idempotent;
         s.timeout = timeout;
@@ -85,19 +85,19 @@ class ToolService : public ::testing::Test {
 
     // Runs one call to completion on a fresh io_context, as the tool runner would: with the
     // tool's deadline, cancelled by `abort` when it is given.
-    worker::tool_output call(broker::nats_tool& t, const std::string& args,
+    tools::tool_output call(tools::nats_tool& t, const std::string& args,
                              asio::cancellation_signal* stop = nullptr,
                              milliseconds abort_after = milliseconds(0),
                              const std::string& session_key = "s-1") {
         asio::io_context io;
-        std::optional<worker::tool_output> out;
+        std::optional<tools::tool_output> out;
         std::exception_ptr failed;
         const session::unix_ms deadline{services_.time().now().value + t.timeout()->count()};
-        worker::tool_call_context ctx{session::session_id::parse_key(session_key).value(),
+        tools::tool_call_context ctx{session::session_id::parse_key(session_key).value(),
                                       session::tool_call_id::parse("call_7").value(), deadline,
                                       services_};
         auto run = [&t, args, ctx]() { return t.execute(args, ctx); };
-        auto done = [&](std::exception_ptr e, worker::tool_output o) {
+        auto done = [&](std::exception_ptr e, tools::tool_output o) {
             failed = e;
             if (!e) {
                 out = std::move(o);
@@ -137,7 +137,7 @@ TEST_F(ToolService, ACallIsARequestWithTheSessionTheCallAndTheDeadlineInItsHeade
         service_nc_.publish(reply, R"({"output":"found 3 rows","is_error":false})");
     });
     service_nc_.flush();
-    broker::nats_tool t(worker_nc_, service("lookup", false, 5000ms), protocol::subject_layout(prefix_));
+    tools::nats_tool t(worker_nc_, service("lookup", false, 5000ms), protocol::subject_layout(prefix_));
     const auto before = services_.time().now().value;
     auto out = call(t, R"({"table":"users"})");
     EXPECT_EQ(out.text, "found 3 rows");
@@ -170,7 +170,7 @@ TEST_F(ToolService, ATenantsCallGoesToThatTenantsOwnService) {
         });
     }
     service_nc_.flush();
-    broker::nats_tool t(worker_nc_, service("lookup", false, 5000ms),
+    tools::nats_tool t(worker_nc_, service("lookup", false, 5000ms),
                         protocol::subject_layout(prefix_, protocol::tenancy{true, ""}));
     auto out = call(t, "{}", nullptr, milliseconds(0), "acme.s-1");
     EXPECT_EQ(out.text, "ok");
@@ -188,7 +188,7 @@ TEST_F(ToolService, AnErrorAnswerIsAnErrorResultAndAMalformedOneIsExplained) {
                                               : "plain text, not the answer's shape");
     });
     service_nc_.flush();
-    broker::nats_tool t(worker_nc_, service("flaky", false, 5000ms), protocol::subject_layout(prefix_));
+    tools::nats_tool t(worker_nc_, service("flaky", false, 5000ms), protocol::subject_layout(prefix_));
     auto first = call(t, "{}");
     EXPECT_EQ(first.text, "disk full");
     EXPECT_TRUE(first.is_error);
@@ -199,7 +199,7 @@ TEST_F(ToolService, AnErrorAnswerIsAnErrorResultAndAMalformedOneIsExplained) {
 }
 
 TEST_F(ToolService, NoRespondersGiveAnErrorResultAtOnce) {
-    broker::nats_tool t(worker_nc_, service("nobody", false, 20000ms), protocol::subject_layout(prefix_));
+    tools::nats_tool t(worker_nc_, service("nobody", false, 20000ms), protocol::subject_layout(prefix_));
     const auto start = std::chrono::steady_clock::now();
     auto out = call(t, "{}");
     const auto took = std::chrono::steady_clock::now() - start;
@@ -213,7 +213,7 @@ TEST_F(ToolService, ACallNobodyAnswersTimesOutWithAnErrorResult) {
     received got;
     service_nc_.subscribe(subject("silent"), [&](nats::message m) { got.add(std::move(m)); });
     service_nc_.flush();
-    broker::nats_tool t(worker_nc_, service("silent", false, 400ms), protocol::subject_layout(prefix_));
+    tools::nats_tool t(worker_nc_, service("silent", false, 400ms), protocol::subject_layout(prefix_));
     const auto start = std::chrono::steady_clock::now();
     auto out = call(t, "{}");
     const auto took = std::chrono::steady_clock::now() - start;
@@ -224,7 +224,7 @@ TEST_F(ToolService, ACallNobodyAnswersTimesOutWithAnErrorResult) {
 }
 
 TEST_F(ToolService, AnIdempotentCallIsTriedAgainWhileNobodyServesIt) {
-    broker::nats_tool t(worker_nc_, service("late", true, 10000ms), protocol::subject_layout(prefix_));
+    tools::nats_tool t(worker_nc_, service("late", true, 10000ms), protocol::subject_layout(prefix_));
     received got;
     std::thread starter([&] {
         std::this_thread::sleep_for(700ms);  // the service starts late (a restart)
@@ -254,7 +254,7 @@ TEST_F(ToolService, AnIdempotentCallIsTriedAgainAfterAnAttemptTimedOutWithTheSam
         }
     });
     service_nc_.flush();
-    broker::nats_tool t(worker_nc_, service("slow", true, 5000ms, 300ms), protocol::subject_layout(prefix_));
+    tools::nats_tool t(worker_nc_, service("slow", true, 5000ms, 300ms), protocol::subject_layout(prefix_));
     auto out = call(t, "{}");
     EXPECT_EQ(out.text, "second time lucky");
     ASSERT_EQ(got.size(), 2u);
@@ -276,7 +276,7 @@ TEST_F(ToolService, AnEarlierAttemptsLateAnswerIsAsGoodAsTheLastOnes) {
         got.add(std::move(m));
     });
     service_nc_.flush();
-    broker::nats_tool t(worker_nc_, service("sluggish", true, 5000ms, 300ms), protocol::subject_layout(prefix_));
+    tools::nats_tool t(worker_nc_, service("sluggish", true, 5000ms, 300ms), protocol::subject_layout(prefix_));
     auto out = call(t, "{}");
     for (auto& th : late) {
         th.join();
@@ -288,7 +288,7 @@ TEST_F(ToolService, AnEarlierAttemptsLateAnswerIsAsGoodAsTheLastOnes) {
 }
 
 TEST_F(ToolService, AnIdempotentCallThatNobodyServesFailsAtItsTimeout) {
-    broker::nats_tool t(worker_nc_, service("gone", true, 800ms), protocol::subject_layout(prefix_));
+    tools::nats_tool t(worker_nc_, service("gone", true, 800ms), protocol::subject_layout(prefix_));
     auto out = call(t, "{}");
     EXPECT_TRUE(out.is_error);
     EXPECT_NE(out.text.find("timed out after 800 ms"), std::string::npos) << out.text;
@@ -308,7 +308,7 @@ TEST_F(ToolService, AnAbortWithdrawsTheRequestAndALateAnswerIsDropped) {
         got.add(std::move(m));
     });
     service_nc_.flush();
-    broker::nats_tool t(worker_nc_, service("stuck", false, 10000ms), protocol::subject_layout(prefix_));
+    tools::nats_tool t(worker_nc_, service("stuck", false, 10000ms), protocol::subject_layout(prefix_));
     asio::cancellation_signal stop;
     const auto start = std::chrono::steady_clock::now();
     auto out = call(t, "{}", &stop, 300ms);
@@ -323,16 +323,16 @@ TEST_F(ToolService, AnAbortWithdrawsTheRequestAndALateAnswerIsDropped) {
 }
 
 TEST_F(ToolService, ABuiltInToolsNameIsRefused) {
-    worker::tool_registry r;
-    worker::add_builtin_tools(r);
+    tools::tool_registry r;
+    tools::add_builtin_tools(r);
     try {
-        broker::add_tool_services(r, worker_nc_, {service("echo", false, 1000ms)}, protocol::subject_layout(prefix_));
+        tools::add_tool_services(r, worker_nc_, {service("echo", false, 1000ms)}, protocol::subject_layout(prefix_));
         FAIL() << "a built-in's name was taken";
     } catch (const std::invalid_argument& e) {
         EXPECT_NE(std::string(e.what()).find("\"echo\" is a built-in"), std::string::npos)
             << e.what();
     }
-    broker::add_tool_services(r, worker_nc_, {service("lookup", false, 1000ms)}, protocol::subject_layout(prefix_));
+    tools::add_tool_services(r, worker_nc_, {service("lookup", false, 1000ms)}, protocol::subject_layout(prefix_));
     EXPECT_NE(r.find("lookup", {}), nullptr);
 }
 

@@ -1,6 +1,6 @@
-// Tool arguments checked against the tool's JSON Schema (worker/json_schema.hpp): the subset
+// Tool arguments checked against the tool's JSON Schema (tools/json_schema.hpp): the subset
 // tools use, and a reason that names where and why.
-#include "worker/json_schema.hpp"
+#include "tools/json_schema.hpp"
 
 #include <boost/json.hpp>
 #include <gtest/gtest.h>
@@ -12,7 +12,7 @@ namespace json = boost::json;
 namespace {
 
 std::optional<std::string> why(const char* value, const char* schema) {
-    return worker::schema_violation(json::parse(value), json::parse(schema));
+    return tools::schema_violation(json::parse(value), json::parse(schema));
 }
 
 constexpr const char* weather = R"({

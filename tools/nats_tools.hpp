@@ -41,7 +41,7 @@
 
 #include "nats/connection.hpp"
 #include "protocol/subjects.hpp"
-#include "worker/tools.hpp"
+#include "tools/tools.hpp"
 
 #include <boost/system/result.hpp>
 
@@ -50,7 +50,7 @@
 #include <string_view>
 #include <vector>
 
-namespace wuhu::broker {
+namespace wuhu::tools {
 
 namespace asio = boost::asio;
 
@@ -71,7 +71,7 @@ boost::system::result<std::vector<tool_service>, std::string> parse_tools(
 std::string subject_of(const tool_service& service, const protocol::subject_layout& subjects);
 
 // A tool whose calls are requests to its service.
-class nats_tool final : public worker::tool {
+class nats_tool final : public tools::tool {
   public:
     // `subjects`: the worker's (the default subject is the session's tools.<name>).
     nats_tool(nats::connection& nc, tool_service service, protocol::subject_layout subjects);
@@ -80,8 +80,8 @@ class nats_tool final : public worker::tool {
     bool idempotent() const override { return service_.idempotent; }
     std::optional<std::chrono::milliseconds> timeout() const override { return service_.timeout; }
 
-    asio::awaitable<worker::tool_output> execute(std::string arguments,
-                                                 worker::tool_call_context ctx) override;
+    asio::awaitable<tools::tool_output> execute(std::string arguments,
+                                                 tools::tool_call_context ctx) override;
 
   private:
     nats::connection& nc_;
@@ -91,8 +91,8 @@ class nats_tool final : public worker::tool {
 
 // Registers a nats_tool for each service. Throws std::invalid_argument when a name is taken
 // (a built-in's).
-void add_tool_services(worker::tool_registry& r, nats::connection& nc,
+void add_tool_services(tools::tool_registry& r, nats::connection& nc,
                        const std::vector<tool_service>& services,
                        const protocol::subject_layout& subjects);
 
-}  // namespace wuhu::broker
+}  // namespace wuhu::tools

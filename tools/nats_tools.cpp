@@ -1,4 +1,4 @@
-#include "broker/tool_services.hpp"
+#include "tools/nats_tools.hpp"
 
 #include "protocol/subjects.hpp"
 #include "session/ids.hpp"
@@ -16,7 +16,7 @@
 #include <set>
 #include <stdexcept>
 
-namespace wuhu::broker {
+namespace wuhu::tools {
 
 namespace json = boost::json;
 using namespace boost::asio::experimental::awaitable_operators;
@@ -159,7 +159,7 @@ asio::awaitable<std::optional<nats::reply>> next_answer(
 }
 
 // The service's answer as the tool's output.
-worker::tool_output output_of(const std::string& name, const std::string& data) {
+tools::tool_output output_of(const std::string& name, const std::string& data) {
     boost::system::error_code ec;
     auto v = json::parse(data, ec);
     const json::object* o = !ec && v.is_object() ? &v.as_object() : nullptr;
@@ -212,8 +212,8 @@ nats_tool::nats_tool(nats::connection& nc, tool_service service,
                      protocol::subject_layout subjects)
     : nc_(nc), service_(std::move(service)), subjects_(std::move(subjects)) {}
 
-asio::awaitable<worker::tool_output> nats_tool::execute(std::string arguments,
-                                                       worker::tool_call_context ctx) {
+asio::awaitable<tools::tool_output> nats_tool::execute(std::string arguments,
+                                                       tools::tool_call_context ctx) {
     using steady = std::chrono::steady_clock;
     auto& clk = ctx.services.time();
     const std::string& name = service_.spec.name;
@@ -227,7 +227,7 @@ asio::awaitable<worker::tool_output> nats_tool::execute(std::string arguments,
     const auto subject = service_.subject.empty() ? subjects_.tool(ctx.session, name).value()
                                                   : service_.subject;
     auto failed = [&](const std::string& why) {
-        return worker::tool_output{"the service of tool " + name + " on " + subject + ": " + why,
+        return tools::tool_output{"the service of tool " + name + " on " + subject + ": " + why,
                                    true};
     };
     auto a = std::make_shared<answers>(co_await asio::this_coro::executor);
@@ -286,7 +286,7 @@ asio::awaitable<worker::tool_output> nats_tool::execute(std::string arguments,
                      std::to_string(attempt) + " attempts; the last: " + last_failure + ")");
 }
 
-void add_tool_services(worker::tool_registry& r, nats::connection& nc,
+void add_tool_services(tools::tool_registry& r, nats::connection& nc,
                        const std::vector<tool_service>& services,
                        const protocol::subject_layout& subjects) {
     for (const auto& s : services) {
@@ -297,4 +297,4 @@ void add_tool_services(worker::tool_registry& r, nats::connection& nc,
     }
 }
 
-}  // namespace wuhu::broker
+}  // namespace wuhu::tools

@@ -1,13 +1,16 @@
-#include "worker/tools.hpp"
+#include "tools/tools.hpp"
 
 #include "session/codec.hpp"
 #include "session/json_reader.hpp"
 #include "session/text.hpp"
+#include "tools/json_schema.hpp"
+
+#include <boost/json/parse.hpp>
 
 #include <algorithm>
 #include <cstdio>
 
-namespace wuhu::worker {
+namespace wuhu::tools {
 
 namespace json = boost::json;
 
@@ -36,6 +39,39 @@ std::vector<session::tool_spec> tool_registry::specs(
         }
     }
     return out;
+}
+
+namespace {
+
+// Arguments that are not JSON, or that the tool's schema refuses: why.
+std::optional<std::string> invalid_arguments(const tool& t, const std::string& args) {
+    boost::system::error_code ec;
+    const auto value = json::parse(args, ec);
+    if (ec) {
+        return "invalid arguments: not JSON (" + ec.message() + ")";
+    }
+    const auto schema = json::parse(t.spec().schema, ec);
+    if (ec) {
+        return std::nullopt;  // a tool without a usable schema takes what it is given
+    }
+    if (auto why = schema_violation(value, schema)) {
+        return "invalid arguments: " + *why;
+    }
+    return std::nullopt;
+}
+
+}  // namespace
+
+asio::awaitable<tool_output> call(tool& t, std::string arguments, tool_call_context ctx) {
+    if (auto why = invalid_arguments(t, arguments)) {
+        co_return tool_output{std::move(*why), true};
+    }
+    try {
+        tool_output out = co_await t.execute(std::move(arguments), ctx);
+        co_return out;
+    } catch (const std::exception& e) {
+        co_return tool_output{std::string("tool failed: ") + e.what(), true};
+    }
 }
 
 namespace {
@@ -188,4 +224,4 @@ void add_builtin_tools(tool_registry& r) {
     r.add(std::make_shared<schedule_callback_tool>());
 }
 
-}  // namespace wuhu::worker
+}  // namespace wuhu::tools

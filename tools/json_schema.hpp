@@ -19,11 +19,11 @@
 #include <optional>
 #include <string>
 
-namespace wuhu::worker {
+namespace wuhu::tools {
 
 // Why `v` does not satisfy `schema` ("at /city: expected a string, got a number"), or
 // nullopt when it does.
 std::optional<std::string> schema_violation(const boost::json::value& v,
                                             const boost::json::value& schema);
 
-}  // namespace wuhu::worker
+}  // namespace wuhu::tools

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-namespace wuhu::worker {
+namespace wuhu::tools {
 
 namespace asio = boost::asio;
 
@@ -67,8 +67,14 @@ class tool_registry {
     std::map<std::string, std::shared_ptr<tool>> tools_;
 };
 
+// Calls `t` with `arguments`, the one way a tool is called: arguments that are not JSON, or
+// that the tool's schema refuses (tools/json_schema.hpp), never reach the tool, and a tool that
+// throws; each gives an error result saying why (the model may try again). Timeouts and aborts
+// are the caller's (worker/tool_runner.hpp).
+asio::awaitable<tool_output> call(tool& t, std::string arguments, tool_call_context ctx);
+
 // echo {text} -> text; clock {} -> the current UTC time; sleep {ms} -> sleeps;
 // schedule_callback {delay_ms, content} -> a durable timer that later enters the system lane.
 void add_builtin_tools(tool_registry& r);
 
-}  // namespace wuhu::worker
+}  // namespace wuhu::tools

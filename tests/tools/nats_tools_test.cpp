@@ -1,6 +1,6 @@
-// The tools file (broker/tool_services.hpp): what it accepts, and a message naming the field
+// The tools file (tools/nats_tools.hpp): what it accepts, and a message naming the field
 // for what it does not.
-#include "broker/tool_services.hpp"
+#include "tools/nats_tools.hpp"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@ namespace wuhu::testing {
 using std::chrono::milliseconds;
 
 TEST(ToolsFile, ReadsEveryFieldAndFillsTheDefaults) {
-    auto tools = broker::parse_tools(R"({"tools": {
+    auto tools = tools::parse_tools(R"({"tools": {
         "get_weather": {"description": "The weather now",
                         "schema": {"type": "object", "required": ["city"],
                                    "properties": {"city": {"type": "string"}}},
@@ -37,12 +37,12 @@ TEST(ToolsFile, ReadsEveryFieldAndFillsTheDefaults) {
 }
 
 TEST(ToolsFile, TheDefaultSubjectIsThePrefixsToolsSubject) {
-    auto tools = broker::parse_tools(
+    auto tools = tools::parse_tools(
         R"({"tools": {"lookup": {"description": "d", "schema": {"type": "object"}},
                       "other": {"description": "d", "schema": {"type": "object"}, "subject": "x.y"}}})");
     ASSERT_TRUE(tools) << tools.error();
-    EXPECT_EQ(broker::subject_of((*tools)[0], protocol::subject_layout("acme.wuhu")), "acme.wuhu.tools.lookup");
-    EXPECT_EQ(broker::subject_of((*tools)[1], protocol::subject_layout("acme.wuhu")), "x.y");
+    EXPECT_EQ(tools::subject_of((*tools)[0], protocol::subject_layout("acme.wuhu")), "acme.wuhu.tools.lookup");
+    EXPECT_EQ(tools::subject_of((*tools)[1], protocol::subject_layout("acme.wuhu")), "x.y");
 }
 
 TEST(ToolsFile, BadFilesAreRefusedWithTheFieldNamed) {
@@ -83,7 +83,7 @@ TEST(ToolsFile, BadFilesAreRefusedWithTheFieldNamed) {
          "\"attempt_timeout_ms\" is for idempotent tools"},
     };
     for (const auto& [file, says] : cases) {
-        auto r = broker::parse_tools(file);
+        auto r = tools::parse_tools(file);
         ASSERT_FALSE(r) << file;
         EXPECT_NE(r.error().find(says), std::string::npos) << file << " -> " << r.error();
     }
