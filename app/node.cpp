@@ -5,19 +5,13 @@
 
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
-#include <malloc.h>
-
 #include <algorithm>
-#include <map>
-#include <random>
 
 namespace wuhu::app {
 
@@ -128,7 +122,7 @@ node::node(storage::session_store& store, ownership::lease_store& leases, nats::
                 break;
             case ownership::lease_event::released:
                 metrics_.lease_event("released");
-                if (!passivating_) {
+                if (!passivation_ || !passivation_->releasing()) {
                     log_->info("lease of session {} released (epoch {})", l.id.str(),
                                l.epoch.value);
                 }
@@ -161,21 +155,46 @@ node::node(storage::session_store& store, ownership::lease_store& leases, nats::
     if (options_.sweep_interval.count() == 0) {
         options_.sweep_interval = options_.lease.ttl / 2;
     }
-    // Each background coroutine holds its gate's pass until it returns (the stop awaits them).
-    auto owned = [](runtime::work_gate& g) {
-        return [pass = std::make_shared<runtime::work_gate::pass>(g.enter())](
-                   const std::exception_ptr&) { auto left = std::move(*pass); };
-    };
-    asio::co_spawn(io_, keep_leases(this),
-                   asio::bind_cancellation_slot(stop_renewal_.slot(), owned(renewing_)));
-    asio::co_spawn(io_, sweep(this),
-                   asio::bind_cancellation_slot(stop_sweep_.slot(), owned(busy_)));
-    if (options_.passivate_after.count() > 0 || options_.max_loaded_sessions > 0) {
-        asio::co_spawn(io_, passivate(this),
-                       asio::bind_cancellation_slot(stop_passivation_.slot(), owned(busy_)));
+    // Each job holds its gate's pass until it returns (the stop awaits them).
+    renewal_.emplace(io_.get_executor(), keeper_, leases_, log_,
+                     [this](std::size_t held) { metrics_.lease_event("renewed", held); });
+    asio::co_spawn(io_, renewal_->run(renewing_.enter()),
+                   asio::bind_cancellation_slot(stop_renewal_.slot(), ended("lease renewal")));
+    sweep_.emplace(recovery_sweep::settings{options_.sweep_interval, options_.sweep_batch},
+                   *registry_, keeper_, leases_, metrics_, clock_, log_, stopping_);
+    asio::co_spawn(io_, sweep_->run(busy_.enter()),
+                   asio::bind_cancellation_slot(stop_sweep_.slot(), ended("the sweep")));
+    const passivation::settings passivating{options_.passivate_after,
+                                            options_.max_loaded_sessions,
+                                            options_.passivate_batch, options_.sweep_interval};
+    if (passivation::wanted(passivating)) {
+        passivation_.emplace(passivating, *registry_, leases_, clock_, log_, stopping_);
+        asio::co_spawn(io_, passivation_->run(busy_.enter()),
+                       asio::bind_cancellation_slot(stop_passivation_.slot(),
+                                                    ended("passivation")));
     }
-    asio::co_spawn(io_, watch(this),
-                   asio::bind_cancellation_slot(stop_watch_.slot(), owned(busy_)));
+    watchdog_.emplace(*registry_, options_.loop, log_, stopping_);
+    asio::co_spawn(io_, watchdog_->run(busy_.enter()),
+                   asio::bind_cancellation_slot(stop_watch_.slot(), ended("the watchdog")));
+}
+
+// The completion of a job the node started: its pass went with its frame; an exception other
+// than the stop's cancellation is logged (that job is over; the worker goes on).
+std::function<void(std::exception_ptr)> node::ended(const char* job) {
+    return [log = log_, job](const std::exception_ptr& e) {
+        if (!e) {
+            return;
+        }
+        try {
+            std::rethrow_exception(e);
+        } catch (const boost::system::system_error& x) {
+            if (x.code() != asio::error::operation_aborted) {
+                log->error("{} ended: {}", job, x.what());
+            }
+        } catch (const std::exception& x) {
+            log->error("{} ended: {}", job, x.what());
+        }
+    };
 }
 
 node::~node() {
@@ -190,7 +209,8 @@ node::~node() {
 void node::run() {
     // What the executor publishes is sent once it has run what is ready, in one send().
     asio::post(io_, [this] {
-        nats_.batch_sends_here([this](std::function<void()> send) { asio::post(io_, std::move(send)); });
+        nats_.batch_sends_here(
+            [this](std::function<void()> send) { asio::post(io_, std::move(send)); });
     });
     struct unbatch {
         nats::connection& nats;
@@ -215,7 +235,7 @@ void node::stop() {
         stop_passivation_.emit(asio::cancellation_type::terminal);
         stop_watch_.emit(asio::cancellation_type::terminal);
         registry_->stop();  // every session loop is cancelled
-        asio::co_spawn(io_, drain(this), asio::detached);
+        asio::co_spawn(io_, drain(), ended("the drain"));
     });
 }
 
@@ -232,7 +252,7 @@ worker::session_registry::event_forwarder node::served_only(
                 overdue_ = true;
                 asio::post(io_, [this] {
                     overdue_ = false;
-                    lease_timer_.cancel();  // the lease keeper's turn now
+                    renewal_->hasten();  // the lease keeper's turn now
                 });
             }
             return;
@@ -246,209 +266,13 @@ worker::session_registry::event_forwarder node::served_only(
     };
 }
 
-// Renews this worker's leases every renew interval, and gives up those past their deadline
-// (when a renewal failed, or the worker was frozen) at that deadline, not at the next renewal:
-// the keeper's listener unloads each lost session at once.
-asio::awaitable<void> node::keep_leases(node* self) {
-    auto& timer = self->lease_timer_;
-    bool failing = false;
-    auto next_renewal = std::chrono::steady_clock::now() + self->keeper_.settings().renew_interval;
-    for (;;) {
-        auto wake = next_renewal;
-        if (auto deadline = self->keeper_.next_deadline(); deadline && *deadline < wake) {
-            wake = *deadline;
-        }
-        timer.expires_at(wake);
-        boost::system::error_code ec;
-        co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-        if ((co_await asio::this_coro::cancellation_state).cancelled() !=
-            asio::cancellation_type::none) {
-            co_return;
-        }
-        if (std::chrono::steady_clock::now() < next_renewal) {
-            self->keeper_.expire_overdue();
-            continue;
-        }
-        next_renewal = std::chrono::steady_clock::now() + self->keeper_.settings().renew_interval;
-        auto renewing = self->leases_.renew();
-        auto renewed = co_await std::move(renewing);
-        if (!renewed && !failing) {
-            self->log_->error(
-                "lease renewal failed: {}; sessions are unloaded as their leases "
-                "run out",
-                renewed.error().message());
-        } else if (renewed && failing) {
-            self->log_->info("lease renewal works again");
-        }
-        if (renewed) {
-            self->metrics_.lease_event("renewed", self->keeper_.held());
-        }
-        failing = !renewed;
-    }
-}
-
-// One round at a time; the stop cancels it and waits for it (it may be loading a session).
-// Each round claims at most sweep_batch sessions in one lease-store transaction, from the
-// candidates in an order of this worker's own: workers sweeping at once share the orphans out
-// (on PostgreSQL, rows another worker is claiming are skipped), and 10,000 orphans after a
-// crash are taken up at a bounded rate, not all at once.
-asio::awaitable<void> node::sweep(node* self) {
-    asio::steady_timer timer(co_await asio::this_coro::executor);
-    std::mt19937_64 rng{std::random_device{}()};
-    for (;;) {
-        timer.expires_after(self->options_.sweep_interval);
-        co_await timer.async_wait(asio::use_awaitable);
-        if (self->stopping_) {
-            co_return;
-        }
-        // A timer due within two rounds is loaded now (rounds are a little more than an
-        // interval apart), so that it fires on time; passivation keeps the same horizon.
-        storage::catalog_query due;
-        due.needing_owner_by = session::unix_ms{self->clock_.now().value +
-                                                2 * self->options_.sweep_interval.count()};
-        auto listing = self->registry_->catalog(std::move(due));
-        auto candidates = co_await std::move(listing);
-        if (!candidates) {
-            continue;  // the store is away (its watcher logs it)
-        }
-        // This worker's but not loaded (its loop failed, or a request that took the lease
-        // could not load it): this sweep's to load. The others: claimed if no live lease
-        // holds them (the claim skips those another worker owns).
-        std::vector<std::pair<storage::catalog_entry, session::lease_epoch>> recovering;
-        std::vector<session::session_id> orphans;
-        std::map<std::string, storage::catalog_entry> why;
-        std::size_t needing = 0;  // not loaded here
-        for (const auto& c : *candidates) {
-            if (self->registry_->contains(c.id)) {
-                continue;
-            }
-            ++needing;
-            if (auto held = self->keeper_.epoch_of(c.id)) {
-                if (recovering.size() < self->options_.sweep_batch) {
-                    recovering.emplace_back(c, *held);
-                }
-            } else {
-                orphans.push_back(c.id);
-                why.emplace(c.id.str(), c);
-            }
-        }
-        std::shuffle(orphans.begin(), orphans.end(), rng);
-        // Timers first: they have a time to keep, work can wait a round.
-        std::stable_partition(orphans.begin(), orphans.end(), [&](const session::session_id& id) {
-            return !why.at(id.str()).summary.has_work;
-        });
-        if (recovering.size() < self->options_.sweep_batch && !orphans.empty()) {
-            const std::size_t room = self->options_.sweep_batch - recovering.size();
-            auto claiming = self->leases_.claim(std::move(orphans), room);
-            auto claimed = co_await std::move(claiming);
-            if (claimed) {
-                for (const auto& l : *claimed) {
-                    recovering.emplace_back(why.at(l.id.str()), l.epoch);
-                }
-                self->metrics_.without_owner(claimed->size());
-            }  // else the lease store is away: the leases' own callers log it
-        } else if (orphans.empty()) {
-            self->metrics_.without_owner(0);
-        }
-        if (!recovering.empty()) {
-            self->log_->info(
-                "sweep: recovering {} sessions (at most {} a round) of {} that need an owner or "
-                "a load",
-                recovering.size(), self->options_.sweep_batch, needing);
-        }
-        for (const auto& [c, epoch] : recovering) {
-            if (self->stopping_) {
-                co_return;  // the stop releases what this round took
-            }
-            auto getting = self->registry_->get(c.id, epoch, storage::open_mode::existing);
-            auto loop = co_await std::move(getting);
-            if (!loop) {
-                if (loop.error() != storage::errc::not_found) {
-                    self->log_->warn("could not recover session {}: {}", c.id.str(),
-                                     loop.error().message());
-                }
-                self->leases_.release(c.id, epoch);  // another worker may do better
-                continue;
-            }
-            self->metrics_.recovery();
-            if (c.summary.has_work) {
-                self->log_->info("recovered session {} (epoch {}): it has work to do", c.id.str(),
-                                 epoch.value);
-            } else {
-                self->log_->info("recovered session {} (epoch {}): its timer is due in {} ms",
-                                 c.id.str(), epoch.value,
-                                 c.summary.next_timer.value_or(session::unix_ms{0}).value -
-                                     self->clock_.now().value);
-            }
-        }
-    }
-}
-
-// Unloads idle sessions unused for passivate_after, and the least recently used idle ones past
-// max_loaded_sessions, releasing their leases (the next request loads them again, here or
-// elsewhere). One log line per round.
-asio::awaitable<void> node::passivate(node* self) {
-    using std::chrono::milliseconds;
-    const auto& o = self->options_;
-    const auto tick = o.passivate_after.count() > 0
-                          ? std::clamp(o.passivate_after / 4, milliseconds(50), milliseconds(1000))
-                          : milliseconds(1000);
-    asio::steady_timer timer(co_await asio::this_coro::executor);
-    std::size_t trimmed_at = 0;  // registry_->freed() at the last trim
-    for (;;) {
-        timer.expires_after(tick);
-        co_await timer.async_wait(asio::use_awaitable);
-        if (self->stopping_) {
-            co_return;
-        }
-        const auto now = std::chrono::steady_clock::now();
-        const std::size_t loaded = self->registry_->size();
-        std::size_t over = o.max_loaded_sessions > 0 && loaded > o.max_loaded_sessions
-                               ? loaded - o.max_loaded_sessions
-                               : 0;
-        // Least recently used first: those idle long enough, then more of the idle ones while
-        // the worker holds too many.
-        // A session whose timer is due within two sweep rounds stays; a later one is loaded
-        // again by the sweep one round before it is due.
-        const session::unix_ms keep_timers_until{self->clock_.now().value +
-                                                 2 * o.sweep_interval.count()};
-        auto idle = self->registry_->passivable(now, keep_timers_until);
-        std::size_t n = 0;
-        self->passivating_ = true;
-        for (const auto& [id, used] : idle) {
-            if (n == o.passivate_batch) {
-                break;
-            }
-            const bool stale = o.passivate_after.count() > 0 && used <= now - o.passivate_after;
-            if (!stale && over == 0) {
-                break;  // the rest were used more recently still
-            }
-            self->registry_->unload(id);
-            self->leases_.release(id);
-            over -= over > 0 ? 1 : 0;
-            ++n;
-        }
-        self->passivating_ = false;
-        if (n > 0) {
-            self->log_->info("passivated {} idle sessions; {} loaded", n, self->registry_->size());
-        }
-        // glibc keeps the memory of freed sessions for later allocations, mostly in the store
-        // threads' heaps where their files were opened and closed. Once sessions have been
-        // freed since the last round, the free pages go back to the system, so that resident
-        // memory follows the sessions loaded rather than the most ever loaded.
-        if (const auto freed = self->registry_->freed(); freed != trimmed_at) {
-            malloc_trim(0);
-            trimmed_at = freed;
-        }
-    }
-}
-
 // Waits until the session loops have returned and every request taken has been answered,
 // then releases the leases and lets run() return. Lease renewal goes on while it waits. After
 // drain_timeout the leases are released anyway, so other workers take the sessions over (the
 // new epochs fence out whatever still runs here), and the wait goes on: the executor never
 // stops with a coroutine still suspended on it, whose frame would outlive what it refers to.
-asio::awaitable<void> node::drain(node* self) {
+asio::awaitable<void> node::drain() {
+    node* self = this;
     using clock = std::chrono::steady_clock;
     auto settling = self->busy_.emptied(clock::now() + self->options_.drain_timeout);
     const bool late = !co_await std::move(settling);

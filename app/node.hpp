@@ -6,8 +6,8 @@
 // Threads: run() runs the worker's io_context on the calling thread (sessions, requests, the
 // timers of lease renewal, the sweep and passivation); store IO runs on `store_threads` threads
 // of its own, and lease-store IO on one strand of them (ownership/lease_desk.hpp), so no store or
-// lease round trip blocks the sessions being served; stop() may be called from any thread. The store, the lease store and the NATS connection belong to the caller and must
-// outlive the node.
+// lease round trip blocks the sessions being served; stop() may be called from any thread. The
+// store, the lease store and the NATS connection belong to the caller and must outlive the node.
 //
 // Stopping: stop taking requests from the queue group (drain: the queue group sends new ones
 // to the other workers, and those already received are still handled), cancel every session
@@ -20,13 +20,11 @@
 // session loop, subscription drain, sweep and passivation holds a pass of one gate, and the
 // lease keeper one of another: the stop awaits them (no polling).
 //
-// Passivation: idle sessions unused for a while are unloaded and their leases released, and
-// the least recently used idle ones when more than `max_loaded_sessions` are loaded; the next
-// request (or the sweep, once they have work or a timer coming due) loads them again.
-//
-// Recovery: every `sweep_interval`, the node claims sessions that need an owner (work to do,
-// or a timer due within two intervals) and have no live lease, and loads them; their loops resume by the normal
-// sequence (the only recovery path). Several workers may sweep at once: the lease decides.
+// Background jobs, each a small class whose run() holds a pass of the node's gate until it
+// returns: lease renewal (ownership/renewal.hpp), the recovery sweep (app/recovery_sweep.hpp),
+// passivation (app/passivation.hpp) and the watchdog of stuck sessions (app/watchdog.hpp). The
+// node builds them, starts them and stops them; nothing it starts is detached (an exception that
+// ends one is logged).
 //
 // Logs: every lease acquired, taken over, lost or released (but passivations: one line per
 // round), with its epoch; each sweep round that recovers sessions, and every session it
@@ -34,14 +32,18 @@
 // coming back (once each per outage).
 #pragma once
 
+#include "app/passivation.hpp"
+#include "app/recovery_sweep.hpp"
+#include "app/watchdog.hpp"
 #include "broker/server.hpp"
-#include "tools/nats_tools.hpp"
 #include "metrics/http_endpoint.hpp"
 #include "metrics/metrics.hpp"
 #include "ownership/lease_desk.hpp"
+#include "ownership/renewal.hpp"
 #include "providers/providers_config.hpp"
 #include "runtime/clock.hpp"
 #include "storage/watched_store.hpp"
+#include "tools/nats_tools.hpp"
 
 #include <spdlog/logger.h>
 #include <boost/asio/cancellation_signal.hpp>
@@ -88,8 +90,9 @@ struct node_options {
     // The tools file's tools, served over NATS (tools/nats_tools.hpp).
     std::vector<tools::tool_service> tool_services;
     // Where /metrics, /healthz and /readyz are served ("host:port"; port 0: a free one);
-    // empty: nowhere, and no metric is recorded. Throws std::runtime_error when it cannot listen there, unless
-    // `metrics_addr_is_default`: then a free port of that host is used (and logged).
+    // empty: nowhere, and no metric is recorded. Throws std::runtime_error when it cannot
+    // listen there, unless `metrics_addr_is_default`: then a free port of that host is used (and
+    // logged).
     std::string metrics_addr;
     bool metrics_addr_is_default = false;
     // Connections the metrics port holds open at once (one past it is closed unread).
@@ -136,30 +139,15 @@ class node {
     std::string scrape();
     bool turning(std::chrono::milliseconds within);
     std::optional<std::string> unready();
-    static asio::awaitable<void> keep_leases(node* self);
-    static asio::awaitable<void> sweep(node* self);
-    static asio::awaitable<void> passivate(node* self);
-    // Every second: logs each session that has just been stuck in one loop state for longer
-    // than that state's timeout (the gauge counts them at each scrape).
-    static asio::awaitable<void> watch(node* self);
-    std::size_t stuck(bool log_new);
-    static asio::awaitable<void> drain(node* self);
+    // Waits for the loops and requests, releases the leases, and ends run() (see above).
+    asio::awaitable<void> drain();
+    // The completion of a job the node starts.
+    std::function<void(std::exception_ptr)> ended(const char* job);
 
     node_options options_;
     nats::connection& nats_;
     std::shared_ptr<spdlog::logger> log_;
     metrics::worker_metrics metrics_;
-    // What the metrics time, per session (executor only): its loop state and since when, when
-    // its inference and its tool call began. Updated in place (a session's record is made
-    // once, not once a turn); the records of sessions no longer loaded go at the next watch.
-    struct timing {
-        session::loop_state state = session::loop_state::idle;
-        std::chrono::steady_clock::time_point since, inferring;
-        bool stuck_logged = false;
-        std::uint64_t seen = 0;  // the watch round that last found the session loaded
-    };
-    std::map<std::string, timing, std::less<>> timings_;
-    std::uint64_t watch_round_ = 0;
     std::size_t publish_failures_seen_ = 0;  // the server's count at the last scrape
     std::size_t rerouted_seen_ = 0;          // the server's rerouted() at the last scrape
     std::size_t index_failures_seen_ = 0;    // the store's count at the last scrape
@@ -182,14 +170,17 @@ class node {
     std::map<std::string, std::unique_ptr<providers::provider>> endpoint_owners_;
     std::map<std::string, providers::provider*> endpoints_;
     std::unique_ptr<worker::session_registry> registry_;
-    asio::steady_timer lease_timer_{io_};  // the lease keeper's next turn
-    bool overdue_ = false;                  // an event met an overdue lease: a turn is asked
+    // The background jobs (after what they use).
+    std::optional<ownership::renewal> renewal_;
+    bool overdue_ = false;  // an event met an overdue lease: the renewal's turn is asked
+    std::optional<recovery_sweep> sweep_;
+    std::optional<passivation> passivation_;
+    std::optional<watchdog> watchdog_;
     asio::cancellation_signal stop_renewal_;
     asio::cancellation_signal stop_sweep_;
     asio::cancellation_signal stop_passivation_;
     asio::cancellation_signal stop_watch_;
-    bool stopping_ = false;     // executor only
-    bool passivating_ = false;  // lease releases are passivations (logged in one line)
+    bool stopping_ = false;  // executor only
     std::atomic<bool> stop_asked_{false};  // /readyz: not ready once the stop began
     // Last: destroyed first, while everything it reads is still there.
     std::unique_ptr<metrics::http_endpoint> http_;

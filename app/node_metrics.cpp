@@ -1,11 +1,8 @@
 // The node's metrics (app/node.hpp): what the loop events tell them, the gauges at each
-// scrape, the watchdog of stuck sessions, and the answers of /metrics, /healthz and /readyz.
+// scrape, and the answers of /metrics, /healthz and /readyz.
 #include "app/node.hpp"
 
 #include <boost/asio/post.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <boost/asio/this_coro.hpp>
-#include <boost/asio/use_awaitable.hpp>
 
 #include <future>
 
@@ -13,33 +10,13 @@ namespace wuhu::app {
 
 worker::session_registry::event_forwarder node::measured(
     worker::session_registry::event_forwarder publish) {
-    using steady = std::chrono::steady_clock;
-    auto seconds_since = [](steady::time_point t) {
-        return std::chrono::duration<double>(steady::now() - t).count();
-    };
-    return [this, seconds_since, publish = std::move(publish)](const session::session_id& sid,
-                                                               const worker::loop_event& e) {
-        auto timed = [&]() -> timing& {
-            auto it = timings_.find(sid.str());
-            if (it == timings_.end()) {
-                it = timings_.emplace(sid.str(), timing{}).first;
-            }
-            return it->second;
-        };
+    return [this, publish = std::move(publish)](const session::session_id& sid,
+                                                const worker::loop_event& e) {
+        if (const auto took = watchdog_->observe(sid, e)) {
+            metrics_.inference(*took);
+        }
         if (const auto* s = std::get_if<worker::state_event>(&e)) {
             metrics_.transition(s->from, s->to);
-            auto& t = timed();
-            t.state = s->to;
-            t.since = steady::now();
-            t.stuck_logged = false;
-        } else if (std::holds_alternative<worker::stream_began_event>(e)) {
-            timed().inferring = steady::now();
-        } else if (std::holds_alternative<worker::stream_ended_event>(e)) {
-            auto& t = timed();
-            if (t.inferring != steady::time_point{}) {
-                metrics_.inference(seconds_since(t.inferring));
-                t.inferring = {};
-            }
         } else if (const auto* ran = std::get_if<worker::tool_ran_event>(&e)) {
             // Measured by the runner around the call itself (fused commits start every call
             // of a response at once: the commits do not tell when each ran).
@@ -77,53 +54,8 @@ metrics::snapshot node::take_snapshot() {
         return true;
     });
     s.leases_held = keeper_.held();
-    s.stuck = stuck(false);
+    s.stuck = watchdog_->stuck(false);
     return s;
-}
-
-std::size_t node::stuck(bool log_new) {
-    const auto now = std::chrono::steady_clock::now();
-    const auto& o = options_.loop;
-    const std::uint64_t round = ++watch_round_;
-    std::size_t n = 0;
-    registry_->each([&](const worker::agent_loop& loop) {
-        auto it = timings_.find(loop.id().str());
-        if (it == timings_.end()) {
-            return true;  // idle since it was loaded
-        }
-        auto& t = it->second;
-        t.seen = round;
-        const auto limit = t.state == session::loop_state::executing_tools ? o.tool_timeout
-                           : t.state == session::loop_state::compacting    ? o.summary.total
-                                                                           : o.inference.total;
-        if (t.state != session::loop_state::idle && limit.count() > 0 && now - t.since > limit) {
-            ++n;
-            if (log_new && !t.stuck_logged) {
-                t.stuck_logged = true;
-                log_->warn(
-                    "session {} has been {} for {} s, longer than its timeout ({} s): abort "
-                    "frees it",
-                    it->first, session::loop_state_name(t.state),
-                    std::chrono::duration_cast<std::chrono::seconds>(now - t.since).count(),
-                    std::chrono::duration_cast<std::chrono::seconds>(limit).count());
-            }
-        }
-        return true;
-    });
-    std::erase_if(timings_, [round](const auto& kv) { return kv.second.seen != round; });
-    return n;
-}
-
-asio::awaitable<void> node::watch(node* self) {
-    asio::steady_timer timer(co_await asio::this_coro::executor);
-    for (;;) {
-        timer.expires_after(std::chrono::seconds(1));
-        co_await timer.async_wait(asio::use_awaitable);
-        if (self->stopping_) {
-            co_return;
-        }
-        self->stuck(true);
-    }
 }
 
 // On the endpoint's thread: the gauges come from the executor (at most a second old: a

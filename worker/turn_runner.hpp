@@ -8,9 +8,9 @@
 #pragma once
 
 #include "providers/provider.hpp"
+#include "tools/tools.hpp"
 #include "worker/events.hpp"
 #include "worker/loop_options.hpp"
-#include "tools/tools.hpp"
 #include "worker/writer.hpp"
 
 #include <memory>

@@ -2,8 +2,8 @@
 // starts it): a call is a request with the session, the call and the deadline in its headers;
 // no responders and no answer give error results at once; an idempotent call is tried again
 // within its timeout; an abort withdraws the request.
-#include "tools/nats_tools.hpp"
 #include "tests/support/env.hpp"
+#include "tools/nats_tools.hpp"
 
 #include <gtest/gtest.h>
 #include <boost/asio/bind_cancellation_slot.hpp>

@@ -3,8 +3,8 @@
 #include "storage/memory_store.hpp"
 #include "tests/providers/local_endpoint.hpp"
 #include "tests/support/builders.hpp"
-#include "worker/agent_loop.hpp"
 #include "tools/tools.hpp"
+#include "worker/agent_loop.hpp"
 
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/co_spawn.hpp>

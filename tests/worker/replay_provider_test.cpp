@@ -7,8 +7,8 @@
 #include "tests/providers/provider_streams.hpp"
 #include "tests/support/builders.hpp"
 #include "tests/support/temp_dir.hpp"
-#include "worker/agent_loop.hpp"
 #include "tools/tools.hpp"
+#include "worker/agent_loop.hpp"
 
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/co_spawn.hpp>
