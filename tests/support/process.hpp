@@ -159,24 +159,27 @@ inline int free_port() {
 }
 
 // A nats-server of the test's own on 127.0.0.1:port (so that the test can stop and restart
-// it), with extra arguments (authentication), or -1 if it did not come up.
-inline pid_t spawn_nats(int port, std::vector<std::string> extra = {}) {
+// it), with extra arguments (authentication), logging to `log`; or -1 if it did not come up.
+// Up means this very process says so in its log ("Server is ready"): something else that
+// listens on the port (another test's server that took the same free port first, while this
+// one exits with "address already in use") is not this server, and a test that talked to it
+// would fail for nothing it did.
+inline pid_t spawn_nats(int port, std::vector<std::string> extra, const std::filesystem::path& log) {
     std::vector<std::string> args{"-a", "127.0.0.1", "-p", std::to_string(port)};
     args.insert(args.end(), extra.begin(), extra.end());
-    pid_t pid = spawn("nats-server", args, "/dev/null");
-    for (int i = 0; i < 100; ++i) {
-        int fd = socket(AF_INET, SOCK_STREAM, 0);
-        sockaddr_in addr{};
-        addr.sin_family = AF_INET;
-        addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        addr.sin_port = htons(static_cast<std::uint16_t>(port));
-        const bool up = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-        close(fd);
-        if (up) {
+    std::error_code ec;
+    const auto from = std::filesystem::exists(log) ? std::filesystem::file_size(log, ec) : 0;
+    pid_t pid = spawn("nats-server", args, log.string());
+    for (int i = 0; i < 200; ++i) {
+        std::ifstream f(log);
+        f.seekg(static_cast<std::streamoff>(from));
+        const std::string said((std::istreambuf_iterator<char>(f)),
+                               std::istreambuf_iterator<char>());
+        if (said.find("Server is ready") != std::string::npos) {
             return pid;
         }
         if (waitpid(pid, nullptr, WNOHANG) == pid) {
-            return -1;
+            return -1;  // it could not start (the port taken, a bad configuration)
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
@@ -193,18 +196,23 @@ inline pid_t spawn_nats(int port, std::vector<std::string> extra = {}) {
 class own_nats {
   public:
     explicit own_nats(std::vector<std::string> extra = {}, const std::string& config = "")
-        : port_(free_port()), extra_(std::move(extra)) {
+        : extra_(std::move(extra)) {
         if (!config.empty()) {
             std::ofstream(dir_.path() / "nats.conf") << config << "\n";
             extra_.insert(extra_.end(), {"-c", (dir_.path() / "nats.conf").string()});
         }
-        start();
+        // A free port may be taken by another test's server before this one binds it: then
+        // another free port.
+        for (int attempt = 0; attempt < 5 && !up(); ++attempt) {
+            port_ = free_port();
+            start();
+        }
     }
     ~own_nats() { stop(); }
     own_nats(const own_nats&) = delete;
 
     bool start() {
-        pid_ = port_ > 0 ? spawn_nats(port_, extra_) : -1;
+        pid_ = port_ > 0 ? spawn_nats(port_, extra_, dir_.path() / "nats.log") : -1;
         return up();
     }
     // SIGTERM; the exit status (-1: it did not exit within 10 s, and was killed).
