@@ -98,14 +98,14 @@ void admission::created(std::string_view tenant) {
 
 namespace s = wuhu::session;
 
-std::string server::refusal(s::errc why, std::optional<std::chrono::milliseconds> retry_after) {
+answer server::refusal(s::errc why, std::optional<std::chrono::milliseconds> retry_after) {
     if (options_.on_refused) {
         options_.on_refused(s::code_name(why));
     }
-    return protocol::error_reply(make_error_code(why), retry_after);
+    return answer::refused(make_error_code(why), retry_after);
 }
 
-asio::awaitable<std::optional<std::string>> server::admit_creation(
+asio::awaitable<std::optional<answer>> server::admit_creation(
     worker::session_registry& registry, const s::session_id& sid) {
     const auto& limits = admission_.limits();
     if (limits.new_sessions_per_second <= 0 && limits.max_sessions == 0) {
@@ -114,7 +114,7 @@ asio::awaitable<std::optional<std::string>> server::admit_creation(
     auto checking = registry.exists(sid);
     auto there = co_await std::move(checking);
     if (!there) {
-        co_return protocol::error_reply(there.error());
+        co_return answer::error(there.error());
     }
     if (*there) {
         co_return std::nullopt;  // not a new session
@@ -126,7 +126,7 @@ asio::awaitable<std::optional<std::string>> server::admit_creation(
         auto listing = registry.catalog(std::move(q));
         auto rows = co_await std::move(listing);
         if (!rows) {
-            co_return protocol::error_reply(rows.error());
+            co_return answer::error(rows.error());
         }
         admission_.counted(tenant, rows->size(), std::chrono::steady_clock::now());
     }
@@ -140,7 +140,7 @@ asio::awaitable<std::optional<std::string>> server::admit_creation(
     co_return std::nullopt;
 }
 
-std::optional<std::string> server::refused_settings(const protocol::request_body& body) const {
+std::optional<answer> server::refused_settings(const protocol::request_body& body) const {
     const auto* update = std::get_if<s::settings_update>(&body);
     if (update == nullptr) {
         return std::nullopt;
@@ -148,9 +148,8 @@ std::optional<std::string> server::refused_settings(const protocol::request_body
     if (update->model) {
         // The rule that routes a model to its endpoint judges it (providers/providers_config).
         if (auto why = providers::unservable_model(*update->model, options_.model_endpoints)) {
-            return protocol::error_reply(s::code_name(s::errc::invalid_settings),
-                                         "the model " + *update->model + " " + *why +
-                                             " (field: model)");
+            return answer::error(s::code_name(s::errc::invalid_settings),
+                                 "the model " + *update->model + " " + *why + " (field: model)");
         }
     }
     if (!update->tools) {
@@ -159,7 +158,7 @@ std::optional<std::string> server::refused_settings(const protocol::request_body
     for (std::size_t i = 0; i < update->tools->size(); ++i) {
         const auto& name = (*update->tools)[i];
         if (tools_.find(name, {}) == nullptr) {
-            return protocol::error_reply(
+            return answer::error(
                 s::code_name(s::errc::invalid_settings),
                 "no tool is named " + name + " (field: tools." + std::to_string(i) + ")");
         }

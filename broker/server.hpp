@@ -26,6 +26,7 @@
 
 #include "broker/admin.hpp"
 #include "broker/admission.hpp"
+#include "broker/answer.hpp"
 #include "broker/door.hpp"
 #include "broker/patch_batch.hpp"
 #include "nats/connection.hpp"
@@ -37,6 +38,7 @@
 
 #include <spdlog/logger.h>
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/thread_pool.hpp>
 
 #include <atomic>
@@ -141,10 +143,10 @@ class server {
     // Requests received and not answered yet (the worker drains them before it stops).
     std::size_t in_flight() const { return in_flight_.load(); }
 
-    // The reply messages to one request, in order (one, or the chunks of a large subscribe
-    // reply); none when the request was forwarded to the session's owner.
-    asio::awaitable<std::vector<std::string>> handle(worker::session_registry& registry,
-                                                     nats::message m);
+    // The answer to one request: its reply messages, in order (one, or the chunks of a large
+    // subscribe reply; none when the request was forwarded to the session's owner), and its
+    // outcome (routing.cpp).
+    asio::awaitable<answer> handle(worker::session_registry& registry, nats::message m);
 
     const server_options& options() const { return options_; }
     const protocol::subject_layout& subjects() const { return subjects_; }
@@ -181,17 +183,46 @@ class server {
     // own subjects: counted as a failure).
     std::string reply_target(const nats::message& m);
     // Answers a refusal of a bound (an error reply with its retry hint) and counts it.
-    std::string refusal(session::errc why, std::optional<std::chrono::milliseconds> retry_after);
+    answer refusal(session::errc why, std::optional<std::chrono::milliseconds> retry_after);
+
+    // The header that carries a forwarded request's reply subject.
+    static constexpr std::string_view reply_header = "Wuhu-Reply";
+    // The header that names the subject on which the owner acknowledges a forwarded request.
+    static constexpr std::string_view ack_header = "Wuhu-Ack";
 
   private:
+    // Where a request goes (routing.cpp): here under an epoch, to another owner, nowhere (a
+    // subscribe of a session nobody owns: read from the store, no lease taken), or an answer
+    // now (the lease store failed, the worker is stopping, the session does not exist and the
+    // request would not create it). The lease is taken for a request that creates the session,
+    // or that changes one that exists.
+    struct nobody {};
+    using route_to =
+        std::variant<ownership::keeper::here, ownership::keeper::elsewhere, nobody, answer>;
+    asio::awaitable<route_to> route(worker::session_registry& registry,
+                                    const protocol::request& req);
+    // The subscribe reply from the stored state of a session nobody owns.
+    asio::awaitable<answer> read_unowned(worker::session_registry& registry,
+                                         const protocol::request& req);
+    // Forwards `req` to its owner `to` and watches the acknowledgement: its answer (none to
+    // send: the owner answers), or nullopt when it must be routed again (`sent_to` then names
+    // that owner and epoch, never sent the request twice).
+    asio::awaitable<std::optional<answer>> forward(
+        const nats::message& m, const protocol::request& req, ownership::keeper::elsewhere to,
+        std::optional<ownership::keeper::elsewhere>& sent_to);
+    // Serves `req` here under `epoch`: its answer, or nullopt when it must be routed again (the
+    // store refused the epoch, or the loop was closed).
+    asio::awaitable<std::optional<answer>> serve_here(worker::session_registry& registry,
+                                                      const protocol::request& req,
+                                                      session::lease_epoch epoch);
     session::queue_item_id new_item_id();
     // A request of a session not loaded here that would create it: nullopt when the session
     // exists or its tenant may have one more (its token is taken), else the refusal.
-    asio::awaitable<std::optional<std::string>> admit_creation(worker::session_registry& registry,
-                                                               const session::session_id& sid);
+    asio::awaitable<std::optional<answer>> admit_creation(worker::session_registry& registry,
+                                                          const session::session_id& sid);
     // The refusal of a configure that names a tool this worker does not have, or a model
     // that names none of its endpoints.
-    std::optional<std::string> refused_settings(const protocol::request_body& body) const;
+    std::optional<answer> refused_settings(const protocol::request_body& body) const;
     // A page of a subscribe reply, copied from the loop's state now (on the executor); it is
     // serialized there when small, on the replies thread when large.
     struct subscribe_page {
@@ -203,22 +234,21 @@ class server {
         std::vector<std::string> replies(std::size_t max_reply_bytes) const;
     };
     // The subscribe reply's page from the loop's state now (or the error reply).
-    std::variant<subscribe_page, std::string> subscribe(worker::agent_loop& loop,
+    std::variant<subscribe_page, answer> subscribe(worker::agent_loop& loop,
                                                          const protocol::subscribe_request& req);
     // The page from a state read from the store, of a session nobody owns (idle; its status
     // stamped older than any an owner publishes).
-    std::variant<subscribe_page, std::string> subscribe(const session::session_state& st,
+    std::variant<subscribe_page, answer> subscribe(const session::session_state& st,
                                                         const protocol::subscribe_request& req);
     // The page from `st` with status `now` (and what `streaming` streams, if anything).
-    std::variant<subscribe_page, std::string> page_of(const session::session_state& st,
+    std::variant<subscribe_page, answer> page_of(const session::session_state& st,
                                                       const protocol::subscribe_request& req,
                                                       session::loop_state current,
                                                       const session::status& now,
                                                       const worker::inflight_message* streaming);
     // A page's replies (serialized here when small, on the replies thread when large), or the
     // error reply that came instead of a page.
-    asio::awaitable<std::vector<std::string>> serialize(
-        std::variant<subscribe_page, std::string> page_or_error);
+    asio::awaitable<answer> serialize(std::variant<subscribe_page, answer> page_or_error);
     std::string local_sessions(worker::session_registry& registry, const nats::message& m);
     // A page of the fleet view for a query whose sessions are named by their keys.
     std::string list_page(const protocol::sessions_query& q);
@@ -233,8 +263,16 @@ class server {
     // owner (nullopt: no answer in time, or not a page).
     std::map<std::string, std::optional<owner_page>> ask_owners(
         const std::vector<std::string>& owners, const std::vector<std::string>& bodies);
-    // A forward waiting for its owner's acknowledgement (server.cpp).
-    struct forward_wait;
+    // A forward waiting for its owner's acknowledgement.
+    struct forward_wait {
+        forward_wait(const asio::any_io_executor& ex, std::string to)
+            : wake(ex), owner(std::move(to)) {}
+        // Sleeps `d`, or until the acknowledgement (or the worker's stop) cancels the wait.
+        asio::awaitable<void> sleep(std::chrono::milliseconds d);
+        asio::steady_timer wake;  // executor only
+        const std::string owner;  // the worker the request was forwarded to
+        std::atomic<bool> acked{false};
+    };
     // Whether a forward of `sid` to `to` must be routed again: not acknowledged in time, and
     // the lease it was sent under expired or changed hands while it was watched (false: it
     // was acknowledged, the owner renewed its lease and lives, or the watch ran out).

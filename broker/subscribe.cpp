@@ -31,24 +31,24 @@ std::vector<std::string> server::subscribe_page::replies(std::size_t max_reply_b
                              max_reply_bytes);
 }
 
-std::variant<server::subscribe_page, std::string> server::subscribe(
+std::variant<server::subscribe_page, answer> server::subscribe(
     worker::agent_loop& loop, const protocol::subscribe_request& req) {
     const auto& m = loop.inflight();
     return page_of(loop.state(), req, loop.current(), loop.status_now(), m ? &*m : nullptr);
 }
 
-std::variant<server::subscribe_page, std::string> server::subscribe(
+std::variant<server::subscribe_page, answer> server::subscribe(
     const s::session_state& st, const protocol::subscribe_request& req) {
     // Epoch 0, seq 0: any status an owner publishes later is newer.
     const s::status now{s::loop_state::idle, st.paused, st.has_work};
     return page_of(st, req, s::loop_state::idle, now, nullptr);
 }
 
-std::variant<server::subscribe_page, std::string> server::page_of(
+std::variant<server::subscribe_page, answer> server::page_of(
     const s::session_state& st, const protocol::subscribe_request& req, s::loop_state current,
     const s::status& now, const worker::inflight_message* streaming) {
     if (!req.since.le(st.version())) {
-        return protocol::error_reply(make_error_code(s::errc::invalid_version));
+        return answer::error(make_error_code(s::errc::invalid_version));
     }
     // A page at a time: what one reply holds (and what the executor copies for it) is bounded.
     const auto to = s::page_end(st, req.since, options_.subscribe_page_items,
@@ -57,7 +57,7 @@ std::variant<server::subscribe_page, std::string> server::page_of(
     page.more = to != st.version();
     auto p = s::between(st, req.since, to, current);
     if (!p) {
-        return protocol::error_reply(p.error());
+        return answer::error(p.error());
     }
     page.patch = std::move(*p);
     page.patch.state = now;
@@ -77,22 +77,22 @@ std::variant<server::subscribe_page, std::string> server::page_of(
     return page;
 }
 
-asio::awaitable<std::vector<std::string>> server::serialize(
-    std::variant<subscribe_page, std::string> page_or_error) {
+asio::awaitable<answer> server::serialize(std::variant<subscribe_page, answer> page_or_error) {
     using replies = std::vector<std::string>;
-    if (auto* error = std::get_if<std::string>(&page_or_error)) {
-        co_return replies{std::move(*error)};
+    if (auto* error = std::get_if<answer>(&page_or_error)) {
+        co_return std::move(*error);
     }
     auto& page = std::get<subscribe_page>(page_or_error);
     if (page.items() < off_executor_items) {
-        co_return page.replies(options_.max_reply_bytes);
+        co_return answer::ok(page.replies(options_.max_reply_bytes));
     }
     auto serializing =
         runtime::run_on<replies>(replies_.get_executor(),
                                 [built = std::move(page), max = options_.max_reply_bytes] {
                                     return built.replies(max);
                                 });
-    co_return co_await std::move(serializing);
+    auto serialized = co_await std::move(serializing);
+    co_return answer::ok(std::move(serialized));
 }
 
 }  // namespace wuhu::broker
