@@ -1,43 +1,21 @@
 #include "storage/postgres_store.hpp"
 
+#include "runtime/secrets.hpp"
 #include "session/codec.hpp"
 #include "session/overloaded.hpp"
 #include "session/summary.hpp"
-#include "runtime/secrets.hpp"
 #include "storage/pg_batch.hpp"
 #include "storage/pg_migrations.hpp"
+#include "storage/postgres_pool.hpp"
 #include "storage/postgres_schema.hpp"
 #include "storage/rows.hpp"
 
-#include <dlfcn.h>
-#include <libpq-fe.h>
 #include <pqxx/pqxx>
 
 #include <array>
 #include <limits>
 #include <optional>
 #include <stdexcept>
-
-// libpqxx 6.4 leaks a PGresult whenever a connection breaks under a query: make_result()
-// asks for the client encoding before it wraps the result (whose deleter would free it), and
-// PQclientEncoding() answers -1 on a broken connection, so encoding_id() throws first (jtv/libpqxx
-// #500, fixed in 7.7; Debian 12 ships 6.4.5). LeakSanitizer then fails every worker that saw a
-// database outage. This definition takes libpq's place for libpqxx (it is in the executable):
-// on a broken connection it answers the encoding the connection had, libpqxx wraps the result,
-// and its own check then reports the broken connection, freeing the result on the way.
-extern "C" int pg_char_to_encoding(const char* name);  // exported by libpq
-
-extern "C" int PQclientEncoding(const PGconn* conn) {
-    using real_fn = int (*)(const PGconn*);
-    static const auto real = reinterpret_cast<real_fn>(dlsym(RTLD_NEXT, "PQclientEncoding"));
-    const int enc = real(conn);
-    if (enc != -1 || conn == nullptr) {
-        return enc;
-    }
-    const char* name = PQparameterStatus(conn, "client_encoding");
-    const int had = name != nullptr ? pg_char_to_encoding(name) : -1;
-    return had >= 0 ? had : 0;  // 0: SQL_ASCII, only to name a result about to be discarded
-}
 
 namespace wuhu::storage {
 
@@ -62,80 +40,6 @@ std::string text_array(const std::vector<session_id>& ids) {
 }
 
 }  // namespace
-
-// ------------------------------------------------------------------------------ the pool
-
-struct postgres_store::connection {
-    explicit connection(const std::string& dsn) : c(dsn) {}
-    pqxx::connection c;
-};
-
-class postgres_store::pooled {
-  public:
-    pooled(postgres_store& s, std::unique_ptr<connection> c) : store_(&s), c_(std::move(c)) {}
-    pooled(pooled&& o) noexcept = default;
-    ~pooled() {
-        if (c_) {
-            store_->give_back(std::move(c_), broken_ ? health::broken : health::usable);
-        }
-    }
-    pqxx::connection& operator*() { return c_->c; }
-    void mark_broken() { broken_ = true; }
-
-  private:
-    postgres_store* store_;
-    std::unique_ptr<connection> c_;
-    bool broken_ = false;
-};
-
-std::unique_ptr<postgres_store::connection> postgres_store::connect() {
-    auto c = std::make_unique<connection>(options_.dsn);
-    {
-        pqxx::nontransaction n(c->c);
-        n.exec0("SET search_path TO " + options_.schema);
-        n.exec0("SET synchronous_commit TO on");
-    }
-    set_pg_timeouts(c->c, options_.timeouts);
-    prepare_postgres_statements(c->c);
-    return c;
-}
-
-postgres_store::pooled postgres_store::acquire() {
-    std::unique_lock lock(mu_);
-    if (!cv_.wait_for(lock, options_.acquire_timeout,
-                      [&] { return !idle_.empty() || total_ < options_.pool_size; })) {
-        throw pqxx::broken_connection("no pooled connection became free in time");
-    }
-    if (!idle_.empty()) {
-        auto c = std::move(idle_.back());
-        idle_.pop_back();
-        return pooled(*this, std::move(c));
-    }
-    ++total_;
-    lock.unlock();
-    try {
-        return pooled(*this, connect());
-    } catch (...) {
-        std::lock_guard again(mu_);
-        --total_;
-        cv_.notify_one();
-        throw;
-    }
-}
-
-void postgres_store::give_back(std::unique_ptr<connection> c, health h) {
-    std::lock_guard lock(mu_);
-    if (h == health::broken || !c->c.is_open()) {
-        // One connection broke: the server went away or dropped its connections, and the
-        // idle ones (likely broken too) would each fail one more operation. They are opened
-        // afresh when needed.
-        total_ -= 1 + idle_.size();
-        idle_.clear();
-    } else {
-        idle_.push_back(std::move(c));
-    }
-    cv_.notify_one();
-}
 
 postgres_store::postgres_store(postgres_options options) : options_(std::move(options)) {
     if (!storage::valid_pg_schema(options_.schema)) {

@@ -116,17 +116,21 @@ asio::awaitable<boost::system::error_code> agent_loop::persist(operation op) {
 }
 
 asio::awaitable<bool> agent_loop::record(transition t) {
-    std::vector<s::tool_call_id> starting;
     const bool responding = std::holds_alternative<response>(t);
-    if (responding) {
-        starting = std::get<response>(t).starting;
-    }
     // The loop's own transitions are never refused by the rules: any error fails the session.
     operation op = [this, t = std::move(t)]() mutable { return write_now(std::move(t)); };
     auto task = persist(std::move(op));
     const auto ec = co_await std::move(task);
     if (!ec && responding) {
-        started_here_ = std::move(starting);
+        // Exactly the calls the commit started (session::plan_response starts none while the
+        // session is paused or a compaction is due): the newest response's, fresh, so every
+        // one of them that is started now was started by this owner and has not run.
+        started_here_.clear();
+        for (const auto& tc : state_.tool_calls) {
+            if (tc.status == s::tool_status::started) {
+                started_here_.push_back(tc.call.id);
+            }
+        }
     }
     co_return !ec;
 }
