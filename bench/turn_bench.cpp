@@ -120,24 +120,6 @@ struct counters {
     double worker_cpu, client_cpu, nats_cpu, pg_cpu, commits, fsyncs, fsync_ns, written;
 };
 
-// Bytes stored in a directory's files (apparent sizes).
-double stored_bytes(const fs::path& dir) {
-    double sum = 0;
-    std::error_code ec;
-    for (const auto& e : fs::recursive_directory_iterator(dir, ec)) {
-        if (e.is_regular_file(ec)) {
-            sum += static_cast<double>(e.file_size(ec));
-        }
-    }
-    return sum;
-}
-
-double pg_database_bytes() {
-    pqxx::connection c(pg_dsn());
-    pqxx::nontransaction n(c);
-    return n.exec1(std::string("SELECT pg_database_size('") + bench_db + "')")[0].as<double>();
-}
-
 // The data directories, removed when the benchmark ends rather than after each run: on ext4
 // without a journal, the inodes of thousands of files deleted keep the next minutes' file
 // creations scanning past them (the allocator skips recently deleted inodes), which would
@@ -402,24 +384,6 @@ run_result run(const store_kind& kind, const workload& w, bool metrics, int roun
     return out;
 }
 
-// The budget: the raw commit rate of the same pattern, divided by the commits per turn.
-// `committers` threads (SQLite files, PostgreSQL connections) committing one row at a time.
-double raw_rate(const store_kind& kind, int committers) {
-    if (kind.name == "postgres") {
-        return raw_pg_rate(committers, 2.0);
-    }
-    if (kind.name == "memory") {
-        return 0;
-    }
-    std::random_device rd;
-    const fs::path dir = fs::temp_directory_path() / ("wuhu-turn-bench-raw-" + std::to_string(rd()));
-    fs::create_directories(dir);
-    const double rate =
-        raw_sqlite_rate(dir, committers, kind.name == "sqlite-full" ? "FULL" : "NORMAL", 2.0);
-    fs::remove_all(dir);
-    return rate;
-}
-
 void print(const store_kind& kind, const workload& w, const run_result& r, double raw,
            double raw_one) {
     std::printf("\n%s (S=%d T=%d K=%d C=%d)\n", kind.name.c_str(), w.sessions, w.turns, w.tools,
@@ -578,8 +542,8 @@ int main(int argc, char** argv) {
             std::fprintf(stderr, "turn_bench: postgres needs WUHU_BENCH_PG_DSN (scripts/bench sets it)\n");
             return 2;
         }
-        const double raw = raw_rate(it->second, w.in_flight);
-        const double raw_one = raw_rate(it->second, 1);
+        const double raw = raw_rate(it->second.name, w.in_flight);
+        const double raw_one = raw_rate(it->second.name, 1);
         // A default run is short (a third of a second on the memory store): several runs, and
         // the median one, say more than one run on a noisy machine.
         std::vector<run_result> results;

@@ -19,6 +19,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -248,5 +249,41 @@ inline double raw_pg_rate(int threads, double seconds) {
     return rate;
 }
 
+
+// Bytes stored in a directory's files (apparent sizes).
+inline double stored_bytes(const fs::path& dir) {
+    double sum = 0;
+    std::error_code ec;
+    for (const auto& e : fs::recursive_directory_iterator(dir, ec)) {
+        if (e.is_regular_file(ec)) {
+            sum += static_cast<double>(e.file_size(ec));
+        }
+    }
+    return sum;
+}
+
+inline double pg_database_bytes() {
+    pqxx::connection c(pg_dsn());
+    pqxx::nontransaction n(c);
+    return n.exec1(std::string("SELECT pg_database_size('") + bench_db + "')")[0].as<double>();
+}
+
+// The budget of a store (sqlite-full, sqlite-normal, postgres; memory: none): the raw commit
+// rate of the same pattern, divided by the commits per turn. `committers` threads (SQLite files, PostgreSQL connections) committing one row at a time.
+inline double raw_rate(const std::string& store, int committers) {
+    if (store == "postgres") {
+        return raw_pg_rate(committers, 2.0);
+    }
+    if (store == "memory") {
+        return 0;
+    }
+    std::random_device rd;
+    const fs::path dir = fs::temp_directory_path() / ("wuhu-turn-bench-raw-" + std::to_string(rd()));
+    fs::create_directories(dir);
+    const double rate =
+        raw_sqlite_rate(dir, committers, store == "sqlite-full" ? "FULL" : "NORMAL", 2.0);
+    fs::remove_all(dir);
+    return rate;
+}
 
 }  // namespace wuhu::bench

@@ -38,11 +38,19 @@ key_range range_of(const std::optional<std::string>& tenant,
     return r;
 }
 
-result<action_list> session_log::commit(const session_state& before, result<action_list> plan) {
-    if (!plan || plan->empty()) {
+result<void> session_log::commit(const session_state& before, const action_list& actions) {
+    if (actions.empty()) {
+        return {};
+    }
+    return do_commit(before, actions);
+}
+
+result<action_list> session_log::commit_plan(const session_state& before,
+                                             result<action_list> plan) {
+    if (!plan) {
         return plan;
     }
-    if (auto r = do_commit(before, *plan); !r) {
+    if (auto r = commit(before, *plan); !r) {
         return r.error();
     }
     return plan;
@@ -88,66 +96,66 @@ result<action_list> session_log::append_response(const session_state& before,
                                                  s::assistant_message m,
                                                  const std::vector<s::tool_call_id>& starting,
                                                  bool settle, unix_ms at) {
-    return commit(before, s::plan_response(before, std::move(m), starting, settle, at));
+    return commit_plan(before, s::plan_response(before, std::move(m), starting, settle, at));
 }
 
 result<action_list> session_log::tool_steps(const session_state& before,
                                             std::vector<s::entry_body> steps, bool drain,
                                             unix_ms at) {
-    return commit(before, s::plan_tool_steps(before, std::move(steps), drain, at));
+    return commit_plan(before, s::plan_tool_steps(before, std::move(steps), drain, at));
 }
 
 result<action_list> session_log::drain(const session_state& before, s::checkpoint c, unix_ms at) {
-    return commit(before, s::plan_drain(before, c, at));
+    return commit_plan(before, s::plan_drain(before, c, at));
 }
 
 result<action_list> session_log::append_assistant(const session_state& before,
                                                   s::assistant_message m, unix_ms at) {
-    return commit(before, s::plan_append_assistant(before, std::move(m), at));
+    return commit_plan(before, s::plan_append_assistant(before, std::move(m), at));
 }
 
 result<action_list> session_log::tool_will_execute(const session_state& before,
                                                    const s::tool_call_id& id, unix_ms at) {
-    return commit(before, s::plan_tool_will_execute(before, id, at));
+    return commit_plan(before, s::plan_tool_will_execute(before, id, at));
 }
 
 result<action_list> session_log::tool_did_execute(const session_state& before, s::tool_result r,
                                                   unix_ms at) {
-    return commit(before, s::plan_tool_did_execute(before, std::move(r), at));
+    return commit_plan(before, s::plan_tool_did_execute(before, std::move(r), at));
 }
 
 result<action_list> session_log::append_compaction(const session_state& before, s::compaction c,
                                                    unix_ms at) {
-    return commit(before, s::plan_append_compaction(before, std::move(c), at));
+    return commit_plan(before, s::plan_append_compaction(before, std::move(c), at));
 }
 
 result<action_list> session_log::append_marker(const session_state& before,
                                                std::variant<s::interruption, s::diagnostic> m,
                                                unix_ms at) {
-    return commit(before, s::plan_append_marker(before, std::move(m), at));
+    return commit_plan(before, s::plan_append_marker(before, std::move(m), at));
 }
 
 result<action_list> session_log::set_settings(const session_state& before, s::settings next) {
-    return commit(before, s::plan_set_settings(before, std::move(next)));
+    return commit_plan(before, s::plan_set_settings(before, std::move(next)));
 }
 
 result<action_list> session_log::mark_idle(const session_state& before) {
-    return commit(before, s::plan_mark_idle(before));
+    return commit_plan(before, s::plan_mark_idle(before));
 }
 
 result<action_list> session_log::set_paused(const session_state& before, bool paused) {
-    return commit(before, s::plan_set_paused(before, paused));
+    return commit_plan(before, s::plan_set_paused(before, paused));
 }
 
 result<action_list> session_log::schedule_timer(const session_state& before, s::timer t,
                                                 unix_ms at) {
-    return commit(before, s::plan_schedule_timer(before, std::move(t), at));
+    return commit_plan(before, s::plan_schedule_timer(before, std::move(t), at));
 }
 
 
 result<action_list> session_log::fire_timer(const session_state& before, const s::queue_item_id& id,
                                             unix_ms at) {
-    return commit(before, s::plan_fire_timer(before, id, at));
+    return commit_plan(before, s::plan_fire_timer(before, id, at));
 }
 
 }  // namespace wuhu::storage

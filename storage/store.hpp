@@ -98,6 +98,13 @@ class session_log {
     // from the store. Registers carry the stored settings and durable status.
     result<session::patch> since(const session::version_vector& from) { return do_since(from); }
 
+    // Persists `actions`, planned by the session's rules on `before` (session/rules.hpp,
+    // session/transition.hpp), in one transaction that checks the epoch and that the stored
+    // version is `before.version()`; no IO when there are none. What the loop uses.
+    result<void> commit(const session_state& before, const action_list& actions);
+
+    // The rules' plan and its commit in one call (tests, benchmarks and tools; the loop plans on
+    // its own executor and calls commit()).
     result<session::enqueue_outcome> enqueue(const session_state& before, session::enqueue_input in,
                                              unix_ms at);
     result<session::cancel_outcome> cancel(const session_state& before, session::lane l,
@@ -145,7 +152,7 @@ class session_log {
     }
 
   private:
-    result<action_list> commit(const session_state& before, result<action_list> plan);
+    result<action_list> commit_plan(const session_state& before, result<action_list> plan);
 
     session_id id_;
     lease_epoch epoch_;

@@ -4,6 +4,7 @@
 #include "session/loop_policy.hpp"
 #include "session/overloaded.hpp"
 #include "session/reducer.hpp"
+#include "session/rules.hpp"
 
 #include <boost/asio/experimental/awaitable_operators.hpp>
 
@@ -11,14 +12,6 @@ namespace wuhu::worker {
 
 using namespace boost::asio::experimental::awaitable_operators;
 namespace s = wuhu::session;
-
-namespace {
-
-bool is_storage_error(const boost::system::error_code& ec) {
-    return ec.category() == storage::storage_category();
-}
-
-}  // namespace
 
 agent_loop::agent_loop(asio::any_io_executor ex, std::unique_ptr<storage::session_log> log,
                        providers::provider& p, const tools::tool_registry& tools, runtime::clock& clk,
@@ -95,11 +88,21 @@ asio::awaitable<boost::system::error_code> agent_loop::persist(operation op) {
     if (auto ec = ensure_loaded()) {
         co_return ec;
     }
-    // The operation runs on the store executor (when there is one): a commit's blocking IO
-    // does not hold up the other sessions of this executor. The section stays held, so this
-    // session's state is read there and changed only here, after the commit.
-    auto task = runtime::run_on<written>(opts_.store_executor, std::move(op));
-    written w = co_await std::move(task);
+    // Planned here, under the section: the rules are pure and read state_, so a refusal or a
+    // change of nothing is answered without a hop to the store pool.
+    written w = op();
+    if (!w.refused && !w.failed && !w.actions.empty()) {
+        // The commit runs on the store executor (when there is one): its blocking IO does not
+        // hold up the other sessions of this executor. The section stays held, so state_ is
+        // read there and changed only here, after the commit.
+        std::function<boost::system::error_code()> commit = [this, &w] {
+            auto r = log_->commit(state_, w.actions);
+            return r ? boost::system::error_code{} : r.error();
+        };
+        auto task = runtime::run_on<boost::system::error_code>(opts_.store_executor,
+                                                               std::move(commit));
+        w.failed = co_await std::move(task);
+    }
     if (w.refused) {
         co_return w.refused;
     }
@@ -115,10 +118,10 @@ asio::awaitable<boost::system::error_code> agent_loop::persist(operation op) {
     co_return boost::system::error_code{};
 }
 
-asio::awaitable<bool> agent_loop::record(transition t) {
-    const bool responding = std::holds_alternative<response>(t);
+asio::awaitable<bool> agent_loop::record(s::transition t) {
+    const bool responding = std::holds_alternative<s::response>(t);
     // The loop's own transitions are never refused by the rules: any error fails the session.
-    operation op = [this, t = std::move(t)]() mutable { return write_now(std::move(t)); };
+    operation op = [this, t = std::move(t)]() mutable { return plan_now(std::move(t)); };
     auto task = persist(std::move(op));
     const auto ec = co_await std::move(task);
     if (!ec && responding) {
@@ -286,7 +289,7 @@ asio::awaitable<bool> agent_loop::stop_turn(std::vector<s::entry_body> before,
     };
     auto steps = s::stop_turn(state_, std::move(before), std::move(why),
                               running ? &*running : nullptr, not_run);
-    auto task = record(tool_steps{std::move(steps), true});
+    auto task = record(s::tool_steps{std::move(steps), true});
     if (!co_await std::move(task)) {
         co_return false;
     }
@@ -306,10 +309,8 @@ agent_loop::written agent_loop::run_command(command& c, command_reply& reply, bo
     const s::unix_ms now = clock_.now();
     written out;
     out.emit_unchanged = true;
-    // A rule's refusal changes nothing; a store error fails the session.
-    auto take = [&](const boost::system::error_code& ec) {
-        (is_storage_error(ec) ? out.failed : out.refused) = ec;
-    };
+    // A rule's refusal changes nothing (the store is not asked).
+    auto take = [&](const boost::system::error_code& ec) { out.refused = ec; };
     std::visit(s::overloaded{
                    [&](enqueue_command& x) {
                        if (const auto full = s::lane_room(state_, x.in, opts_.lanes);
@@ -324,8 +325,8 @@ agent_loop::written agent_loop::run_command(command& c, command_reply& reply, bo
                            waiting_.load() &&
                            s::next_step(state_, s::loop_position{compaction_tried_}).kind ==
                                s::step_kind::checkpoint;
-                       auto r = drain_now ? log_->enqueue_and_drain(state_, std::move(x.in), now)
-                                          : log_->enqueue(state_, std::move(x.in), now);
+                       auto r = drain_now ? s::plan_enqueue_and_drain(state_, std::move(x.in), now)
+                                          : s::plan_enqueue(state_, std::move(x.in), now);
                        if (!r) {
                            return take(r.error());
                        }
@@ -335,7 +336,7 @@ agent_loop::written agent_loop::run_command(command& c, command_reply& reply, bo
                        wake = !out.actions.empty();
                    },
                    [&](cancel_command& x) {
-                       auto r = log_->cancel(state_, x.in, x.id, now);
+                       auto r = s::plan_cancel(state_, x.in, x.id, now);
                        if (!r) {
                            return take(r.error());
                        }
@@ -347,26 +348,16 @@ agent_loop::written agent_loop::run_command(command& c, command_reply& reply, bo
                        if (!next) {
                            return take(next.error());
                        }
-                       auto r = log_->set_settings(state_, *next);
+                       auto r = s::plan_set_settings(state_, *next);
                        if (!r) {
                            return take(r.error());
                        }
                        out.actions = std::move(*r);
                        reply.config = std::move(*next);
                    },
-                   [&](pause_command&) {
-                       auto r = log_->set_paused(state_, true);
-                       if (!r) {
-                           return take(r.error());
-                       }
-                       out.actions = std::move(*r);
-                   },
+                   [&](pause_command&) { out.actions = s::plan_set_paused(state_, true); },
                    [&](resume_command&) {
-                       auto r = log_->set_paused(state_, false);
-                       if (!r) {
-                           return take(r.error());
-                       }
-                       out.actions = std::move(*r);
+                       out.actions = s::plan_set_paused(state_, false);
                        wake = true;
                    },
                    [](abort_command&) {},
@@ -385,11 +376,11 @@ agent_loop::written agent_loop::recover_orphan() {
     if (!marker) {
         return {};
     }
-    return write_now(std::move(*marker));
+    return plan_now(std::move(*marker));
 }
 
-agent_loop::written agent_loop::write_now(transition t) {
-    auto r = write(*log_, state_, std::move(t), clock_.now());
+agent_loop::written agent_loop::plan_now(s::transition t) {
+    auto r = s::plan(state_, std::move(t), clock_.now());
     return r ? written{{}, {}, std::move(*r), false} : written{{}, r.error(), {}, false};
 }
 
@@ -465,7 +456,7 @@ asio::awaitable<void> agent_loop::timer_loop() {
                 continue;  // a timer was added (or the loop closed): maybe an earlier one
             }
         }
-        auto firing = record(fire_timer{id});
+        auto firing = record(s::fire_timer{id});
         if (co_await std::move(firing)) {
             wake_.notify();
         }
@@ -521,12 +512,12 @@ asio::awaitable<void> agent_loop::run_until_idle() {
                     break;
                 }
                 set_loop(s::loop_state::preparing);
-                auto task = record(take_checkpoint{});
+                auto task = record(s::take_checkpoint{});
                 co_await std::move(task);
                 break;
             }
             case s::step_kind::mark_idle: {
-                auto task = record(mark_idle{});
+                auto task = record(s::mark_idle{});
                 co_await std::move(task);
                 break;
             }

@@ -3,8 +3,9 @@
 //
 // It loads the session once, serves reads from memory, and runs every mutation (commands and
 // its own transitions) through one helper, persist(): in a serialized section (an async mutex
-// on the loop's executor), the store operation commits first, then the loop applies the
-// returned actions with the pure reducer and emits them. Inference and tool execution run
+// on the loop's executor), the session's rules plan the change there (a refusal or a change of
+// nothing is answered without the store), the store commits the planned actions (on the store
+// executor), then the loop applies them with the pure reducer and emits them. Inference and tool execution run
 // outside the section, so send() stays fast while the session is inferring.
 //
 // Thread/executor: every member function must be called on `ex` (a strand, or a
@@ -94,8 +95,8 @@ class agent_loop final : private session_writer {
     bool quiescent() const;
 
   private:
-    // What one store operation did: refused by a rule (nothing stored), failed in the store
-    // (the session fails), or committed these actions.
+    // What one change is: refused by a rule (nothing to store), failed (the session fails), or
+    // these actions (none: it changes nothing); once committed, `failed` holds a store error.
     struct written {
         boost::system::error_code refused;
         boost::system::error_code failed;
@@ -104,17 +105,18 @@ class agent_loop final : private session_writer {
         // second pause): subscribers see one patch per acknowledged command.
         bool emit_unchanged = false;
     };
-    // A store operation, run where store IO runs (the store executor, or inline) while the
-    // section is held: it reads state_ and must not change it.
+    // A change planned by the session's rules, on the loop's executor while the section is
+    // held: it reads state_ and must not change it.
     using operation = std::function<written()>;
 
     // The one serialized section: unless the loop has failed, loads the session if needed,
-    // runs `op`, then applies and emits what it committed; a store failure closes the loop.
-    // The error: the loop's failure (before or now), or the rule's refusal.
+    // plans `op`, commits its actions where store IO runs (the store executor, or inline; not
+    // at all for a refusal or no actions), then applies and emits them; a store failure closes
+    // the loop. The error: the loop's failure (before or now), or the rule's refusal.
     asio::awaitable<boost::system::error_code> persist(operation op);
     // session_writer: one of the loop's own transitions through persist(). False when the
     // loop has failed (nothing was written): the caller returns.
-    asio::awaitable<bool> record(transition t) override;
+    asio::awaitable<bool> record(session::transition t) override;
     std::uint64_t step() const override { return step_; }
     bool started_here(const session::tool_call_id& id) const override {
         return std::find(started_here_.begin(), started_here_.end(), id) != started_here_.end();
@@ -134,9 +136,9 @@ class agent_loop final : private session_writer {
     std::optional<abort_outcome> answered_abort(const std::string& id) const;
     written run_command(command& c, command_reply& reply, bool& wake);
     written recover_orphan();
-    // One of the loop's own transitions, committed now (inside an operation); its errors fail
+    // One of the loop's own transitions, planned now (inside an operation); its errors fail
     // the session (the rules never refuse the loop's own transitions).
-    written write_now(transition t);
+    written plan_now(session::transition t);
 
     // start()'s body.
     asio::awaitable<void> run();

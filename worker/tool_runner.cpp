@@ -38,7 +38,7 @@ asio::awaitable<bool> tool_runner::schedule_timer(s::timer t) {
 }
 
 asio::awaitable<bool> tool_runner::commit(std::vector<s::entry_body> steps, bool drain) {
-    auto task = writer_.record(tool_steps{std::move(steps), drain});
+    auto task = writer_.record(s::tool_steps{std::move(steps), drain});
     const bool ok = co_await std::move(task);
     co_return ok;
 }

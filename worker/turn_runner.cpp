@@ -126,7 +126,7 @@ asio::awaitable<void> turn_runner::infer() {
                     starting.push_back(c.id);
                 }
             }
-            auto task = writer_.record(response{std::move(a.message), std::move(starting), true});
+            auto task = writer_.record(s::response{std::move(a.message), std::move(starting), true});
             if (co_await std::move(task)) {
                 const std::uint64_t step = inflight_ ? inflight_->step : writer_.step();
                 inflight_.reset();

@@ -6,8 +6,8 @@
 #include "runtime/sync.hpp"
 #include "session/settings.hpp"
 #include "session/state.hpp"
+#include "session/transition.hpp"
 #include "worker/command.hpp"
-#include "worker/transition.hpp"
 
 #include <chrono>
 #include <cstdint>
@@ -32,7 +32,7 @@ class session_writer {
     virtual std::uint64_t step() const = 0;
     // Persists `t` first, then applies and emits it. False when the session has failed and
     // nothing was written: the runner returns.
-    virtual asio::awaitable<bool> record(transition t) = 0;
+    virtual asio::awaitable<bool> record(session::transition t) = 0;
     virtual bool failed() const = 0;
     // Whether this owner started the call with its response (its tool_started is durable and
     // it has not run yet): a started call that is not one of these may have run under an

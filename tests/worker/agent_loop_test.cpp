@@ -1216,6 +1216,59 @@ TEST(AgentLoop, CommandsCommitOnTheStoreExecutorAndResumeOnTheSession) {
     pool.join();
 }
 
+// The rules plan on the loop's executor: a command they refuse or that changes nothing (a
+// duplicate enqueue, a second pause, a cancel of an unknown item) is answered without the store
+// pool. Here the pool is busy (its one thread blocked): those replies still come at once.
+TEST(AgentLoop, ARefusedOrUnchangingCommandIsAnsweredWithoutTheStorePool) {
+    storage::memory_store store;
+    asio::io_context io;
+    asio::thread_pool pool(1);
+    runtime::manual_clock clk(unix_ms{harness_t0});
+    providers::scripted_provider provider(providers::parse_script(R"({"responses":[]})").value(),
+                                          clk);
+    tools::tool_registry tools;
+    worker::loop_options opts;
+    opts.store_executor = pool.get_executor();
+    worker::agent_loop loop(io.get_executor(),
+                            store.open(session_id::parse("s").value(), lease_epoch{1}).value(),
+                            provider, tools, clk, opts);
+    ASSERT_FALSE(loop.load());
+    std::vector<boost::system::result<command_reply>> replies;
+    auto send = [&](worker::command c) {
+        auto sending = [](worker::agent_loop& l, worker::command c,
+                          std::vector<boost::system::result<command_reply>>& out)
+            -> asio::awaitable<void> {
+            auto task = l.send(std::move(c));
+            out.push_back(co_await std::move(task));
+        };
+        asio::co_spawn(io, sending(loop, std::move(c), replies), asio::detached);
+    };
+    send(worker::pause_command{});
+    send(worker::enqueue_command{user_in(lane::follow_up, "f1", "hi")});
+    io.run();
+    ASSERT_EQ(replies.size(), 2u);
+    ASSERT_TRUE(replies[1].has_value()) << replies[1].error().message();
+    const auto version = loop.state().version();
+
+    std::promise<void> unblock;
+    asio::post(pool, [f = unblock.get_future()]() mutable { f.wait(); });
+    send(worker::enqueue_command{user_in(lane::follow_up, "f1", "hi")});  // a duplicate
+    send(worker::pause_command{});                                         // paused already
+    send(worker::cancel_command{lane::steer, queue_item_id::parse("nope").value()});
+    io.restart();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (replies.size() < 5 && std::chrono::steady_clock::now() < deadline) {
+        io.run_one_for(std::chrono::milliseconds(10));
+    }
+    unblock.set_value();
+    ASSERT_EQ(replies.size(), 5u) << "a command that changes nothing waited for the store pool";
+    ASSERT_TRUE(replies[2].has_value()) << replies[2].error().message();
+    EXPECT_TRUE(replies[2]->duplicate);
+    EXPECT_TRUE(replies[3].has_value());
+    EXPECT_EQ(loop.state().version(), version);
+    pool.join();
+}
+
 TEST(AgentLoop, TheLoopsOwnTransitionsCommitOnTheStoreExecutorAndStopCleanly) {
     storage::memory_store inner;
     storage::faulty_store store(inner);
