@@ -265,7 +265,7 @@ int main(int argc, char** argv) {
                    "(rate_limited past it; 0: no limit)")
         ->envname("WUHU_TENANT_NEW_SESSIONS_PER_SECOND")
         ->check(CLI::Range(0.0, 1e9));
-    wuhu::worker::inference_slots::limits inferences;
+    wuhu::providers::inference_slots::limits inferences;
     app.add_option("--max-inferences", inferences.total,
                    "inferences this worker runs at once; more wait their turn, fairly across "
                    "tenants (0: no limit)")

@@ -81,9 +81,9 @@ struct node_options {
     std::size_t max_loaded_sessions = 10000;
     std::size_t passivate_batch = 1000;
     worker::loop_options loop;  // its store_executor is the node's pool (none: memory store)
-    // Concurrent inferences of this worker, and of each tenant (worker/inference_slots.hpp);
+    // Concurrent inferences of this worker, and of each tenant (providers/inference_slots.hpp);
     // both 0: no limit.
-    worker::inference_slots::limits inferences;
+    providers::inference_slots::limits inferences;
     // The model endpoints of the providers file: a session whose model names one infers
     // there; the others use the node's provider factory (the scripted model).
     std::vector<providers::endpoint_config> endpoints;
@@ -164,7 +164,7 @@ class node {
     ownership::lease_desk leases_;  // lease-store IO on a strand of store_pool_
     std::unique_ptr<broker::server> server_;
     // Before the sessions that hold its slots.
-    worker::inference_slots inferences_{options_.inferences};
+    providers::inference_slots inferences_{options_.inferences};
     // The endpoints' providers (their connections): after io_, before the sessions that use
     // them.
     std::map<std::string, std::unique_ptr<providers::provider>> endpoint_owners_;

@@ -3,6 +3,8 @@
 #  * every `#include "<module>/..."` in a module's sources names a module its target links
 #    (directly or through another), so an include can never run back up the graph, and no
 #    module links itself through its dependencies (no cycle);
+#  * the edges of WUHU_FORBIDDEN_EDGES do not exist, even through another module (providers/
+#    and tools/ know neither the store nor the loop);
 #  * the pure modules (session/, protocol/) link nothing but the standard library and
 #    Boost.JSON, and include no header that does IO, starts a thread or draws randomness from
 #    the machine. (<chrono> is allowed for durations; reading a clock is a review matter.)
@@ -12,6 +14,14 @@
 set(WUHU_MODULES session protocol runtime storage ownership providers nats tools worker client broker
     app metrics)
 set(WUHU_PURE_MODULES session protocol)
+# Edges that must never exist, directly or not ("a:b": a/ never links b/): the providers and the
+# tools know neither the store nor the loop; the loop's rooms below the worker never reach up.
+set(WUHU_FORBIDDEN_EDGES
+    providers:storage providers:ownership providers:worker providers:tools providers:nats
+    tools:storage tools:ownership tools:worker tools:providers
+    runtime:storage runtime:nats
+    ownership:worker storage:ownership
+    client:worker client:broker client:storage client:ownership)
 set(WUHU_PURE_LINKS Boost::headers Boost::json)
 # Headers a pure module may not include: IO, clocks, threads, randomness from the machine.
 # (<cstdio> is allowed: snprintf formats, and WUHU_ASSERT prints to stderr as it aborts.)
@@ -44,6 +54,16 @@ function(wuhu_link_closure target out out_ext)
     set(${out} ${seen} PARENT_SCOPE)
     set(${out_ext} ${ext} PARENT_SCOPE)
 endfunction()
+
+foreach(edge IN LISTS WUHU_FORBIDDEN_EDGES)
+    string(REPLACE ":" ";" pair ${edge})
+    list(GET pair 0 from)
+    list(GET pair 1 to)
+    wuhu_link_closure(wuhu_${from} closure external)
+    if(wuhu_${to} IN_LIST closure)
+        message(FATAL_ERROR "module graph: ${from}/ links ${to}/, which it must never know")
+    endif()
+endforeach()
 
 foreach(m IN LISTS WUHU_MODULES)
     set(target wuhu_${m})

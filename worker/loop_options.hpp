@@ -2,11 +2,11 @@
 // store IO runs.
 #pragma once
 
+#include "providers/inference_slots.hpp"
 #include "runtime/clock.hpp"
 #include "session/context.hpp"
 #include "session/loop_policy.hpp"
 #include "session/rules.hpp"
-#include "worker/inference_slots.hpp"
 
 #include <boost/asio/any_io_executor.hpp>
 
@@ -57,7 +57,7 @@ struct loop_options {
     // The worker's inference slots (per worker and per tenant), shared by its loops; none: no
     // limit. Each attempt holds one from before its request until its stream ends; the loop
     // state is `inferring` while it waits.
-    inference_slots* inferences = nullptr;
+    providers::inference_slots* inferences = nullptr;
     std::size_t max_waiting_commands = 64;
 };
 

@@ -173,7 +173,7 @@ bool turn_runner::fits() {
 
 asio::awaitable<turn_runner::attempt> turn_runner::infer_once() {
     abort_.arm(s::abort_stage::inference);
-    std::optional<inference_slots::slot> held;
+    std::optional<providers::inference_slots::slot> held;
     if (opts_.inferences != nullptr) {
         // The worker's (and the tenant's) share of the provider: an abort also ends the wait.
         auto waiting = opts_.inferences->acquire(std::string(writer_.sid().tenant()));

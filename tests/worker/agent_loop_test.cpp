@@ -856,13 +856,13 @@ TEST(Bounds, AToolOutputPastTheEntryLimitIsStoredCutWithANote) {
 // slot that frees lets the turn go on.
 TEST(Bounds, AnInferenceWaitsForItsSlotAndAnAbortEndsTheWait) {
     auto opts = loop_harness::default_options();
-    worker::inference_slots slots({1, 0});
+    providers::inference_slots slots({1, 0});
     opts.inferences = &slots;
     loop_harness h(R"({"responses":[{"text":"one"},{"text":"two"}]})", nullptr, 1, opts);
-    std::optional<worker::inference_slots::slot> taken;
+    std::optional<providers::inference_slots::slot> taken;
     asio::co_spawn(
         h.io(),
-        [](worker::inference_slots* s, std::optional<worker::inference_slots::slot>* out)
+        [](providers::inference_slots* s, std::optional<providers::inference_slots::slot>* out)
             -> asio::awaitable<void> { out->emplace(co_await s->acquire("other")); }(&slots,
                                                                                      &taken),
         asio::detached);

@@ -16,7 +16,7 @@
 #include <memory>
 #include <string>
 
-namespace wuhu::worker {
+namespace wuhu::providers {
 
 namespace asio = boost::asio;
 
@@ -77,4 +77,4 @@ class inference_slots {
     std::string served_last_;  // ties go to the tenant after it
 };
 
-}  // namespace wuhu::worker
+}  // namespace wuhu::providers

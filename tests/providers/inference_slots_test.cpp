@@ -1,7 +1,7 @@
-// The worker's inference slots (worker/inference_slots.hpp): at most so many inferences at
+// The worker's inference slots (providers/inference_slots.hpp): at most so many inferences at
 // once, per worker and per tenant, and a freed slot goes to the waiting tenant with the fewest
 // running, so one busy tenant cannot starve the others.
-#include "worker/inference_slots.hpp"
+#include "providers/inference_slots.hpp"
 
 #include <gtest/gtest.h>
 #include <boost/asio/bind_cancellation_slot.hpp>
@@ -17,7 +17,7 @@
 namespace wuhu::testing {
 
 namespace asio = boost::asio;
-using worker::inference_slots;
+using providers::inference_slots;
 
 namespace {
 

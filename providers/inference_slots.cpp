@@ -1,10 +1,10 @@
-#include "worker/inference_slots.hpp"
+#include "providers/inference_slots.hpp"
 
 #include <boost/asio/this_coro.hpp>
 
 #include <algorithm>
 
-namespace wuhu::worker {
+namespace wuhu::providers {
 
 std::size_t inference_slots::running(const std::string& tenant) const {
     const auto it = running_.find(tenant);
@@ -104,4 +104,4 @@ void inference_slots::hand_out() {
     }
 }
 
-}  // namespace wuhu::worker
+}  // namespace wuhu::providers
