@@ -193,6 +193,8 @@ std::function<void(std::exception_ptr)> node::ended(const char* job) {
             }
         } catch (const std::exception& x) {
             log->error("{} ended: {}", job, x.what());
+        } catch (...) {
+            log->error("{} ended: an exception of an unknown type", job);
         }
     };
 }

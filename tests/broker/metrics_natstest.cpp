@@ -1,4 +1,4 @@
-// The metrics' watchdog (app/node_metrics.cpp): a session in one loop state longer than that state's
+// The metrics' watchdog (app/watchdog.cpp): a session in one loop state longer than that state's
 // timeout is counted in wuhu_loop_stuck_sessions and logged once; it is no longer counted once
 // it moves on. A worker in-process against a real nats-server (scripts/test starts it).
 #include "metrics/http_endpoint.hpp"
