@@ -63,11 +63,12 @@ asio::awaitable<void> tool_runner::flush_after_linger(std::vector<s::entry_body>
 }
 
 asio::awaitable<void> tool_runner::run() {
-    const auto& calls = writer_.state().tool_calls;  // changes as results are recorded
+    // The newest response's calls as they stand now: each one's status changes only by what
+    // this runner records for it, after it was read here.
+    const std::vector<s::tool_call_state> calls = writer_.state().tool_calls;
     // Entries decided and not yet committed, in order.
     std::vector<s::entry_body> pending;
-    for (std::size_t i = 0; i < calls.size(); ++i) {
-        s::tool_call_state tc = calls[i];  // a copy: the state changes below
+    for (s::tool_call_state tc : calls) {
         // Started with the response by this owner and not run yet: a call to run, not one
         // that an owner that stopped may have run.
         const bool marked = tc.status == s::tool_status::started && writer_.started_here(tc.call.id);
