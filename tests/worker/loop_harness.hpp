@@ -97,4 +97,37 @@ class counting_tool final : public tools::tool {
     session::tool_spec spec_{"charge", "Charges a card (not idempotent).", "{}"};
 };
 
+// What the loop tests share.
+
+inline bool context_mentions(const providers::inference_request& r, const std::string& text) {
+    for (const auto& m : r.context) {
+        if (m.content.find(text) != std::string::npos) {
+            return true;
+        }
+    }
+    return false;
+}
+
+template <class E>
+std::vector<E> events_of(const loop_harness& h) {
+    std::vector<E> out;
+    for (const auto& e : h.events()) {
+        if (const auto* x = std::get_if<E>(&e)) {
+            out.push_back(*x);
+        }
+    }
+    return out;
+}
+
+// A configure command that sets the context limits (compaction triggers above
+// limit - buffer and keeps the newest `keep` tokens).
+inline worker::configure_command limits(std::uint64_t limit, std::uint64_t buffer,
+                                        std::uint64_t keep) {
+    session::settings_update c;
+    c.context_limit = limit;
+    c.compaction_buffer = buffer;
+    c.keep_recent_tokens = keep;
+    return worker::configure_command{c};
+}
+
 }  // namespace wuhu::testing
