@@ -274,38 +274,36 @@ worker::session_registry::event_forwarder node::served_only(
 // new epochs fence out whatever still runs here), and the wait goes on: the executor never
 // stops with a coroutine still suspended on it, whose frame would outlive what it refers to.
 asio::awaitable<void> node::drain() {
-    node* self = this;
     using clock = std::chrono::steady_clock;
-    auto settling = self->busy_.emptied(clock::now() + self->options_.drain_timeout);
+    auto settling = busy_.emptied(clock::now() + options_.drain_timeout);
     const bool late = !co_await std::move(settling);
     if (late) {
-        self->log_->warn(
+        log_->warn(
             "{} loops and {} requests still running after {} ms: releasing the "
             "leases now, and waiting for them",
-            self->registry_->running(), self->server_->in_flight(),
-            self->options_.drain_timeout.count());
+            registry_->running(), server_->in_flight(), options_.drain_timeout.count());
     }
-    self->stop_renewal_.emit(asio::cancellation_type::terminal);
-    auto renewal_ended = self->renewing_.emptied(clock::time_point::max());
+    stop_renewal_.emit(asio::cancellation_type::terminal);
+    auto renewal_ended = renewing_.emptied(clock::time_point::max());
     co_await std::move(renewal_ended);
-    auto releasing = self->leases_.release_all();
+    auto releasing = leases_.release_all();
     const auto released = co_await std::move(releasing);
-    self->log_->info("released {} leases; {} requests were forwarded to other owners", released,
-                     self->server_->forwarded());
+    log_->info("released {} leases; {} requests were forwarded to other owners", released,
+               server_->forwarded());
     // Another worker may have read a lease just before its release and forwarded a request
     // here: keep answering (worker_stopping, which clients retry) for a little while.
     asio::steady_timer timer(co_await asio::this_coro::executor);
-    timer.expires_after(self->options_.forward_grace);
+    timer.expires_after(options_.forward_grace);
     co_await timer.async_wait(asio::use_awaitable);
-    self->server_->finish();
-    auto finished = self->busy_.emptied(clock::time_point::max());
+    server_->finish();
+    auto finished = busy_.emptied(clock::time_point::max());
     co_await std::move(finished);
     if (late) {
-        self->log_->info("the last loops and requests have returned");
+        log_->info("the last loops and requests have returned");
     }
-    self->work_.reset();
-    self->server_->flush_patches();  // the last loops' patches, before the executor stops
-    self->io_.stop();
+    work_.reset();
+    server_->flush_patches();  // the last loops' patches, before the executor stops
+    io_.stop();
 }
 
 }  // namespace wuhu::app

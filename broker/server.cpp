@@ -1,17 +1,11 @@
 #include "broker/server.hpp"
 
 #include "protocol/events.hpp"
-#include "runtime/offload.hpp"
 #include "session/overloaded.hpp"
-#include "storage/errc.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/asio/redirect_error.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <boost/asio/use_awaitable.hpp>
 
-#include <algorithm>
 #include <stdexcept>
 
 namespace wuhu::broker {

@@ -1,7 +1,6 @@
 #include "client/client.hpp"
 #include "client/replies.hpp"
 
-#include "protocol/events.hpp"
 #include "protocol/replies.hpp"
 #include "session/errc.hpp"
 #include "session/ids.hpp"

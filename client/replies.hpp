@@ -1,5 +1,5 @@
-// What the client's commands and its watch share: reading a reply's string field, and the
-// refusal of a session id that is no subject token (made before anything is sent).
+// What the client's commands, its watch and wuhuctl share: reading a reply's string field, and
+// the refusal of a session id that is no subject token (made before anything is sent).
 #pragma once
 
 #include "client/client.hpp"

@@ -7,9 +7,8 @@
 #include "protocol/events.hpp"
 #include "protocol/replies.hpp"
 
-#include <algorithm>
-#include <stdexcept>
-#include <thread>
+#include <memory>
+#include <mutex>
 
 namespace wuhu::client {
 

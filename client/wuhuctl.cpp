@@ -17,6 +17,7 @@
 // --json prints replies as JSON. Exit codes: 0 ok, 1 the service refused (error reply),
 // 2 usage, 3 no reply (no worker, or NATS unreachable), 4 watch --until-idle timed out.
 #include "client/client.hpp"
+#include "client/replies.hpp"
 
 #include <CLI/CLI.hpp>
 #include <boost/json.hpp>
@@ -112,8 +113,7 @@ std::string utc(std::int64_t ms) {
 }
 
 std::string str(const json::value& v, const char* key) {
-    const auto* x = v.as_object().if_contains(key);
-    return x != nullptr && x->is_string() ? std::string(x->as_string()) : std::string();
+    return wuhu::client::detail::field(v.as_object(), key);
 }
 
 // Prints a session as it happens: a streamed message as it comes, and its committed entry

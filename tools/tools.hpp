@@ -70,7 +70,8 @@ class tool_registry {
 // Calls `t` with `arguments`, the one way a tool is called: arguments that are not JSON, or
 // that the tool's schema refuses (tools/json_schema.hpp), never reach the tool, and a tool that
 // throws; each gives an error result saying why (the model may try again). Timeouts and aborts
-// are the caller's (worker/tool_runner.hpp).
+// are the caller's (worker/tool_runner.hpp). A named coroutine taking its arguments by value,
+// so it may stand inside a co_await expression (the g++ 12 note in docs/decisions.md).
 asio::awaitable<tool_output> call(tool& t, std::string arguments, tool_call_context ctx);
 
 // echo {text} -> text; clock {} -> the current UTC time; sleep {ms} -> sleeps;
