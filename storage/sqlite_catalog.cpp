@@ -1,14 +1,10 @@
-// The SQLite store's catalog, `<data-dir>/catalog.sqlite`: its schema (the lease store keeps
-// its own tables there, ownership/sqlite_lease.cpp), and everything the session store keeps
-// there: the index, a
-// row per session (session/summary.hpp; a hint for the recovery sweep and the fleet view, the
-// session files are authoritative), and the epoch each removal ran at.
-#include "storage/sqlite_db.hpp"
-#include "storage/sqlite_store.hpp"
+// The SQLite store's catalog (sqlite_catalog.hpp): its schema, the index rows written behind the
+// commits, the removal floors, and the boot id.
+#include "storage/sqlite_catalog.hpp"
 
 #include <algorithm>
 
-namespace wuhu::storage {
+namespace wuhu::storage::sqlite {
 
 namespace {
 
@@ -42,7 +38,7 @@ const char* const catalog_migrations[] = {
 
 // The index rows' statements. Each is one constant: the statement cache is keyed by the
 // text's address.
-#define WUHU_INDEX_ROW                                                                         \
+#define WUHU_INDEX_ROW                                                                           \
     "SELECT id, has_work, paused, lane_system, lane_steer, lane_follow_up, timers, next_timer, " \
     "last_activity FROM sessions "
 constexpr const char* row_of = WUHU_INDEX_ROW "WHERE id = ?1";
@@ -55,7 +51,7 @@ constexpr const char* needing_owner_after =
 
 // The catalog_entry of a row selected by one of the statements above, or nullopt if its id is
 // not one.
-std::optional<catalog_entry> read_entry(const sqlite::stmt& q) {
+std::optional<catalog_entry> read_entry(const stmt& q) {
     auto sid = session_id::parse_key(q.text(0));
     if (!sid) {
         return std::nullopt;
@@ -76,13 +72,20 @@ std::optional<catalog_entry> read_entry(const sqlite::stmt& q) {
 
 }  // namespace
 
-void sqlite::migrate_catalog(db& d) {
-    migrate(d, catalog_migrations, std::size(catalog_migrations));
+// The index rows are hints: no commit of theirs waits for an fsync (sqlite_store.hpp).
+catalog::catalog(const std::filesystem::path& file, int busy_timeout_ms)
+    : db_(file.string(), "NORMAL", busy_timeout_ms) {
+    migrate(db_, catalog_migrations, std::size(catalog_migrations));
 }
 
-void sqlite_store::note_catalog(const session_id& id, lease_epoch epoch,
-                                const session::session_summary& sum, bool urgent) {
-    std::lock_guard lock(catalog_mu_);
+catalog::~catalog() {
+    std::lock_guard lock(mu_);
+    write_unwritten();
+}
+
+void catalog::note(const session_id& id, lease_epoch epoch, const session::session_summary& sum,
+                   bool urgent) {
+    std::lock_guard lock(mu_);
     auto& row = unwritten_[id.str()];
     if (row.first <= epoch) {
         row = {epoch, sum};
@@ -92,41 +95,41 @@ void sqlite_store::note_catalog(const session_id& id, lease_epoch epoch,
     }
 }
 
-void sqlite_store::note_loaded(const session_id& id, lease_epoch epoch,
-                               const session::session_summary& sum) {
+void catalog::note_loaded(const session_id& id, lease_epoch epoch,
+                          const session::session_summary& sum) {
     std::optional<catalog_entry> stored;
     try {
-        std::lock_guard lock(catalog_mu_);
-        auto& q = catalog_->prepare(row_of);
+        std::lock_guard lock(mu_);
+        auto& q = db_.prepare(row_of);
         q.bind(1, id.str());
         if (q.step()) {
             stored = read_entry(q);
         }
         q.reset();
-    } catch (const sqlite::error&) {
+    } catch (const error&) {
         return;  // a hint: the next commit writes it
     }
     if (!stored || stored->summary != sum) {
-        note_catalog(id, epoch, sum, true);
+        note(id, epoch, sum, true);
     }
 }
 
-void sqlite_store::write_unwritten(const session_id& id) {
-    std::lock_guard lock(catalog_mu_);
+void catalog::write_unwritten(const session_id& id) {
+    std::lock_guard lock(mu_);
     if (unwritten_.contains(id.str())) {
         write_unwritten();
     }
 }
 
-void sqlite_store::write_unwritten() {
+void catalog::write_unwritten() {
     if (unwritten_.empty()) {
         return;
     }
     try {
-        sqlite::transaction tx(*catalog_);
+        transaction tx(db_);
         for (const auto& [id, row] : unwritten_) {
             const auto& [epoch, sum] = row;
-            auto& q = catalog_->prepare(
+            auto& q = db_.prepare(
                 "UPDATE sessions SET epoch = ?2, has_work = ?3, paused = ?4, lane_system = ?5, "
                 "lane_steer = ?6, lane_follow_up = ?7, timers = ?8, next_timer = ?9, "
                 "last_activity = ?10 WHERE id = ?1 AND epoch <= ?2");
@@ -147,56 +150,55 @@ void sqlite_store::write_unwritten() {
         }
         tx.commit();
         unwritten_.clear();
-    } catch (const sqlite::error&) {
-        // The rows stay for the next write; the failure is counted (catalog_failures()).
-        ++catalog_failures_;
+    } catch (const error&) {
+        // The rows stay for the next write; the failure is counted (failures()).
+        ++failures_;
     }
 }
 
-void sqlite_store::note_opened(const session_id& id, lease_epoch epoch, bool after_removal) {
-    std::lock_guard lock(catalog_mu_);
+void catalog::note_opened(const session_id& id, lease_epoch epoch, bool after_removal) {
+    std::lock_guard lock(mu_);
     // At the opening epoch: a row an older owner left unwritten never lands on a new session.
-    catalog_
-        ->prepare("INSERT INTO sessions (id, epoch) VALUES (?1, ?2) ON CONFLICT (id) DO NOTHING")
+    db_.prepare("INSERT INTO sessions (id, epoch) VALUES (?1, ?2) ON CONFLICT (id) DO NOTHING")
         .bind(1, id.str())
         .bind(2, static_cast<std::int64_t>(epoch.value))
         .run();
     if (after_removal) {
         // A newer session: the removal's floor has done its work.
-        catalog_->prepare("DELETE FROM removed WHERE id = ?1 AND epoch < ?2")
+        db_.prepare("DELETE FROM removed WHERE id = ?1 AND epoch < ?2")
             .bind(1, id.str())
             .bind(2, static_cast<std::int64_t>(epoch.value))
             .run();
     }
 }
 
-void sqlite_store::note_removed(const session_id& id, lease_epoch epoch) {
+void catalog::note_removed(const session_id& id, lease_epoch epoch) {
     // Opens at this epoch or older are refused from now on, in every process of the host: a
     // request that waited behind this removal cannot bring the session back. Not a hint: it
     // waits for its fsync.
-    std::lock_guard lock(catalog_mu_);
-    catalog_->exec("PRAGMA synchronous=FULL");
+    std::lock_guard lock(mu_);
+    db_.exec("PRAGMA synchronous=FULL");
     struct normal_again {
-        sqlite::db& db;
-        ~normal_again() { sqlite3_exec(db.raw(), "PRAGMA synchronous=NORMAL", nullptr, nullptr,
-                                       nullptr); }
-    } restore{*catalog_};
-    sqlite::transaction tx(*catalog_);
-    catalog_
-        ->prepare(
-            "INSERT INTO removed (id, epoch) VALUES (?1, ?2) "
-            "ON CONFLICT (id) DO UPDATE SET epoch = max(epoch, excluded.epoch)")
+        db& d;
+        ~normal_again() {
+            sqlite3_exec(d.raw(), "PRAGMA synchronous=NORMAL", nullptr, nullptr, nullptr);
+        }
+    } restore{db_};
+    transaction tx(db_);
+    db_.prepare(
+           "INSERT INTO removed (id, epoch) VALUES (?1, ?2) "
+           "ON CONFLICT (id) DO UPDATE SET epoch = max(epoch, excluded.epoch)")
         .bind(1, id.str())
         .bind(2, static_cast<std::int64_t>(epoch.value))
         .run();
-    catalog_->prepare("DELETE FROM sessions WHERE id = ?1").bind(1, id.str()).run();
+    db_.prepare("DELETE FROM sessions WHERE id = ?1").bind(1, id.str()).run();
     tx.commit();
     unwritten_.erase(id.str());
 }
 
-std::optional<lease_epoch> sqlite_store::removed_at(const session_id& id) {
-    std::lock_guard lock(catalog_mu_);
-    auto& q = catalog_->prepare("SELECT epoch FROM removed WHERE id = ?1");
+std::optional<lease_epoch> catalog::removed_at(const session_id& id) {
+    std::lock_guard lock(mu_);
+    auto& q = db_.prepare("SELECT epoch FROM removed WHERE id = ?1");
     q.bind(1, id.str());
     std::optional<lease_epoch> out;
     if (q.step()) {
@@ -206,13 +208,13 @@ std::optional<lease_epoch> sqlite_store::removed_at(const session_id& id) {
     return out;
 }
 
-result<std::vector<catalog_entry>> sqlite_store::sessions(const catalog_query& q) {
+result<std::vector<catalog_entry>> catalog::sessions(const catalog_query& q) {
     try {
-        std::lock_guard lock(catalog_mu_);
+        std::lock_guard lock(mu_);
         write_unwritten();  // this process's rows are as new as its commits
         std::vector<catalog_entry> out;
         const auto range = range_of(q.tenant, q.after);
-        auto take = [&](sqlite::stmt& st) -> result<void> {
+        auto take = [&](stmt& st) -> result<void> {
             while (out.size() < q.limit && st.step()) {
                 auto e = read_entry(st);
                 if (!e) {
@@ -234,7 +236,7 @@ result<std::vector<catalog_entry>> sqlite_store::sessions(const catalog_query& q
             auto ids = *q.ids;
             std::sort(ids.begin(), ids.end());
             ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-            auto& st = catalog_->prepare(row_of);
+            auto& st = db_.prepare(row_of);
             for (const auto& id : ids) {
                 st.bind(1, id.str());
                 if (auto r = take(st); !r) {
@@ -244,9 +246,9 @@ result<std::vector<catalog_entry>> sqlite_store::sessions(const catalog_query& q
             return out;
         }
         // The filters the index serves are in the SQL, the others in matches().
-        auto& st = catalog_->prepare(q.needing_owner_by ? needing_owner_after
-                                     : q.has_work == true ? working_after
-                                                          : rows_after);
+        auto& st = db_.prepare(q.needing_owner_by   ? needing_owner_after
+                               : q.has_work == true ? working_after
+                                                    : rows_after);
         st.bind(1, range.after);
         if (q.needing_owner_by) {
             st.bind(2, q.needing_owner_by->value);
@@ -255,9 +257,50 @@ result<std::vector<catalog_entry>> sqlite_store::sessions(const catalog_query& q
             return r.error();
         }
         return out;
-    } catch (const sqlite::error& e) {
-        return sqlite::storage_error(e);
+    } catch (const error& e) {
+        return storage_error(e);
     }
 }
 
-}  // namespace wuhu::storage
+std::string catalog::boot_id() {
+    std::lock_guard lock(mu_);
+    auto& q = db_.prepare("SELECT value FROM store_state WHERE key = 'boot_id'");
+    auto seen = q.step() ? std::string(q.text(0)) : std::string();
+    q.reset();
+    return seen;
+}
+
+void catalog::set_boot_id(const std::string& boot) {
+    std::lock_guard lock(mu_);
+    db_.exec("PRAGMA synchronous=FULL");
+    db_.prepare(
+           "INSERT INTO store_state (key, value) VALUES ('boot_id', ?1) "
+           "ON CONFLICT (key) DO UPDATE SET value = excluded.value")
+        .bind(1, boot)
+        .run();
+    db_.exec("PRAGMA synchronous=NORMAL");
+}
+
+bool catalog::raise(const session_id& id, lease_epoch epoch, bool has_work, std::int64_t timers) {
+    // Only ever raised: a row that says too much costs the sweep a load, which rewrites it; one
+    // that says too little would hide a session with work. A session with timers is due at once
+    // (a lost row may have held an earlier due time): its load rewrites the row with the real
+    // one.
+    std::lock_guard lock(mu_);
+    db_.prepare(
+           "INSERT INTO sessions (id, epoch, has_work, timers, next_timer) "
+           "VALUES (?1, ?2, ?3, ?4, CASE WHEN ?4 > 0 THEN 0 END) "
+           "ON CONFLICT (id) DO UPDATE SET has_work = max(has_work, excluded.has_work), "
+           "timers = max(timers, excluded.timers), next_timer = CASE WHEN "
+           "excluded.timers > 0 THEN 0 ELSE next_timer END "
+           "WHERE excluded.has_work > has_work OR (excluded.timers > 0 AND "
+           "(next_timer IS NULL OR next_timer > 0))")
+        .bind(1, id.str())
+        .bind(2, static_cast<std::int64_t>(epoch.value))
+        .bind(3, has_work ? 1 : 0)
+        .bind(4, timers)
+        .run();
+    return sqlite3_changes(db_.raw()) > 0;
+}
+
+}  // namespace wuhu::storage::sqlite

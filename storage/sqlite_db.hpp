@@ -6,8 +6,8 @@
 #include <boost/system/error_code.hpp>
 
 #include <chrono>
-#include <filesystem>
 #include <cstdint>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <optional>
@@ -120,8 +120,7 @@ void migrate(db& d, const char* const* migrations, std::size_t count);
 // As migrate(), for another owner of tables in the same file (the SQLite lease's tables in the
 // catalog, ownership/sqlite_lease.cpp): the number of `part`'s migrations applied is its row
 // of the `schema_parts` table, not user_version.
-void migrate_part(db& d, std::string_view part, const char* const* migrations,
-                  std::size_t count);
+void migrate_part(db& d, std::string_view part, const char* const* migrations, std::size_t count);
 
 // The bytes of a new database file with `migrations` applied, pages of `page_size` (0: SQLite's
 // default), in WAL mode: written to a path and opened, it is what opening a missing path and
@@ -129,11 +128,6 @@ void migrate_part(db& d, std::string_view part, const char* const* migrations,
 // (The image is made in memory by SQLite; its header's read and write versions are then set to
 // 2, which is what switching a file to WAL does.) Throws sqlite::error.
 std::string new_wal_file_image(const char* const* migrations, std::size_t count, int page_size);
-
-// Creates or upgrades the session store's schema of `<data-dir>/catalog.sqlite` (the index,
-// removals; the leases there are ownership's). Throws sqlite::error.
-// (storage/sqlite_catalog.cpp)
-void migrate_catalog(db& d);
 
 // What a store operation answers for an SQLite failure: corrupt for damaged data, unavailable
 // for the rest (busy, IO: the outcome is unknown).

@@ -1,10 +1,14 @@
 // The log of one session in its SQLite file: loads, patches since a version, and commits
 // fenced by the epoch the file holds.
+#include "storage/sqlite_log.hpp"
+
 #include "session/codec.hpp"
 #include "session/overloaded.hpp"
 #include "session/summary.hpp"
 #include "storage/rows.hpp"
-#include "storage/sqlite_internal.hpp"
+#include "storage/sqlite_catalog.hpp"
+#include "storage/sqlite_files.hpp"
+#include "storage/sqlite_open_files.hpp"
 
 #include <algorithm>
 
@@ -13,9 +17,9 @@ namespace wuhu::storage {
 namespace s = wuhu::session;
 namespace json = boost::json;
 
-namespace sqlite_files {
+namespace sqlite {
 
-std::string meta(sqlite::db& db, const char* key) {
+std::string meta(db& db, const char* key) {
     auto& q = db.prepare("SELECT v FROM meta WHERE k = ?1");
     q.bind(1, std::string_view(key));
     std::string out = q.step() ? std::string(q.text(0)) : std::string();
@@ -23,14 +27,14 @@ std::string meta(sqlite::db& db, const char* key) {
     return out;
 }
 
-void set_meta(sqlite::db& db, const char* key, std::string_view value) {
+void set_meta(db& db, const char* key, std::string_view value) {
     auto& q = db.prepare(
         "INSERT INTO meta (k, v) VALUES (?1, ?2) "
         "ON CONFLICT (k) DO UPDATE SET v = excluded.v");
     q.bind(1, std::string_view(key)).bind(2, value).run();
 }
 
-result<session_state> load_rows(sqlite::db& db) {
+result<session_state> load_rows(db& db) {
     state_builder b;
     {
         auto& q = db.prepare("SELECT body FROM transcript ORDER BY seq");
@@ -54,17 +58,16 @@ result<session_state> load_rows(sqlite::db& db) {
             b.timer(q.text(0));
         }
     }
-    b.registers(meta(db, "settings"), meta(db, "paused") == "1",
-                meta(db, "has_work") == "1");
+    b.registers(meta(db, "settings"), meta(db, "paused") == "1", meta(db, "has_work") == "1");
     return b.finish();
 }
 
-}  // namespace sqlite_files
+}  // namespace sqlite
 
 namespace {
 
-using sqlite_files::meta;
-using sqlite_files::set_meta;
+using sqlite::meta;
+using sqlite::set_meta;
 
 std::string dump(const json::value& v) {
     return json::serialize(v);
@@ -89,180 +92,164 @@ bool sweep_reads_differ(const s::session_summary& a, const s::session_summary& b
     return a.has_work != b.has_work || a.timers != b.timers || a.next_timer != b.next_timer;
 }
 
+// One action's rows.
+void write(sqlite::db& db, const s::action& a) {
+    std::visit(
+        s::overloaded{
+            [&](const s::entry_appended& x) {
+                db.prepare("INSERT INTO transcript (seq, at, body) VALUES (?1, ?2, ?3)")
+                    .bind(1, static_cast<std::int64_t>(x.e.id.value))
+                    .bind(2, x.e.at.value)
+                    .bind(3, dump(s::to_json(x.e)))
+                    .run();
+            },
+            [&](const s::journal_recorded& x) {
+                db.prepare(
+                      "INSERT INTO journal (lane, seq, at, body) "
+                      "VALUES (?1, ?2, ?3, ?4)")
+                    .bind(1, static_cast<std::int64_t>(s::index_of(x.in)))
+                    .bind(2, static_cast<std::int64_t>(x.j.seq.value))
+                    .bind(3, x.j.at.value)
+                    .bind(4, dump(s::to_json(x.j)))
+                    .run();
+            },
+            [&](const s::settings_set& x) { set_meta(db, "settings", encode_settings(x.value)); },
+            [&](const s::has_work_set& x) { set_meta(db, "has_work", x.value ? "1" : "0"); },
+            [&](const s::paused_set& x) { set_meta(db, "paused", x.value ? "1" : "0"); },
+            [&](const s::timer_scheduled& x) {
+                db.prepare("INSERT INTO timers (id, body) VALUES (?1, ?2)")
+                    .bind(1, x.t.id.str())
+                    .bind(2, dump(s::to_json(x.t)))
+                    .run();
+            },
+            [&](const s::timer_cleared& x) {
+                db.prepare("DELETE FROM timers WHERE id = ?1").bind(1, x.id.str()).run();
+            },
+        },
+        a);
+}
+
 }  // namespace
 
-class sqlite_log final : public session_log {
-  public:
-    sqlite_log(sqlite_store& store, session_id id, lease_epoch epoch)
-        : session_log(std::move(id), epoch), store_(store) {}
-    // The session is no longer loaded here: its file is closed, unless an operation uses it,
-    // and its catalog row written if a commit left it behind.
-    ~sqlite_log() override {
-        store_.close_unused(id());
-        store_.write_unwritten(id());
-    }
+sqlite_log::sqlite_log(sqlite::session_files& files, sqlite::open_files& open,
+                       sqlite::catalog& catalog, session_id id, lease_epoch epoch)
+    : session_log(std::move(id), epoch), files_(files), open_(open), catalog_(catalog) {}
 
-  protected:
-    result<session_state> do_load() override {
-        auto loaded = with_db([&](sqlite::db& db) -> result<session_state> {
-            // One read transaction, fenced like a write: a handle whose epoch is not the
-            // file's (a newer owner, or a removal) reads nothing.
-            sqlite::read_transaction read(db);
-            if (meta(db, "epoch") != std::to_string(epoch().value)) {
-                return errc::lease_lost;
-            }
-            return sqlite_files::load_rows(db);
-        });
-        if (loaded) {
-            store_.note_loaded(id(), epoch(), s::summarize(*loaded));
+sqlite_log::~sqlite_log() {
+    open_.close_unused(id());
+    catalog_.write_unwritten(id());
+}
+
+template <class F>
+auto sqlite_log::with_handle(F&& f) -> std::invoke_result_t<F, sqlite::handle&> {
+    try {
+        auto h = open_.acquire(id(), open_mode::existing);
+        if (!h) {
+            return errc::lease_lost;  // the session was removed
         }
-        return loaded;
-    }
-
-    result<s::patch> do_since(const s::version_vector& from) override {
-        return with_db([&](sqlite::db& db) -> result<s::patch> {
-            // One read transaction, so the rows and the version agree.
-            sqlite::read_transaction read(db);
-            auto to = decode_version(meta(db, "version"));
-            if (!to) {
-                return to.error();
-            }
-            if (!from.le(*to)) {
-                return s::errc::invalid_version;
-            }
-            patch_rows rows;
-            {
-                auto& q = db.prepare("SELECT body FROM transcript WHERE seq > ?1 ORDER BY seq");
-                q.bind(1, static_cast<std::int64_t>(from.transcript));
-                while (q.step()) {
-                    rows.entries.push_back(parse_row(q.text(0)));
-                }
-            }
-            for (s::lane l : s::all_lanes) {
-                auto& q = db.prepare(
-                    "SELECT body FROM journal WHERE lane = ?1 AND seq > ?2 ORDER BY seq");
-                q.bind(1, static_cast<std::int64_t>(s::index_of(l)))
-                    .bind(2, static_cast<std::int64_t>(from.of(l)));
-                while (q.step()) {
-                    rows.facts[s::index_of(l)].push_back(parse_row(q.text(0)));
-                }
-            }
-            rows.settings_json = meta(db, "settings");
-            rows.paused = meta(db, "paused") == "1";
-            rows.has_work = meta(db, "has_work") == "1";
-            return patch_from_rows(from, *to, rows);
-        });
-    }
-
-    result<void> do_commit(const session_state& before, const action_list& actions) override {
-        const auto was = s::summarize(before);
-        const auto now = s::summarize(before, actions);
-        // The row is raised before the file's commit, and lowered after it: a process killed
-        // between the two leaves a row that says too much, never one that hides work or a
-        // timer (issue 31, defect 9).
-        const auto during = at_most_either(was, now);
-        if (sweep_reads_differ(during, was)) {
-            // A row that cannot be written now (the catalog locked past the busy timeout, a
-            // full disk) is counted and kept for the next write: the commit goes on, since the
-            // catalog is a hint and the file the truth (a crash before that write leaves the
-            // work to the next request, or to the scan after a reboot).
-            store_.note_catalog(id(), epoch(), during, true);
+        std::lock_guard lock(h->mu);
+        if (!h->db) {
+            return errc::lease_lost;  // removed while this operation waited
         }
-        auto r = with_handle([&](sqlite_store::handle& h) -> result<void> {
-            auto& db = *h.db;
-            sqlite::transaction tx(db);
-            if (meta(db, "epoch") != std::to_string(epoch().value)) {
-                return errc::lease_lost;
-            }
-            if (meta(db, "version") != encode_version(before.version())) {
-                return errc::conflict;
-            }
-            store_.synced_from_now(h);
-            store_.size_wal(h, id());
-            for (const auto& a : actions) {
-                write(db, a);
-            }
-            set_meta(db, "version", encode_version(s::advance(before.version(), actions)));
-            tx.commit();
-            if (store_.options_.after_file_commit) {
-                store_.options_.after_file_commit();
-            }
-            return {};
-        });
-        if (r) {
-            // Lowered now if the commit lowered anything the sweep reads; else written later.
-            store_.note_catalog(id(), epoch(), now, sweep_reads_differ(now, during));
+        return f(*h);
+    } catch (const sqlite::error& e) {
+        return sqlite::storage_error(e);
+    }
+}
+
+result<session_state> sqlite_log::do_load() {
+    auto loaded = with_handle([&](sqlite::handle& h) -> result<session_state> {
+        auto& db = *h.db;
+        // One read transaction, fenced like a write: a handle whose epoch is not the
+        // file's (a newer owner, or a removal) reads nothing.
+        sqlite::read_transaction read(db);
+        if (meta(db, "epoch") != std::to_string(epoch().value)) {
+            return errc::lease_lost;
         }
-        return r;
+        return sqlite::load_rows(db);
+    });
+    if (loaded) {
+        catalog_.note_loaded(id(), epoch(), s::summarize(*loaded));
     }
+    return loaded;
+}
 
-  private:
-    template <class F>
-    auto with_handle(F&& f) -> decltype(f(std::declval<sqlite_store::handle&>())) {
-        try {
-            auto h = store_.acquire(id(), open_mode::existing);
-            if (!h) {
-                return errc::lease_lost;  // the session was removed
-            }
-            std::lock_guard lock(h->mu);
-            if (!h->db) {
-                return errc::lease_lost;  // removed while this operation waited
-            }
-            return f(*h);
-        } catch (const sqlite::error& e) {
-            return sqlite::storage_error(e);
+result<s::patch> sqlite_log::do_since(const s::version_vector& from) {
+    return with_handle([&](sqlite::handle& h) -> result<s::patch> {
+        auto& db = *h.db;
+        // One read transaction, so the rows and the version agree.
+        sqlite::read_transaction read(db);
+        auto to = decode_version(meta(db, "version"));
+        if (!to) {
+            return to.error();
         }
-    }
-    template <class F>
-    auto with_db(F&& f) -> decltype(f(std::declval<sqlite::db&>())) {
-        return with_handle([&](sqlite_store::handle& h) { return f(*h.db); });
-    }
+        if (!from.le(*to)) {
+            return s::errc::invalid_version;
+        }
+        patch_rows rows;
+        {
+            auto& q = db.prepare("SELECT body FROM transcript WHERE seq > ?1 ORDER BY seq");
+            q.bind(1, static_cast<std::int64_t>(from.transcript));
+            while (q.step()) {
+                rows.entries.push_back(parse_row(q.text(0)));
+            }
+        }
+        for (s::lane l : s::all_lanes) {
+            auto& q =
+                db.prepare("SELECT body FROM journal WHERE lane = ?1 AND seq > ?2 ORDER BY seq");
+            q.bind(1, static_cast<std::int64_t>(s::index_of(l)))
+                .bind(2, static_cast<std::int64_t>(from.of(l)));
+            while (q.step()) {
+                rows.facts[s::index_of(l)].push_back(parse_row(q.text(0)));
+            }
+        }
+        rows.settings_json = meta(db, "settings");
+        rows.paused = meta(db, "paused") == "1";
+        rows.has_work = meta(db, "has_work") == "1";
+        return patch_from_rows(from, *to, rows);
+    });
+}
 
-    static void write(sqlite::db& db, const s::action& a) {
-        std::visit(s::overloaded{
-                       [&](const s::entry_appended& x) {
-                           db.prepare("INSERT INTO transcript (seq, at, body) VALUES (?1, ?2, ?3)")
-                               .bind(1, static_cast<std::int64_t>(x.e.id.value))
-                               .bind(2, x.e.at.value)
-                               .bind(3, dump(s::to_json(x.e)))
-                               .run();
-                       },
-                       [&](const s::journal_recorded& x) {
-                           db.prepare(
-                                 "INSERT INTO journal (lane, seq, at, body) "
-                                 "VALUES (?1, ?2, ?3, ?4)")
-                               .bind(1, static_cast<std::int64_t>(s::index_of(x.in)))
-                               .bind(2, static_cast<std::int64_t>(x.j.seq.value))
-                               .bind(3, x.j.at.value)
-                               .bind(4, dump(s::to_json(x.j)))
-                               .run();
-                       },
-                       [&](const s::settings_set& x) {
-                           set_meta(db, "settings", encode_settings(x.value));
-                       },
-                       [&](const s::has_work_set& x) {
-                           set_meta(db, "has_work", x.value ? "1" : "0");
-                       },
-                       [&](const s::paused_set& x) { set_meta(db, "paused", x.value ? "1" : "0"); },
-                       [&](const s::timer_scheduled& x) {
-                           db.prepare("INSERT INTO timers (id, body) VALUES (?1, ?2)")
-                               .bind(1, x.t.id.str())
-                               .bind(2, dump(s::to_json(x.t)))
-                               .run();
-                       },
-                       [&](const s::timer_cleared& x) {
-                           db.prepare("DELETE FROM timers WHERE id = ?1").bind(1, x.id.str()).run();
-                       },
-                   },
-                   a);
+result<void> sqlite_log::do_commit(const session_state& before, const action_list& actions) {
+    const auto was = s::summarize(before);
+    const auto now = s::summarize(before, actions);
+    // The row is raised before the file's commit, and lowered after it: a process killed
+    // between the two leaves a row that says too much, never one that hides work or a
+    // timer (issue 31, defect 9).
+    const auto during = at_most_either(was, now);
+    if (sweep_reads_differ(during, was)) {
+        // A row that cannot be written now (the catalog locked past the busy timeout, a
+        // full disk) is counted and kept for the next write: the commit goes on, since the
+        // catalog is a hint and the file the truth (a crash before that write leaves the
+        // work to the next request, or to the scan after a reboot).
+        catalog_.note(id(), epoch(), during, true);
     }
-
-    sqlite_store& store_;
-};
-
-std::unique_ptr<session_log> sqlite_files::make_log(sqlite_store& store, session_id id,
-                                                    lease_epoch epoch) {
-    return std::make_unique<sqlite_log>(store, std::move(id), epoch);
+    auto r = with_handle([&](sqlite::handle& h) -> result<void> {
+        auto& db = *h.db;
+        sqlite::transaction tx(db);
+        if (meta(db, "epoch") != std::to_string(epoch().value)) {
+            return errc::lease_lost;
+        }
+        if (meta(db, "version") != encode_version(before.version())) {
+            return errc::conflict;
+        }
+        files_.synced_from_now(h);
+        files_.size_wal(h, id());
+        for (const auto& a : actions) {
+            write(db, a);
+        }
+        set_meta(db, "version", encode_version(s::advance(before.version(), actions)));
+        tx.commit();
+        if (files_.options().after_file_commit) {
+            files_.options().after_file_commit();
+        }
+        return {};
+    });
+    if (r) {
+        // Lowered now if the commit lowered anything the sweep reads; else written later.
+        catalog_.note(id(), epoch(), now, sweep_reads_differ(now, during));
+    }
+    return r;
 }
 
 }  // namespace wuhu::storage

@@ -4,8 +4,9 @@
 // default, busy timeout), holding the fencing epoch, the transcript, the journals, the timers
 // and the registers; `<data_dir>/catalog.sqlite` lists the sessions with their index row (has
 // work, lane depths, timers, last activity: session/summary.hpp) for the recovery sweep and the
-// fleet view (a hint: the session file is authoritative), and holds the leases of the host. The session id is validated
-// before it becomes a path, and files are opened without URI parsing.
+// fleet view (a hint: the session file is authoritative), and holds the leases of the host.
+// The session id is validated before it becomes a path, and files are opened without URI
+// parsing.
 //
 // Many sessions, few descriptors: a session's file is open while its log is (the session is
 // loaded), and at most `max_open_files` session files stay open (3 file descriptors each, with
@@ -20,28 +21,25 @@
 // row exactly).
 //
 // Thread-safe: operations on different sessions run in parallel; one session's operations are
-// serialized by its handle.
+// serialized by its handle. The parts are in sqlite_files.hpp (the files on disk),
+// sqlite_open_files.hpp (those open here), sqlite_catalog.hpp and sqlite_log.hpp.
 #pragma once
 
 #include "storage/store.hpp"
 
-struct sqlite3;
-
-#include <atomic>
 #include <filesystem>
-#include <list>
 #include <functional>
-#include <map>
-#include <mutex>
+#include <memory>
 #include <optional>
-#include <set>
 #include <vector>
 
 namespace wuhu::storage {
 
 namespace sqlite {
-class db;
-}
+class catalog;
+class open_files;
+class session_files;
+}  // namespace sqlite
 
 struct sqlite_options {
     std::filesystem::path data_dir;
@@ -87,7 +85,7 @@ class sqlite_store final : public session_store {
     std::string_view backend() const override { return "sqlite"; }
     void stopping() override;
 
-    // Sessions in the catalog (a hint: see note_catalog; the session file is authoritative).
+    // Sessions in the catalog (a hint: see sqlite_catalog.hpp; the session file is authoritative).
     result<std::vector<catalog_entry>> sessions(const catalog_query& q) override;
     std::filesystem::path path_of(const session_id& id) const;
     std::size_t open_files() const;
@@ -97,7 +95,7 @@ class sqlite_store final : public session_store {
     std::size_t rows_raised_at_start() const { return raised_at_start_; }
     // Catalog writes that failed (the catalog locked past the busy timeout, a full disk): their
     // rows wait for the next write.
-    std::size_t catalog_failures() const { return catalog_failures_.load(); }
+    std::size_t catalog_failures() const;
     std::size_t index_write_failures() const override { return catalog_failures(); }
 
   protected:
@@ -105,88 +103,17 @@ class sqlite_store final : public session_store {
                                                  open_mode mode) override;
 
   private:
-    // Opening a session file and unlinking one take turns on this file (sqlite_store.cpp).
-    std::filesystem::path lock_file() const;
-    friend class sqlite_log;
-    struct handle;
-
-    // The open handle of a session; opens the file (creating it only when `create`), applies
-    // the migrations. Throws sqlite::error; returns nullptr when the file does not exist.
-    std::shared_ptr<handle> acquire(const session_id& id, open_mode mode);
-    // Closes the session's file unless an operation is using it (its log was closed).
-    void close_unused(const session_id& id);
-    // Closes `h`, the last reference to the session's file in this store (its session is
-    // unloaded), and with it the file's WAL and shared memory when no other connection has
-    // the file open.
-    void retire(const session_id& id, std::shared_ptr<handle> h);
-    // Drops `h` from the open files if it is still the session's (it names a removed file).
-    void forget(const session_id& id, const std::shared_ptr<handle>& h);
-    // Gives the session's WAL its working size (wal_prealloc_frames), once per connection.
-    // REQUIRES: in a write transaction of `h` that passed its fence (no other connection
-    // writes the WAL meanwhile, and only past its end is written).
-    void size_wal(handle& h, const session_id& id);
-    static int on_wal_commit(void* arg, sqlite3* db, const char* name, int frames);
-    // Checkpoints and deletes the WAL (and shared memory) a file closed to make room left (see
-    // wal_left_).
-    void tidy_wal(const session_id& id);
-    // Sets the connection's synchronous level after the unsynced fence of a new file.
-    void synced_from_now(handle& h);
-    // Opens the file at `path` as a handle (throws sqlite::error; SQLITE_CANTOPEN when it
-    // is missing and not to be created, or was removed while it was opened). A file to be
-    // created is named from `prepared` (prepare_new_file) if there is one (see name_new_file).
-    std::shared_ptr<handle> open_file(const std::filesystem::path& path, open_mode mode,
-                                      std::filesystem::path* prepared = nullptr);
-    // acquire(), but never a cached handle of a file that is no longer at the session's path.
-    std::shared_ptr<handle> acquire_current(const session_id& id, open_mode mode);
-    // The epoch the session was last removed at, if it was (the catalog's `removed`).
-    std::optional<lease_epoch> removed_at(const session_id& id);
-    // The catalog (sqlite_catalog.cpp). The session's index row as of a commit (or a load) at
-    // `epoch`: written at once when `urgent` (what the recovery sweep reads changed: has_work
-    // or the timers), else with the next urgent write or read of the catalog, so that most
-    // commits of a turn cost no catalog commit. A row is never overwritten by an older epoch's.
-    void note_catalog(const session_id& id, lease_epoch epoch,
-                      const session::session_summary& sum, bool urgent);
-    // The catalog row of a session just loaded: rewritten if it says otherwise.
-    void note_loaded(const session_id& id, lease_epoch epoch, const session::session_summary& sum);
-    // With catalog_mu_ held. A write that fails keeps the rows for the next one, and is counted
-    // (catalog_failures()).
-    void write_unwritten();
-    // Writes the session's row now if a commit left it behind.
-    void write_unwritten(const session_id& id);
-    void note_opened(const session_id& id, lease_epoch epoch, bool after_removal);
-    void note_removed(const session_id& id, lease_epoch epoch);
     // After a restart of the machine: raises the index rows the session files contradict.
     void check_after_reboot();
 
-    // A new session file for `path`, written from new_file_ and synced, at a hidden name of its
-    // own (no lock needed: nobody else knows it); empty when the file system cannot make an
-    // unnamed file (O_TMPFILE), and SQLite makes the file (and every later one:
-    // image_unsupported_).
-    std::filesystem::path prepare_new_file(const std::filesystem::path& path);
-    // Renames the prepared file `hidden` to `path` unless a file is there (under the shared
-    // files lock), and then clears `hidden`; otherwise leaves it to its preparer to remove.
-    // made_elsewhere: another process made the file first (it is used as it is); unsupported:
-    // the file system cannot rename without replacing, and SQLite makes the file.
-    enum class new_file { linked, made_elsewhere, unsupported };
-    new_file name_new_file(std::filesystem::path& hidden, const std::filesystem::path& path);
-
-    sqlite_options options_;
-    std::string new_file_;  // a new session file's bytes (sqlite::new_wal_file_image)
-    std::atomic<bool> image_unsupported_{false};  // found out by prepare/name_new_file
-    std::unique_ptr<sqlite::db> catalog_;
-    std::mutex catalog_mu_;
-    std::map<std::string, std::pair<lease_epoch, session::session_summary>> unwritten_;
+    // Three parts, each guarding its own (see their headers): the files on disk and the host's
+    // files lock; the files open here, their LRU and its mutex; the catalog and its mutex.
+    // Declared in this order: the open files close before the files they name go.
+    std::unique_ptr<sqlite::session_files> files_;
+    std::unique_ptr<sqlite::open_files> open_;
+    std::unique_ptr<sqlite::catalog> catalog_;
     std::size_t checked_at_start_ = 0;
     std::size_t raised_at_start_ = 0;
-    std::atomic<std::size_t> catalog_failures_{0};
-    mutable std::mutex mu_;
-    std::list<std::string> lru_;  // most recent first
-    std::map<std::string, std::pair<std::shared_ptr<handle>, std::list<std::string>::iterator>>
-        open_;
-    // Sessions whose file was closed to make room, its WAL left for their next connection:
-    // deleted when the session is unloaded first (close_unused), unless the store is stopping.
-    std::set<std::string> wal_left_;
-    bool stopping_ = false;
 };
 
 }  // namespace wuhu::storage

@@ -2,8 +2,7 @@
 // they hold wal_checkpoint_pages and then reused from their start, given their working size at
 // FULL so that no commit extends the file, and deleted with the shared memory once the session
 // is unloaded.
-#include "storage/sqlite_internal.hpp"
-#include "storage/sqlite_store.hpp"
+#include "storage/sqlite_files.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -12,13 +11,10 @@
 #include <algorithm>
 #include <vector>
 
-namespace wuhu::storage {
-
-using sqlite_files::files_lock;
-using sqlite_files::names;
+namespace wuhu::storage::sqlite {
 
 // SQLite's own auto-checkpoint (which this hook replaces), and the WAL's size noted.
-int sqlite_store::on_wal_commit(void* arg, sqlite3* db, const char* name, int frames) {
+int session_files::on_wal_commit(void* arg, sqlite3* db, const char* name, int frames) {
     auto* h = static_cast<handle*>(arg);
     h->wal_frames = frames;
     if (h->checkpoint_frames > 0 && frames >= h->checkpoint_frames) {
@@ -27,7 +23,7 @@ int sqlite_store::on_wal_commit(void* arg, sqlite3* db, const char* name, int fr
     return SQLITE_OK;
 }
 
-void sqlite_store::size_wal(handle& h, const session_id& id) {
+void session_files::size_wal(handle& h, const session_id& id) {
     // A session at work: one that has written a few commits since it was opened (a session
     // created and left after its first command never pays for the zeros).
     constexpr int at_work_frames = 12;
@@ -73,17 +69,11 @@ void sqlite_store::size_wal(handle& h, const session_id& id) {
 // connection with them, runs until they are gone. Checkpointed first, outside the lock (its
 // fsyncs), so that the checkpoint as it closes has nothing left to do. Best effort, never a
 // wait: when the checkpoint could not copy every frame (another connection has the file
-// open), when the lock is not free, or when the store is stopping (a stop is not made longer
-// for this), ~handle closes it as before and the two stay for the session's next connection.
-void sqlite_store::retire(const session_id& id, std::shared_ptr<handle> h) {
+// open) or when the lock is not free, ~handle closes it as before and the two stay for the
+// session's next connection.
+void session_files::close_deleting_wal(const session_id& id, std::shared_ptr<handle> h) {
     if (!h->db || !h->checkpoint_on_close) {
         return;  // closed already, or to make room: ~handle
-    }
-    {
-        std::lock_guard lock(mu_);
-        if (stopping_) {
-            return;
-        }
     }
     int in_wal = -1;
     int copied = -1;
@@ -99,25 +89,9 @@ void sqlite_store::retire(const session_id& id, std::shared_ptr<handle> h) {
             sqlite3_file_control(h->db->raw(), "main", SQLITE_FCNTL_PERSIST_WAL, &persist);
             h.reset();  // under the lock
         }
-    } catch (const sqlite::error&) {
+    } catch (const error&) {
         // No lock file: ~handle closes it with its WAL and shared memory kept.
     }
 }
 
-// A file closed to make room kept its WAL, frames and working size, for its session's next
-// connection. Once the session is unloaded none may come for long: the WAL is checkpointed and
-// deleted now with the shared memory, as any unloaded session's are (retire), rather than left
-// on disk for as long as the session stays unused. A connection of its own, outside the open
-// files: closed at once.
-void sqlite_store::tidy_wal(const session_id& id) {
-    std::shared_ptr<handle> h;
-    try {
-        files_lock shared(lock_file(), files_lock::mode::shared);  // as every open
-        h = open_file(path_of(id), open_mode::existing);
-    } catch (const sqlite::error&) {
-        return;  // removed meanwhile, or busy past the busy timeout: its next connection reads it
-    }
-    retire(id, std::move(h));
-}
-
-}  // namespace wuhu::storage
+}  // namespace wuhu::storage::sqlite

@@ -1,0 +1,127 @@
+// The session files a SQLite store has open: one connection a session, an LRU of idle ones
+// closed past max_open_files, and their WALs deleted once their session is unloaded.
+#include "storage/sqlite_open_files.hpp"
+
+#include <vector>
+
+namespace wuhu::storage::sqlite {
+
+std::size_t open_files::size() const {
+    std::lock_guard lock(mu_);
+    return open_.size();
+}
+
+std::shared_ptr<handle> open_files::acquire(const session_id& id, open_mode mode) {
+    {
+        std::lock_guard lock(mu_);
+        if (auto it = open_.find(id.str()); it != open_.end()) {
+            lru_.splice(lru_.begin(), lru_, it->second.second);
+            return it->second.first;
+        }
+    }
+    // Opened without the lock: other sessions' files open (and are created, with their
+    // fsyncs) at the same time.
+    auto h = files_.open(id, mode);
+    if (!h) {
+        return nullptr;
+    }
+    std::vector<std::shared_ptr<handle>> closing;  // closed once the lock is released
+    std::lock_guard lock(mu_);
+    if (auto it = open_.find(id.str()); it != open_.end()) {
+        // Another thread opened it meanwhile: one handle a session (this one closes).
+        lru_.splice(lru_.begin(), lru_, it->second.second);
+        return it->second.first;
+    }
+    lru_.push_front(id.str());
+    open_.emplace(id.str(), std::make_pair(h, lru_.begin()));
+    wal_left_.erase(id.str());  // this handle closes it
+    // Close the least recently used files nobody is using.
+    for (auto it = std::prev(lru_.end()); open_.size() > max_open_ && it != lru_.begin();) {
+        auto victim = open_.find(*it);
+        auto prev = std::prev(it);
+        if (victim->second.first.use_count() == 1) {
+            victim->second.first->checkpoint_on_close = false;
+            wal_left_.insert(*it);
+            closing.push_back(std::move(victim->second.first));
+            open_.erase(victim);
+            lru_.erase(it);
+        }
+        it = prev;
+    }
+    return h;
+}
+
+std::shared_ptr<handle> open_files::acquire_current(const session_id& id, open_mode mode) {
+    const auto path = files_.path_of(id);
+    for (;;) {
+        auto h = acquire(id, mode);
+        if (!h || names(path, h->dev, h->ino)) {
+            return h;
+        }
+        // A cached handle of a file that is no longer at the path (another process removed
+        // the session, and perhaps created it again): drop it and open the path.
+        forget(id, h);
+    }
+}
+
+void open_files::forget(const session_id& id, const std::shared_ptr<handle>& h) {
+    std::lock_guard lock(mu_);
+    if (auto it = open_.find(id.str()); it != open_.end() && it->second.first == h) {
+        lru_.erase(it->second.second);
+        open_.erase(it);
+    }
+}
+
+void open_files::close_unused(const session_id& id) {
+    bool wal_left = false;
+    std::shared_ptr<handle> closing;  // closed (checkpointed: fsyncs) once unlocked
+    {
+        std::lock_guard lock(mu_);
+        if (auto it = open_.find(id.str()); it == open_.end()) {
+            wal_left = wal_left_.erase(id.str()) > 0 && !stopping_;
+        } else if (it->second.first.use_count() == 1) {
+            closing = std::move(it->second.first);
+            lru_.erase(it->second.second);
+            open_.erase(it);
+        }
+    }
+    if (closing) {
+        retire(id, std::move(closing));
+    } else if (wal_left) {
+        tidy_wal(id);
+    }
+}
+
+void open_files::stopping() {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+    wal_left_.clear();  // their next connection reads them back
+}
+
+void open_files::retire(const session_id& id, std::shared_ptr<handle> h) {
+    {
+        std::lock_guard lock(mu_);
+        if (stopping_) {
+            return;  // ~handle: closed with its WAL kept
+        }
+    }
+    files_.close_deleting_wal(id, std::move(h));
+}
+
+// A file closed to make room kept its WAL, frames and working size, for its session's next
+// connection. Once the session is unloaded none may come for long: the WAL is checkpointed and
+// deleted now with the shared memory, as any unloaded session's are (retire), rather than left
+// on disk for as long as the session stays unused.
+void open_files::tidy_wal(const session_id& id) {
+    std::shared_ptr<handle> h;
+    try {
+        h = files_.open(id, open_mode::existing);
+    } catch (const error&) {
+        return;  // busy past the busy timeout, say: its next connection reads it
+    }
+    if (h) {  // else removed meanwhile
+        retire(id, std::move(h));
+    }
+}
+
+}  // namespace wuhu::storage::sqlite
