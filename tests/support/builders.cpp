@@ -51,4 +51,9 @@ session_state enqueued(session_state s, enqueue_input in, std::int64_t at_ms) {
     return s;
 }
 
+session_state drained(session_state s, checkpoint c, std::int64_t at_ms) {
+    apply_actions(plan_drain(s, c, unix_ms{at_ms}), s);
+    return s;
+}
+
 }  // namespace wuhu::testing

@@ -24,5 +24,7 @@ tool_result result_of(const std::string& call, const std::string& output, bool i
 
 // Applies plan_enqueue and returns the new state (asserts success).
 session_state enqueued(session_state s, enqueue_input in, std::int64_t at_ms);
+// Applies plan_drain and returns the new state.
+session_state drained(session_state s, checkpoint c, std::int64_t at_ms = 100);
 
 }  // namespace wuhu::testing
