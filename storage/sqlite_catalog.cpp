@@ -79,6 +79,10 @@ catalog::catalog(const std::filesystem::path& file, int busy_timeout_ms)
 }
 
 catalog::~catalog() {
+    flush();
+}
+
+void catalog::flush() {
     std::lock_guard lock(mu_);
     write_unwritten();
 }

@@ -24,7 +24,7 @@ class catalog {
   public:
     // Opens (and migrates) the catalog; throws sqlite::error if it cannot.
     catalog(const std::filesystem::path& file, int busy_timeout_ms);
-    // Writes the rows left behind.
+    // Writes the rows left behind (flush()).
     ~catalog();
 
     // The session's index row as of a commit (or a load) at `epoch`: written at once when
@@ -36,8 +36,9 @@ class catalog {
               bool urgent);
     // The row of a session just loaded: rewritten if it says otherwise.
     void note_loaded(const session_id& id, lease_epoch epoch, const session::session_summary& sum);
-    // Writes the session's row now if a commit left it behind.
+    // Writes the session's row now if a commit left it behind; every row left behind.
     void write_unwritten(const session_id& id);
+    void flush();
     // A session opened at `epoch` has a row (at that epoch, if new); `after_removal`: it was
     // opened above a removal's floor, which has done its work.
     void note_opened(const session_id& id, lease_epoch epoch, bool after_removal);

@@ -111,10 +111,7 @@ bool is_tombstone(db& d) {
     return meta(d, "epoch") == tombstone_epoch;
 }
 
-session_files::session_files(sqlite_options options)
-    : options_(std::move(options)),
-      new_file_(new_wal_file_image(session_migrations, std::size(session_migrations),
-                                   options_.page_size)) {
+session_files::session_files(sqlite_options options) : options_(std::move(options)) {
     if (options_.synchronous != "FULL" && options_.synchronous != "NORMAL" &&
         options_.synchronous != "EXTRA") {
         throw std::invalid_argument("sqlite synchronous must be FULL, NORMAL or EXTRA");
@@ -122,6 +119,8 @@ session_files::session_files(sqlite_options options)
     std::filesystem::create_directories(options_.data_dir / "sessions");
     keep_private(options_.data_dir, 0700);
     keep_private(options_.data_dir / "sessions", 0700);
+    new_file_ =
+        new_wal_file_image(session_migrations, std::size(session_migrations), options_.page_size);
 }
 
 std::filesystem::path session_files::path_of(const session_id& id) const {
@@ -170,6 +169,11 @@ std::shared_ptr<handle> session_files::open(const session_id& id, open_mode mode
         }
     }
     return h;
+}
+
+std::shared_ptr<handle> session_files::open_once(const session_id& id) {
+    files_lock shared(lock_file(), files_lock::mode::shared);  // as every open
+    return open_file(path_of(id), open_mode::existing, nullptr);
 }
 
 std::shared_ptr<handle> session_files::open_file(const std::filesystem::path& path, open_mode mode,

@@ -19,11 +19,12 @@
 
 namespace wuhu::storage::sqlite {
 
-// One open session file. `mu` guards `db` and the fields below it: one operation at a time uses
-// the connection, and a removal (or an open that finds a tombstone) resets `db` under it, so an
-// operation that waited finds no file. `dev`/`ino` identify the file this connection opened, so
-// that a path that now names another file (the session was removed and created again) is never
-// mistaken for it.
+// One open session file. `mu` guards `db` and the WAL fields: one operation at a time uses the
+// connection, and a removal (or an open that finds a tombstone) resets `db` under it, so an
+// operation that waited finds no file. `dev`/`ino` never change once it is open: they identify
+// the file this connection opened, so that a path that now names another file (the session was
+// removed and created again) is never mistaken for it. `checkpoint_on_close` is set by the open
+// files (under their mutex) only on a handle nobody else holds, and read as it closes.
 struct handle {
     std::mutex mu;
     std::unique_ptr<sqlite::db> db;
@@ -102,6 +103,9 @@ class session_files {
     // file does not exist and is not to be made. A file another process removes while it is
     // opened is opened afresh (a few tries). Throws sqlite::error.
     std::shared_ptr<handle> open(const session_id& id, open_mode mode);
+    // One try at a new connection to the session's existing file, under the shared files lock
+    // (throws sqlite::error, SQLITE_CANTOPEN when it is gone).
+    std::shared_ptr<handle> open_once(const session_id& id);
     // Sets the connection's synchronous level after the unsynced fence of a new file.
     void synced_from_now(handle& h);
     // Gives the session's WAL its working size (wal_prealloc_frames), once per connection.
@@ -140,7 +144,7 @@ class session_files {
     new_file name_new_file(std::filesystem::path& hidden, const std::filesystem::path& path);
 
     const sqlite_options options_;
-    const std::string new_file_;  // a new session file's bytes (sqlite::new_wal_file_image)
+    std::string new_file_;  // a new session file's bytes (sqlite::new_wal_file_image); then fixed
     std::atomic<bool> image_unsupported_{false};  // found out by prepare/name_new_file
 };
 

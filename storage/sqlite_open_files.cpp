@@ -115,13 +115,11 @@ void open_files::retire(const session_id& id, std::shared_ptr<handle> h) {
 void open_files::tidy_wal(const session_id& id) {
     std::shared_ptr<handle> h;
     try {
-        h = files_.open(id, open_mode::existing);
+        h = files_.open_once(id);
     } catch (const error&) {
-        return;  // busy past the busy timeout, say: its next connection reads it
+        return;  // removed meanwhile, or busy past the busy timeout: its next connection reads it
     }
-    if (h) {  // else removed meanwhile
-        retire(id, std::move(h));
-    }
+    retire(id, std::move(h));
 }
 
 }  // namespace wuhu::storage::sqlite

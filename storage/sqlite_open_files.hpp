@@ -32,8 +32,8 @@ class open_files {
     // Closes the session's file unless an operation is using it (its log was closed), with its
     // WAL and shared memory; or deletes the WAL a file closed to make room left.
     void close_unused(const session_id& id);
-    // The store is stopping: files close as they are (a stop is not made longer by
-    // checkpoints), and the WALs left stay for their next connection.
+    // The store is stopping: the WALs of sessions unloaded from now on are not deleted (a stop
+    // is not made longer for that), and those left stay for their next connection.
     void stopping();
     std::size_t size() const;
 

@@ -38,9 +38,9 @@ std::filesystem::file_time_type boot_time() {
 
 sqlite_store::sqlite_store(sqlite_options options)
     : files_(std::make_unique<sqlite::session_files>(std::move(options))),
-      open_(std::make_unique<sqlite::open_files>(*files_, files_->options().max_open_files)),
       catalog_(std::make_unique<sqlite::catalog>(files_->options().data_dir / "catalog.sqlite",
-                                                 files_->options().busy_timeout_ms)) {
+                                                 files_->options().busy_timeout_ms)),
+      open_(std::make_unique<sqlite::open_files>(*files_, files_->options().max_open_files)) {
     check_after_reboot();
 }
 
@@ -113,7 +113,9 @@ void sqlite_store::check_after_reboot() {
     catalog_->set_boot_id(boot);
 }
 
-sqlite_store::~sqlite_store() = default;
+sqlite_store::~sqlite_store() {
+    catalog_->flush();
+}
 
 std::filesystem::path sqlite_store::path_of(const session_id& id) const {
     return files_->path_of(id);

@@ -107,11 +107,12 @@ class sqlite_store final : public session_store {
     void check_after_reboot();
 
     // Three parts, each guarding its own (see their headers): the files on disk and the host's
-    // files lock; the files open here, their LRU and its mutex; the catalog and its mutex.
-    // Declared in this order: the open files close before the files they name go.
+    // files lock; the catalog and its mutex; the files open here, their LRU and its mutex.
+    // Destroyed in reverse: the open files close (after ~sqlite_store wrote the catalog's rows
+    // left behind), then the catalog, then nothing is left that names a file.
     std::unique_ptr<sqlite::session_files> files_;
-    std::unique_ptr<sqlite::open_files> open_;
     std::unique_ptr<sqlite::catalog> catalog_;
+    std::unique_ptr<sqlite::open_files> open_;
     std::size_t checked_at_start_ = 0;
     std::size_t raised_at_start_ = 0;
 };
