@@ -356,6 +356,7 @@ int main(int argc, char** argv) {
             script = std::move(*parsed);
         }
         std::vector<wuhu::providers::endpoint_config> endpoints;
+        wuhu::providers::price_table prices;
         if (!providers_path.empty()) {
             auto env = [](std::string_view name) -> std::optional<std::string> {
                 const char* v = std::getenv(std::string(name).c_str());
@@ -370,12 +371,19 @@ int main(int argc, char** argv) {
                 ss << f.rdbuf();
                 return ss.str();
             };
-            auto parsed = wuhu::providers::parse_providers(read_file(providers_path), env, file);
+            const auto text = read_file(providers_path);
+            auto parsed = wuhu::providers::parse_providers(text, env, file);
             if (!parsed) {
                 log->error("bad providers file {}: {}", providers_path, parsed.error());
                 return 2;
             }
             endpoints = std::move(*parsed);
+            auto priced = wuhu::providers::parse_prices(text);
+            if (!priced) {
+                log->error("bad providers file {}: {}", providers_path, priced.error());
+                return 2;
+            }
+            prices = std::move(*priced);
         }
         std::vector<wuhu::tools::tool_service> tool_services;
         if (!tools_path.empty()) {
@@ -469,6 +477,7 @@ int main(int argc, char** argv) {
         options.inferences = inferences;
         options.store_threads = store_threads;
         options.endpoints = endpoints;
+        options.prices = prices;
         options.tool_services = tool_services;
         options.metrics_addr = metrics_addr == "off" ? std::string() : metrics_addr;
         options.metrics_max_connections = metrics_max_connections;

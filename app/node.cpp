@@ -91,11 +91,12 @@ node::node(storage::session_store& store, ownership::lease_store& leases, nats::
     registry_ = std::make_unique<worker::session_registry>(
         io_.get_executor(), store_,
         [this, providers = std::move(providers)]() -> std::unique_ptr<providers::provider> {
-            return std::make_unique<providers::routing_provider>(providers(clock_), endpoints_);
+            return std::make_unique<providers::routing_provider>(providers(clock_), endpoints_,
+                                                                 &options_.prices);
         },
         tools_, clock_, loop,
         measuring() ? measured(served_only(server_->publisher()))
-                  : served_only(server_->publisher()),
+                    : served_only(server_->publisher()),
         &busy_);
     // Loads leave half the store threads to the commits of loaded sessions.
     registry_->limit_loads(std::max<std::size_t>(1, options_.store_threads / 2));

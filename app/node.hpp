@@ -87,6 +87,8 @@ struct node_options {
     // The model endpoints of the providers file: a session whose model names one infers
     // there; the others use the node's provider factory (the scripted model).
     std::vector<providers::endpoint_config> endpoints;
+    // The providers file's prices: each answer's cost, by the model its provider reported.
+    providers::price_table prices;
     // The tools file's tools, served over NATS (tools/nats_tools.hpp).
     std::vector<tools::tool_service> tool_services;
     // Where /metrics, /healthz and /readyz are served ("host:port"; port 0: a free one);

@@ -29,10 +29,7 @@ worker::session_registry::event_forwarder node::measured(
                 }
                 const auto& body = appended->e.body;
                 if (const auto* m = std::get_if<session::assistant_message>(&body)) {
-                    metrics_.tokens("input", m->usage.input);
-                    metrics_.tokens("cached_input", m->usage.cached_input);
-                    metrics_.tokens("cache_write", m->usage.cache_write);
-                    metrics_.tokens("output", m->usage.output);
+                    metrics_.inference_usage(m->model, m->usage, m->cost);
                 } else if (std::holds_alternative<session::compaction>(body)) {
                     metrics_.compaction();
                 }

@@ -40,7 +40,7 @@ std::variant<server::subscribe_page, answer> server::subscribe(
 std::variant<server::subscribe_page, answer> server::subscribe(
     const s::session_state& st, const protocol::subscribe_request& req) {
     // Epoch 0, seq 0: any status an owner publishes later is newer.
-    const s::status now{s::loop_state::idle, st.paused, st.has_work};
+    const auto now = s::status_of(st, s::loop_state::idle);
     return page_of(st, req, s::loop_state::idle, now, nullptr);
 }
 

@@ -18,6 +18,7 @@
 // 2 usage, 3 no reply (no worker, or NATS unreachable), 4 watch --until-idle timed out.
 #include "client/client.hpp"
 #include "client/replies.hpp"
+#include "session/ledger.hpp"
 
 #include <CLI/CLI.hpp>
 #include <boost/json.hpp>
@@ -114,6 +115,21 @@ std::string utc(std::int64_t ms) {
 
 std::string str(const json::value& v, const char* key) {
     return wuhu::client::detail::field(v.as_object(), key);
+}
+
+// A status's ledger for people: "usage: 3 turns, 2 tool calls; tokens in 1200 (cached 1024,
+// cache writes 0), out 50 (reasoning 0); cost $0.0012".
+std::string usage_line(const json::value& u) {
+    auto n = [&](const char* key) {
+        const auto* x = u.is_object() ? u.as_object().if_contains(key) : nullptr;
+        return x != nullptr && x->is_number() ? x->to_number<std::uint64_t>() : std::uint64_t{0};
+    };
+    return "usage: " + std::to_string(n("turns")) + " turns, " + std::to_string(n("tool_calls")) +
+           " tool calls; tokens in " + std::to_string(n("input")) + " (cached " +
+           std::to_string(n("cached_input")) + ", cache writes " +
+           std::to_string(n("cache_write")) + "), out " + std::to_string(n("output")) +
+           " (reasoning " + std::to_string(n("reasoning")) + "); cost $" +
+           wuhu::session::dollars(n("cost"));
 }
 
 // Prints a session as it happens: a streamed message as it comes, and its committed entry
@@ -492,6 +508,9 @@ int main(int argc, char** argv) {
                       << v->at("status").at("has_work") << ", paused "
                       << v->at("status").at("paused") << ", version "
                       << json::serialize(v->at("patch").at("to")) << "\n";
+            if (const auto* u = v->at("status").as_object().if_contains("usage")) {
+                std::cout << usage_line(*u) << "\n";
+            }
             return 0;
         }
         if (name == "timers") {

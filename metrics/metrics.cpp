@@ -73,13 +73,17 @@ worker_metrics::worker_metrics(std::string_view store_backend)
                               .Help("Inference attempts, from request to the end of the stream")
                               .Register(r)
                               .Add({}, seconds_buckets());
-    auto& tokens = BuildCounter()
-                       .Name("wuhu_inference_tokens_total")
-                       .Help("Tokens of committed inferences, by kind")
-                       .Register(r);
-    for (const char* kind : {"input", "cached_input", "cache_write", "output"}) {
-        tokens_[kind] = &tokens.Add({{"kind", kind}});
-    }
+    tokens_ = &BuildCounter()
+                   .Name("wuhu_inference_tokens_total")
+                   .Help("Tokens of committed inferences, by kind and by the model that answered")
+                   .Register(r);
+    cost_ = &BuildCounter()
+                 .Name("wuhu_cost_total")
+                 .Help(
+                     "What committed inferences cost by the providers file's prices, in US "
+                     "dollars, by the model that answered")
+                 .Register(r);
+    series_of("other");  // exported from the start (and the bucket past max_models)
     tool_seconds_ = &BuildHistogram()
                          .Name("wuhu_tool_duration_seconds")
                          .Help("Tool calls, by tool")
@@ -189,10 +193,34 @@ void worker_metrics::inference(double seconds) {
     inference_seconds_->Observe(seconds);
 }
 
-void worker_metrics::tokens(std::string_view kind, std::uint64_t n) {
-    if (auto it = tokens_.find(kind); it != tokens_.end() && n > 0) {
-        it->second->Increment(static_cast<double>(n));
+worker_metrics::model_series& worker_metrics::series_of(std::string_view model) {
+    // "other" is one more than the max_models models.
+    if (model.empty() || model.size() > 128 ||
+        (by_model_.size() > max_models && !by_model_.contains(model))) {
+        model = "other";
     }
+    auto it = by_model_.find(model);
+    if (it == by_model_.end()) {
+        const std::string m(model);
+        model_series s;
+        const char* kinds[] = {"input", "cached_input", "cache_write", "output", "reasoning"};
+        for (std::size_t i = 0; i < s.tokens.size(); ++i) {
+            s.tokens[i] = &tokens_->Add({{"kind", kinds[i]}, {"model", m}});
+        }
+        s.cost = &cost_->Add({{"model", m}});
+        it = by_model_.emplace(m, s).first;
+    }
+    return it->second;
+}
+
+void worker_metrics::inference_usage(std::string_view model, const session::token_usage& u,
+                                     std::uint64_t cost) {
+    auto& s = series_of(model);
+    const std::uint64_t n[] = {u.input, u.cached_input, u.cache_write, u.output, u.reasoning};
+    for (std::size_t i = 0; i < s.tokens.size(); ++i) {
+        s.tokens[i]->Increment(static_cast<double>(n[i]));
+    }
+    s.cost->Increment(static_cast<double>(cost) / 1e9);
 }
 
 void worker_metrics::tool(std::string_view name, double seconds) {

@@ -9,7 +9,8 @@
 // with buckets from 100 µs to 10 min. No label takes a session id: verbs, results, states,
 // lanes, kinds and tool names are bounded sets.
 //
-// Threads: command(), tool(), transition(), tokens(), inference() and published() are called
+// Threads: command(), tool(), transition(), inference_usage(), inference() and published() are
+// called
 // on the node's executor (their series of unbounded-looking sets, verbs and tool names, are
 // made there on first use, without a lock); commit(), lease_event() and refused() from any
 // thread (their series are all made at construction); text() from any thread.
@@ -52,9 +53,12 @@ class worker_metrics {
     // code) and how long it took from receipt to reply.
     void command(std::string_view verb, std::string_view result, double seconds);
     void inference(double seconds);
-    // Tokens of one inference by kind: input, cached_input, cache_write, output (others are
-    // not counted).
-    void tokens(std::string_view kind, std::uint64_t n);
+    // What one committed inference used and cost (nano-dollars), by the model its provider
+    // reported: tokens by kind (input, cached_input, cache_write, output, reasoning) and cost.
+    // The first `max_models` models have series of their own; later ones count as "other"
+    // (the name comes from a provider: the set of labels stays bounded).
+    void inference_usage(std::string_view model, const session::token_usage& u, std::uint64_t cost);
+    static constexpr std::size_t max_models = 16;
     void tool(std::string_view name, double seconds);
     void commit(double seconds);
     // acquired, renewed, lost, released, fenced (others are not counted).
@@ -94,7 +98,15 @@ class worker_metrics {
     std::array<std::array<prometheus::Counter*, 5>, 5> transitions_{};
     std::array<prometheus::Gauge*, 3> lane_depth_{};
     prometheus::Histogram* inference_seconds_;
-    std::map<std::string, prometheus::Counter*, std::less<>> tokens_;
+    struct model_series {
+        std::array<prometheus::Counter*, 5> tokens{};  // input, cached, cache_write, output,
+                                                       // reasoning
+        prometheus::Counter* cost = nullptr;
+    };
+    model_series& series_of(std::string_view model);
+    prometheus::Family<prometheus::Counter>* tokens_;
+    prometheus::Family<prometheus::Counter>* cost_;
+    std::map<std::string, model_series, std::less<>> by_model_;
     prometheus::Histogram* commit_seconds_;
     prometheus::Gauge* leases_held_;
     std::map<std::string, prometheus::Counter*, std::less<>> lease_events_;

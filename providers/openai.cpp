@@ -136,6 +136,12 @@ void openai_stream::on_event(const sse_event& e) {
         usage_.cached_input = std::min(cached, prompt);
         usage_.input = prompt - usage_.cached_input;
         usage_.output = count_of(uo, "completion_tokens").value_or(0);
+        if (const auto* d = uo.if_contains("completion_tokens_details");
+            d != nullptr && d->is_object()) {
+            // A part of the output (priced with it).
+            usage_.reasoning =
+                std::min(count_of(d->as_object(), "reasoning_tokens").value_or(0), usage_.output);
+        }
     }
     const auto* choices = chunk.if_contains("choices");
     if (choices == nullptr || !choices->is_array()) {

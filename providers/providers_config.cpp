@@ -193,8 +193,11 @@ boost::system::result<std::vector<endpoint_config>, std::string> parse_providers
         return std::string("not valid JSON: ") + ec.message();
     }
     if (!v.is_object() || !v.as_object().contains("endpoints") ||
-        !v.as_object().at("endpoints").is_object() || v.as_object().size() != 1) {
-        return std::string("must be an object with one field, \"endpoints\" (an object)");
+        !v.as_object().at("endpoints").is_object() ||
+        v.as_object().size() != (v.as_object().contains("prices") ? 2u : 1u)) {
+        return std::string(
+            "must be an object with the field \"endpoints\" (an object), and \"prices\" (an "
+            "object) if any");
     }
     std::vector<endpoint_config> out;
     for (const auto& [name, e] : v.as_object().at("endpoints").as_object()) {
@@ -275,6 +278,17 @@ provider_error no_endpoint(const std::string& model,
 }  // namespace
 
 asio::awaitable<inference_outcome> routing_provider::infer(inference_request req,
+                                                           stream_sink& sink) {
+    auto routed = route(std::move(req), sink);
+    auto out = co_await std::move(routed);
+    if (auto* m = std::get_if<session::assistant_message>(&out);
+        m != nullptr && prices_ != nullptr) {
+        price(*m, *prices_);
+    }
+    co_return out;
+}
+
+asio::awaitable<inference_outcome> routing_provider::route(inference_request req,
                                                            stream_sink& sink) {
     auto r = route_model(req.model, endpoints_);
     if (!r) {

@@ -21,6 +21,7 @@
 #pragma once
 
 #include "providers/http_provider.hpp"
+#include "providers/prices.hpp"
 
 #include <functional>
 #include <map>
@@ -55,20 +56,25 @@ std::optional<route> route_model(std::string_view model,
 std::optional<std::string> unservable_model(std::string_view model,
                                             const std::map<std::string, bool>& endpoints);
 
-// A session's provider: the endpoint its model names, or the scripted one.
+// A session's provider: the endpoint its model names, or the scripted one. Each answer is
+// priced by `prices` (prices.hpp) by the model its provider reported.
 class routing_provider final : public provider {
   public:
     // `endpoints` empty: every model is the scripted one (no providers file).
     routing_provider(std::unique_ptr<provider> scripted,
-                     const std::map<std::string, provider*>& endpoints)
-        : scripted_(std::move(scripted)), endpoints_(endpoints) {}
+                     const std::map<std::string, provider*>& endpoints,
+                     const price_table* prices = nullptr)
+        : scripted_(std::move(scripted)), endpoints_(endpoints), prices_(prices) {}
 
     asio::awaitable<inference_outcome> infer(inference_request req, stream_sink& sink) override;
     asio::awaitable<summary_outcome> summarize(summary_request req) override;
 
   private:
+    asio::awaitable<inference_outcome> route(inference_request req, stream_sink& sink);
+
     std::unique_ptr<provider> scripted_;
     const std::map<std::string, provider*>& endpoints_;
+    const price_table* prices_;
 };
 
 }  // namespace wuhu::providers

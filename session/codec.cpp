@@ -122,13 +122,11 @@ json::value to_json(const entry& e) {
                                {"id", c.id.str()}, {"name", c.name}, {"arguments", c.arguments}});
                        }
                        o["tool_calls"] = std::move(calls);
-                       o["usage"] = json::object{{"input", m.usage.input},
-                                                 {"cached_input", m.usage.cached_input},
-                                                 {"output", m.usage.output}};
-                       if (m.usage.cache_write > 0) {  // absent before issue 14
-                           o["usage"].as_object()["cache_write"] = m.usage.cache_write;
-                       }
+                       o["usage"] = to_json(m.usage);
                        o["model"] = m.model;
+                       if (m.cost > 0) {  // absent before issue 33
+                           o["cost"] = m.cost;
+                       }
                    },
                    [&](const tool_started& t) {
                        o["call"] = t.call.str();
@@ -178,9 +176,30 @@ json::value to_json(const settings& s) {
                         {"utc_offset_minutes", s.utc_offset_minutes}};
 }
 
+json::value to_json(const token_usage& u) {
+    json::object o{{"input", u.input}, {"cached_input", u.cached_input}, {"output", u.output}};
+    if (u.cache_write > 0) {  // absent before issue 14
+        o["cache_write"] = u.cache_write;
+    }
+    if (u.reasoning > 0) {  // absent before issue 33
+        o["reasoning"] = u.reasoning;
+    }
+    return o;
+}
+
+json::value to_json(const usage_totals& t) {
+    json::object o = to_json(t.tokens).as_object();
+    o["cost"] = t.cost;
+    o["turns"] = t.turns;
+    o["tool_calls"] = t.tool_calls;
+    return o;
+}
+
 json::value to_json(const status& s) {
-    json::object o{
-        {"state", loop_state_name(s.state)}, {"paused", s.paused}, {"has_work", s.has_work}};
+    json::object o{{"state", loop_state_name(s.state)},
+                   {"paused", s.paused},
+                   {"has_work", s.has_work},
+                   {"usage", to_json(s.usage)}};
     if (s.epoch != 0) {
         o["epoch"] = s.epoch;
         o["seq"] = s.seq;

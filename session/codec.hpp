@@ -37,6 +37,10 @@ boost::json::value to_json(const journal_entry& j);
 boost::json::value to_json(const entry& e);
 boost::json::value to_json(const settings& s);
 boost::json::value to_json(const status& s);
+// An inference's tokens (in an assistant entry), and a session's ledger (in its status:
+// the tokens, then `cost` in nano-dollars, `turns`, `tool_calls`).
+boost::json::value to_json(const token_usage& u);
+boost::json::value to_json(const usage_totals& t);
 boost::json::value to_json(const version_vector& v);
 boost::json::value to_json(const patch& p);
 boost::json::value to_json(const timer& t);
@@ -50,6 +54,7 @@ decoded<journal_entry> journal_entry_from_json(const boost::json::value& v);
 decoded<entry> entry_from_json(const boost::json::value& v);
 decoded<settings> settings_from_json(const boost::json::value& v);
 decoded<status> status_from_json(const boost::json::value& v);
+decoded<usage_totals> usage_totals_from_json(const boost::json::value& v);
 decoded<version_vector> version_from_json(const boost::json::value& v);
 decoded<patch> patch_from_json(const boost::json::value& v);
 decoded<timer> timer_from_json(const boost::json::value& v);

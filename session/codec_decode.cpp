@@ -117,6 +117,26 @@ decoded<journal_entry> journal_at(const json::value& v, const std::string& path)
     return j;
 }
 
+// The token fields of an object (an entry's usage, a ledger's totals); the caller finishes it.
+decoded<token_usage> tokens_of(object_reader& r) {
+    WUHU_TRY(input, r.u64("input"));
+    WUHU_TRY(cached, r.u64("cached_input"));
+    WUHU_TRY(output, r.u64("output"));
+    WUHU_TRY(cache_write, r.opt_u64("cache_write"));
+    WUHU_TRY(reasoning, r.opt_u64("reasoning"));
+    return token_usage{input, cached, output, cache_write.value_or(0), reasoning.value_or(0)};
+}
+
+decoded<usage_totals> totals_at(const json::value& v, const std::string& path) {
+    WUHU_TRY(r, object_reader::open(v, path));
+    WUHU_TRY(tokens, tokens_of(r));
+    WUHU_TRY(cost, r.u64("cost"));
+    WUHU_TRY(turns, r.u64("turns"));
+    WUHU_TRY(tool_calls, r.u64("tool_calls"));
+    WUHU_CHECK(r.finish());
+    return usage_totals{tokens, cost, turns, tool_calls};
+}
+
 decoded<tool_call> tool_call_at(const json::value& v, const std::string& path) {
     WUHU_TRY(r, object_reader::open(v, path));
     WUHU_TRY(id, id_field<tool_call_id>(r, "id"));
@@ -154,14 +174,13 @@ decoded<entry_body> body_at(object_reader& r, std::string_view type) {
         }
         WUHU_TRY(u, r.val("usage"));
         WUHU_TRY(ur, object_reader::open(*u, r.path("usage")));
-        WUHU_TRY(input, ur.u64("input"));
-        WUHU_TRY(cached, ur.u64("cached_input"));
-        WUHU_TRY(output, ur.u64("output"));
-        WUHU_TRY(cache_write, ur.opt_u64("cache_write"));
+        WUHU_TRY(tokens, tokens_of(ur));
         WUHU_CHECK(ur.finish());
-        m.usage = {input, cached, output, cache_write.value_or(0)};
+        m.usage = tokens;
         WUHU_TRY(model, r.opt_str("model"));
         m.model = std::string(model.value_or(""));
+        WUHU_TRY(cost, r.opt_u64("cost"));
+        m.cost = cost.value_or(0);
         return entry_body{std::move(m)};
     }
     if (type == "tool_started") {
@@ -307,11 +326,16 @@ decoded<status> status_at(const json::value& v, const std::string& path) {
     WUHU_TRY(has_work, r.boolean("has_work"));
     WUHU_TRY(epoch, r.opt_u64("epoch"));
     WUHU_TRY(seq, r.opt_u64("seq"));
+    usage_totals usage;  // absent before issue 33
+    if (const auto* u = r.opt_val("usage")) {
+        WUHU_TRY(totals, totals_at(*u, r.path("usage")));
+        usage = totals;
+    }
     WUHU_CHECK(r.finish());
     for (auto ls : {loop_state::idle, loop_state::preparing, loop_state::inferring,
                     loop_state::executing_tools, loop_state::compacting}) {
         if (loop_state_name(ls) == state) {
-            return status{ls, paused, has_work, epoch.value_or(0), seq.value_or(0)};
+            return status{ls, paused, has_work, epoch.value_or(0), seq.value_or(0), usage};
         }
     }
     return fail(errc::invalid_type, r.path("state"));
@@ -324,6 +348,9 @@ decoded<settings> settings_from_json(const json::value& v) {
 }
 decoded<status> status_from_json(const json::value& v) {
     return status_at(v, "");
+}
+decoded<usage_totals> usage_totals_from_json(const json::value& v) {
+    return totals_at(v, "");
 }
 
 decoded<patch> patch_from_json(const json::value& v) {

@@ -20,12 +20,14 @@ namespace wuhu::session {
 
 // An inference's tokens. `input` excludes what was read from the provider's prompt cache
 // (`cached_input`) and what was written to it (`cache_write`, Anthropic's cache creation):
-// the context was input + cached_input + cache_write tokens.
+// the context was input + cached_input + cache_write tokens. `reasoning` is the part of
+// `output` the model spent reasoning (as OpenAI reports it; priced as output).
 struct token_usage {
     std::uint64_t input = 0;
     std::uint64_t cached_input = 0;
     std::uint64_t output = 0;
     std::uint64_t cache_write = 0;
+    std::uint64_t reasoning = 0;
     std::uint64_t total() const { return input + cached_input + cache_write + output; }
     bool operator==(const token_usage&) const = default;
 };
@@ -57,11 +59,14 @@ struct system_message {
     bool operator==(const system_message&) const = default;
 };
 
+// `model` is the model the provider reported (the configured one if it reported none);
+// `cost` what the usage cost by the price table when it was recorded (session/ledger.hpp).
 struct assistant_message {
     std::string text;
     std::vector<tool_call> tool_calls;
     token_usage usage;
     std::string model;
+    std::uint64_t cost = 0;  // nano-dollars (1e-9 USD); 0: no price known
     bool operator==(const assistant_message&) const = default;
 };
 

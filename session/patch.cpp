@@ -68,7 +68,7 @@ result<patch> between(const session_state& s, const version_vector& from, const 
                                       j.begin() + static_cast<std::ptrdiff_t>(to.of(l)));
     }
     p.config = s.config;
-    p.state = status{loop, s.paused, s.has_work};
+    p.state = status_of(s, loop);
     coalesce(p);
     return p;
 }
@@ -157,6 +157,7 @@ patch patch_of(const version_vector& from, const action_list& actions, const ses
                        [&](const entry_appended& x) {
                            p.transcript.push_back(x.e);
                            p.to.transcript = x.e.id.value;
+                           status_changed = status_changed || counts(x.e.body);  // the ledger
                        },
                        [&](const journal_recorded& x) {
                            p.journal[index_of(x.in)].push_back(x.j);
@@ -171,17 +172,21 @@ patch patch_of(const version_vector& from, const action_list& actions, const ses
                    a);
     }
     if (status_changed) {
-        p.state = status{loop, after.paused, after.has_work};
+        p.state = status_of(after, loop);
     }
     coalesce(p);
     return p;
+}
+
+status status_of(const session_state& s, loop_state loop) {
+    return status{loop, s.paused, s.has_work, 0, 0, s.usage};
 }
 
 patch status_patch(const session_state& s, loop_state loop) {
     patch p;
     p.from = s.version();
     p.to = p.from;
-    p.state = status{loop, s.paused, s.has_work};
+    p.state = status_of(s, loop);
     return p;
 }
 

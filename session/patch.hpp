@@ -49,6 +49,9 @@ result<patch> between(const session_state& s, const version_vector& from, const 
 patch patch_of(const version_vector& from, const action_list& actions, const session_state& after,
                loop_state loop = loop_state::idle);
 
+// The status register of `s` with loop state `loop` (not published: epoch and seq 0).
+status status_of(const session_state& s, loop_state loop);
+
 // A patch that changes nothing but the status: from == to == the state's version, and the
 // status with loop state `loop` (what a watcher gets when only the loop state changed).
 patch status_patch(const session_state& s, loop_state loop);

@@ -20,6 +20,7 @@ void mark_tool(session_state& s, const tool_call_id& id, tool_status st) {
 void append_entry(session_state& s, const entry& e) {
     WUHU_ASSERT(e.id.value == s.transcript.size() + 1, "entry ids are consecutive");
     s.transcript.push_back(e);
+    count(s.usage, e.body);
     std::visit(overloaded{
                    [&](const assistant_message& m) {
                        s.tool_calls.clear();

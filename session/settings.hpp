@@ -3,6 +3,7 @@
 #pragma once
 
 #include "session/errc.hpp"
+#include "session/ledger.hpp"
 
 #include <cstdint>
 #include <optional>
@@ -55,6 +56,7 @@ struct status {
     bool has_work = false;
     std::uint64_t epoch = 0;
     std::uint64_t seq = 0;
+    usage_totals usage;  // the session's ledger (session/ledger.hpp)
     bool operator==(const status&) const = default;
 };
 

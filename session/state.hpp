@@ -75,6 +75,7 @@ struct session_state {
     settings config;
     bool paused = false;
     bool has_work = false;
+    usage_totals usage;  // folded from the transcript (session/ledger.hpp)
 
     bool operator==(const session_state&) const = default;
 

@@ -81,4 +81,13 @@ session_summary summarize(const session_state& before, const action_list& action
     return out;
 }
 
+usage_totals counted(usage_totals t, const action_list& actions) {
+    for (const auto& a : actions) {
+        if (const auto* e = std::get_if<entry_appended>(&a)) {
+            count(t, e->e.body);
+        }
+    }
+    return t;
+}
+
 }  // namespace wuhu::session

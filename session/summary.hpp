@@ -29,4 +29,7 @@ struct session_summary {
 session_summary summarize(const session_state& s);
 session_summary summarize(const session_state& before, const action_list& actions);
 
+// The ledger's totals after `actions` (session/ledger.hpp): `t` with what their entries record.
+usage_totals counted(usage_totals t, const action_list& actions);
+
 }  // namespace wuhu::session

@@ -77,6 +77,10 @@ const char* const migrations[] = {
            'the entries of one commit: a JSON array, keys from seq (the last one''s), or one entry';
        COMMENT ON COLUMN journal.body IS
            'one lane''s facts of one commit: a JSON array, keys from seq (the last one''s), or one fact';)",
+    // The ledger's totals (session/ledger.hpp), the register a backfill's status carries: JSON
+    // text, null before the session's first inference or tool call (and, for a session stored
+    // before, until its next one: each commit that counts writes the totals folded at load).
+    R"(ALTER TABLE sessions ADD COLUMN IF NOT EXISTS usage text;)",
 };
 
 }  // namespace
@@ -122,36 +126,38 @@ void prepare_postgres_statements(pqxx::connection& c) {
                   "         NOT EXISTS (SELECT 1 FROM sessions WHERE session_id = $1) "
                   "         THEN 'off' ELSE 'on' END, true)");
     }
-    // Also writes the registers and the index (what the commit leaves, session/summary.hpp).
+    // Also writes the registers and the index (what the commit leaves, session/summary.hpp),
+    // and the ledger's totals ($13, null: unchanged; session/ledger.hpp).
     const std::string fence_set =
         "UPDATE sessions SET version = $4, has_work = $5, paused = $6, lane_system = $7, "
         "lane_steer = $8, lane_follow_up = $9, timers = $10, next_timer = $11, "
-        "last_activity = $12";
+        "last_activity = $12, usage = coalesce($13, usage)";
     const std::string fence_where = " WHERE session_id = $1 AND epoch = $2 AND version = $3";
     c.prepare("fence", fence_set + fence_where);
     c.prepare("fence_why", "SELECT epoch FROM sessions WHERE session_id = $1");
     // A whole commit in one statement (no timers): the fence, the registers and the index, the
-    // settings ($13, null: unchanged), the entries (their seqs $14 and times $15, arrays, and
-    // their JSON $16, an array whose elements keep their text) and the journal facts (lanes
-    // $17, seqs $18, times $19, their JSON $20), written only when the fence held. One round trip
+    // settings ($14, null: unchanged), the entries (their seqs $15 and times $16, arrays, and
+    // their JSON $17, an array whose elements keep their text) and the journal facts (lanes
+    // $18, seqs $19, times $20, their JSON $21), written only when the fence held. One round trip
     // and no BEGIN/COMMIT: a statement outside a transaction block is one. Its answer says
     // whether the fence held, and the epoch the session has (lease lost, or a conflict).
     c.prepare("commit",
-              "WITH fence AS (" + fence_set + ", settings = coalesce($13::jsonb, settings)" +
-                  fence_where + " RETURNING 1), "
-              "entries AS ("
-              "  INSERT INTO transcript (session_id, seq, at, body) "
-              "  SELECT $1, e.seq, e.at, e.body::text FROM ROWS FROM (unnest($14::bigint[]), "
-              "    unnest($15::bigint[]), json_array_elements($16::json)) AS e(seq, at, body) "
-              "  WHERE EXISTS (SELECT 1 FROM fence)), "
-              "facts AS ("
-              "  INSERT INTO journal (session_id, lane, seq, at, body) "
-              "  SELECT $1, f.lane, f.seq, f.at, f.body::text FROM ROWS FROM ("
-              "    unnest($17::smallint[]), unnest($18::bigint[]), unnest($19::bigint[]), "
-              "    json_array_elements($20::json)) AS f(lane, seq, at, body) "
-              "  WHERE EXISTS (SELECT 1 FROM fence)) "
-              "SELECT (SELECT count(*) FROM fence), "
-              "       (SELECT epoch FROM sessions WHERE session_id = $1)");
+              "WITH fence AS (" + fence_set + ", settings = coalesce($14::jsonb, settings)" +
+                  fence_where +
+                  " RETURNING 1), "
+                  "entries AS ("
+                  "  INSERT INTO transcript (session_id, seq, at, body) "
+                  "  SELECT $1, e.seq, e.at, e.body::text FROM ROWS FROM (unnest($15::bigint[]), "
+                  "    unnest($16::bigint[]), json_array_elements($17::json)) AS e(seq, at, body) "
+                  "  WHERE EXISTS (SELECT 1 FROM fence)), "
+                  "facts AS ("
+                  "  INSERT INTO journal (session_id, lane, seq, at, body) "
+                  "  SELECT $1, f.lane, f.seq, f.at, f.body::text FROM ROWS FROM ("
+                  "    unnest($18::smallint[]), unnest($19::bigint[]), unnest($20::bigint[]), "
+                  "    json_array_elements($21::json)) AS f(lane, seq, at, body) "
+                  "  WHERE EXISTS (SELECT 1 FROM fence)) "
+                  "SELECT (SELECT count(*) FROM fence), "
+                  "       (SELECT epoch FROM sessions WHERE session_id = $1)");
     c.prepare("insert_entry",
               "INSERT INTO transcript (session_id, seq, at, body) VALUES ($1, $2, $3, $4)");
     c.prepare("insert_fact",
@@ -162,7 +168,7 @@ void prepare_postgres_statements(pqxx::connection& c) {
               "INSERT INTO timers (session_id, id, body) VALUES ($1, $2, $3)");
     c.prepare("delete_timer", "DELETE FROM timers WHERE session_id = $1 AND id = $2");
     c.prepare("load_session",
-              "SELECT version, settings::text, paused, has_work, epoch FROM sessions "
+              "SELECT version, settings::text, paused, has_work, epoch, usage FROM sessions "
               "WHERE session_id = $1");
     // The whole session in one statement (one snapshot, one round trip): its row (k 0), then
     // its rows of entries (1) and of journal facts (2), and its timers (3), in order.

@@ -173,6 +173,7 @@ class postgres_log final : public session_log {
             rows.settings_json = sess[0][1].is_null() ? "" : sess[0][1].c_str();
             rows.paused = sess[0][2].as<bool>();
             rows.has_work = sess[0][3].as<bool>();
+            rows.usage_json = sess[0][5].is_null() ? "" : sess[0][5].c_str();
             t.commit();
             return patch_from_rows(from, *to, rows);
         });
@@ -240,12 +241,17 @@ class postgres_log final : public session_log {
         if (sum.next_timer) {
             next_timer = sum.next_timer->value;
         }
+        std::optional<std::string> usage;  // null: unchanged
+        if (const auto after = s::counted(before.usage, actions); after != before.usage) {
+            usage = dump(s::to_json(after));
+        }
         return tx.exec_prepared(
             statement, id().str(), static_cast<std::int64_t>(epoch().value),
             encode_version(before.version()), encode_version(s::advance(before.version(), actions)),
             sum.has_work, sum.paused, static_cast<std::int64_t>(sum.lanes[0]),
             static_cast<std::int64_t>(sum.lanes[1]), static_cast<std::int64_t>(sum.lanes[2]),
-            static_cast<std::int64_t>(sum.timers), next_timer, sum.last_activity.value, more...);
+            static_cast<std::int64_t>(sum.timers), next_timer, sum.last_activity.value, usage,
+            more...);
     }
 
     // Why a fence did not hold, from the session's epoch in column `col` of `r` (no row, or

@@ -128,7 +128,15 @@ boost::system::result<s::patch> patch_from_rows(const s::version_vector& from,
         cfg = std::move(*d);
     }
     p.config = std::move(cfg);
-    p.state = s::status{s::loop_state::idle, rows.paused, rows.has_work};
+    s::usage_totals usage;
+    if (!rows.usage_json.empty()) {
+        auto d = s::usage_totals_from_json(parse_row(rows.usage_json));
+        if (!d) {
+            return errc::corrupt;
+        }
+        usage = *d;
+    }
+    p.state = s::status{s::loop_state::idle, rows.paused, rows.has_work, 0, 0, usage};
     s::coalesce(p);
     return p;
 }

@@ -45,6 +45,7 @@ struct patch_rows {
     std::string settings_json;
     bool paused = false;
     bool has_work = false;
+    std::string usage_json;  // the ledger's totals ("": none yet)
 };
 boost::system::result<session::patch> patch_from_rows(const session::version_vector& from,
                                                       const session::version_vector& to,

@@ -206,6 +206,7 @@ result<s::patch> sqlite_log::do_since(const s::version_vector& from) {
         rows.settings_json = meta(db, "settings");
         rows.paused = meta(db, "paused") == "1";
         rows.has_work = meta(db, "has_work") == "1";
+        rows.usage_json = meta(db, "usage");
         return patch_from_rows(from, *to, rows);
     });
 }
@@ -237,6 +238,9 @@ result<void> sqlite_log::do_commit(const session_state& before, const action_lis
         files_.size_wal(h, id());
         for (const auto& a : actions) {
             write(db, a);
+        }
+        if (const auto usage = s::counted(before.usage, actions); usage != before.usage) {
+            set_meta(db, "usage", dump(s::to_json(usage)));
         }
         set_meta(db, "version", encode_version(s::advance(before.version(), actions)));
         tx.commit();

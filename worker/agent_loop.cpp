@@ -170,7 +170,7 @@ void agent_loop::stamp(s::status& st) {
 }
 
 s::status agent_loop::status_now() {
-    s::status st{loop_, state_.paused, state_.has_work};
+    auto st = s::status_of(state_, loop_);
     stamp(st);
     return st;
 }

@@ -1,5 +1,6 @@
--- Undoes migration 5 of the PostgreSQL session store (docs/storage.md, "One row per commit"),
--- so that a worker of the version before it can read the database again: each row that holds
+-- Undoes migration 5 of the PostgreSQL session store (docs/storage.md, "One row per commit")
+-- and the ones after it, so that a worker of the version before it can read the database
+-- again: each row that holds
 -- a commit's values (a JSON array) becomes one row per value, whole, with its key (`id` or
 -- `seq`) and `at` put back in front, as that version wrote them (the codec writes them first,
 -- and `json_array_elements` keeps each value's text). Rows of one value are left as they are.
@@ -31,4 +32,7 @@ FROM batched b,
 
 COMMENT ON COLUMN transcript.body IS NULL;
 COMMENT ON COLUMN journal.body IS NULL;
-DELETE FROM migrations WHERE version = 5;
+-- Migration 6 (the ledger's totals, issue 33) goes too: the version before 5 keeps no totals,
+-- and a column it never writes would be stale when a newer worker came back.
+ALTER TABLE sessions DROP COLUMN IF EXISTS usage;
+DELETE FROM migrations WHERE version >= 5;

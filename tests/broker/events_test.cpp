@@ -47,7 +47,7 @@ class PatchBatch : public ::testing::Test {
         session::patch p;
         p.from.transcript = at;
         p.to.transcript = at;
-        p.state = session::status{l, false, has_work, 1, ++seq_};
+        p.state = session::status{l, false, has_work, 1, ++seq_, {}};
         return p;
     }
     std::vector<std::pair<std::string, session::patch>> out;
@@ -93,7 +93,8 @@ TEST_F(PatchBatch, TwoLoopStatesAreNeverMerged) {
 // A commit's own status (has_work cleared with the answer) is no loop state change: the state
 // that follows replaces it, and has_work stays as the commit left it.
 TEST_F(PatchBatch, ACommitsStatusGivesWayToTheLoopStateThatFollows) {
-    batch.add(a, commit(6, 7, session::status{session::loop_state::inferring, false, false, 1, 9}),
+    batch.add(a,
+              commit(6, 7, session::status{session::loop_state::inferring, false, false, 1, 9, {}}),
               false);
     batch.add(a, status(7, session::loop_state::idle, false), true);
     batch.flush();

@@ -41,13 +41,21 @@ std::string metrics_address(const worker_process& w) {
 
 TEST(Metrics, AScrapeDuringASessionPassesPromtoolAndTheStateGaugesFollowTheSession) {
     const std::string pad(120, '.');
+    // Issue 33: the scripted model priced at $2 input, $10 output per million tokens.
+    temp_dir files;
+    const auto providers = files.path() / "providers.json";
+    std::ofstream(providers) << R"({"endpoints": {}, "prices": {"scripted": {"input": 2, )"
+                             << R"("output": 10}}})";
+    worker_process::config c;
+    c.args = {"--providers", providers.string()};
     worker_process w("metrics", R"({"responses":[
         {"text":"r0 )" + pad + R"(","delay_ms":1200,
          "tool_calls":[{"name":"sleep","arguments":{"ms":600}},
                        {"name":"sleep","arguments":{"ms":600}}],
          "usage":{"input":950,"cached_input":10,"output":30}},
         {"text":"r1","usage":{"input":400,"output":5}}],
-        "summaries":["S1"]})");
+        "summaries":["S1"]})",
+                     c);
     w.start();
     const auto at = metrics_address(w);
     nats::connection nc(nats_url(), "metrics-client");
@@ -106,7 +114,20 @@ TEST(Metrics, AScrapeDuringASessionPassesPromtoolAndTheStateGaugesFollowTheSessi
     EXPECT_GE(metric_value(scrape, R"(wuhu_commands_total{result="ok",verb="enqueue"})"), 1)
         << scrape;
     EXPECT_GE(metric_value(scrape, R"(wuhu_commands_total{result="ok",verb="configure"})"), 1);
-    EXPECT_GE(metric_value(scrape, R"(wuhu_inference_tokens_total{kind="input"})"), 950);
+    EXPECT_EQ(metric_value(scrape, R"(wuhu_inference_tokens_total{kind="input",model="scripted"})"),
+              950 + 400);
+    EXPECT_EQ(
+        metric_value(scrape, R"(wuhu_inference_tokens_total{kind="output",model="scripted"})"),
+        30 + 5);
+    // (950 + 400) * $2 + (30 + 5) * $10 per million tokens.
+    EXPECT_NEAR(metric_value(scrape, R"(wuhu_cost_total{model="scripted"})"), 0.00305, 1e-12);
+    // The session's ledger, in its status register.
+    const auto st = answer_when_up(nc, s + "subscribe", "{}");
+    const auto& usage = st.at("status").at("usage");
+    EXPECT_EQ(usage.at("cost").to_number<std::uint64_t>(), 3'050'000u) << st;
+    EXPECT_EQ(usage.at("turns").to_number<std::uint64_t>(), 2u);
+    EXPECT_EQ(usage.at("tool_calls").to_number<std::uint64_t>(), 2u);
+    EXPECT_EQ(usage.at("input").to_number<std::uint64_t>(), 1350u);
     // Issue 31, defect 8: each call of a response with several (the fused commit starts them
     // all at once: only the first was counted).
     EXPECT_EQ(metric_value(scrape, R"(wuhu_tool_duration_seconds_count{tool="sleep"})"), 2);

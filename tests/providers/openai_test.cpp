@@ -28,6 +28,27 @@ TEST(OpenAi, TextStreamsAsDeltasAndUsageSeparatesCachedTokens) {
     EXPECT_EQ(m.model, "gpt-4o-mini-2024-07-18") << "the model that answered";
 }
 
+// Issue 33: a reasoning model reports the part of its output it spent reasoning; the ledger
+// keeps it (priced as output).
+TEST(OpenAi, ReasoningTokensAreKeptAsAPartOfTheOutput) {
+    recording_sink sink;
+    openai_stream s(sink, "o4-mini");
+    feed_stream(
+        s, R"(data: {"model":"o4-mini-2025-04-16","choices":[{"index":0,"delta":{"content":"42"}}]}
+
+data: {"model":"o4-mini-2025-04-16","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}
+
+data: {"model":"o4-mini-2025-04-16","choices":[],"usage":{"prompt_tokens":50,"completion_tokens":300,"completion_tokens_details":{"reasoning_tokens":256}}}
+
+data: [DONE]
+
+)");
+    ASSERT_TRUE(s.done());
+    ASSERT_FALSE(s.error());
+    EXPECT_EQ(s.message().usage, (session::token_usage{50, 0, 300, 0, 256}));
+    EXPECT_EQ(s.message().model, "o4-mini-2025-04-16");
+}
+
 TEST(OpenAi, SeveralToolCallsStreamedInPiecesAreAssembledInOrder) {
     recording_sink sink;
     openai_stream s(sink, "gpt-4o");

@@ -73,12 +73,14 @@ TEST(Codec, WireShapesAreStable) {
     EXPECT_EQ(
         json::serialize(to_json(e)),
         R"({"id":3,"at":9,"type":"tool_result","call":"c1","tool":"echo","output":"hi","is_error":false})");
-    EXPECT_EQ(json::serialize(to_json(status{loop_state::executing_tools, false, true})),
-              R"({"state":"executing_tools","paused":false,"has_work":true})");
+    EXPECT_EQ(
+        json::serialize(to_json(status{loop_state::executing_tools, false, true, 0, 0, {}})),
+        R"({"state":"executing_tools","paused":false,"has_work":true,"usage":{"input":0,"cached_input":0,"output":0,"cost":0,"turns":0,"tool_calls":0}})");
     // A published status carries the stamp that orders it (epoch, seq), and reads back.
-    const status stamped{loop_state::idle, true, false, 7, 12};
-    EXPECT_EQ(json::serialize(to_json(stamped)),
-              R"({"state":"idle","paused":true,"has_work":false,"epoch":7,"seq":12})");
+    const status stamped{loop_state::idle, true, false, 7, 12, {}};
+    EXPECT_EQ(
+        json::serialize(to_json(stamped)),
+        R"({"state":"idle","paused":true,"has_work":false,"usage":{"input":0,"cached_input":0,"output":0,"cost":0,"turns":0,"tool_calls":0},"epoch":7,"seq":12})");
     EXPECT_EQ(status_from_json(to_json(stamped)).value(), stamped);
 }
 

@@ -130,7 +130,7 @@ TEST(StatusPatch, ChangesNoVersionAndCarriesOnlyTheStatus) {
     EXPECT_TRUE(p.transcript.empty());
     EXPECT_FALSE(p.config.has_value());
     ASSERT_TRUE(p.state.has_value());
-    EXPECT_EQ(*p.state, (status{loop_state::inferring, false, true}));
+    EXPECT_EQ(*p.state, (status{loop_state::inferring, false, true, 0, 0, {}}));
     EXPECT_EQ(compose(*since(st, version_vector{}), p).state, p.state) << "it composes";
 }
 

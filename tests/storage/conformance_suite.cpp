@@ -276,8 +276,9 @@ TEST_P(StoreConformance, ALoadedStateEqualsTheOneTheRulesDescribeWrittenByHand) 
     assistant_message answer;
     answer.text = "checking";
     answer.tool_calls = {tool_call{call_id("k1"), "echo", R"({"text":"hi"})"}};
-    answer.usage = token_usage{10, 0, 2};
+    answer.usage = token_usage{10, 0, 2, 0, 1};
     answer.model = "m";
+    answer.cost = 42;
     run(log->append_assistant(st, answer, unix_ms{30}));
     run(log->tool_will_execute(st, call_id("k1"), unix_ms{31}));
     run(log->tool_did_execute(st, tool_result{call_id("k1"), "echo", "hi", false}, unix_ms{32}));
@@ -337,6 +338,8 @@ TEST_P(StoreConformance, ALoadedStateEqualsTheOneTheRulesDescribeWrittenByHand) 
     expected.config = next;
     expected.paused = true;
     expected.has_work = true;  // set by the first enqueue; only mark_idle clears it
+    // The ledger: one answer (its tokens and cost), one tool call started.
+    expected.usage = usage_totals{token_usage{10, 0, 2, 0, 1}, 42, 1, 1};
 
     auto loaded = log->load().value();
     EXPECT_EQ(loaded.transcript, expected.transcript);
@@ -350,6 +353,7 @@ TEST_P(StoreConformance, ALoadedStateEqualsTheOneTheRulesDescribeWrittenByHand) 
     EXPECT_EQ(loaded.config, expected.config);
     EXPECT_EQ(loaded.paused, expected.paused);
     EXPECT_EQ(loaded.has_work, expected.has_work);
+    EXPECT_EQ(loaded.usage, expected.usage);
     EXPECT_EQ(loaded, expected);
     EXPECT_EQ(st, expected) << "the live path (the reducer) agrees too";
     EXPECT_EQ(loaded.version(), (version_vector{5, 5, 2, 2}));

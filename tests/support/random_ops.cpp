@@ -40,7 +40,9 @@ assistant_message random_reply(std::mt19937_64& rng, const session_state& s,
         }
     }
     auto out = reply(random_text(rng), calls);
-    out.usage = {rng() % 1000, rng() % 100, rng() % 500};
+    out.usage = {rng() % 1000, rng() % 100, rng() % 500, rng() % 50, 0};
+    out.usage.reasoning = rng() % (out.usage.output + 1);
+    out.cost = rng() % 100'000;  // the ledger's totals are folded and stored (issue 33)
     return out;
 }
 

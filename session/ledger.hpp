@@ -1,0 +1,49 @@
+// The usage ledger of a session (issue 33): what its inferences used and cost, and how many
+// turns and tool calls it made, folded from its transcript, so that the totals survive every
+// crash and takeover exactly (the reducer keeps them in session_state::usage as entries are
+// appended; a store folds the same from the actions it commits).
+//
+// Cost is in nano-dollars (1e-9 USD), an integer: totals add exactly. Each entry carries the
+// cost its usage had by the price table in force when it was recorded; a later change of prices
+// re-prices nothing.
+#pragma once
+
+#include "session/entry.hpp"
+
+#include <cstdint>
+#include <string>
+
+namespace wuhu::session {
+
+struct usage_totals {
+    token_usage tokens;            // by kind, summed
+    std::uint64_t cost = 0;        // nano-dollars
+    std::uint64_t turns = 0;       // inferences answered: assistant entries
+    std::uint64_t tool_calls = 0;  // tool calls started: tool_started entries (a call run again
+                                   // after a crash counts again)
+    bool operator==(const usage_totals&) const = default;
+};
+
+// Adds what an entry records to `t` (nothing for the entries that record no usage), and
+// whether it records any.
+void count(usage_totals& t, const entry_body& b);
+bool counts(const entry_body& b);
+
+// A price per million tokens of each kind, in nano-dollars (so $2.50 is 2'500'000'000); the
+// reasoning tokens are part of the output and priced with it.
+struct model_prices {
+    std::uint64_t input = 0;
+    std::uint64_t cached_input = 0;
+    std::uint64_t cache_write = 0;
+    std::uint64_t output = 0;
+    bool operator==(const model_prices&) const = default;
+};
+
+// What `u` costs at `p`, in nano-dollars, rounded to the nearest.
+std::uint64_t cost_of(const token_usage& u, const model_prices& p);
+
+// "0.000123" dollars, from nano-dollars (nine decimals at most, trailing zeros cut, at least
+// two decimals): for people and logs.
+std::string dollars(std::uint64_t nano);
+
+}  // namespace wuhu::session
