@@ -16,6 +16,8 @@
 #include <boost/asio/signal_set.hpp>
 
 #include <unistd.h>
+
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -334,6 +336,32 @@ int main(int argc, char** argv) {
                    "with an inference_failed diagnostic)")
         ->envname("WUHU_RETRY_MAX_ATTEMPTS")
         ->check(CLI::Range(1, 1000));
+    // The fleet's default budget (docs/protocol.md "Budgets"): what a session's own leaves at 0.
+    wuhu::session::budget budget;
+    double budget_cost_usd = 0;
+    app.add_option("--budget-tokens", budget.tokens,
+                   "a session stops before its next inference once its answers used this many "
+                   "tokens, unless its own budget says otherwise; 0: no limit")
+        ->envname("WUHU_BUDGET_TOKENS");
+    app.add_option("--budget-cost-usd", budget_cost_usd,
+                   "a session stops before its next inference once its answers cost this many "
+                   "US dollars (the providers file's prices), unless its own budget says "
+                   "otherwise; 0: no limit")
+        ->envname("WUHU_BUDGET_COST_USD")
+        ->check(CLI::Range(0.0, 1e9));
+    app.add_option("--budget-turns", budget.turns,
+                   "a session stops before its next inference once it made this many answers, "
+                   "unless its own budget says otherwise; 0: no limit")
+        ->envname("WUHU_BUDGET_TURNS");
+    app.add_option("--budget-tool-calls", budget.tool_calls,
+                   "a session stops before its next inference once it started this many tool "
+                   "calls, unless its own budget says otherwise; 0: no limit")
+        ->envname("WUHU_BUDGET_TOOL_CALLS");
+    app.add_option("--budget-soft-percent", budget.soft_percent,
+                   "at this percent of a limit the model gets one notice (100: none)")
+        ->envname("WUHU_BUDGET_SOFT_PERCENT")
+        ->check(CLI::Range(1, 100))
+        ->default_val(80);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
@@ -473,6 +501,8 @@ int main(int argc, char** argv) {
             if (l.tool_timeout.count() == 0) {
                 l.tool_timeout = ms(7 * a_day_ms);  // "no limit": a week
             }
+            l.budget = budget;
+            l.budget.cost = static_cast<std::uint64_t>(std::llround(budget_cost_usd * 1e9));
         }
         options.inferences = inferences;
         options.store_threads = store_threads;

@@ -32,6 +32,9 @@ worker::session_registry::event_forwarder node::measured(
                     metrics_.inference_usage(m->model, m->usage, m->cost);
                 } else if (std::holds_alternative<session::compaction>(body)) {
                     metrics_.compaction();
+                } else if (const auto* d = std::get_if<session::diagnostic>(&body);
+                           d != nullptr && d->code == "budget_exhausted") {
+                    metrics_.budget_exhausted();
                 }
             }
         }

@@ -389,7 +389,9 @@ int main(int argc, char** argv) {
     cancel->add_option("id", id, "the item id")->required();
     auto* configure = app.add_subcommand("configure", "change settings: key=value ...");
     with_sid(configure);
-    configure->add_option("settings", settings, "model=..., system_prompt=..., context_limit=...");
+    configure->add_option("settings", settings,
+                          "model=..., system_prompt=..., context_limit=..., budget.turns=..., "
+                          "budget.cost_usd=...");
     auto* status = app.add_subcommand("status", "the session's status and version");
     with_sid(status);
     auto* timers = app.add_subcommand("timers", "the callbacks scheduled and not yet fired");
@@ -486,9 +488,17 @@ int main(int argc, char** argv) {
                 std::string key = kv.substr(0, eq), value = kv.substr(eq + 1);
                 boost::system::error_code ec;
                 auto parsed = json::parse(value, ec);
-                body[key] = (ec || parsed.is_string() || key == "model" || key == "system_prompt")
-                                ? json::value(value)
-                                : parsed;
+                auto v = (ec || parsed.is_string() || key == "model" || key == "system_prompt")
+                             ? json::value(value)
+                             : parsed;
+                if (key.starts_with("budget.")) {  // budget.turns=10 budget.cost_usd=0.50
+                    if (!body.contains("budget") || !body["budget"].is_object()) {
+                        body["budget"] = json::object{};
+                    }
+                    body["budget"].as_object()[key.substr(7)] = std::move(v);
+                } else {
+                    body[key] = std::move(v);
+                }
             }
             return call(c, o, sid, "configure", body);
         }

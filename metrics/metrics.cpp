@@ -83,6 +83,11 @@ worker_metrics::worker_metrics(std::string_view store_backend)
                      "What committed inferences cost by the providers file's prices, in US "
                      "dollars, by the model that answered")
                  .Register(r);
+    budget_exhausted_ = &BuildCounter()
+                             .Name("wuhu_budget_exhausted_total")
+                             .Help("Sessions stopped by their budget (budget_exhausted entries)")
+                             .Register(r)
+                             .Add({});
     series_of("other");  // exported from the start (and the bucket past max_models)
     tool_seconds_ = &BuildHistogram()
                          .Name("wuhu_tool_duration_seconds")
@@ -191,6 +196,10 @@ void worker_metrics::command(std::string_view verb, std::string_view result, dou
 
 void worker_metrics::inference(double seconds) {
     inference_seconds_->Observe(seconds);
+}
+
+void worker_metrics::budget_exhausted() {
+    budget_exhausted_->Increment();
 }
 
 worker_metrics::model_series& worker_metrics::series_of(std::string_view model) {

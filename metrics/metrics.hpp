@@ -59,6 +59,8 @@ class worker_metrics {
     // (the name comes from a provider: the set of labels stays bounded).
     void inference_usage(std::string_view model, const session::token_usage& u, std::uint64_t cost);
     static constexpr std::size_t max_models = 16;
+    // A session's budget was spent (its budget_exhausted diagnostic committed).
+    void budget_exhausted();
     void tool(std::string_view name, double seconds);
     void commit(double seconds);
     // acquired, renewed, lost, released, fenced (others are not counted).
@@ -112,6 +114,7 @@ class worker_metrics {
     std::map<std::string, prometheus::Counter*, std::less<>> lease_events_;
     std::map<std::string, prometheus::Counter*, std::less<>> refused_;
     prometheus::Counter* compactions_;
+    prometheus::Counter* budget_exhausted_;
     prometheus::Counter* recoveries_;
     prometheus::Gauge* without_owner_;
     std::map<std::string, prometheus::Counter*, std::less<>> published_;

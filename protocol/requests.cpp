@@ -146,6 +146,10 @@ decoded<settings_update> decode_configure(const json::value& body, const request
         }
         out.utc_offset_minutes = static_cast<int>(*offset);
     }
+    if (const auto* b = r.opt_val("budget")) {
+        WUHU_TRY(limits, budget_from_json(*b, "budget"));
+        out.limits = limits;
+    }
     WUHU_CHECK(r.finish());
     return out;
 }

@@ -92,8 +92,11 @@ const session::model_prices* price_for(const price_table& t, std::string_view mo
     return best;
 }
 
-void price(session::assistant_message& m, const price_table& t) {
+void price(session::assistant_message& m, const price_table& t, std::string_view asked) {
     const auto* p = price_for(t, m.model);
+    if (p == nullptr && !asked.empty()) {
+        p = price_for(t, asked);
+    }
     m.cost = p != nullptr ? session::cost_of(m.usage, *p) : 0;
 }
 

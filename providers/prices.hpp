@@ -9,7 +9,8 @@
 // Dollars per million tokens of each kind (a kind left out costs nothing; reasoning tokens are
 // output). A price's key is the model the provider reports, matched exactly or as its prefix
 // followed by `-` (`gpt-4o-mini` prices `gpt-4o-mini-2024-07-18`); the longest key that matches
-// wins. An inference of a model without a price costs 0 (its tokens are still counted).
+// wins; a reported model without a price is priced as the model the session asked for. An
+// inference of a model priced neither way costs 0 (its tokens are still counted).
 #pragma once
 
 #include "session/ledger.hpp"
@@ -31,7 +32,9 @@ boost::system::result<price_table, std::string> parse_prices(std::string_view js
 // The price of `model` (nullptr: none).
 const session::model_prices* price_for(const price_table& t, std::string_view model);
 
-// Sets m.cost from its usage and reported model.
-void price(session::assistant_message& m, const price_table& t);
+// Sets m.cost from its usage and reported model, or, when that model has no price, the model
+// the session asked for (`asked`: an endpoint's name for it; a provider cannot make an answer
+// free by reporting a name nobody priced).
+void price(session::assistant_message& m, const price_table& t, std::string_view asked = {});
 
 }  // namespace wuhu::providers

@@ -279,11 +279,14 @@ provider_error no_endpoint(const std::string& model,
 
 asio::awaitable<inference_outcome> routing_provider::infer(inference_request req,
                                                            stream_sink& sink) {
+    // The model asked for, as its endpoint names it (`openai/gpt-4o` asks for `gpt-4o`).
+    const auto slash = req.model.find('/');
+    const std::string asked = slash == std::string::npos ? req.model : req.model.substr(slash + 1);
     auto routed = route(std::move(req), sink);
     auto out = co_await std::move(routed);
     if (auto* m = std::get_if<session::assistant_message>(&out);
         m != nullptr && prices_ != nullptr) {
-        price(*m, *prices_);
+        price(*m, *prices_, asked);
     }
     co_return out;
 }

@@ -34,12 +34,14 @@ std::string_view text_of(const boost::json::value* v) {
 }
 
 std::optional<std::uint64_t> count_of(const boost::json::object& o, std::string_view key) {
+    // A count no model reaches is capped: the ledger adds them up (session/ledger.hpp).
+    constexpr std::uint64_t most = 1'000'000'000'000;
     const auto* v = o.if_contains(key);
     if (v != nullptr && v->is_uint64()) {
-        return v->as_uint64();
+        return std::min(v->as_uint64(), most);
     }
     if (v != nullptr && v->is_int64() && v->as_int64() >= 0) {
-        return static_cast<std::uint64_t>(v->as_int64());
+        return std::min(static_cast<std::uint64_t>(v->as_int64()), most);
     }
     return std::nullopt;
 }

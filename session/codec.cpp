@@ -162,18 +162,42 @@ json::value to_json(const entry& e) {
     return o;
 }
 
+json::value to_json(const budget& b) {
+    json::object o;
+    if (b.tokens != 0) {
+        o["tokens"] = b.tokens;
+    }
+    if (b.cost != 0) {
+        o["cost_usd"] = dollars(b.cost);  // a decimal string: exact
+    }
+    if (b.turns != 0) {
+        o["turns"] = b.turns;
+    }
+    if (b.tool_calls != 0) {
+        o["tool_calls"] = b.tool_calls;
+    }
+    if (b.soft_percent != 0) {
+        o["soft_percent"] = b.soft_percent;
+    }
+    return o;
+}
+
 json::value to_json(const settings& s) {
     json::array tools;
     for (const auto& t : s.tools) {
         tools.push_back(json::value(t));
     }
-    return json::object{{"model", s.model},
-                        {"system_prompt", s.system_prompt},
-                        {"tools", std::move(tools)},
-                        {"context_limit", s.context_limit},
-                        {"compaction_buffer", s.compaction_buffer},
-                        {"keep_recent_tokens", s.keep_recent_tokens},
-                        {"utc_offset_minutes", s.utc_offset_minutes}};
+    json::object o{{"model", s.model},
+                   {"system_prompt", s.system_prompt},
+                   {"tools", std::move(tools)},
+                   {"context_limit", s.context_limit},
+                   {"compaction_buffer", s.compaction_buffer},
+                   {"keep_recent_tokens", s.keep_recent_tokens},
+                   {"utc_offset_minutes", s.utc_offset_minutes}};
+    if (s.limits != budget{}) {  // absent before issue 33, and when the fleet's applies
+        o["budget"] = to_json(s.limits);
+    }
+    return o;
 }
 
 json::value to_json(const token_usage& u) {

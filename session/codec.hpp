@@ -53,6 +53,10 @@ decoded<queue_item> queue_item_from_json(const boost::json::value& v);
 decoded<journal_entry> journal_entry_from_json(const boost::json::value& v);
 decoded<entry> entry_from_json(const boost::json::value& v);
 decoded<settings> settings_from_json(const boost::json::value& v);
+// A budget: {"tokens"?, "cost_usd"? (dollars: a decimal string, or a number), "turns"?,
+// "tool_calls"?, "soft_percent"? (0-100)}, each absent or 0 for the fleet's default.
+boost::json::value to_json(const budget& b);
+decoded<budget> budget_from_json(const boost::json::value& v, const std::string& path);
 decoded<status> status_from_json(const boost::json::value& v);
 decoded<usage_totals> usage_totals_from_json(const boost::json::value& v);
 decoded<version_vector> version_from_json(const boost::json::value& v);

@@ -4,6 +4,9 @@
 #include "session/json_reader.hpp"
 #include "session/text.hpp"
 
+#include <algorithm>
+#include <cmath>
+
 namespace wuhu::session {
 
 namespace json = boost::json;
@@ -305,6 +308,10 @@ decoded<settings> settings_at(const json::value& v, const std::string& path) {
     WUHU_TRY(buffer, r.u64("compaction_buffer"));
     WUHU_TRY(keep, r.u64("keep_recent_tokens"));
     WUHU_TRY(offset, r.i64("utc_offset_minutes"));
+    if (const auto* b = r.opt_val("budget")) {  // absent before issue 33
+        WUHU_TRY(limits, budget_from_json(*b, r.path("budget")));
+        s.limits = limits;
+    }
     WUHU_CHECK(r.finish());
     s.context_limit = limit;
     s.compaction_buffer = buffer;
@@ -317,6 +324,40 @@ decoded<settings> settings_at(const json::value& v, const std::string& path) {
         return fail(errc::invalid_settings, path);
     }
     return s;
+}
+
+// Dollars as nano-dollars: a decimal string ("1.5", at most nine decimals) or a number, from 0
+// to a billion.
+decoded<std::uint64_t> dollars_at(const json::value& v, const std::string& path) {
+    if (v.is_string()) {
+        const std::string_view s = v.get_string();
+        const auto dot = s.find('.');
+        const auto whole = s.substr(0, dot);
+        const auto frac = dot == std::string_view::npos ? std::string_view{} : s.substr(dot + 1);
+        auto digits = [](std::string_view d) {
+            return std::all_of(d.begin(), d.end(), [](char c) { return c >= '0' && c <= '9'; });
+        };
+        if (whole.empty() || whole.size() > 10 || frac.size() > 9 || !digits(whole) ||
+            !digits(frac) || (dot != std::string_view::npos && frac.empty())) {
+            return fail(errc::invalid_settings, path);
+        }
+        std::uint64_t nano = std::stoull(std::string(whole)) * 1'000'000'000;
+        std::string f(frac);
+        f.append(9 - f.size(), '0');
+        nano += std::stoull(f);
+        if (nano > 1'000'000'000'000'000'000ULL) {
+            return fail(errc::invalid_settings, path);
+        }
+        return nano;
+    }
+    if (v.is_number()) {
+        const double d = v.to_number<double>();
+        if (!(d >= 0) || d > 1e9) {
+            return fail(errc::invalid_settings, path);
+        }
+        return static_cast<std::uint64_t>(std::llround(d * 1e9));
+    }
+    return fail(errc::invalid_type, path);
 }
 
 decoded<status> status_at(const json::value& v, const std::string& path) {
@@ -345,6 +386,28 @@ decoded<status> status_at(const json::value& v, const std::string& path) {
 
 decoded<settings> settings_from_json(const json::value& v) {
     return settings_at(v, "");
+}
+
+decoded<budget> budget_from_json(const json::value& v, const std::string& path) {
+    WUHU_TRY(r, object_reader::open(v, path));
+    budget b;
+    WUHU_TRY(tokens, r.opt_u64("tokens"));
+    b.tokens = tokens.value_or(0);
+    if (const auto* c = r.opt_val("cost_usd")) {
+        WUHU_TRY(cost, dollars_at(*c, r.path("cost_usd")));
+        b.cost = cost;
+    }
+    WUHU_TRY(turns, r.opt_u64("turns"));
+    b.turns = turns.value_or(0);
+    WUHU_TRY(calls, r.opt_u64("tool_calls"));
+    b.tool_calls = calls.value_or(0);
+    WUHU_TRY(soft, r.opt_u64("soft_percent"));
+    if (soft && *soft > 100) {
+        return fail(errc::invalid_settings, r.path("soft_percent"));
+    }
+    b.soft_percent = static_cast<std::uint32_t>(soft.value_or(0));
+    WUHU_CHECK(r.finish());
+    return b;
 }
 decoded<status> status_from_json(const json::value& v) {
     return status_at(v, "");

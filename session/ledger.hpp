@@ -11,7 +11,10 @@
 #include "session/entry.hpp"
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace wuhu::session {
 
@@ -19,8 +22,7 @@ struct usage_totals {
     token_usage tokens;            // by kind, summed
     std::uint64_t cost = 0;        // nano-dollars
     std::uint64_t turns = 0;       // inferences answered: assistant entries
-    std::uint64_t tool_calls = 0;  // tool calls started: tool_started entries (a call run again
-                                   // after a crash counts again)
+    std::uint64_t tool_calls = 0;  // tool calls started: tool_started entries
     bool operator==(const usage_totals&) const = default;
 };
 
@@ -41,6 +43,31 @@ struct model_prices {
 
 // What `u` costs at `p`, in nano-dollars, rounded to the nearest.
 std::uint64_t cost_of(const token_usage& u, const model_prices& p);
+
+// A budget's limit that the totals reached (or came near): which, how much of it was used, and
+// the limit.
+struct budget_limit {
+    std::string_view name;  // "tokens", "cost", "turns", "tool_calls"
+    std::uint64_t used = 0;
+    std::uint64_t max = 0;
+    bool operator==(const budget_limit&) const = default;
+};
+
+struct budget;  // session/settings.hpp
+
+// The session's budget with the fleet's defaults for what it leaves at 0 (soft_percent: 80
+// when both do).
+budget effective(const budget& session, const budget& fleet);
+// The first limit of `b` that `t` reached (used >= max), if any.
+std::optional<budget_limit> exhausted(const usage_totals& t, const budget& b);
+// The limits of `b` that `t` reached `b.soft_percent` of without reaching them, in order.
+std::vector<budget_limit> nearly_exhausted(const usage_totals& t, const budget& b);
+// The diagnostic that records a spent budget (code "budget_exhausted"), and the system-lane
+// notice the model gets near a limit (its item's id names the limit and its value, so that it
+// is enqueued once per limit set).
+diagnostic budget_exhausted_report(const budget_limit& l);
+std::string budget_notice_id(const budget_limit& l);
+std::string budget_notice_text(const budget_limit& l, std::uint32_t percent);
 
 // "0.000123" dollars, from nano-dollars (nine decimals at most, trailing zeros cut, at least
 // two decimals): for people and logs.

@@ -22,24 +22,45 @@ std::string_view step_name(step_kind k) {
             return "idle";
         case step_kind::mark_idle:
             return "mark_idle";
+        case step_kind::budget_spent:
+            return "budget_spent";
+        case step_kind::budget_notice:
+            return "budget_notice";
     }
     return "unknown";
 }
 
-loop_step next_step(const session_state& s, const loop_position& at) {
+loop_step next_step(const session_state& s, const loop_position& at, const budget& fleet) {
     if (s.paused) {
         return {step_kind::pause, {}};
     }
+    const auto limits = effective(s.config.limits, fleet);
     if (auto due = compaction_due(s); due.value != 0 && due != at.compaction_tried) {
+        // A summary is an inference too: none past the budget.
+        if (exhausted(s.usage, limits)) {
+            return {step_kind::budget_spent, {}};
+        }
         return {step_kind::compact, due};
     }
     if (has_unfinished_tool_calls(s)) {
         return {step_kind::run_tools, {}};
     }
     if (!at.checkpoint_taken) {
+        // Input the checkpoint would take leads to an inference: a spent budget keeps it queued.
+        if (exhausted(s.usage, limits) && !select_checkpoint(s, current_checkpoint(s)).empty()) {
+            return {step_kind::budget_spent, {}};
+        }
         return {step_kind::checkpoint, {}};
     }
     if (needs_inference(s)) {
+        if (exhausted(s.usage, limits)) {
+            return {step_kind::budget_spent, {}};
+        }
+        for (const auto& near : nearly_exhausted(s.usage, limits)) {
+            if (s.find_item(budget_notice_id(near)) == nullptr) {
+                return {step_kind::budget_notice, {}};
+            }
+        }
         return {step_kind::infer, {}};
     }
     if (!s.has_work) {
@@ -57,6 +78,7 @@ loop_position after(const loop_step& done, const loop_position& at) {
             return loop_position{done.upto, false, false};
         case step_kind::run_tools:
         case step_kind::infer:
+        case step_kind::budget_notice:  // the checkpoint drains the notice next
             return loop_position{at.compaction_tried, false, false};
         case step_kind::checkpoint:
             return loop_position{at.compaction_tried, true, false};
@@ -64,6 +86,7 @@ loop_position after(const loop_step& done, const loop_position& at) {
             return loop_position{at.compaction_tried, true, true};
         case step_kind::pause:
         case step_kind::idle:
+        case step_kind::budget_spent:  // paused: the run ends
             break;
     }
     return at;

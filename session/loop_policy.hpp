@@ -10,6 +10,10 @@
 //   run_tools   a call of the newest response has no       run the calls in order
 //               result
 //   checkpoint  no checkpoint since the last step          drain what the checkpoint allows
+//   budget      input awaits a response, and the budget    record budget_exhausted, pause
+//               (with the fleet's defaults) is spent
+//   notice      ... and a limit is past its soft percent    enqueue the model's one notice
+//               without its notice                          (then the checkpoint drains it)
 //   infer       input awaits a response                    stream a response
 //   idle        has_work is clear                          stop (idle)
 //   mark_idle   not marked since the checkpoint            clear has_work if the lanes are empty
@@ -41,7 +45,17 @@ struct loop_position {
     bool operator==(const loop_position&) const = default;
 };
 
-enum class step_kind { pause, compact, run_tools, checkpoint, infer, idle, mark_idle };
+enum class step_kind {
+    pause,
+    compact,
+    run_tools,
+    checkpoint,
+    budget_spent,
+    budget_notice,
+    infer,
+    idle,
+    mark_idle
+};
 std::string_view step_name(step_kind k);
 
 struct loop_step {
@@ -50,7 +64,8 @@ struct loop_step {
     bool operator==(const loop_step&) const = default;
 };
 
-loop_step next_step(const session_state& s, const loop_position& at);
+// `fleet`: the worker's default budget (settings.hpp, `budget`).
+loop_step next_step(const session_state& s, const loop_position& at, const budget& fleet = {});
 // Where the loop is once it has carried out `done` (a pause or idle step ends the run).
 loop_position after(const loop_step& done, const loop_position& at);
 

@@ -27,6 +27,10 @@ std::optional<bool> awaits_response(const entry_body& b) {
         }
         return false;
     }
+    if (const auto* d = std::get_if<diagnostic>(&b);
+        d != nullptr && d->code == "budget_exhausted") {
+        return std::nullopt;  // the turn waits for a new budget; it is not over
+    }
     return std::holds_alternative<party_message>(b) || std::holds_alternative<system_message>(b) ||
            std::holds_alternative<tool_result>(b);
 }
@@ -212,7 +216,58 @@ result<action_list> plan_set_settings(const session_state& s, settings next) {
     if (next == s.config) {
         return action_list{};
     }
-    return action_list{settings_set{std::move(next)}};
+    const bool resume = s.paused && next.limits != s.config.limits && paused_by_budget(s);
+    action_list out{settings_set{std::move(next)}};
+    if (resume) {
+        out.push_back(paused_set{false});
+    }
+    return out;
+}
+
+bool paused_by_budget(const session_state& s) {
+    if (!s.paused || s.transcript.empty()) {
+        return false;
+    }
+    const auto* d = std::get_if<diagnostic>(&s.transcript.back().body);
+    return d != nullptr && d->code == "budget_exhausted";
+}
+
+action_list plan_budget_spent(const session_state& s, const budget& limits, unix_ms at) {
+    const auto spent = exhausted(s.usage, limits);
+    if (!spent) {
+        return {};
+    }
+    auto out = append(s, budget_exhausted_report(*spent), at);
+    if (!s.paused) {
+        out.push_back(paused_set{true});
+    }
+    return out;
+}
+
+result<action_list> plan_budget_notice(const session_state& s, const budget& limits, unix_ms at) {
+    const budget_limit* near = nullptr;
+    const auto nearly = nearly_exhausted(s.usage, limits);
+    for (const auto& l : nearly) {
+        if (s.find_item(budget_notice_id(l)) == nullptr) {
+            near = &l;
+            break;
+        }
+    }
+    if (near == nullptr) {
+        return action_list{};
+    }
+    auto id = queue_item_id::parse(budget_notice_id(*near));
+    auto source = system_source::parse("budgetNotice");
+    if (!id || !source) {
+        return errc::invalid_item_id;
+    }
+    enqueue_input in{lane::system, *id,
+                     system_input{*source, budget_notice_text(*near, limits.soft_percent)}};
+    auto r = plan_enqueue(s, std::move(in), at);
+    if (!r) {
+        return r.error();
+    }
+    return std::move(r->actions);
 }
 
 action_list plan_mark_idle(const session_state& s) {

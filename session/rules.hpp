@@ -94,7 +94,17 @@ result<action_list> plan_append_compaction(const session_state& s, compaction c,
 action_list plan_append_marker(const session_state& s, std::variant<interruption, diagnostic> m,
                                unix_ms at);
 
+// A configure. One that changes the budget of a session its budget paused (its newest entry is
+// the budget_exhausted diagnostic) also resumes it: the loop checks the new budget at once.
 result<action_list> plan_set_settings(const session_state& s, settings next);
+// The budget `limits` is spent: the budget_exhausted diagnostic naming the limit, and the
+// session paused. Nothing when no limit is reached.
+action_list plan_budget_spent(const session_state& s, const budget& limits, unix_ms at);
+// The notice of the limit past its soft percent, into the system lane (source budgetNotice, an
+// id that names the limit and its value: once per limit set). Nothing when none is.
+result<action_list> plan_budget_notice(const session_state& s, const budget& limits, unix_ms at);
+// Whether the budget paused the session: its newest entry is the budget_exhausted diagnostic.
+bool paused_by_budget(const session_state& s);
 
 // Clears has_work, but only when no lane has pending items (checked in the same operation, so
 // an enqueue that raced the loop's last drain keeps the session running).

@@ -34,6 +34,9 @@ result<void> validate(const settings& s) {
     if (s.utc_offset_minutes < -14 * 60 || s.utc_offset_minutes > 14 * 60) {
         return errc::invalid_settings;
     }
+    if (s.limits.soft_percent > 100) {
+        return errc::invalid_settings;
+    }
     if (s.tools.size() > 256) {
         return errc::invalid_settings;
     }
@@ -82,6 +85,9 @@ result<settings> settings_update::applied_to(settings s) const {
     }
     if (utc_offset_minutes) {
         s.utc_offset_minutes = *utc_offset_minutes;
+    }
+    if (limits) {
+        s.limits = *limits;
     }
     if (auto v = validate(s); !v) {
         return v.error();

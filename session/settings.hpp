@@ -12,6 +12,20 @@
 
 namespace wuhu::session {
 
+// A session's budget (issue 33, docs/protocol.md "Budgets"): the most its ledger
+// (session/ledger.hpp) may reach, each limit 0 for "the fleet's default" (the worker's --budget-*
+// flags; 0 there: none). At `soft_percent` of a limit the model gets one notice in the system lane;
+// at a limit the loop stops before its next inference, records a `budget_exhausted` diagnostic and
+// pauses the session, whose queued input waits until a configure changes the budget.
+struct budget {
+    std::uint64_t tokens = 0;        // every kind, summed (token_usage::total)
+    std::uint64_t cost = 0;          // nano-dollars
+    std::uint64_t turns = 0;         // answers
+    std::uint64_t tool_calls = 0;    // calls started
+    std::uint32_t soft_percent = 0;  // 1-100 (100: no notice); 0: the fleet's (80 by default)
+    bool operator==(const budget&) const = default;
+};
+
 struct settings {
     std::string model = "scripted";
     std::string system_prompt;
@@ -20,11 +34,13 @@ struct settings {
     std::uint64_t compaction_buffer = 16'000;
     std::uint64_t keep_recent_tokens = 20'000;
     int utc_offset_minutes = 0;  // for message headers
+    budget limits;               // the session's budget
     bool operator==(const settings&) const = default;
 };
 
 // Checks ranges: context_limit > compaction_buffer, keep_recent_tokens < context_limit,
-// |utc_offset_minutes| <= 14h, model 1-128 bytes, tool names 1-64 of [A-Za-z0-9_-].
+// |utc_offset_minutes| <= 14h, model 1-128 bytes, tool names 1-64 of [A-Za-z0-9_-], a budget's
+// soft_percent 0-100.
 result<void> validate(const settings& s);
 
 // A partial change of the settings (the `configure` command): the fields it names; the others
@@ -37,6 +53,7 @@ struct settings_update {
     std::optional<std::uint64_t> compaction_buffer;
     std::optional<std::uint64_t> keep_recent_tokens;
     std::optional<int> utc_offset_minutes;
+    std::optional<budget> limits;  // the whole budget (a limit left out: the fleet's)
 
     // The settings after this update; invalid_settings when out of range.
     result<settings> applied_to(settings current) const;

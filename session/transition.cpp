@@ -24,6 +24,8 @@ result<action_list> plan(const session_state& before, transition t, unix_ms at) 
             [&](compaction& c) -> out { return plan_append_compaction(before, std::move(c), at); },
             [&](timer& x) -> out { return plan_schedule_timer(before, std::move(x), at); },
             [&](fire_timer& x) -> out { return plan_fire_timer(before, x.id, at); },
+            [&](budget_spent& x) -> out { return plan_budget_spent(before, x.limits, at); },
+            [&](budget_notice& x) -> out { return plan_budget_notice(before, x.limits, at); },
         },
         t);
 }

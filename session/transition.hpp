@@ -38,8 +38,20 @@ struct fire_timer {
     queue_item_id id;
 };
 
-using transition = std::variant<take_checkpoint, mark_idle, interruption, diagnostic, response,
-                                tool_steps, compaction, timer, fire_timer>;
+// The budget (`limits`, with the fleet's defaults) is spent: its budget_exhausted diagnostic,
+// and the session paused (plan_budget_spent).
+struct budget_spent {
+    budget limits;
+};
+// A limit is past its soft percent: the model's one notice enters the system lane
+// (plan_budget_notice).
+struct budget_notice {
+    budget limits;
+};
+
+using transition =
+    std::variant<take_checkpoint, mark_idle, interruption, diagnostic, response, tool_steps,
+                 compaction, timer, fire_timer, budget_spent, budget_notice>;
 
 // The actions of `t` on `before` at `at` (empty: it changes nothing), or the rule's refusal.
 result<action_list> plan(const session_state& before, transition t, unix_ms at);

@@ -311,58 +311,65 @@ agent_loop::written agent_loop::run_command(command& c, command_reply& reply, bo
     out.emit_unchanged = true;
     // A rule's refusal changes nothing (the store is not asked).
     auto take = [&](const boost::system::error_code& ec) { out.refused = ec; };
-    std::visit(s::overloaded{
-                   [&](enqueue_command& x) {
-                       if (const auto full = s::lane_room(state_, x.in, opts_.lanes);
-                           full != s::errc::ok) {
-                           return take(full);
-                       }
-                       // Into a session whose loop waits for work, the item is materialized
-                       // at once when the loop's next step would be the checkpoint that
-                       // drains it: one commit instead of two (docs/agent-loop.md, "Fused
-                       // commits").
-                       const bool drain_now =
-                           waiting_.load() &&
-                           s::next_step(state_, s::loop_position{compaction_tried_}).kind ==
-                               s::step_kind::checkpoint;
-                       auto r = drain_now ? s::plan_enqueue_and_drain(state_, std::move(x.in), now)
-                                          : s::plan_enqueue(state_, std::move(x.in), now);
-                       if (!r) {
-                           return take(r.error());
-                       }
-                       out.actions = std::move(r->actions);
-                       reply.id = r->id;
-                       reply.duplicate = r->duplicate;
-                       wake = !out.actions.empty();
-                   },
-                   [&](cancel_command& x) {
-                       auto r = s::plan_cancel(state_, x.in, x.id, now);
-                       if (!r) {
-                           return take(r.error());
-                       }
-                       out.actions = std::move(r->actions);
-                       reply.canceled = r->canceled;
-                   },
-                   [&](configure_command& x) {
-                       auto next = x.update.applied_to(state_.config);
-                       if (!next) {
-                           return take(next.error());
-                       }
-                       auto r = s::plan_set_settings(state_, *next);
-                       if (!r) {
-                           return take(r.error());
-                       }
-                       out.actions = std::move(*r);
-                       reply.config = std::move(*next);
-                   },
-                   [&](pause_command&) { out.actions = s::plan_set_paused(state_, true); },
-                   [&](resume_command&) {
-                       out.actions = s::plan_set_paused(state_, false);
-                       wake = true;
-                   },
-                   [](abort_command&) {},
-               },
-               c);
+    std::visit(
+        s::overloaded{
+            [&](enqueue_command& x) {
+                if (const auto full = s::lane_room(state_, x.in, opts_.lanes);
+                    full != s::errc::ok) {
+                    return take(full);
+                }
+                // Into a session whose loop waits for work, the item is materialized
+                // at once when the loop's next step would be the checkpoint that
+                // drains it: one commit instead of two (docs/agent-loop.md, "Fused
+                // commits"); not past its budget, which keeps the input queued.
+                const bool drain_now =
+                    waiting_.load() &&
+                    !s::exhausted(state_.usage, s::effective(state_.config.limits, opts_.budget)) &&
+                    s::next_step(state_, s::loop_position{compaction_tried_}, opts_.budget).kind ==
+                        s::step_kind::checkpoint;
+                auto r = drain_now ? s::plan_enqueue_and_drain(state_, std::move(x.in), now)
+                                   : s::plan_enqueue(state_, std::move(x.in), now);
+                if (!r) {
+                    return take(r.error());
+                }
+                out.actions = std::move(r->actions);
+                reply.id = r->id;
+                reply.duplicate = r->duplicate;
+                wake = !out.actions.empty();
+            },
+            [&](cancel_command& x) {
+                auto r = s::plan_cancel(state_, x.in, x.id, now);
+                if (!r) {
+                    return take(r.error());
+                }
+                out.actions = std::move(r->actions);
+                reply.canceled = r->canceled;
+            },
+            [&](configure_command& x) {
+                auto next = x.update.applied_to(state_.config);
+                if (!next) {
+                    return take(next.error());
+                }
+                auto r = s::plan_set_settings(state_, *next);
+                if (!r) {
+                    return take(r.error());
+                }
+                out.actions = std::move(*r);
+                reply.config = std::move(*next);
+                // A new budget resumed a session its budget paused.
+                wake = std::any_of(out.actions.begin(), out.actions.end(), [](const s::action& a) {
+                    const auto* p = std::get_if<s::paused_set>(&a);
+                    return p != nullptr && !p->value;
+                });
+            },
+            [&](pause_command&) { out.actions = s::plan_set_paused(state_, true); },
+            [&](resume_command&) {
+                out.actions = s::plan_set_paused(state_, false);
+                wake = true;
+            },
+            [](abort_command&) {},
+        },
+        c);
     return out;
 }
 
@@ -380,6 +387,13 @@ agent_loop::written agent_loop::recover_orphan() {
 }
 
 agent_loop::written agent_loop::plan_now(s::transition t) {
+    // Past its budget the session takes no new input: the checkpoint after tool results (or
+    // an abort's) is left to the loop, which stops before it (docs/protocol.md "Budgets").
+    if (auto* steps = std::get_if<s::tool_steps>(&t);
+        steps != nullptr && steps->drain &&
+        s::exhausted(state_.usage, s::effective(state_.config.limits, opts_.budget))) {
+        steps->drain = false;
+    }
     auto r = s::plan(state_, std::move(t), clock_.now());
     return r ? written{{}, {}, std::move(*r), false} : written{{}, r.error(), {}, false};
 }
@@ -468,7 +482,7 @@ asio::awaitable<void> agent_loop::timer_loop() {
 asio::awaitable<void> agent_loop::run_until_idle() {
     s::loop_position at{compaction_tried_};
     while (!failed_) {
-        const s::loop_step step = s::next_step(state_, at);
+        const s::loop_step step = s::next_step(state_, at, opts_.budget);
         if (abort_.pending()) {
             // An abort that came between two steps (or during a commit), or stopped a
             // compaction: it stops the turn here, before its next step runs; a turn that
@@ -504,7 +518,7 @@ asio::awaitable<void> agent_loop::run_until_idle() {
                 // Nothing to drain (a fused commit drained it): no store operation. After an
                 // answer that stops the loop, no `preparing` either: the spec's inferring → idle.
                 if (s::select_checkpoint(state_, s::current_checkpoint(state_)).empty()) {
-                    const auto then = s::next_step(state_, s::after(step, at)).kind;
+                    const auto then = s::next_step(state_, s::after(step, at), opts_.budget).kind;
                     if (loop_ != s::loop_state::inferring ||
                         (then != s::step_kind::idle && then != s::step_kind::pause)) {
                         set_loop(s::loop_state::preparing);
@@ -524,6 +538,19 @@ asio::awaitable<void> agent_loop::run_until_idle() {
             case s::step_kind::infer:
                 co_await turns_.infer();
                 break;
+            case s::step_kind::budget_spent: {
+                // Recorded with the session paused: the next step is the pause.
+                auto task =
+                    record(s::budget_spent{s::effective(state_.config.limits, opts_.budget)});
+                co_await std::move(task);
+                break;
+            }
+            case s::step_kind::budget_notice: {
+                auto task =
+                    record(s::budget_notice{s::effective(state_.config.limits, opts_.budget)});
+                co_await std::move(task);
+                break;
+            }
         }
         at = s::after(step, at);
         compaction_tried_ = at.compaction_tried;

@@ -59,6 +59,8 @@ struct loop_options {
     // state is `inferring` while it waits.
     providers::inference_slots* inferences = nullptr;
     std::size_t max_waiting_commands = 64;
+    // The fleet's default budget: each limit a session leaves at 0 (session/settings.hpp).
+    session::budget budget;
 };
 
 }  // namespace wuhu::worker

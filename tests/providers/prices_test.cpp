@@ -48,6 +48,9 @@ TEST(Prices, AnAnswerIsPricedByTheModelItsProviderReported) {
     m.model = "unpriced";
     providers::price(m, *t);
     EXPECT_EQ(m.cost, 0u);
+    // A name nobody priced is priced as the model the session asked for.
+    providers::price(m, *t, "gpt-4o");
+    EXPECT_EQ(m.cost, 2'500'000u + 1'000'000u);
 }
 
 TEST(Prices, BadPricesAreRefusedWithAMessageNamingWhatIsWrong) {

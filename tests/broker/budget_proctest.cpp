@@ -1,0 +1,101 @@
+// Issue 33: a cost budget, set over NATS, stops a real worker's session within one inference of
+// its limit, priced by the providers file; the stop is durable across a SIGKILL of the owner,
+// and a configure with a higher budget goes on with the input that waited.
+#include "tests/support/process.hpp"
+#include "tests/support/temp_dir.hpp"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+namespace wuhu::testing {
+
+namespace json = boost::json;
+using namespace std::chrono_literals;
+
+namespace {
+
+// The session's state from scratch (a subscribe from zero).
+json::value state_of(nats::connection& nc, const std::string& s) {
+    return answer_when_up(nc, s + "subscribe", "{}");
+}
+
+int answers(const json::value& st) {
+    int n = 0;
+    for (const auto& e : st.at("patch").at("transcript").as_array()) {
+        n += e.at("type") == "assistant_message" ? 1 : 0;
+    }
+    return n;
+}
+
+// Waits (bounded) until the session's status says `paused`, or it is idle with nothing to do.
+json::value settled(nats::connection& nc, const std::string& s) {
+    json::value st;
+    for (int i = 0; i < 300; ++i) {
+        st = state_of(nc, s);
+        const auto& status = st.at("status");
+        if (status.at("state") == "idle" &&
+            (status.at("paused") == true || status.at("has_work") == false)) {
+            return st;
+        }
+        std::this_thread::sleep_for(50ms);
+    }
+    ADD_FAILURE() << "the session did not settle: " << st;
+    return st;
+}
+
+}  // namespace
+
+TEST(BudgetProcess, ACostBudgetStopsWithinOneInferenceSurvivesACrashAndGoesOnWhenRaised) {
+    temp_dir files;
+    const auto providers = files.path() / "providers.json";
+    // $10 per million input tokens: 100,000 tokens are $1 an answer.
+    std::ofstream(providers) << R"({"endpoints": {}, "prices": {"scripted": {"input": 10}}})";
+    std::string responses;
+    for (int i = 1; i <= 5; ++i) {
+        responses += std::string(i > 1 ? "," : "") + R"({"text":"a)" + std::to_string(i) +
+                     R"(","usage":{"input":100000,"output":0}})";
+    }
+    worker_process::config c;
+    c.args = {"--providers", providers.string()};
+    worker_process w("budget", R"({"responses":[)" + responses + "]}", c);
+    w.start();
+    nats::connection nc(nats_url(), "budget-client");
+    const std::string s = w.prefix() + ".session.b1.";
+    auto r = answer_when_up(nc, s + "configure", R"({"budget":{"cost_usd":"2.5"}})");
+    ASSERT_EQ(r.at("ok"), true) << r;
+    EXPECT_EQ(r.at("settings").at("budget").at("cost_usd"), "2.50");
+    for (int i = 1; i <= 4; ++i) {
+        ASSERT_EQ(answer_when_up(nc, s + "enqueue",
+                                 R"({"lane":"followUp","id":"f)" + std::to_string(i) +
+                                     R"(","content":"question )" + std::to_string(i) + "\"}")
+                      .at("ok"),
+                  true);
+        settled(nc, s);
+    }
+    auto st = settled(nc, s);
+    // $1, $2, $3: the third crossed $2.50, and no inference ran after it.
+    EXPECT_EQ(answers(st), 3) << st;
+    EXPECT_EQ(st.at("status").at("paused"), true);
+    EXPECT_EQ(st.at("status").at("usage").at("cost").to_number<std::uint64_t>(), 3'000'000'000u);
+    const auto& transcript = st.at("patch").at("transcript").as_array();
+    EXPECT_EQ(transcript.back().at("type"), "diagnostic");
+    EXPECT_EQ(transcript.back().at("code"), "budget_exhausted");
+    EXPECT_NE(json::serialize(transcript.back()).find("$2.50 cost"), std::string::npos);
+
+    // The owner dies; the next one finds the session stopped, and its input still queued.
+    w.crash();
+    w.start();
+    st = settled(nc, s);
+    EXPECT_EQ(st.at("status").at("paused"), true);
+    EXPECT_EQ(answers(st), 3);
+
+    r = answer_when_up(nc, s + "configure", R"({"budget":{"cost_usd":10}})");
+    ASSERT_EQ(r.at("ok"), true) << r;
+    st = settled(nc, s);
+    EXPECT_EQ(st.at("status").at("paused"), false);
+    EXPECT_EQ(answers(st), 4) << "the question that waited is answered";
+    EXPECT_EQ(st.at("status").at("usage").at("cost").to_number<std::uint64_t>(), 4'000'000'000u);
+}
+
+}  // namespace wuhu::testing
