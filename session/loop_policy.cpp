@@ -56,10 +56,8 @@ loop_step next_step(const session_state& s, const loop_position& at, const budge
         if (exhausted(s.usage, limits)) {
             return {step_kind::budget_spent, {}};
         }
-        for (const auto& near : nearly_exhausted(s.usage, limits)) {
-            if (s.find_item(budget_notice_id(near)) == nullptr) {
-                return {step_kind::budget_notice, {}};
-            }
+        if (unnoticed_limit(s, limits)) {
+            return {step_kind::budget_notice, {}};
         }
         return {step_kind::infer, {}};
     }

@@ -244,16 +244,18 @@ action_list plan_budget_spent(const session_state& s, const budget& limits, unix
     return out;
 }
 
-result<action_list> plan_budget_notice(const session_state& s, const budget& limits, unix_ms at) {
-    const budget_limit* near = nullptr;
-    const auto nearly = nearly_exhausted(s.usage, limits);
-    for (const auto& l : nearly) {
+std::optional<budget_limit> unnoticed_limit(const session_state& s, const budget& limits) {
+    for (const auto& l : nearly_exhausted(s.usage, limits)) {
         if (s.find_item(budget_notice_id(l)) == nullptr) {
-            near = &l;
-            break;
+            return l;
         }
     }
-    if (near == nullptr) {
+    return std::nullopt;
+}
+
+result<action_list> plan_budget_notice(const session_state& s, const budget& limits, unix_ms at) {
+    const auto near = unnoticed_limit(s, limits);
+    if (!near) {
         return action_list{};
     }
     auto id = queue_item_id::parse(budget_notice_id(*near));

@@ -103,6 +103,8 @@ action_list plan_budget_spent(const session_state& s, const budget& limits, unix
 // The notice of the limit past its soft percent, into the system lane (source budgetNotice, an
 // id that names the limit and its value: once per limit set). Nothing when none is.
 result<action_list> plan_budget_notice(const session_state& s, const budget& limits, unix_ms at);
+// The first limit past its soft percent whose notice the session has not had (by its item id).
+std::optional<budget_limit> unnoticed_limit(const session_state& s, const budget& limits);
 // Whether the budget paused the session: its newest entry is the budget_exhausted diagnostic.
 bool paused_by_budget(const session_state& s);
 

@@ -175,6 +175,10 @@ s::status agent_loop::status_now() {
     return st;
 }
 
+s::budget agent_loop::limits() const {
+    return s::effective(state_.config.limits, opts_.budget);
+}
+
 void agent_loop::set_loop(s::loop_state to) {
     if (loop_ == to) {
         return;
@@ -323,8 +327,7 @@ agent_loop::written agent_loop::run_command(command& c, command_reply& reply, bo
                 // drains it: one commit instead of two (docs/agent-loop.md, "Fused
                 // commits"); not past its budget, which keeps the input queued.
                 const bool drain_now =
-                    waiting_.load() &&
-                    !s::exhausted(state_.usage, s::effective(state_.config.limits, opts_.budget)) &&
+                    waiting_.load() && !s::exhausted(state_.usage, limits()) &&
                     s::next_step(state_, s::loop_position{compaction_tried_}, opts_.budget).kind ==
                         s::step_kind::checkpoint;
                 auto r = drain_now ? s::plan_enqueue_and_drain(state_, std::move(x.in), now)
@@ -390,8 +393,7 @@ agent_loop::written agent_loop::plan_now(s::transition t) {
     // Past its budget the session takes no new input: the checkpoint after tool results (or
     // an abort's) is left to the loop, which stops before it (docs/protocol.md "Budgets").
     if (auto* steps = std::get_if<s::tool_steps>(&t);
-        steps != nullptr && steps->drain &&
-        s::exhausted(state_.usage, s::effective(state_.config.limits, opts_.budget))) {
+        steps != nullptr && steps->drain && s::exhausted(state_.usage, limits())) {
         steps->drain = false;
     }
     auto r = s::plan(state_, std::move(t), clock_.now());
@@ -540,14 +542,12 @@ asio::awaitable<void> agent_loop::run_until_idle() {
                 break;
             case s::step_kind::budget_spent: {
                 // Recorded with the session paused: the next step is the pause.
-                auto task =
-                    record(s::budget_spent{s::effective(state_.config.limits, opts_.budget)});
+                auto task = record(s::budget_spent{limits()});
                 co_await std::move(task);
                 break;
             }
             case s::step_kind::budget_notice: {
-                auto task =
-                    record(s::budget_notice{s::effective(state_.config.limits, opts_.budget)});
+                auto task = record(s::budget_notice{limits()});
                 co_await std::move(task);
                 break;
             }

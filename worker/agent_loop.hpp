@@ -86,6 +86,8 @@ class agent_loop final : private session_writer {
     // The status register now, stamped newer than every status published before (for a
     // subscribe reply: a watcher drops the older ones it may still receive).
     session::status status_now();
+    // The session's budget with the fleet's defaults (session/ledger.hpp `effective`).
+    session::budget limits() const;
     const std::optional<inflight_message>& inflight() const { return turns_.inflight(); }
     bool loaded() const { return loaded_; }
     bool failed() const override { return failed_; }
