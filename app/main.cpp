@@ -414,6 +414,7 @@ int main(int argc, char** argv) {
             prices = std::move(*priced);
         }
         std::vector<wuhu::tools::tool_service> tool_services;
+        std::map<std::string, wuhu::session::tool_approval> tool_approvals;
         if (!tools_path.empty()) {
             auto parsed = wuhu::tools::parse_tools(read_file(tools_path));
             if (!parsed) {
@@ -421,6 +422,7 @@ int main(int argc, char** argv) {
                 return 2;
             }
             tool_services = std::move(*parsed);
+            tool_approvals = std::move(*wuhu::tools::parse_approvals(read_file(tools_path)));
         }
         // Checked before anything is opened: a bad default tenant is a usage error.
         const wuhu::protocol::subject_layout subjects(
@@ -509,6 +511,7 @@ int main(int argc, char** argv) {
         options.endpoints = endpoints;
         options.prices = prices;
         options.tool_services = tool_services;
+        options.tool_approvals = tool_approvals;
         options.metrics_addr = metrics_addr == "off" ? std::string() : metrics_addr;
         options.metrics_max_connections = metrics_max_connections;
         options.metrics_addr_is_default = metrics_flag->count() == 0 &&
@@ -554,6 +557,16 @@ int main(int argc, char** argv) {
         for (const auto& t : tool_services) {
             log->info("tool {}: served on {}{}", t.spec.name, wuhu::tools::subject_of(t, subjects),
                       t.idempotent ? " (idempotent)" : "");
+        }
+        for (const auto& [name, terms] : tool_approvals) {
+            if (terms.mode == wuhu::session::approval_mode::always) {
+                log->info("tool {}: its calls wait for approval{}", name,
+                          terms.deadline_ms == 0
+                              ? std::string()
+                              : " (" +
+                                    std::string(wuhu::session::decision_name(terms.on_deadline)) +
+                                    " after " + std::to_string(terms.deadline_ms) + " ms)");
+            }
         }
         node.run();
         log->info("stopped");

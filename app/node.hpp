@@ -91,6 +91,8 @@ struct node_options {
     providers::price_table prices;
     // The tools file's tools, served over NATS (tools/nats_tools.hpp).
     std::vector<tools::tool_service> tool_services;
+    // The tools file's approval terms, by tool (built-ins too): tools::parse_approvals.
+    std::map<std::string, session::tool_approval> tool_approvals;
     // Where /metrics, /healthz and /readyz are served ("host:port"; port 0: a free one);
     // empty: nowhere, and no metric is recorded. Throws std::runtime_error when it cannot
     // listen there, unless `metrics_addr_is_default`: then a free port of that host is used (and

@@ -2,6 +2,8 @@
 // scrape, and the answers of /metrics, /healthz and /readyz.
 #include "app/node.hpp"
 
+#include "session/approval.hpp"
+
 #include <boost/asio/post.hpp>
 
 #include <future>
@@ -35,6 +37,8 @@ worker::session_registry::event_forwarder node::measured(
                 } else if (const auto* d = std::get_if<session::diagnostic>(&body);
                            d != nullptr && d->code == "budget_exhausted") {
                     metrics_.budget_exhausted();
+                } else if (const auto* a = std::get_if<session::approval_decided>(&body)) {
+                    metrics_.approval_decision(a->what, a->by_deadline);
                 }
             }
         }
@@ -51,6 +55,9 @@ metrics::snapshot node::take_snapshot() {
         s.lane_depth[0] += st.in(session::lane::system).pending.size();
         s.lane_depth[1] += st.in(session::lane::steer).pending.size();
         s.lane_depth[2] += st.in(session::lane::follow_up).pending.size();
+        for (const auto& t : st.tool_calls) {
+            s.approvals_pending += session::awaits_decision(t) ? 1 : 0;
+        }
         return true;
     });
     s.leases_held = keeper_.held();

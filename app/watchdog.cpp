@@ -50,7 +50,10 @@ std::size_t watchdog::stuck(bool log_new) {
         const auto limit = t.state == session::loop_state::executing_tools ? o.tool_timeout
                            : t.state == session::loop_state::compacting    ? o.summary.total
                                                                            : o.inference.total;
-        if (t.state != session::loop_state::idle && limit.count() > 0 && now - t.since > limit) {
+        // Idle, or waiting for a person (as long as the call's deadline says): not stuck.
+        if (t.state != session::loop_state::idle &&
+            t.state != session::loop_state::awaiting_approval && limit.count() > 0 &&
+            now - t.since > limit) {
             ++n;
             if (log_new && !t.stuck_logged) {
                 t.stuck_logged = true;

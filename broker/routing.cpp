@@ -49,6 +49,9 @@ answer absent_session(const protocol::request& req, std::size_t max_reply_bytes)
             return answer::error(s::errc::item_not_found);
         case verb::pause:
         case verb::resume:
+        case verb::approve:
+        case verb::reject:
+        case verb::respond:
             return answer::error(s::errc::session_not_found);
         default:  // abort (nothing to stop), delete (idempotent)
             return answer::ok(protocol::ok_reply(req.to.what, {}));
@@ -59,34 +62,36 @@ answer absent_session(const protocol::request& req, std::size_t max_reply_bytes)
 // new one does not compile until it is mapped); subscribe and delete are served without a
 // command, and never come here.
 worker::command command_for(const protocol::request_body& body) {
-    return std::visit(
-        s::overloaded{
-            [](const s::enqueue_input& in) -> worker::command {
-                return worker::enqueue_command{in};
-            },
-            [](const protocol::cancel_request& r) -> worker::command {
-                return worker::cancel_command{r.in, r.id};
-            },
-            [](const s::settings_update& u) -> worker::command {
-                return worker::configure_command{u};
-            },
-            [](const protocol::abort_request& r) -> worker::command {
-                return worker::abort_command{r.reason, r.id};
-            },
-            [](const protocol::pause_request&) -> worker::command {
-                return worker::pause_command{};
-            },
-            [](const protocol::resume_request&) -> worker::command {
-                return worker::resume_command{};
-            },
-            [](const protocol::subscribe_request&) -> worker::command {
-                throw std::logic_error("subscribe is served without a command");
-            },
-            [](const protocol::remove_request&) -> worker::command {
-                throw std::logic_error("delete is served without a command");
-            },
-        },
-        body);
+    return std::visit(s::overloaded{
+                          [](const s::enqueue_input& in) -> worker::command {
+                              return worker::enqueue_command{in};
+                          },
+                          [](const protocol::cancel_request& r) -> worker::command {
+                              return worker::cancel_command{r.in, r.id};
+                          },
+                          [](const s::settings_update& u) -> worker::command {
+                              return worker::configure_command{u};
+                          },
+                          [](const protocol::abort_request& r) -> worker::command {
+                              return worker::abort_command{r.reason, r.id};
+                          },
+                          [](const protocol::pause_request&) -> worker::command {
+                              return worker::pause_command{};
+                          },
+                          [](const protocol::resume_request&) -> worker::command {
+                              return worker::resume_command{};
+                          },
+                          [](const protocol::decide_request& r) -> worker::command {
+                              return worker::decide_command{r.in};
+                          },
+                          [](const protocol::subscribe_request&) -> worker::command {
+                              throw std::logic_error("subscribe is served without a command");
+                          },
+                          [](const protocol::remove_request&) -> worker::command {
+                              throw std::logic_error("delete is served without a command");
+                          },
+                      },
+                      body);
 }
 
 protocol::command_result result_of(const worker::command_reply& r) {
@@ -95,7 +100,8 @@ protocol::command_result result_of(const worker::command_reply& r) {
                                     r.config,
                                     r.aborted.stopped,
                                     r.aborted.entry,
-                                    r.aborted.duplicate};
+                                    r.aborted.duplicate || (r.decided && r.duplicate),
+                                    r.decided};
 }
 
 }  // namespace

@@ -119,10 +119,12 @@ outcome<json::object> client::call(const std::string& sid, std::string_view verb
     }
     const auto text = json::serialize(sent_body);
     // Sent again when unanswered within attempt_timeout (a worker took it and died or froze):
-    // those with an id, cancel (by an item's id) and subscribe (a read). Configure, pause,
+    // those with an id, cancel (by an item's id), subscribe (a read) and the decisions (by a
+    // call's id: the same decision again is a duplicate). Configure, pause,
     // resume and delete are not: a late copy could undo another client's later command.
     const bool resend = *v == verb::enqueue || *v == verb::system || *v == verb::abort ||
-                        *v == verb::cancel || *v == verb::subscribe;
+                        *v == verb::cancel || *v == verb::subscribe || *v == verb::approve ||
+                        *v == verb::reject || *v == verb::respond;
     const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
     return with_retries(options_, [&]() -> outcome<json::object> {
         for (;;) {

@@ -6,6 +6,9 @@
 //   wuhuctl abort <sid> [--reason R] [--id K]
 //   wuhuctl pause|resume|delete <sid>
 //   wuhuctl timers <sid>                       the callbacks scheduled and not yet fired
+//   wuhuctl approvals [<sid>]            the calls waiting for approval (of every session)
+//   wuhuctl approve <sid> <call> [--arguments JSON]   wuhuctl reject <sid> <call> [--message M]
+//   wuhuctl respond <sid> <call> <output>
 //   wuhuctl watch <sid> [--until-idle]   the live transcript, streaming text as it arrives
 //   wuhuctl sessions [--state S] [--owner W] [--has-work] [--limit N] [--after ID]
 //                    [--of-tenant T]
@@ -16,6 +19,7 @@
 //
 // --json prints replies as JSON. Exit codes: 0 ok, 1 the service refused (error reply),
 // 2 usage, 3 no reply (no worker, or NATS unreachable), 4 watch --until-idle timed out.
+#include "client/approvals.hpp"
 #include "client/client.hpp"
 #include "client/replies.hpp"
 #include "session/ledger.hpp"
@@ -75,6 +79,14 @@ int call(wuhu::client::client& c, const options& o, const std::string& sid, cons
         std::cout << json::serialize(*r) << "\n";
     } else if (const auto* id = r->if_contains("id")) {
         std::cout << "ok " << json::value_to<std::string>(*id) << "\n";
+    } else if (const auto* d = r->if_contains("decision"); d && d->is_object()) {
+        // approve, reject, respond: the decision on record
+        const auto* dup = r->if_contains("duplicate");
+        auto field = [&](const char* key) {
+            return wuhu::client::detail::field(d->as_object(), key);
+        };
+        std::cout << field("decision") << " " << field("call") << " (" << field("tool") << ")"
+                  << (dup != nullptr && *dup == true ? ": decided so before" : "") << "\n";
     } else if (const auto* stopped = r->if_contains("stopped"); stopped && stopped->is_string()) {
         // abort: what it stopped, and the interruption entry that records it
         const auto* entry = r->if_contains("entry");
@@ -169,6 +181,14 @@ class renderer {
             std::cout << "-- interrupted: " << str(e, "reason") << " --\n";
         } else if (type == "diagnostic") {
             std::cout << "!! " << str(e, "code") << ": " << str(e, "message") << "\n";
+        } else if (type == "approval_requested") {
+            std::cout << "  ?? " << str(e, "tool") << " " << str(e, "arguments")
+                      << " waits for approval (call " << str(e, "call") << ")\n";
+        } else if (type == "approval_decided") {
+            const auto& by = e.at("by");
+            const std::string who = str(by, "kind") == "system" ? "the deadline" : str(by, "name");
+            std::cout << "  == " << str(e, "decision") << " " << str(e, "call") << " by "
+                      << (who.empty() ? "someone" : who) << "\n";
         }
         std::cout.flush();
     }
@@ -324,6 +344,57 @@ void print_sessions(const json::object& page) {
     }
 }
 
+// The calls waiting for approval: of `sid`, or of every session the fleet view says awaits.
+int list_approvals(wuhu::client::client& c, const options& o, const std::string& sid) {
+    std::vector<std::string> ids{sid};
+    if (sid.empty()) {
+        ids.clear();
+        json::object q{{"awaiting_approval", true}, {"limit", 1000}};
+        for (;;) {
+            auto page = c.sessions(q);
+            if (!page) {
+                return report(page.error(), o);
+            }
+            for (const auto& row : page->at("sessions").as_array()) {
+                ids.push_back(str(row, "id"));
+            }
+            const auto* next = page->if_contains("next");
+            if (next == nullptr || !next->is_string()) {
+                break;
+            }
+            q["after"] = *next;
+        }
+    }
+    json::array all;
+    for (const auto& id : ids) {
+        auto v = c.subscribe(id);
+        if (!v) {
+            return report(v.error(), o);
+        }
+        for (auto& p : wuhu::client::pending_approvals(*v)) {
+            p.as_object()["session"] = id;
+            all.push_back(std::move(p));
+        }
+    }
+    if (o.as_json) {
+        std::cout << json::serialize(json::object{{"ok", true}, {"approvals", all}}) << "\n";
+        return 0;
+    }
+    if (all.empty()) {
+        std::cout << "no call waits for approval\n";
+    }
+    for (const auto& p : all) {
+        const auto* due = p.as_object().if_contains("deadline");
+        std::cout << str(p, "session") << "  " << str(p, "call") << "  " << str(p, "tool") << " "
+                  << str(p, "arguments") << "  asked " << utc(p.at("at").to_number<std::int64_t>())
+                  << (due != nullptr ? ", " + str(p, "on_deadline") + " at " +
+                                           utc(due->to_number<std::int64_t>())
+                                     : std::string(", no deadline"))
+                  << "\n";
+    }
+    return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -406,6 +477,21 @@ int main(int argc, char** argv) {
         simple.push_back(app.add_subcommand(verb, std::string(verb) + " the session"));
         with_sid(simple.back());
     }
+    auto* approvals = app.add_subcommand(
+        "approvals", "the calls waiting for approval: of a session, or of every one awaiting");
+    approvals->add_option("session", sid, "session id (none: every session awaiting approval)");
+    std::string call_id, arguments, message;
+    auto* approve = app.add_subcommand("approve", "run a call that waits for approval");
+    auto* reject = app.add_subcommand("reject", "refuse a waiting call (the model sees why)");
+    auto* respond = app.add_subcommand("respond", "answer a waiting call instead of its tool");
+    for (auto* c : {approve, reject, respond}) {
+        with_sid(c);
+        c->add_option("call", call_id, "the tool call id")->required();
+        c->add_option("--author", author, "who decides (recorded with the decision)");
+    }
+    approve->add_option("--arguments", arguments, "run with these arguments (a JSON object)");
+    reject->add_option("--message", message, "what the model is told");
+    respond->add_option("output", message, "the call's result, as the model sees it")->required();
     auto* list = app.add_subcommand("sessions", "the fleet's sessions: owner, state, lanes");
     std::string state_filter, owner_filter, after;
     bool busy_only = false;
@@ -580,6 +666,29 @@ int main(int argc, char** argv) {
         }
         if (name == "watch") {
             return watch(c, o, sid, until_idle, timeout_s);
+        }
+        if (name == "approvals") {
+            return list_approvals(c, o, sid);
+        }
+        if (name == "approve" || name == "reject" || name == "respond") {
+            body = {{"call", call_id},
+                    {"author", {{"id", "cli"}, {"name", author}, {"kind", "human"}}}};
+            if (!arguments.empty()) {
+                boost::system::error_code ec;
+                auto v = json::parse(arguments, ec);
+                if (ec || !v.is_object()) {
+                    std::cerr << "wuhuctl: --arguments must be a JSON object\n";
+                    return 2;
+                }
+                body["arguments"] = std::move(v);
+            }
+            if (name == "reject" && !message.empty()) {
+                body["message"] = message;
+            }
+            if (name == "respond") {
+                body["output"] = message;
+            }
+            return call(c, o, sid, name, body);
         }
         if (name == "abort") {
             if (!reason.empty()) {

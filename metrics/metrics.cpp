@@ -11,8 +11,9 @@ using prometheus::BuildGauge;
 using prometheus::BuildHistogram;
 
 constexpr session::loop_state states[] = {
-    session::loop_state::idle, session::loop_state::preparing, session::loop_state::inferring,
-    session::loop_state::executing_tools, session::loop_state::compacting};
+    session::loop_state::idle,       session::loop_state::preparing,
+    session::loop_state::inferring,  session::loop_state::executing_tools,
+    session::loop_state::compacting, session::loop_state::awaiting_approval};
 constexpr const char* lanes[] = {"system", "steer", "followUp"};
 
 // 100 µs to 10 min, about three buckets a decade.
@@ -88,6 +89,25 @@ worker_metrics::worker_metrics(std::string_view store_backend)
                              .Help("Sessions stopped by their budget (budget_exhausted entries)")
                              .Register(r)
                              .Add({});
+    auto& decisions = BuildCounter()
+                          .Name("wuhu_approval_decisions_total")
+                          .Help(
+                              "Decisions on tool calls that waited for approval, by decision "
+                              "and by whom (person, or deadline)")
+                          .Register(r);
+    for (auto d :
+         {session::decision::approve, session::decision::reject, session::decision::respond}) {
+        for (int by = 0; by < 2; ++by) {
+            decisions_[static_cast<std::size_t>(d)][static_cast<std::size_t>(by)] =
+                &decisions.Add({{"decision", std::string(session::decision_name(d))},
+                                {"by", by == 0 ? "person" : "deadline"}});
+        }
+    }
+    approvals_pending_ = &BuildGauge()
+                              .Name("wuhu_approvals_pending")
+                              .Help("Tool calls of the loaded sessions waiting for approval")
+                              .Register(r)
+                              .Add({});
     series_of("other");  // exported from the start (and the bucket past max_models)
     tool_seconds_ = &BuildHistogram()
                          .Name("wuhu_tool_duration_seconds")
@@ -198,6 +218,10 @@ void worker_metrics::inference(double seconds) {
     inference_seconds_->Observe(seconds);
 }
 
+void worker_metrics::approval_decision(session::decision what, bool by_deadline) {
+    decisions_[static_cast<std::size_t>(what)][by_deadline ? 1 : 0]->Increment();
+}
+
 void worker_metrics::budget_exhausted() {
     budget_exhausted_->Increment();
 }
@@ -296,6 +320,7 @@ void worker_metrics::update(const snapshot& s) {
     for (std::size_t i = 0; i < loop_sessions_.size(); ++i) {
         loop_sessions_[i]->Set(static_cast<double>(s.per_state[i]));
     }
+    approvals_pending_->Set(static_cast<double>(s.approvals_pending));
     for (std::size_t i = 0; i < lane_depth_.size(); ++i) {
         lane_depth_[i]->Set(static_cast<double>(s.lane_depth[i]));
     }

@@ -35,7 +35,8 @@ namespace wuhu::metrics {
 // What the node reports at each scrape.
 struct snapshot {
     std::size_t sessions_loaded = 0;
-    std::array<std::size_t, 5> per_state{};  // by session::loop_state
+    std::array<std::size_t, 6> per_state{};   // by session::loop_state
+    std::size_t approvals_pending = 0;        // calls of loaded sessions waiting for a person
     std::array<std::size_t, 3> lane_depth{};  // system, steer, followUp: pending items
     std::size_t leases_held = 0;
     std::size_t stuck = 0;  // sessions in one loop state longer than its timeout
@@ -61,6 +62,9 @@ class worker_metrics {
     static constexpr std::size_t max_models = 16;
     // A session's budget was spent (its budget_exhausted diagnostic committed).
     void budget_exhausted();
+    // A decision on a call that waited for approval was committed: approve, reject or respond,
+    // by a person or by its deadline.
+    void approval_decision(session::decision what, bool by_deadline);
     void tool(std::string_view name, double seconds);
     void commit(double seconds);
     // acquired, renewed, lost, released, fenced (others are not counted).
@@ -96,8 +100,8 @@ class worker_metrics {
     std::shared_ptr<prometheus::Registry> registry_;
     // Series of bounded sets, made at construction: recording only finds them.
     prometheus::Gauge* sessions_loaded_;
-    std::array<prometheus::Gauge*, 5> loop_sessions_{};
-    std::array<std::array<prometheus::Counter*, 5>, 5> transitions_{};
+    std::array<prometheus::Gauge*, 6> loop_sessions_{};
+    std::array<std::array<prometheus::Counter*, 6>, 6> transitions_{};
     std::array<prometheus::Gauge*, 3> lane_depth_{};
     prometheus::Histogram* inference_seconds_;
     struct model_series {
@@ -115,6 +119,8 @@ class worker_metrics {
     std::map<std::string, prometheus::Counter*, std::less<>> refused_;
     prometheus::Counter* compactions_;
     prometheus::Counter* budget_exhausted_;
+    std::array<std::array<prometheus::Counter*, 2>, 3> decisions_{};  // by decision, by_deadline
+    prometheus::Gauge* approvals_pending_;
     prometheus::Counter* recoveries_;
     prometheus::Gauge* without_owner_;
     std::map<std::string, prometheus::Counter*, std::less<>> published_;

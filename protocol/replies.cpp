@@ -60,6 +60,16 @@ std::string ok_reply(verb v, const command_result& r) {
                 o["duplicate"] = true;
             }
             break;
+        case verb::approve:
+        case verb::reject:
+        case verb::respond:
+            if (r.decided) {
+                o["decision"] = s::to_json(*r.decided);
+            }
+            if (r.duplicate) {
+                o["duplicate"] = true;
+            }
+            break;
         default:
             break;
     }

@@ -36,9 +36,12 @@ struct command_result {
     session::abort_stage stopped = session::abort_stage::none;
     session::entry_seq entry;
     bool duplicate = false;
+    // approve, reject, respond: the decision on record (duplicate: it was made before).
+    std::optional<session::approval_decided> decided = std::nullopt;
 };
 // {"ok":true, ...}: id for enqueue/system, canceled for cancel, settings for configure,
-// stopped (and entry, duplicate) for abort.
+// stopped (and entry, duplicate) for abort, decision (and duplicate) for approve, reject and
+// respond.
 std::string ok_reply(verb v, const command_result& r);
 
 // The message being streamed when a subscribe reply is made: its step, its text so far, and

@@ -150,6 +150,10 @@ decoded<settings_update> decode_configure(const json::value& body, const request
         WUHU_TRY(limits, budget_from_json(*b, "budget"));
         out.limits = limits;
     }
+    if (const auto* a = r.opt_val("approval")) {
+        WUHU_TRY(approval, approval_from_json(*a, "approval"));
+        out.approval = std::move(approval);
+    }
     WUHU_CHECK(r.finish());
     return out;
 }
@@ -235,6 +239,51 @@ decoded<sessions_query> decode_sessions_query(const json::value& body, session_n
     return q;
 }
 
+decoded<decide_request> decode_decide(decision what, const json::value& body,
+                                      const request_limits& limits) {
+    WUHU_TRY(r, object_reader::open(body, ""));
+    WUHU_TRY(call, r.str("call"));
+    auto id = tool_call_id::parse(call);
+    if (!id) {
+        return fail(errc::invalid_tool_call_id, "call");
+    }
+    decide_request out{decision_input{std::move(*id), what, unknown_author{}, std::nullopt, {}}};
+    if (const auto* a = r.opt_val("author")) {
+        WUHU_TRY(who, author_from_json(*a, "author"));
+        if (std::holds_alternative<system_author>(who)) {
+            return fail(errc::invalid_author, "author");  // the deadline's, not a client's
+        }
+        out.in.by = std::move(who);
+    }
+    switch (what) {
+        case decision::approve:
+            if (const auto* a = r.opt_val("arguments")) {
+                if (!a->is_object()) {
+                    return fail(errc::invalid_type, "arguments");
+                }
+                auto text = json::serialize(*a);
+                if (text.size() > limits.max_content_bytes) {
+                    return fail(errc::content_too_large, "arguments");
+                }
+                out.in.arguments = std::move(text);
+            }
+            break;
+        case decision::reject:
+            if (r.opt_val("message") != nullptr) {
+                WUHU_TRY(message, r.text("message", limits.max_content_bytes));
+                out.in.message = std::move(message);
+            }
+            break;
+        case decision::respond: {
+            WUHU_TRY(output, r.text("output", limits.max_content_bytes));
+            out.in.message = std::move(output);
+            break;
+        }
+    }
+    WUHU_CHECK(r.finish());
+    return out;
+}
+
 decoded<void> decode_empty(const json::value& body) {
     WUHU_TRY(r, object_reader::open(body, ""));
     return r.finish();
@@ -280,6 +329,15 @@ decoded<request> decode_request(session::result<route> to, std::string_view raw,
         }
         case verb::subscribe: {
             WUHU_TRY(r, decode_subscribe(body));
+            return made(std::move(r));
+        }
+        case verb::approve:
+        case verb::reject:
+        case verb::respond: {
+            const decision what = v == verb::approve  ? decision::approve
+                                  : v == verb::reject ? decision::reject
+                                                      : decision::respond;
+            WUHU_TRY(r, decode_decide(what, body, limits));
             return made(std::move(r));
         }
         case verb::pause:

@@ -7,6 +7,7 @@
 #pragma once
 
 #include "protocol/subjects.hpp"
+#include "session/approval.hpp"
 #include "session/codec.hpp"
 #include "session/rules.hpp"
 #include "session/settings.hpp"
@@ -56,17 +57,24 @@ struct abort_request {
     std::string id;  // idempotency key (empty: none)
 };
 
+// approve: {call, arguments?: {...}, author?}; reject: {call, message?, author?}; respond:
+// {call, output, author?} (docs/protocol.md "Approvals"). `arguments` is a JSON object (the
+// tool's schema is checked by the session's owner), `message` and `output` content.
+struct decide_request {
+    session::decision_input in;
+};
+
 // pause, resume, delete: {}
 struct pause_request {};
 struct resume_request {};
 struct remove_request {};
 
-// The states a row of the fleet view shows: the five loop states of a loaded session, then
+// The states a row of the fleet view shows: the six loop states of a loaded session, then
 // "unloaded" (its owner holds the lease but has not loaded it), "unowned" (no live lease) and
 // "unreachable" (its owner did not answer in time).
-inline constexpr std::array<std::string_view, 8> session_row_states{
-    "idle",       "preparing", "inferring", "executing_tools",
-    "compacting", "unloaded",  "unowned",   "unreachable"};
+inline constexpr std::array<std::string_view, 9> session_row_states{
+    "idle",     "preparing", "inferring",  "executing_tools", "compacting", "awaiting_approval",
+    "unloaded", "unowned",   "unreachable"};
 
 // wuhu.admin.sessions: {state?, has_work?, owner?, limit?, after?, ids?, tenant?}; limit
 // 1-1000 (100); state one of session_row_states; owner a worker id (valid_worker_id); ids:
@@ -103,6 +111,9 @@ session::decoded<subscribe_request> decode_subscribe(const boost::json::value& b
 session::decoded<session::settings_update> decode_configure(const boost::json::value& body,
                                                             const request_limits& limits);
 session::decoded<abort_request> decode_abort(const boost::json::value& body);
+session::decoded<decide_request> decode_decide(session::decision what,
+                                               const boost::json::value& body,
+                                               const request_limits& limits);
 session::decoded<sessions_query> decode_sessions_query(
     const boost::json::value& body, session_names names = session_names::ids);
 session::decoded<void> decode_empty(const boost::json::value& body);
@@ -111,7 +122,7 @@ session::decoded<void> decode_empty(const boost::json::value& body);
 // item without an id gets one from `new_id`, called only then).
 using request_body =
     std::variant<session::enqueue_input, cancel_request, session::settings_update, abort_request,
-                 pause_request, resume_request, subscribe_request, remove_request>;
+                 pause_request, resume_request, subscribe_request, remove_request, decide_request>;
 
 struct request {
     route to;

@@ -9,7 +9,7 @@ namespace wuhu::protocol {
 namespace s = wuhu::session;
 
 namespace {
-constexpr std::array<std::pair<verb, std::string_view>, 9> verbs{{
+constexpr std::array<std::pair<verb, std::string_view>, 12> verbs{{
     {verb::enqueue, "enqueue"},
     {verb::cancel, "cancel"},
     {verb::system, "system"},
@@ -19,6 +19,9 @@ constexpr std::array<std::pair<verb, std::string_view>, 9> verbs{{
     {verb::pause, "pause"},
     {verb::resume, "resume"},
     {verb::remove, "delete"},
+    {verb::approve, "approve"},
+    {verb::reject, "reject"},
+    {verb::respond, "respond"},
 }};
 
 // The layout's own tokens: a tenant named so would make one subject mean two things.

@@ -44,7 +44,20 @@
 
 namespace wuhu::protocol {
 
-enum class verb { enqueue, cancel, system, subscribe, configure, abort, pause, resume, remove };
+enum class verb {
+    enqueue,
+    cancel,
+    system,
+    subscribe,
+    configure,
+    abort,
+    pause,
+    resume,
+    remove,
+    approve,
+    reject,
+    respond
+};
 std::string_view verb_name(verb v);  // "enqueue", ..., "delete"
 std::optional<verb> verb_named(std::string_view name);
 // Whether a request with this verb may create its session (enqueue, system, configure); the

@@ -157,6 +157,21 @@ json::value to_json(const entry& e) {
                        o["code"] = d.code;
                        o["message"] = d.message;
                    },
+                   [&](const approval_requested& a) {
+                       o["call"] = a.call.str();
+                       o["tool"] = a.tool;
+                       o["arguments"] = a.arguments;
+                       if (a.deadline.value != 0) {
+                           o["deadline"] = a.deadline.value;
+                       }
+                       o["on_deadline"] = decision_name(a.on_deadline);
+                   },
+                   [&](const approval_decided& d) {
+                       json::value fields = to_json(d);
+                       for (auto& kv : fields.as_object()) {
+                           o[kv.key()] = kv.value();
+                       }
+                   },
                },
                e.body);
     return o;
@@ -182,6 +197,37 @@ json::value to_json(const budget& b) {
     return o;
 }
 
+json::value to_json(const approval_decided& d) {
+    json::object o{{"call", d.call.str()},
+                   {"tool", d.tool},
+                   {"decision", decision_name(d.what)},
+                   {"by", to_json(d.by)}};
+    if (d.what == decision::approve) {
+        o["arguments"] = d.arguments;
+    } else {
+        o["message"] = d.message;
+    }
+    if (d.by_deadline) {
+        o["by_deadline"] = true;
+    }
+    return o;
+}
+
+json::value to_json(const approval_settings& a) {
+    json::object tools;
+    for (const auto& [name, mode] : a.tools) {
+        tools[name] = approval_mode_name(mode);
+    }
+    json::object o{{"tools", std::move(tools)}};
+    if (a.deadline_ms != 0) {
+        o["deadline_ms"] = a.deadline_ms;
+    }
+    if (a.on_deadline) {
+        o["on_deadline"] = decision_name(*a.on_deadline);
+    }
+    return o;
+}
+
 json::value to_json(const settings& s) {
     json::array tools;
     for (const auto& t : s.tools) {
@@ -196,6 +242,9 @@ json::value to_json(const settings& s) {
                    {"utc_offset_minutes", s.utc_offset_minutes}};
     if (s.limits != budget{}) {  // absent before issue 33, and when the fleet's applies
         o["budget"] = to_json(s.limits);
+    }
+    if (s.approval != approval_settings{}) {  // absent before issue 33, and when the tools file's
+        o["approval"] = to_json(s.approval);
     }
     return o;
 }

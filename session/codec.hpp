@@ -57,6 +57,13 @@ decoded<settings> settings_from_json(const boost::json::value& v);
 // "tool_calls"?, "soft_percent"? (0-100)}, each absent or 0 for the fleet's default.
 boost::json::value to_json(const budget& b);
 decoded<budget> budget_from_json(const boost::json::value& v, const std::string& path);
+// {"tools": {"<tool>" | "*": "always" | "never"}, "deadline_ms"?, "on_deadline"?: "approve" |
+// "reject"}
+boost::json::value to_json(const approval_settings& a);
+// {call, tool, decision, by, arguments (approve) | message, by_deadline?}: an approval_decided
+// entry's fields.
+boost::json::value to_json(const approval_decided& d);
+decoded<approval_settings> approval_from_json(const boost::json::value& v, const std::string& path);
 decoded<status> status_from_json(const boost::json::value& v);
 decoded<usage_totals> usage_totals_from_json(const boost::json::value& v);
 decoded<version_vector> version_from_json(const boost::json::value& v);

@@ -47,6 +47,15 @@ decoded<system_source> source_field(object_reader& r, std::string_view key) {
     return *src;
 }
 
+decoded<decision> decision_field(object_reader& r, std::string_view key) {
+    WUHU_TRY(name, r.str(key));
+    const auto d = decision_named(name);
+    if (!d) {
+        return fail(errc::invalid_entry, r.path(key));
+    }
+    return *d;
+}
+
 decoded<author> author_at(const json::value& v, const std::string& path) {
     WUHU_TRY(r, object_reader::open(v, path));
     WUHU_TRY(kind, r.str("kind"));
@@ -235,6 +244,35 @@ decoded<entry_body> body_at(object_reader& r, std::string_view type) {
         WUHU_TRY(message, r.text("message", stored_text_max));
         return entry_body{diagnostic{std::string(code), std::move(message)}};
     }
+    if (type == "approval_requested") {
+        WUHU_TRY(call, id_field<tool_call_id>(r, "call"));
+        WUHU_TRY(tool, r.str("tool"));
+        WUHU_TRY(arguments, r.text("arguments", stored_text_max));
+        WUHU_TRY(deadline, r.opt_i64("deadline"));
+        WUHU_TRY(on, decision_field(r, "on_deadline"));
+        if (on == decision::respond) {
+            return fail(errc::invalid_entry, r.path("on_deadline"));
+        }
+        return entry_body{approval_requested{std::move(call), std::string(tool),
+                                             std::move(arguments), unix_ms{deadline.value_or(0)},
+                                             on}};
+    }
+    if (type == "approval_decided") {
+        WUHU_TRY(call, id_field<tool_call_id>(r, "call"));
+        WUHU_TRY(tool, r.str("tool"));
+        WUHU_TRY(what, decision_field(r, "decision"));
+        approval_decided d{
+            std::move(call), std::string(tool), what, unknown_author{}, {}, {}, false};
+        WUHU_TRY(by, r.val("by"));
+        WUHU_TRY(who, author_at(*by, r.path("by")));
+        d.by = std::move(who);
+        WUHU_TRY(text,
+                 r.text(what == decision::approve ? "arguments" : "message", stored_text_max));
+        (what == decision::approve ? d.arguments : d.message) = std::move(text);
+        WUHU_TRY(by_deadline, r.opt_boolean("by_deadline"));
+        d.by_deadline = by_deadline.value_or(false);
+        return entry_body{std::move(d)};
+    }
     return fail(errc::invalid_entry, r.path("type"));
 }
 
@@ -312,6 +350,10 @@ decoded<settings> settings_at(const json::value& v, const std::string& path) {
         WUHU_TRY(limits, budget_from_json(*b, r.path("budget")));
         s.limits = limits;
     }
+    if (const auto* a = r.opt_val("approval")) {  // absent before issue 33
+        WUHU_TRY(approval, approval_from_json(*a, r.path("approval")));
+        s.approval = std::move(approval);
+    }
     WUHU_CHECK(r.finish());
     s.context_limit = limit;
     s.compaction_buffer = buffer;
@@ -386,6 +428,39 @@ decoded<status> status_at(const json::value& v, const std::string& path) {
 
 decoded<settings> settings_from_json(const json::value& v) {
     return settings_at(v, "");
+}
+
+decoded<approval_settings> approval_from_json(const json::value& v, const std::string& path) {
+    WUHU_TRY(r, object_reader::open(v, path));
+    approval_settings a;
+    if (const auto* t = r.opt_val("tools")) {
+        if (!t->is_object()) {
+            return fail(errc::invalid_type, r.path("tools"));
+        }
+        for (const auto& [name, mode] : t->as_object()) {
+            const auto at = detail::join(r.path("tools"), name);
+            if (!mode.is_string()) {
+                return fail(errc::invalid_type, at);
+            }
+            const auto m = approval_mode_named(mode.get_string());
+            if (!m) {
+                return fail(errc::invalid_settings, at);
+            }
+            a.tools[std::string(name)] = *m;
+        }
+    }
+    WUHU_TRY(deadline, r.opt_u64("deadline_ms"));
+    a.deadline_ms = deadline.value_or(0);
+    WUHU_TRY(on, r.opt_str("on_deadline"));
+    if (on) {
+        const auto d = decision_named(*on);
+        if (!d || *d == decision::respond) {
+            return fail(errc::invalid_settings, r.path("on_deadline"));
+        }
+        a.on_deadline = *d;
+    }
+    WUHU_CHECK(r.finish());
+    return a;
 }
 
 decoded<budget> budget_from_json(const json::value& v, const std::string& path) {

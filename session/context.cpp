@@ -4,6 +4,8 @@
 #include "session/overloaded.hpp"
 #include "session/text.hpp"
 
+#include <algorithm>
+
 namespace wuhu::session {
 
 std::string_view role_name(llm_role r) {
@@ -91,7 +93,35 @@ std::vector<llm_message> project_context(const session_state& s, const role_mapp
             out.push_back(to_llm_message(e, roles, s.config.utc_offset_minutes));
         }
     }
+    in_call_order(out);
     return out;
+}
+
+void in_call_order(std::vector<llm_message>& ms) {
+    // A call that waited for a person gets its result after the calls run meanwhile: each
+    // response's results go to the model in the order of its calls.
+    for (std::size_t i = 0; i < ms.size(); ++i) {
+        const auto& calls = ms[i].tool_calls;
+        if (ms[i].role != llm_role::assistant || calls.size() < 2) {
+            continue;
+        }
+        std::size_t end = i + 1;
+        while (end < ms.size() && ms[end].role == llm_role::tool) {
+            ++end;
+        }
+        auto rank = [&](const llm_message& m) {
+            std::size_t k = 0;
+            while (k < calls.size() && calls[k].id.str() != m.tool_call_id) {
+                ++k;
+            }
+            return k;
+        };
+        std::stable_sort(
+            ms.begin() + static_cast<std::ptrdiff_t>(i + 1),
+            ms.begin() + static_cast<std::ptrdiff_t>(end),
+            [&](const llm_message& a, const llm_message& b) { return rank(a) < rank(b); });
+        i = end - 1;
+    }
 }
 
 std::uint64_t estimate_tokens(const llm_message& m) {

@@ -45,6 +45,9 @@ inline constexpr std::string_view summary_preamble =
 llm_message to_llm_message(const entry& e, const role_mapping& roles, int utc_offset_minutes);
 
 std::vector<llm_message> project_context(const session_state& s, const role_mapping& roles);
+// Puts each response's tool results in the order of its calls (a call that waited for a
+// person's approval has its result recorded after the ones that ran meanwhile).
+void in_call_order(std::vector<llm_message>& ms);
 
 std::uint64_t estimate_tokens(const llm_message& m);
 std::uint64_t estimate_tokens(const std::vector<llm_message>& ms);

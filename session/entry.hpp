@@ -115,6 +115,37 @@ struct interruption {
     bool operator==(const interruption&) const = default;
 };
 
+// A person's decision on a call that waits for one (docs/protocol.md "Approvals"): run it
+// (approve, perhaps with edited arguments), give the model an error instead (reject), or give
+// it a result a person wrote, the tool not run (respond).
+enum class decision { approve, reject, respond };
+std::string_view decision_name(decision d);  // "approve", "reject", "respond"
+std::optional<decision> decision_named(std::string_view name);
+
+// Durable "this call waits for a person" (issue 33): recorded before anything of the call
+// runs. `deadline`: when `on_deadline` is applied if nobody decided (0: never).
+struct approval_requested {
+    tool_call_id call;
+    std::string tool;
+    std::string arguments;  // as the model gave them
+    unix_ms deadline{0};
+    decision on_deadline = decision::reject;
+    bool operator==(const approval_requested&) const = default;
+};
+
+// The decision on a waiting call, with who made it (system_author for the deadline's default,
+// `by_deadline` set). A reject's or respond's result follows it in the same commit.
+struct approval_decided {
+    tool_call_id call;
+    std::string tool;
+    decision what = decision::approve;
+    author by = unknown_author{};
+    std::string arguments;  // approve: what the call runs with (as asked, or edited)
+    std::string message;    // reject: the error the model sees; respond: the result
+    bool by_deadline = false;
+    bool operator==(const approval_decided&) const = default;
+};
+
 // A visible error or notice, e.g. input_too_large.
 struct diagnostic {
     std::string code;
@@ -122,8 +153,9 @@ struct diagnostic {
     bool operator==(const diagnostic&) const = default;
 };
 
-using entry_body = std::variant<party_message, system_message, assistant_message, tool_started,
-                                tool_result, compaction, interruption, diagnostic>;
+using entry_body =
+    std::variant<party_message, system_message, assistant_message, tool_started, tool_result,
+                 compaction, interruption, diagnostic, approval_requested, approval_decided>;
 
 struct entry {
     entry_seq id;

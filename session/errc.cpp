@@ -23,7 +23,8 @@ constexpr std::array<error_text, errc_count> texts{{
     {"content_too_large", "content is larger than the configured limit"},
     {"invalid_settings", "settings are out of range"},
     {"invalid_version", "version vector must hold non-negative integers"},
-    {"not_cancelable", "items of the system lane cannot be canceled (a scheduled callback can, before it fires)"},
+    {"not_cancelable",
+     "items of the system lane cannot be canceled (a scheduled callback can, before it fires)"},
     {"item_not_found", "no queue item with this id in this lane"},
     {"unknown_tool_call", "no tool call with this id in the transcript"},
     {"tool_call_not_started", "the tool call has not been marked as started"},
@@ -37,6 +38,10 @@ constexpr std::array<error_text, errc_count> texts{{
     {"invalid_tenant",
      "tenant must be 1-64 characters of [A-Za-z0-9_-], and not session, admin, events, tools or "
      "worker"},
+    {"not_awaiting_approval",
+     "the tool call does not wait for a decision (it needs no approval, or has its result)"},
+    {"already_decided", "the tool call was decided otherwise already"},
+    {"invalid_arguments", "the arguments are not a JSON object the tool's schema accepts"},
     {"lane_full",
      "the lane holds as many pending items (or bytes) as it may: retry once the session has "
      "taken some"},

@@ -43,6 +43,9 @@ enum class errc {
     unknown_command,
     session_not_found,
     invalid_tenant,
+    not_awaiting_approval,  // the call asks for no decision (none was asked, or it has a result)
+    already_decided,        // the call has another decision (the same one is a duplicate)
+    invalid_arguments,      // approve's edited arguments fail the tool's schema
     // Bounds (DESIGN.md "Bounds"): refusals that change nothing, retried by the client.
     lane_full,       // the lane holds its limit of pending items or bytes
     overloaded,      // the worker or the session has its limit of requests waiting

@@ -1,5 +1,6 @@
 #include "session/loop_policy.hpp"
 
+#include "session/approval.hpp"
 #include "session/rules.hpp"
 
 #include <algorithm>
@@ -26,6 +27,8 @@ std::string_view step_name(step_kind k) {
             return "budget_spent";
         case step_kind::budget_notice:
             return "budget_notice";
+        case step_kind::await_approval:
+            return "await_approval";
     }
     return "unknown";
 }
@@ -43,6 +46,10 @@ loop_step next_step(const session_state& s, const loop_position& at, const budge
         return {step_kind::compact, due};
     }
     if (has_unfinished_tool_calls(s)) {
+        // Calls that wait for a person: nothing to run until a decision or a deadline.
+        if (awaiting_approval(s)) {
+            return {step_kind::await_approval, {}};
+        }
         return {step_kind::run_tools, {}};
     }
     if (!at.checkpoint_taken) {
@@ -85,6 +92,7 @@ loop_position after(const loop_step& done, const loop_position& at) {
         case step_kind::pause:
         case step_kind::idle:
         case step_kind::budget_spent:  // paused: the run ends
+        case step_kind::await_approval:
             break;
     }
     return at;

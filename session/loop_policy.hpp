@@ -7,8 +7,10 @@
 //   pause       the session is paused                      stop (idle); commands still persist
 //   compact     the newest response crossed the threshold  summarize, append the compaction
 //               and has not been tried
-//   run_tools   a call of the newest response has no       run the calls in order
-//               result
+//   await       every call of the newest response without  clear has_work, stop (waiting
+//   approval    a result waits for a person's decision     for a decision or a deadline)
+//   run_tools   a call of the newest response has no       run the calls in order (asking
+//               result                                     approval of those that need it)
 //   checkpoint  no checkpoint since the last step          drain what the checkpoint allows
 //   budget      input awaits a response, and the budget    record budget_exhausted, pause
 //               (with the fleet's defaults) is spent
@@ -52,6 +54,7 @@ enum class step_kind {
     checkpoint,
     budget_spent,
     budget_notice,
+    await_approval,
     infer,
     idle,
     mark_idle

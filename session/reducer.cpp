@@ -8,12 +8,18 @@
 namespace wuhu::session {
 namespace {
 
-void mark_tool(session_state& s, const tool_call_id& id, tool_status st) {
+tool_call_state* call_of(session_state& s, const tool_call_id& id) {
     for (auto& t : s.tool_calls) {
         if (t.call.id == id) {
-            t.status = st;
-            return;
+            return &t;
         }
+    }
+    return nullptr;
+}
+
+void mark_tool(session_state& s, const tool_call_id& id, tool_status st) {
+    if (auto* t = call_of(s, id)) {
+        t->status = st;
     }
 }
 
@@ -25,12 +31,33 @@ void append_entry(session_state& s, const entry& e) {
                    [&](const assistant_message& m) {
                        s.tool_calls.clear();
                        for (const auto& c : m.tool_calls) {
-                           s.tool_calls.push_back({c, tool_status::not_started});
+                           s.tool_calls.push_back(tool_call_state{c,
+                                                                  tool_status::not_started,
+                                                                  approval_status::none,
+                                                                  {},
+                                                                  decision::reject,
+                                                                  {}});
                        }
                        s.tool_calls_entry = e.id;
                    },
                    [&](const tool_started& t) { mark_tool(s, t.call, tool_status::started); },
                    [&](const tool_result& t) { mark_tool(s, t.call, tool_status::finished); },
+                   [&](const approval_requested& a) {
+                       if (auto* t = call_of(s, a.call)) {
+                           t->approval = approval_status::pending;
+                           t->deadline = a.deadline;
+                           t->on_deadline = a.on_deadline;
+                       }
+                   },
+                   [&](const approval_decided& d) {
+                       if (auto* t = call_of(s, d.call)) {
+                           t->approval = d.what == decision::approve ? approval_status::approved
+                                                                     : approval_status::refused;
+                           t->deadline = unix_ms{0};
+                           t->on_deadline = decision::reject;
+                           t->arguments = d.what == decision::approve ? d.arguments : "";
+                       }
+                   },
                    [](const auto&) {},
                },
                e.body);

@@ -1,5 +1,6 @@
 #include "session/rules.hpp"
 
+#include "session/approval.hpp"
 #include "session/compaction.hpp"
 #include "session/overloaded.hpp"
 #include "session/text.hpp"
@@ -18,7 +19,9 @@ action_list append(const session_state& s, entry_body body, unix_ms at) {
 
 // Whether an entry decides needs_inference, walking back: nullopt to look further back.
 std::optional<bool> awaits_response(const entry_body& b) {
-    if (std::holds_alternative<tool_started>(b) || std::holds_alternative<compaction>(b)) {
+    if (std::holds_alternative<tool_started>(b) || std::holds_alternative<compaction>(b) ||
+        std::holds_alternative<approval_requested>(b) ||
+        std::holds_alternative<approval_decided>(b)) {
         return std::nullopt;
     }
     if (const auto* i = std::get_if<interruption>(&b)) {
@@ -371,7 +374,7 @@ result<enqueue_outcome> plan_enqueue_and_drain(const session_state& s, enqueue_i
 
 result<action_list> plan_response(const session_state& s, assistant_message m,
                                   const std::vector<tool_call_id>& starting, bool settle,
-                                  unix_ms at) {
+                                  unix_ms at, std::vector<approval_requested> asking) {
     auto out = plan_append_assistant(s, std::move(m), at);
     if (!out) {
         return out;
@@ -397,6 +400,22 @@ result<action_list> plan_response(const session_state& s, assistant_message m,
             return errc::invalid_entry;
         }
         out->push_back(entry_appended{entry{entry_seq{next++}, at, tool_started{id, call->name}}});
+    }
+    for (auto& a : asking) {
+        if (!goes_on) {
+            break;
+        }
+        auto call = std::find_if(msg.tool_calls.begin(), msg.tool_calls.end(),
+                                 [&](const tool_call& c) { return c.id == a.call; });
+        if (call == msg.tool_calls.end()) {
+            return errc::unknown_tool_call;
+        }
+        if (!started.insert(a.call.str()).second) {
+            return errc::invalid_entry;  // asked twice, or started and asked
+        }
+        a.tool = call->name;
+        a.arguments = call->arguments;
+        out->push_back(entry_appended{entry{entry_seq{next++}, at, std::move(a)}});
     }
     if (settle && goes_on && msg.tool_calls.empty() && s.has_work && !s.has_pending()) {
         out->push_back(has_work_set{false});
@@ -427,6 +446,7 @@ result<action_list> plan_tool_steps(const session_state& s, std::vector<entry_bo
         return open_call{t, st};
     };
     std::optional<bool> awaiting;  // needs_inference after the steps, once an entry decides it
+    std::set<std::string> asking;  // calls the steps ask approval for
     for (auto& body : steps) {
         if (auto* started = std::get_if<tool_started>(&body)) {
             auto c = open(started->call);
@@ -436,8 +456,25 @@ result<action_list> plan_tool_steps(const session_state& s, std::vector<entry_bo
             if (c->status == tool_status::started) {
                 continue;  // an idempotent call run again: nothing more to record
             }
+            if (awaits_decision(*c->call) || asking.contains(started->call.str())) {
+                return errc::not_awaiting_approval;  // nothing of it runs before a decision
+            }
             started->tool = c->call->call.name;
             now[started->call.str()] = tool_status::started;
+        } else if (auto* asked = std::get_if<approval_requested>(&body)) {
+            auto c = open(asked->call);
+            if (!c) {
+                return c.error();
+            }
+            if (c->call->approval != approval_status::none || asking.contains(asked->call.str())) {
+                continue;  // asked before: nothing more to record
+            }
+            if (c->status != tool_status::not_started) {
+                return errc::invalid_entry;  // a call asks before anything of it runs
+            }
+            asked->tool = c->call->call.name;
+            asked->arguments = c->call->call.arguments;
+            asking.insert(asked->call.str());
         } else if (auto* r = std::get_if<tool_result>(&body)) {
             auto c = open(r->call);
             if (!c) {

@@ -156,15 +156,18 @@ result<enqueue_outcome> plan_enqueue_and_drain(const session_state& s, enqueue_i
 // them, and they are started one by one when it is). With `settle`, a
 // response without tool calls also clears has_work when nothing is pending, the session is not
 // paused and the response does not call for a compaction (the mark_idle that would follow).
+// `asking`: approval requests of other calls of it (session/approval.hpp), recorded after the
+// markers under the same condition (each call once, its tool and arguments the response's).
 result<action_list> plan_response(const session_state& s, assistant_message m,
                                   const std::vector<tool_call_id>& starting, bool settle,
-                                  unix_ms at);
+                                  unix_ms at, std::vector<approval_requested> asking = {});
 
 // Entries of a response's tool calls in order: tool_started (checked as
-// plan_tool_will_execute), tool_result (as plan_tool_did_execute), interruption and diagnostic
-// markers, each on the state the ones before it leave; other entries are invalid_entry. Then,
-// with `drain` and the session not paused, the drain of the checkpoint that applies after them
-// (the steer checkpoint after a response's last result).
+// plan_tool_will_execute; refused for a call that waits for a decision), tool_result (as
+// plan_tool_did_execute), approval_requested (of a call not started; nothing for one asked
+// before), interruption and diagnostic markers, each on the state the ones before it leave; other
+// entries are invalid_entry. Then, with `drain` and the session not paused, the drain of the
+// checkpoint that applies after them (the steer checkpoint after a response's last result).
 result<action_list> plan_tool_steps(const session_state& s, std::vector<entry_body> steps,
                                     bool drain, unix_ms at);
 

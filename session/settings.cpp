@@ -45,7 +45,31 @@ result<void> validate(const settings& s) {
             return errc::invalid_settings;
         }
     }
+    const auto& a = s.approval;
+    if (a.tools.size() > 256 || a.deadline_ms > max_approval_deadline_ms ||
+        a.on_deadline == decision::respond) {
+        return errc::invalid_settings;
+    }
+    for (const auto& [name, mode] : a.tools) {
+        if (name != "*" && !valid_tool_name(name)) {
+            return errc::invalid_settings;
+        }
+    }
     return {};
+}
+
+std::string_view approval_mode_name(approval_mode m) {
+    return m == approval_mode::always ? "always" : "never";
+}
+
+std::optional<approval_mode> approval_mode_named(std::string_view name) {
+    if (name == "always") {
+        return approval_mode::always;
+    }
+    if (name == "never") {
+        return approval_mode::never;
+    }
+    return std::nullopt;
 }
 
 std::string_view loop_state_name(loop_state s) {
@@ -60,6 +84,8 @@ std::string_view loop_state_name(loop_state s) {
             return "executing_tools";
         case loop_state::compacting:
             return "compacting";
+        case loop_state::awaiting_approval:
+            return "awaiting_approval";
     }
     return "unknown";
 }
@@ -88,6 +114,9 @@ result<settings> settings_update::applied_to(settings s) const {
     }
     if (limits) {
         s.limits = *limits;
+    }
+    if (approval) {
+        s.approval = *approval;
     }
     if (auto v = validate(s); !v) {
         return v.error();

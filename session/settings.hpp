@@ -5,7 +5,10 @@
 #include "session/errc.hpp"
 #include "session/ledger.hpp"
 
+#include "session/entry.hpp"
+
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -26,6 +29,23 @@ struct budget {
     bool operator==(const budget&) const = default;
 };
 
+// Whether a tool's calls wait for a person's approval (docs/protocol.md "Approvals").
+enum class approval_mode { never, always };
+std::string_view approval_mode_name(approval_mode m);  // "never", "always"
+std::optional<approval_mode> approval_mode_named(std::string_view name);
+
+// A session's approval rules (configure's `approval`), over the tools file's: per tool name
+// ("*": every tool; a tool's own name first), whether its calls need approval; how long a call
+// waits (0: the tools file's) and what is decided then (nullopt: the tools file's).
+inline constexpr std::uint64_t max_approval_deadline_ms = 30ULL * 24 * 3600 * 1000;
+
+struct approval_settings {
+    std::map<std::string, approval_mode> tools;
+    std::uint64_t deadline_ms = 0;
+    std::optional<decision> on_deadline;  // approve or reject
+    bool operator==(const approval_settings&) const = default;
+};
+
 struct settings {
     std::string model = "scripted";
     std::string system_prompt;
@@ -35,12 +55,14 @@ struct settings {
     std::uint64_t keep_recent_tokens = 20'000;
     int utc_offset_minutes = 0;  // for message headers
     budget limits;               // the session's budget
+    approval_settings approval;  // which calls wait for a person
     bool operator==(const settings&) const = default;
 };
 
 // Checks ranges: context_limit > compaction_buffer, keep_recent_tokens < context_limit,
 // |utc_offset_minutes| <= 14h, model 1-128 bytes, tool names 1-64 of [A-Za-z0-9_-], a budget's
-// soft_percent 0-100.
+// soft_percent 0-100; approval: at most 256 tools (names as above, or "*"), a deadline of at
+// most 30 days, a default decision of approve or reject.
 result<void> validate(const settings& s);
 
 // A partial change of the settings (the `configure` command): the fields it names; the others
@@ -54,12 +76,20 @@ struct settings_update {
     std::optional<std::uint64_t> keep_recent_tokens;
     std::optional<int> utc_offset_minutes;
     std::optional<budget> limits;  // the whole budget (a limit left out: the fleet's)
+    std::optional<approval_settings> approval;  // the whole approval rules
 
     // The settings after this update; invalid_settings when out of range.
     result<settings> applied_to(settings current) const;
 };
 
-enum class loop_state { idle, preparing, inferring, executing_tools, compacting };
+enum class loop_state {
+    idle,
+    preparing,
+    inferring,
+    executing_tools,
+    compacting,
+    awaiting_approval
+};
 std::string_view loop_state_name(loop_state s);
 
 // The session's status register. Statuses are published as they change, and a subscribe

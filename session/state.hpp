@@ -44,10 +44,19 @@ struct item_record {
 
 enum class tool_status { not_started, started, finished };
 
+// Where a call that needs a person's approval stands (session/approval.hpp): none asked,
+// waiting (pending), approved (it runs with `arguments`), or refused (a reject or respond: its
+// result is recorded with the decision).
+enum class approval_status { none, pending, approved, refused };
+
 // Status of one tool call of the latest assistant message.
 struct tool_call_state {
     tool_call call;
     tool_status status = tool_status::not_started;
+    approval_status approval = approval_status::none;
+    unix_ms deadline{0};                      // pending: when on_deadline applies (0: never)
+    decision on_deadline = decision::reject;  // pending
+    std::string arguments;                    // approved: what the call runs with
     bool operator==(const tool_call_state&) const = default;
 };
 

@@ -1,5 +1,6 @@
 #include "session/summary.hpp"
 
+#include "session/approval.hpp"
 #include "session/overloaded.hpp"
 
 #include <algorithm>
@@ -34,9 +35,29 @@ session_summary summarize(const session_state& before, const action_list& action
     std::set<std::string> cleared;          // of the timers pending before
     std::map<std::string, unix_ms> added;  // timers the actions schedule (and keep)
     std::int64_t timers = static_cast<std::int64_t>(before.timers.size());
+    // The deadlines of the calls that wait for a decision (0: none), as the actions leave them.
+    std::map<std::string, unix_ms> waiting;
+    for (const auto& t : before.tool_calls) {
+        if (awaits_decision(t)) {
+            waiting[t.call.id.str()] = t.deadline;
+        }
+    }
+    auto note_entry = [&](const entry_body& b) {
+        std::visit(overloaded{
+                       [&](const assistant_message&) { waiting.clear(); },
+                       [&](const approval_requested& r) { waiting[r.call.str()] = r.deadline; },
+                       [&](const approval_decided& d) { waiting.erase(d.call.str()); },
+                       [&](const tool_result& r) { waiting.erase(r.call.str()); },
+                       [](const auto&) {},
+                   },
+                   b);
+    };
     for (const auto& a : actions) {
         std::visit(overloaded{
-                       [&](const entry_appended& x) { last_entry = x.e.at; },
+                       [&](const entry_appended& x) {
+                           last_entry = x.e.at;
+                           note_entry(x.e.body);
+                       },
                        [&](const journal_recorded& x) {
                            last_fact[index_of(x.in)] = x.j.at;
                            if (std::holds_alternative<enqueued_fact>(x.j.fact)) {
@@ -76,6 +97,11 @@ session_summary summarize(const session_state& before, const action_list& action
     for (const auto& [id, t] : before.timers) {
         if (!cleared.contains(id)) {
             earliest(t.due);
+        }
+    }
+    for (const auto& [id, due] : waiting) {
+        if (due.value != 0) {
+            earliest(due);  // the deadline's decision needs an owner then
         }
     }
     return out;

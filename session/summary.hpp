@@ -21,7 +21,9 @@ struct session_summary {
     bool paused = false;
     std::array<std::uint32_t, 3> lanes{};  // pending items, by index_of(lane)
     std::uint32_t timers = 0;              // pending schedule_callback timers
-    std::optional<unix_ms> next_timer;     // when the earliest of them is due
+    // When the earliest of them is due, or the earliest deadline of a call that waits for a
+    // person's approval (its default decision needs an owner then).
+    std::optional<unix_ms> next_timer;
     unix_ms last_activity{0};  // the later of the last entry and each lane's last fact (0: none)
     bool operator==(const session_summary&) const = default;
 };

@@ -1,5 +1,6 @@
 #include "session/transition.hpp"
 
+#include "session/approval.hpp"
 #include "session/overloaded.hpp"
 #include "session/rules.hpp"
 
@@ -16,7 +17,8 @@ result<action_list> plan(const session_state& before, transition t, unix_ms at) 
             [&](interruption& m) -> out { return plan_append_marker(before, std::move(m), at); },
             [&](diagnostic& m) -> out { return plan_append_marker(before, std::move(m), at); },
             [&](response& r) -> out {
-                return plan_response(before, std::move(r.message), r.starting, r.settle, at);
+                return plan_response(before, std::move(r.message), r.starting, r.settle, at,
+                                     std::move(r.asking));
             },
             [&](tool_steps& x) -> out {
                 return plan_tool_steps(before, std::move(x.steps), x.drain, at);
@@ -26,6 +28,8 @@ result<action_list> plan(const session_state& before, transition t, unix_ms at) 
             [&](fire_timer& x) -> out { return plan_fire_timer(before, x.id, at); },
             [&](budget_spent& x) -> out { return plan_budget_spent(before, x.limits, at); },
             [&](budget_notice& x) -> out { return plan_budget_notice(before, x.limits, at); },
+            [&](await_approval) -> out { return plan_await_approval(before); },
+            [&](approval_deadline& x) -> out { return plan_deadline(before, x.call, at); },
         },
         t);
 }

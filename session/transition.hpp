@@ -22,12 +22,15 @@ struct mark_idle {};
 // A response, with the tool_started markers of the calls about to run (toolWillExecute for
 // each, before the first runs) and, with `settle`, the mark_idle that follows a final answer:
 // one operation (plan_response).
+// `asking`: the approval requests of the calls that wait for a person (after the markers).
 struct response {
     assistant_message message;
     std::vector<tool_call_id> starting = {};
     bool settle = false;
+    std::vector<approval_requested> asking = {};
 };
-// Entries of the tool calls in order (tool_started, tool_result, interruption, diagnostic)
+// Entries of the tool calls in order (tool_started, tool_result, approval_requested,
+// interruption, diagnostic)
 // and, with `drain`, the checkpoint after them: one operation (plan_tool_steps).
 struct tool_steps {
     std::vector<entry_body> steps;
@@ -49,9 +52,16 @@ struct budget_notice {
     budget limits;
 };
 
-using transition =
-    std::variant<take_checkpoint, mark_idle, interruption, diagnostic, response, tool_steps,
-                 compaction, timer, fire_timer, budget_spent, budget_notice>;
+// Every call without a result waits for a person: has_work cleared (plan_await_approval).
+struct await_approval {};
+// A waiting call's deadline passed: its default decision (plan_deadline).
+struct approval_deadline {
+    tool_call_id call;
+};
+
+using transition = std::variant<take_checkpoint, mark_idle, interruption, diagnostic, response,
+                                tool_steps, compaction, timer, fire_timer, budget_spent,
+                                budget_notice, await_approval, approval_deadline>;
 
 // The actions of `t` on `before` at `at` (empty: it changes nothing), or the rule's refusal.
 result<action_list> plan(const session_state& before, transition t, unix_ms at);

@@ -28,6 +28,43 @@ struct bad_config : std::runtime_error {
     using std::runtime_error::runtime_error;
 };
 
+// A tool's approval terms (any tool's entry; a built-in's holds nothing else).
+session::tool_approval approval_of(const std::string& name, const json::value& v) {
+    const std::string where = "tool \"" + name + "\": ";
+    if (!v.is_object()) {
+        throw bad_config(where + "must be an object");
+    }
+    const auto& o = v.as_object();
+    session::tool_approval terms;
+    for (const auto& [k, f] : o) {
+        if (k == "approval") {
+            const auto mode =
+                f.is_string() ? session::approval_mode_named(f.as_string()) : std::nullopt;
+            if (!mode) {
+                throw bad_config(where + "\"approval\" must be \"always\" or \"never\"");
+            }
+            terms.mode = *mode;
+        } else if (k == "approval_deadline_ms") {
+            if (!f.is_int64() || f.as_int64() < 1 ||
+                static_cast<std::uint64_t>(f.as_int64()) > session::max_approval_deadline_ms) {
+                throw bad_config(where + "\"approval_deadline_ms\" must be 1-2592000000 ms");
+            }
+            terms.deadline_ms = static_cast<std::uint64_t>(f.as_int64());
+        } else if (k == "approval_default") {
+            const auto d = f.is_string() ? session::decision_named(f.as_string()) : std::nullopt;
+            if (!d || *d == session::decision::respond) {
+                throw bad_config(where + "\"approval_default\" must be \"reject\" or \"approve\"");
+            }
+            terms.on_deadline = *d;
+        } else if (is_builtin_tool(name)) {
+            throw bad_config(where +
+                             "a built-in tool's entry sets only approval, "
+                             "approval_deadline_ms and approval_default");
+        }
+    }
+    return terms;
+}
+
 tool_service service_of(const std::string& name, const json::value& v) {
     const std::string where = "tool \"" + name + "\": ";
     if (!session::is_id_token(name)) {
@@ -38,7 +75,9 @@ tool_service service_of(const std::string& name, const json::value& v) {
     }
     const auto& o = v.as_object();
     static const std::set<std::string_view> known = {
-        "description", "schema", "subject", "idempotent", "timeout_ms", "attempt_timeout_ms"};
+        "description",          "schema",           "subject",
+        "idempotent",           "timeout_ms",       "approval",
+        "approval_deadline_ms", "approval_default", "attempt_timeout_ms"};
     for (const auto& [k, _] : o) {
         if (!known.contains(k)) {
             throw bad_config(where + "unknown field \"" + std::string(k) + "\"");
@@ -192,10 +231,31 @@ boost::system::result<std::vector<tool_service>, std::string> parse_tools(
     std::vector<tool_service> out;
     try {
         for (const auto& [name, t] : tools->as_object()) {
+            approval_of(std::string(name), t);  // checked (parse_approvals reads it)
+            if (is_builtin_tool(name)) {
+                continue;  // a built-in's entry sets only its approval
+            }
             out.push_back(service_of(std::string(name), t));
         }
     } catch (const bad_config& e) {
         return std::string(e.what());
+    }
+    return out;
+}
+
+boost::system::result<std::map<std::string, session::tool_approval>, std::string> parse_approvals(
+    std::string_view json_text) {
+    auto services = parse_tools(json_text);  // the whole file checked once
+    if (!services) {
+        return services.error();
+    }
+    std::map<std::string, session::tool_approval> out;
+    const auto v = json::parse(json_text);
+    for (const auto& [name, t] : v.as_object().at("tools").as_object()) {
+        const auto terms = approval_of(std::string(name), t);
+        if (terms != session::tool_approval{}) {
+            out[std::string(name)] = terms;
+        }
     }
     return out;
 }

@@ -46,6 +46,7 @@
 #include <boost/system/result.hpp>
 
 #include <chrono>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -64,6 +65,14 @@ struct tool_service {
 
 // The tools of a tools file, or a message naming what is wrong (exit 2 at start).
 boost::system::result<std::vector<tool_service>, std::string> parse_tools(
+    std::string_view json_text);
+
+// The approval terms a tools file gives (docs/tools.md "Approval"): any tool's entry may say
+//   "approval": "always" | "never"   (default never)
+//   "approval_deadline_ms": 1-2592000000 (30 days; default none)
+//   "approval_default": "reject" | "approve"   (what the deadline decides; default reject)
+// and a built-in's entry (echo, clock, sleep, schedule_callback) says only these.
+boost::system::result<std::map<std::string, session::tool_approval>, std::string> parse_approvals(
     std::string_view json_text);
 
 // Where a tool's calls go, to be shown: its `subject`, or <prefix>.tools.<name> (with

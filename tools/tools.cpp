@@ -41,9 +41,6 @@ std::vector<session::tool_spec> tool_registry::specs(
     return out;
 }
 
-namespace {
-
-// Arguments that are not JSON, or that the tool's schema refuses: why.
 std::optional<std::string> invalid_arguments(const tool& t, const std::string& args) {
     boost::system::error_code ec;
     const auto value = json::parse(args, ec);
@@ -59,8 +56,6 @@ std::optional<std::string> invalid_arguments(const tool& t, const std::string& a
     }
     return std::nullopt;
 }
-
-}  // namespace
 
 asio::awaitable<tool_output> call(tool& t, std::string arguments, tool_call_context ctx) {
     if (auto why = invalid_arguments(t, arguments)) {
@@ -216,6 +211,21 @@ class schedule_callback_tool final : public tool {
 };
 
 }  // namespace
+
+bool is_builtin_tool(std::string_view name) {
+    return name == "echo" || name == "clock" || name == "sleep" || name == "schedule_callback";
+}
+
+void tool_registry::set_approval(const std::string& name, session::tool_approval terms) {
+    approvals_[name] = terms;
+}
+
+std::optional<session::tool_approval> tool_registry::approval_for(
+    const std::string& name, const session::approval_settings& s) const {
+    auto it = approvals_.find(name);
+    return session::approval_terms(s, name,
+                                   it != approvals_.end() ? it->second : session::tool_approval{});
+}
 
 void add_builtin_tools(tool_registry& r) {
     r.add(std::make_shared<echo_tool>());

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "runtime/clock.hpp"
+#include "session/approval.hpp"
 #include "session/state.hpp"
 #include "session/tool_spec.hpp"
 
@@ -63,8 +64,16 @@ class tool_registry {
     tool* find(const std::string& name, const std::vector<std::string>& enabled) const;
     std::vector<session::tool_spec> specs(const std::vector<std::string>& enabled) const;
 
+    // The tools file's approval terms of a tool (session/approval.hpp; never by default).
+    void set_approval(const std::string& name, session::tool_approval terms);
+    // The terms of a call of `name` under the session's rules `s`: nullopt when it needs no
+    // approval.
+    std::optional<session::tool_approval> approval_for(const std::string& name,
+                                                       const session::approval_settings& s) const;
+
   private:
     std::map<std::string, std::shared_ptr<tool>> tools_;
+    std::map<std::string, session::tool_approval> approvals_;
 };
 
 // Calls `t` with `arguments`, the one way a tool is called: arguments that are not JSON, or
@@ -73,9 +82,13 @@ class tool_registry {
 // are the caller's (worker/tool_runner.hpp). A named coroutine taking its arguments by value,
 // so it may stand inside a co_await expression (the g++ 12 note in docs/decisions.md).
 asio::awaitable<tool_output> call(tool& t, std::string arguments, tool_call_context ctx);
+// Arguments that are not JSON, or that the tool's schema refuses: why (nullopt: acceptable).
+std::optional<std::string> invalid_arguments(const tool& t, const std::string& arguments);
 
 // echo {text} -> text; clock {} -> the current UTC time; sleep {ms} -> sleeps;
 // schedule_callback {delay_ms, content} -> a durable timer that later enters the system lane.
 void add_builtin_tools(tool_registry& r);
+// Their names (a tools file may set their approval: tools/nats_tools.hpp).
+bool is_builtin_tool(std::string_view name);
 
 }  // namespace wuhu::tools

@@ -1,6 +1,7 @@
 #include "worker/agent_loop.hpp"
 
 #include "runtime/offload.hpp"
+#include "session/approval.hpp"
 #include "session/loop_policy.hpp"
 #include "session/overloaded.hpp"
 #include "session/reducer.hpp"
@@ -14,9 +15,10 @@ using namespace boost::asio::experimental::awaitable_operators;
 namespace s = wuhu::session;
 
 agent_loop::agent_loop(asio::any_io_executor ex, std::unique_ptr<storage::session_log> log,
-                       providers::provider& p, const tools::tool_registry& tools, runtime::clock& clk,
-                       loop_options opts)
+                       providers::provider& p, const tools::tool_registry& tools,
+                       runtime::clock& clk, loop_options opts)
     : log_(std::move(log)),
+      tools_(tools),
       clock_(clk),
       opts_(std::move(opts)),
       hub_(std::make_shared<event_hub>()),
@@ -31,8 +33,9 @@ agent_loop::agent_loop(asio::any_io_executor ex, std::unique_ptr<storage::sessio
 agent_loop::~agent_loop() = default;
 
 bool agent_loop::quiescent() const {
-    return loaded_ && !abort_.armed() && !abort_.pending() && loop_ == s::loop_state::idle &&
-           (!state_.has_work || state_.paused || failed_);
+    return loaded_ && !abort_.armed() && !abort_.pending() &&
+           (loop_ == s::loop_state::idle || loop_ == s::loop_state::awaiting_approval) &&
+           (!state_.has_work || state_.paused || failed_ || s::awaiting_approval(state_));
 }
 
 observation agent_loop::observe(event_sink sink) {
@@ -145,9 +148,15 @@ void agent_loop::apply_committed(const s::action_list& actions) {
         if (std::holds_alternative<s::timer_scheduled>(a) ||
             std::holds_alternative<s::timer_cleared>(a)) {
             timers_changed_.notify();  // an earlier one, or the one it waits for is gone
-        } else if (const auto* e = std::get_if<s::entry_appended>(&a);
-                   e != nullptr && std::holds_alternative<s::assistant_message>(e->e.body)) {
-            ++step_;
+        } else if (const auto* e = std::get_if<s::entry_appended>(&a)) {
+            if (std::holds_alternative<s::assistant_message>(e->e.body)) {
+                ++step_;
+            }
+            if (std::holds_alternative<s::approval_requested>(e->e.body) ||
+                std::holds_alternative<s::approval_decided>(e->e.body) ||
+                std::holds_alternative<s::tool_result>(e->e.body)) {
+                timers_changed_.notify();  // a deadline came, or went
+            }
         }
     }
     auto p = s::patch_of(from, actions, state_, loop_);
@@ -241,7 +250,7 @@ asio::awaitable<boost::system::result<command_reply>> agent_loop::abort_turn(abo
             co_return reply;
         }
     }
-    if (!quiescent() || commands_waiting_ > 0) {
+    if (!quiescent() || commands_waiting_ > 0 || s::awaiting_approval(state_)) {
         // A turn is in progress (or may be about to: work awaits the loop, or a command
         // received before this one is committing): the abort stops it where it is, and
         // answers once its interruption is durable. A loop that waits for work runs once to
@@ -370,9 +379,36 @@ agent_loop::written agent_loop::run_command(command& c, command_reply& reply, bo
                 out.actions = s::plan_set_paused(state_, false);
                 wake = true;
             },
+            [&](decide_command& x) { out = decide(std::move(x.in), reply, wake); },
             [](abort_command&) {},
         },
         c);
+    return out;
+}
+
+agent_loop::written agent_loop::decide(s::decision_input in, command_reply& reply, bool& wake) {
+    written out;
+    out.emit_unchanged = true;
+    if (in.what == s::decision::approve && in.arguments) {
+        // Edited arguments the tool's schema refuses are refused: the call waits on.
+        const auto* call = state_.find_tool_call(in.call.str());
+        const tools::tool* t =
+            call != nullptr ? tools_.find(call->call.name, state_.config.tools) : nullptr;
+        if (t != nullptr && s::awaits_decision(*call) &&
+            tools::invalid_arguments(*t, *in.arguments)) {
+            out.refused = s::errc::invalid_arguments;
+            return out;
+        }
+    }
+    auto r = s::plan_decide(state_, std::move(in), clock_.now());
+    if (!r) {
+        out.refused = r.error();
+        return out;
+    }
+    out.actions = std::move(r->actions);
+    reply.decided = std::move(r->decided);
+    reply.duplicate = r->duplicate;
+    wake = !out.actions.empty();
     return out;
 }
 
@@ -457,14 +493,19 @@ asio::awaitable<void> agent_loop::work_loop() {
 }
 
 asio::awaitable<void> agent_loop::timer_loop() {
+    // The session's timers and the deadlines of the calls that wait for a person.
     while (!failed_) {
         const s::timer* next = s::next_timer(state_);
-        if (next == nullptr) {
+        const s::tool_call_state* waiting = s::next_deadline(state_);
+        if (next == nullptr && waiting == nullptr) {
             co_await timers_changed_.wait();
             continue;
         }
-        const s::queue_item_id id = next->id;
-        const s::unix_ms due = next->due;
+        const bool deadline =
+            waiting != nullptr && (next == nullptr || waiting->deadline < next->due);
+        s::transition fire = deadline ? s::transition{s::approval_deadline{waiting->call.id}}
+                                      : s::transition{s::fire_timer{next->id}};
+        const s::unix_ms due = deadline ? waiting->deadline : next->due;
         timers_changed_.reset();
         if (due > clock_.now()) {
             auto r = co_await (clock_.sleep_until(due) || timers_changed_.wait());
@@ -472,7 +513,7 @@ asio::awaitable<void> agent_loop::timer_loop() {
                 continue;  // a timer was added (or the loop closed): maybe an earlier one
             }
         }
-        auto firing = record(s::fire_timer{id});
+        auto firing = record(std::move(fire));
         if (co_await std::move(firing)) {
             wake_.notify();
         }
@@ -550,6 +591,15 @@ asio::awaitable<void> agent_loop::run_until_idle() {
                 auto task = record(s::budget_notice{limits()});
                 co_await std::move(task);
                 break;
+            }
+            case s::step_kind::await_approval: {
+                // Nothing to run until a decision or a deadline: passivated like an idle
+                // session (has_work cleared), its deadlines kept by the timer loop.
+                auto task = record(s::await_approval{});
+                if (co_await std::move(task)) {
+                    set_loop(s::loop_state::awaiting_approval);
+                }
+                co_return;
             }
         }
         at = s::after(step, at);

@@ -93,7 +93,7 @@ class agent_loop final : private session_writer {
     bool failed() const override { return failed_; }
     boost::system::error_code failure() const { return failure_; }
     // True when the loop has nothing to do: idle, and has_work is clear (or the session is
-    // paused).
+    // paused); or waiting for a person's decisions.
     bool quiescent() const;
 
   private:
@@ -146,6 +146,8 @@ class agent_loop final : private session_writer {
     asio::awaitable<void> run();
     asio::awaitable<void> work_loop();
     asio::awaitable<void> timer_loop();
+    // A decision's plan; edited arguments are checked against the tool's schema first.
+    written decide(session::decision_input in, command_reply& reply, bool& wake);
     asio::awaitable<void> run_until_idle();
 
     void apply_committed(const session::action_list& actions);
@@ -153,6 +155,7 @@ class agent_loop final : private session_writer {
     void stamp(session::status& st);
 
     std::unique_ptr<storage::session_log> log_;
+    const tools::tool_registry& tools_;
     runtime::clock& clock_;
     loop_options opts_;
     std::shared_ptr<event_hub> hub_;

@@ -2,6 +2,7 @@
 // NATS contract's requests become these in broker/ (protocol::request_body -> command).
 #pragma once
 
+#include "session/approval.hpp"
 #include "session/rules.hpp"
 #include "session/settings.hpp"
 
@@ -27,9 +28,13 @@ struct abort_command {
 };
 struct pause_command {};
 struct resume_command {};
+// approve, reject or respond (session/approval.hpp): a decision on a call that waits for one.
+struct decide_command {
+    session::decision_input in;
+};
 
 using command = std::variant<enqueue_command, cancel_command, configure_command, abort_command,
-                             pause_command, resume_command>;
+                             pause_command, resume_command, decide_command>;
 
 // What one abort request got: what it stopped (abort_stage::none: no turn was in progress)
 // and the interruption entry that records it; `duplicate` when a request with its id had
@@ -46,6 +51,7 @@ struct command_reply {
     std::optional<bool> canceled;              // cancel
     std::optional<session::settings> config;   // configure
     abort_outcome aborted;                     // abort
+    std::optional<session::approval_decided> decided;  // approve, reject, respond (with duplicate)
 };
 
 }  // namespace wuhu::worker

@@ -1,5 +1,7 @@
 #include "worker/registry.hpp"
 
+#include "session/approval.hpp"
+
 #include "runtime/offload.hpp"
 
 #include <boost/asio/bind_cancellation_slot.hpp>
@@ -297,8 +299,10 @@ std::vector<session_registry::idle_session> session_registry::passivable(
         // Not one with work (even paused), or a timer due soon: the recovery sweep would load
         // it again at once.
         const auto* next = session::next_timer(loop.state());
+        const auto* deadline = session::next_deadline(loop.state());
         if (e->running && e->users == 0 && !loop.failed() && loop.quiescent() &&
             !loop.state().has_work && (next == nullptr || next->due > keep_timers_until) &&
+            (deadline == nullptr || deadline->deadline > keep_timers_until) &&
             e->used <= unused_since) {
             out.push_back(idle_session{loop.id(), e->used});
         }

@@ -63,12 +63,15 @@ asio::awaitable<void> tool_runner::flush_after_linger(std::vector<s::entry_body>
 }
 
 asio::awaitable<void> tool_runner::run() {
-    // The newest response's calls as they stand now: each one's status changes only by what
-    // this runner records for it, after it was read here.
-    const std::vector<s::tool_call_state> calls = writer_.state().tool_calls;
+    // The newest response's calls, each read as it stands when the runner comes to it (a
+    // person's decision may have come meanwhile).
+    const std::size_t calls = writer_.state().tool_calls.size();
     // Entries decided and not yet committed, in order.
     std::vector<s::entry_body> pending;
-    for (s::tool_call_state tc : calls) {
+    // A call waits for a person's decision: the steer checkpoint waits for its result too.
+    bool waits = false;
+    for (std::size_t i = 0; i < calls; ++i) {
+        s::tool_call_state tc = writer_.state().tool_calls[i];
         // Started with the response by this owner and not run yet: a call to run, not one
         // that an owner that stopped may have run.
         const bool marked = tc.status == s::tool_status::started && writer_.started_here(tc.call.id);
@@ -93,6 +96,19 @@ asio::awaitable<void> tool_runner::run() {
                                              true});
             continue;
         }
+        if (tc.approval == s::approval_status::pending) {
+            waits = true;  // its result comes with a decision; the calls after it run meanwhile
+            continue;
+        }
+        if (tc.approval == s::approval_status::none && tc.status == s::tool_status::not_started &&
+            !marked) {
+            if (auto terms = tools_.approval_for(tc.call.name, writer_.state().config.approval)) {
+                // Asked before anything of it runs (with what is pending).
+                pending.push_back(s::request_of(tc.call, *terms, clock_.now()));
+                waits = true;
+                continue;
+            }
+        }
         if (abort_.pending()) {
             // Aborted between two calls: this one and the ones after it are not run.
             auto task = writer_.stop_turn(std::exchange(pending, {}), std::nullopt);
@@ -116,7 +132,10 @@ asio::awaitable<void> tool_runner::run() {
         tools::tool_call_context ctx{writer_.sid(), tc.call.id,
                               s::unix_ms{clock_.now().value + limit.count()}, *this};
         const auto began = clock_.now();
-        auto r = co_await (tools::call(*t, tc.call.arguments, ctx) || abort_.wait() ||
+        // An approved call runs with the arguments its decision names (perhaps edited).
+        std::string arguments =
+            tc.approval == s::approval_status::approved ? tc.arguments : tc.call.arguments;
+        auto r = co_await (tools::call(*t, std::move(arguments), ctx) || abort_.wait() ||
                            clock_.timeout(backstop) || flush_after_linger(&pending));
         abort_.disarm();
         if (writer_.failed()) {
@@ -142,8 +161,9 @@ asio::awaitable<void> tool_runner::run() {
                                          out.is_error});
     }
     if (!pending.empty()) {
-        // The last results, with the steer checkpoint's drain that follows them.
-        auto task = commit(std::exchange(pending, {}), true);
+        // The last results, with the steer checkpoint's drain that follows them (not while a
+        // call waits for a person: the checkpoint comes after its result).
+        auto task = commit(std::exchange(pending, {}), !waits);
         co_await std::move(task);
     }
 }

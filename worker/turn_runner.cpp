@@ -120,13 +120,22 @@ asio::awaitable<void> turn_runner::infer() {
             // One commit: the response, the tool_started markers of the calls that will run
             // (all of them start before the first runs), and the mark_idle after a final
             // answer (docs/agent-loop.md, "Fused commits").
+            // A call that needs a person's approval is asked instead (in the same commit).
             std::vector<s::tool_call_id> starting;
+            std::vector<s::approval_requested> asking;
+            const auto& config = writer_.state().config;
             for (const auto& c : a.message.tool_calls) {
-                if (tools_.find(c.name, writer_.state().config.tools) != nullptr) {
+                if (tools_.find(c.name, config.tools) == nullptr) {
+                    continue;
+                }
+                if (auto terms = tools_.approval_for(c.name, config.approval)) {
+                    asking.push_back(s::request_of(c, *terms, clock_.now()));
+                } else {
                     starting.push_back(c.id);
                 }
             }
-            auto task = writer_.record(s::response{std::move(a.message), std::move(starting), true});
+            auto task = writer_.record(
+                s::response{std::move(a.message), std::move(starting), true, std::move(asking)});
             if (co_await std::move(task)) {
                 const std::uint64_t step = inflight_ ? inflight_->step : writer_.step();
                 inflight_.reset();

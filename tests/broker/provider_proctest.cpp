@@ -347,7 +347,8 @@ TEST(ProviderProcess, ABadToolsFileStopsTheWorkerWithExitCode2AndAMessage) {
     const std::pair<const char*, const char*> cases[] = {
         {R"({"tools": {"t": {"description": "d"}}})", "\\\"schema\\\" must be"},
         {R"({"tools": {"echo": {"description": "d", "schema": {"type": "object"}}}})",
-         "\\\"echo\\\" is a built-in tool's name"},
+         "a built-in tool's entry sets only approval"},
+        {R"({"tools": {"echo": {"approval": "maybe"}}})", "\\\"approval\\\" must be"},
         {"[1, 2", "not JSON"},
     };
     int n = 0;

@@ -263,20 +263,35 @@ TEST(Takeover, ACutOffTurnIsRecordedAndASessionBetweenTurnsIsNot) {
 }
 
 TEST(ToolPolicy, FinishedCallsAreSkippedAndNewOnesRun) {
-    tool_call_state c{tool_call{call_id("c1"), "echo", "{}"}, tool_status::finished};
+    tool_call_state c{tool_call{call_id("c1"), "echo", "{}"},
+                      tool_status::finished,
+                      approval_status::none,
+                      {},
+                      decision::reject,
+                      {}};
     EXPECT_EQ(next_tool_action(c, tool_kind::idempotent), tool_action::skip);
     c.status = tool_status::not_started;
     EXPECT_EQ(next_tool_action(c, tool_kind::not_idempotent), tool_action::run);
 }
 
 TEST(ToolPolicy, AnUnknownOrDisabledToolGetsAnErrorResult) {
-    tool_call_state c{tool_call{call_id("c1"), "rm", "{}"}, tool_status::not_started};
+    tool_call_state c{tool_call{call_id("c1"), "rm", "{}"},
+                      tool_status::not_started,
+                      approval_status::none,
+                      {},
+                      decision::reject,
+                      {}};
     EXPECT_EQ(next_tool_action(c, tool_kind::unavailable), tool_action::unknown);
     EXPECT_EQ(unknown_tool_result("rm"), "unknown tool: rm");
 }
 
 TEST(ToolPolicy, AStartedCallRunsAgainOnlyWhenIdempotent) {
-    tool_call_state c{tool_call{call_id("c1"), "clock", "{}"}, tool_status::started};
+    tool_call_state c{tool_call{call_id("c1"), "clock", "{}"},
+                      tool_status::started,
+                      approval_status::none,
+                      {},
+                      decision::reject,
+                      {}};
     EXPECT_EQ(next_tool_action(c, tool_kind::idempotent), tool_action::run);
     EXPECT_EQ(next_tool_action(c, tool_kind::not_idempotent), tool_action::interrupted);
     EXPECT_NE(interrupted_tool_result().find("not run again"), std::string::npos);

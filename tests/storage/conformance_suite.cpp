@@ -332,7 +332,12 @@ TEST_P(StoreConformance, ALoadedStateEqualsTheOneTheRulesDescribeWrittenByHand) 
         {"c1", item_record{lane::system, item_status::materialized, entry_seq{2}}},
         {"t2", item_record{lane::system, item_status::canceled, entry_seq{}}},
     };
-    expected.tool_calls = {tool_call_state{answer.tool_calls[0], tool_status::finished}};
+    expected.tool_calls = {tool_call_state{answer.tool_calls[0],
+                                           tool_status::finished,
+                                           approval_status::none,
+                                           {},
+                                           decision::reject,
+                                           {}}};
     expected.tool_calls_entry = entry_seq{3};
     expected.timers = {{"t1", ping}};
     expected.config = next;

@@ -1,6 +1,8 @@
 #include "tests/support/random_ops.hpp"
 
 #include "session/compaction.hpp"
+
+#include <algorithm>
 #include "tests/support/builders.hpp"
 
 namespace wuhu::testing {
@@ -59,7 +61,19 @@ random_op next_op(std::mt19937_64& rng, const session_state& s, unix_ms at) {
             pending_calls.push_back(t.call.id.str());
         }
     }
-    switch (rng() % 21) {
+    switch (rng() % 24) {
+        case 21:
+        case 22:
+            op.what = rng() % 3 ? random_op::decide : random_op::deadline;
+            op.name = op.what == random_op::decide ? "decide" : "deadline";
+            op.id = s.tool_calls.empty() ? "c0_0" : pick(rng, s.tool_calls).call.id.str();
+            op.what_decided = static_cast<decision>(rng() % 3);
+            op.flag = rng() % 2;  // approve: with edited arguments
+            break;
+        case 23:
+            op.what = random_op::await_approval;
+            op.name = "await_approval";
+            break;
         case 18:
             op.what = random_op::enqueue_and_drain;
             op.name = "enqueue_and_drain";
@@ -72,12 +86,22 @@ random_op next_op(std::mt19937_64& rng, const session_state& s, unix_ms at) {
             op.name = "response";
             op.reply = random_reply(rng, s, &op.starting);
             op.flag = rng() % 2;  // settle
+            for (const auto& c : op.reply.tool_calls) {
+                if (std::find(op.starting.begin(), op.starting.end(), c.id) == op.starting.end() &&
+                    rng() % 2) {
+                    op.asking.push_back(request_of(
+                        c,
+                        tool_approval{approval_mode::always, rng() % 2 ? rng() % 1000 : 0,
+                                      rng() % 2 ? decision::approve : decision::reject},
+                        at));
+                }
+            }
             break;
         case 20: {
             op.what = random_op::tool_steps;
             op.name = "tool_steps";
             for (const auto& c : pending_calls) {
-                switch (rng() % 4) {
+                switch (rng() % 5) {
                     case 0:
                         op.steps.push_back(tool_started{call_id(c), ""});
                         break;
@@ -86,6 +110,10 @@ random_op next_op(std::mt19937_64& rng, const session_state& s, unix_ms at) {
                         break;
                     case 2:
                         op.steps.push_back(result_of(c, random_text(rng)));
+                        break;
+                    case 3:
+                        op.steps.push_back(approval_requested{
+                            call_id(c), "", "", unix_ms{at.value + 500}, decision::reject});
                         break;
                     default:
                         break;
@@ -182,6 +210,12 @@ random_op next_op(std::mt19937_64& rng, const session_state& s, unix_ms at) {
                 op.config = s.config;
                 op.config.system_prompt = random_text(rng);
                 op.config.tools = {"echo"};
+                if (rng() % 2) {
+                    op.config.approval = approval_settings{
+                        {{"echo", approval_mode::always}, {"*", approval_mode::never}},
+                        rng() % 5000,
+                        rng() % 2 ? std::optional(decision::approve) : std::nullopt};
+                }
             }
             break;
         default:
@@ -255,9 +289,26 @@ result<action_list> run_pure(const random_op& op, const session_state& s) {
             return out->actions;
         }
         case random_op::response:
-            return plan_response(s, op.reply, op.starting, op.flag, op.at);
+            return plan_response(s, op.reply, op.starting, op.flag, op.at, op.asking);
         case random_op::tool_steps:
             return plan_tool_steps(s, op.steps, op.flag, op.at);
+        case random_op::decide: {
+            auto out = plan_decide(
+                s,
+                decision_input{
+                    call_id(op.id), op.what_decided, human("u2", "Bea"),
+                    op.flag ? std::optional<std::string>(R"({"text":"edited"})") : std::nullopt,
+                    op.flag ? "" : "by hand"},
+                op.at);
+            if (!out) {
+                return out.error();
+            }
+            return out->actions;
+        }
+        case random_op::deadline:
+            return plan_deadline(s, call_id(op.id), unix_ms{op.at.value + 1000});
+        case random_op::await_approval:
+            return plan_await_approval(s);
     }
     return action_list{};
 }
@@ -319,11 +370,26 @@ boost::system::result<action_list> run_store(const random_op& op, storage::sessi
             return out->actions;
         }
         case random_op::response:
+            if (!op.asking.empty()) {
+                break;  // planned, then committed (below)
+            }
             return log.append_response(s, op.reply, op.starting, op.flag, op.at);
         case random_op::tool_steps:
             return log.tool_steps(s, op.steps, op.flag, op.at);
+        case random_op::decide:
+        case random_op::deadline:
+        case random_op::await_approval:
+            break;
     }
-    return action_list{};
+    // What the loop does: the rules plan, the store commits the actions.
+    auto planned = run_pure(op, s);
+    if (!planned) {
+        return planned.error();
+    }
+    if (auto r = log.commit(s, *planned); !r) {
+        return r.error();
+    }
+    return planned;
 }
 
 }  // namespace wuhu::testing

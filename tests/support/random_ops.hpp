@@ -2,6 +2,7 @@
 // through the pure rules (no store) or through a store's session_log.
 #pragma once
 
+#include "session/approval.hpp"
 #include "session/rules.hpp"
 #include "storage/store.hpp"
 
@@ -34,6 +35,10 @@ struct random_op {
         enqueue_and_drain,
         response,
         tool_steps,
+        // Approvals (session/approval.hpp), planned by the rules and committed as planned.
+        decide,
+        deadline,
+        await_approval,
     } what = enqueue_user;
     std::string name;  // for failure messages
     enqueue_input in = enqueue_input{lane::follow_up, queue_item_id::parse("x").value(),
@@ -49,6 +54,8 @@ struct random_op {
     bool flag = false;
     std::vector<tool_call_id> starting;  // response
     std::vector<entry_body> steps;       // tool_steps
+    std::vector<approval_requested> asking;  // response
+    decision what_decided = decision::approve;
     unix_ms at;
 };
 

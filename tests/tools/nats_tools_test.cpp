@@ -89,4 +89,32 @@ TEST(ToolsFile, BadFilesAreRefusedWithTheFieldNamed) {
     }
 }
 
+TEST(ToolsFile, ApprovalTermsForAnyToolBuiltInsToo) {
+    const std::string file = R"({"tools": {
+        "deploy": {"description": "Deploys", "schema": {"type": "object"},
+                   "approval": "always", "approval_deadline_ms": 600000,
+                   "approval_default": "approve"},
+        "echo": {"approval": "always"},
+        "plain": {"description": "Defaults", "schema": {"type": "object"}}}})";
+    auto services = tools::parse_tools(file);
+    ASSERT_TRUE(services) << services.error();
+    EXPECT_EQ(services->size(), 2u) << "a built-in's entry is no service";
+    auto terms = tools::parse_approvals(file);
+    ASSERT_TRUE(terms) << terms.error();
+    ASSERT_EQ(terms->size(), 2u) << "plain needs none";
+    EXPECT_EQ(terms->at("deploy"), (session::tool_approval{session::approval_mode::always, 600000,
+                                                           session::decision::approve}));
+    EXPECT_EQ(terms->at("echo"), (session::tool_approval{session::approval_mode::always, 0,
+                                                         session::decision::reject}));
+    for (const char* bad : {
+             R"({"tools": {"echo": {"approval": "sometimes"}}})",
+             R"({"tools": {"echo": {"approval_default": "respond"}}})",
+             R"({"tools": {"echo": {"approval_deadline_ms": 0}}})",
+             R"({"tools": {"echo": {"description": "mine"}}})",
+         }) {
+        EXPECT_FALSE(tools::parse_approvals(bad)) << bad;
+        EXPECT_FALSE(tools::parse_tools(bad)) << bad;
+    }
+}
+
 }  // namespace wuhu::testing

@@ -152,6 +152,11 @@ struct scenario {
     std::vector<client_input> inputs;
     // Sent once the session is idle again (into a waiting loop: the fused enqueue and drain).
     std::vector<client_input> later = {};
+    // With charge's calls waiting for approval: the decisions a person sends once the session
+    // waits (after `later`), by call id.
+    std::vector<std::pair<std::string, decision>> decisions = {};
+    // The session's budget (a soft percent low enough for its notice to come).
+    session::budget budget = {};
 };
 
 std::vector<scenario> scenarios() {
@@ -194,6 +199,20 @@ std::vector<scenario> scenarios() {
          {{lane::follow_up, "f1", std::string(300, 'a')},
           {lane::steer, "s1", std::string(300, 'b')},
           {lane::follow_up, "f2", std::string(300, 'c')}}},
+        // Calls that wait for a person while others run, decided in reverse order, a steer
+        // kept until the results; and a budget whose notice comes on the way.
+        {"approvals_and_budget_notice",
+         R"({"responses":[
+             {"text":"asking","tool_calls":[{"id":"a1","name":"charge"},
+                                            {"id":"a2","name":"echo","arguments":{"text":"e1"}},
+                                            {"id":"a3","name":"charge"},
+                                            {"id":"a4","name":"charge"}]},
+             {"text":"decided"},
+             {"text":"noticed"}]})",
+         {{lane::follow_up, "f1", "pay twice"}, {lane::steer, "s1", "only if approved"}},
+         {},
+         {{"a3", decision::approve}, {"a4", decision::reject}, {"a1", decision::respond}},
+         session::budget{0, 0, 5, 0, 30}},
     };
 }
 
@@ -203,6 +222,23 @@ session::settings_update scenario_settings() {
     c.compaction_buffer = 100;
     c.keep_recent_tokens = 60;
     return c;
+}
+
+// Sends the decisions in order; returns the call ids whose decision was acknowledged.
+std::set<std::string> decide(loop_harness& h,
+                             const std::vector<std::pair<std::string, decision>>& decisions,
+                             const std::set<std::string>& skip) {
+    std::set<std::string> acked;
+    for (const auto& [call, what] : decisions) {
+        if (skip.contains(call)) {
+            continue;
+        }
+        if (h.send(worker::decide_command{session::decision_input{
+                call_id(call), what, human("u2", "Bea"), std::nullopt, "by hand"}})) {
+            acked.insert(call);
+        }
+    }
+    return acked;
 }
 
 // Sends the inputs in order; returns the ids that were acknowledged.
@@ -262,8 +298,18 @@ std::vector<std::string> normalized(const session_state& s) {
 struct run_result {
     session_state state;
     std::set<std::string> acked;
+    std::set<std::string> decided;
     int commits = 0;
 };
+
+// An owner of the scenario's session: its tools (charge waiting for approval when the
+// scenario decides) and settings.
+void prepare(loop_harness& h, const scenario& sc, std::map<std::string, int>& runs) {
+    h.tools().add(std::make_shared<counting_tool>(runs));
+    if (!sc.decisions.empty()) {
+        h.tools().set_approval("charge", session::tool_approval{session::approval_mode::always});
+    }
+}
 
 // One run; `crash_after` < 0 means no crash.
 run_result run_scenario(const scenario& sc, int crash_after, std::map<std::string, int>& runs) {
@@ -272,8 +318,10 @@ run_result run_scenario(const scenario& sc, int crash_after, std::map<std::strin
     run_result out;
     {
         loop_harness h(sc.script, &store, 1);
-        h.tools().add(std::make_shared<counting_tool>(runs));
-        EXPECT_TRUE(h.send(worker::configure_command{scenario_settings()}));
+        prepare(h, sc, runs);
+        auto settings = scenario_settings();
+        settings.limits = sc.budget;
+        EXPECT_TRUE(h.send(worker::configure_command{settings}));
         if (crash_after >= 0) {
             store.crash_after_commits(crash_after);
         }
@@ -283,6 +331,10 @@ run_result run_scenario(const scenario& sc, int crash_after, std::map<std::strin
         if (!sc.later.empty()) {
             auto later = deliver(h, sc.later, {});
             out.acked.insert(later.begin(), later.end());
+            h.settle();
+        }
+        if (!sc.decisions.empty()) {
+            out.decided = decide(h, sc.decisions, {});
             h.settle();
         }
         out.commits = store.commits();
@@ -295,7 +347,7 @@ run_result run_scenario(const scenario& sc, int crash_after, std::map<std::strin
     // A new owner takes over from what was committed. The client retries what was not
     // acknowledged (same ids) while the session reloads.
     loop_harness next(sc.script, &inner, 2);
-    next.tools().add(std::make_shared<counting_tool>(runs));
+    prepare(next, sc, runs);
     std::set<std::string> retried = deliver(next, sc.inputs, out.acked);
     out.acked.insert(retried.begin(), retried.end());
     next.start();
@@ -303,6 +355,12 @@ run_result run_scenario(const scenario& sc, int crash_after, std::map<std::strin
     if (!sc.later.empty()) {
         retried = deliver(next, sc.later, out.acked);
         out.acked.insert(retried.begin(), retried.end());
+        next.settle();
+    }
+    if (!sc.decisions.empty()) {
+        // A decision is idempotent by call id: the person sends again what was not answered.
+        retried = decide(next, sc.decisions, out.decided);
+        out.decided.insert(retried.begin(), retried.end());
         next.settle();
     }
     EXPECT_FALSE(next.loop().failed());
@@ -320,12 +378,28 @@ TEST(CrashInjection, EveryCrashPointRecoversToTheCrashFreeTranscript) {
         ASSERT_GT(reference.commits, 5) << sc.name;
         ASSERT_FALSE(reference.state.has_work);
         const auto expected = normalized(reference.state);
+        if (!sc.decisions.empty()) {
+            // The run holds what the scenario is for: each call asked and decided, the
+            // budget's notice.
+            auto has = [&](std::string_view what) {
+                return std::count_if(expected.begin(), expected.end(), [&](const auto& line) {
+                    return line.find(what) != std::string::npos;
+                });
+            };
+            EXPECT_EQ(has("\"approval_requested\":"), 3) << sc.name;
+            EXPECT_EQ(has("\"approval_decided\":"), 3) << sc.name;
+            EXPECT_EQ(has("budgetNotice"), 1) << sc.name;
+            EXPECT_EQ(reference_runs.at("a3"), 1) << sc.name;
+            EXPECT_EQ(reference_runs.size(), 1u) << "only the approved charge ran";
+        }
         for (int k = 0; k < reference.commits; ++k) {
             SCOPED_TRACE(sc.name + ", crash after commit " + std::to_string(k));
             std::map<std::string, int> runs;
             run_result r = run_scenario(sc, k, runs);
-            // Every acknowledged queue item is materialized exactly once.
+            // Every acknowledged queue item is materialized exactly once; every decision
+            // is acknowledged.
             EXPECT_EQ(r.acked.size(), sc.inputs.size() + sc.later.size());
+            EXPECT_EQ(r.decided.size(), sc.decisions.size());
             for (const auto& id : r.acked) {
                 const item_record* rec = r.state.find_item(id);
                 ASSERT_NE(rec, nullptr) << id;

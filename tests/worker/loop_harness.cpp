@@ -159,6 +159,10 @@ std::vector<std::string> loop_harness::transcript_texts() const {
                                          i.reason);
                        },
                        [&](const diagnostic& d) { out.push_back("diagnostic:" + d.code); },
+                       [&](const approval_requested& a) { out.push_back("asked:" + a.tool); },
+                       [&](const approval_decided& d) {
+                           out.push_back(std::string(decision_name(d.what)) + ":" + d.tool);
+                       },
                    },
                    e.body);
     }
