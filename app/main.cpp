@@ -362,6 +362,12 @@ int main(int argc, char** argv) {
         ->envname("WUHU_BUDGET_SOFT_PERCENT")
         ->check(CLI::Range(1, 100))
         ->default_val(80);
+    std::string tenant_budgets_path;
+    app.add_option("--tenant-budgets", tenant_budgets_path,
+                   "with --tenancy: each tenant's default budget, a JSON file {\"<tenant>\": "
+                   "{\"turns\": 50, \"cost_usd\": \"5\", ...}} (its sessions' own budgets "
+                   "come first, the --budget-* flags last)")
+        ->envname("WUHU_TENANT_BUDGETS");
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
@@ -412,6 +418,22 @@ int main(int argc, char** argv) {
                 return 2;
             }
             prices = std::move(*priced);
+        }
+        std::map<std::string, wuhu::session::budget, std::less<>> tenant_budgets;
+        if (!tenant_budgets_path.empty()) {
+            boost::system::error_code ec;
+            const auto v = boost::json::parse(read_file(tenant_budgets_path), ec);
+            auto parsed =
+                ec ? wuhu::session::decoded<
+                         std::map<std::string, wuhu::session::budget, std::less<>>>(
+                         wuhu::session::decode_error{wuhu::session::errc::invalid_json, ""})
+                   : wuhu::protocol::decode_tenant_budgets(v);
+            if (!parsed || !tenancy) {
+                log->error("bad tenant budgets file {}: {}", tenant_budgets_path,
+                           !tenancy ? std::string("it needs --tenancy") : parsed.error().message());
+                return 2;
+            }
+            tenant_budgets = std::move(*parsed);
         }
         std::vector<wuhu::tools::tool_service> tool_services;
         std::map<std::string, wuhu::session::tool_approval> tool_approvals;
@@ -505,6 +527,7 @@ int main(int argc, char** argv) {
             }
             l.budget = budget;
             l.budget.cost = static_cast<std::uint64_t>(std::llround(budget_cost_usd * 1e9));
+            l.tenant_budgets = tenant_budgets;
         }
         options.inferences = inferences;
         options.store_threads = store_threads;

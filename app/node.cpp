@@ -70,7 +70,8 @@ node::node(storage::session_store& store, ownership::lease_store& leases, nats::
     }
     for (auto v : {protocol::verb::enqueue, protocol::verb::cancel, protocol::verb::system,
                    protocol::verb::subscribe, protocol::verb::configure, protocol::verb::abort,
-                   protocol::verb::pause, protocol::verb::resume, protocol::verb::remove}) {
+                   protocol::verb::pause, protocol::verb::resume, protocol::verb::remove,
+                   protocol::verb::approve, protocol::verb::reject, protocol::verb::respond}) {
         metrics_.declare_verb(protocol::verb_name(v));
     }
     for (const auto& t : tools_.specs({})) {

@@ -23,6 +23,9 @@ void put_summary(json::object& row, const s::session_summary& sum) {
         row["next_timer"] = sum.next_timer->value;
     }
     row["last_activity"] = sum.last_activity.value;
+    row["approvals"] = sum.approvals;
+    row["cost"] = sum.cost;
+    row["tokens"] = sum.tokens;
 }
 
 std::string id_of(const json::object& row) {
@@ -55,6 +58,10 @@ bool row_matches(const protocol::sessions_query& q, const json::object& row) {
         return false;
     }
     if (q.has_work && row.at("has_work").as_bool() != *q.has_work) {
+        return false;
+    }
+    if (q.awaiting_approval &&
+        (row.at("approvals").to_number<std::uint64_t>() > 0) != *q.awaiting_approval) {
         return false;
     }
     if (q.owner) {
@@ -137,6 +144,14 @@ std::optional<json::object> checked_row(const json::value& v) {
     if (next_timer != nullptr) {
         out["next_timer"] = *next_timer;
     }
+    // Issue 33's fields: 0 from an owner that does not send them (an older worker).
+    for (const auto* key : {"approvals", "cost", "tokens"}) {
+        const auto* n = r.if_contains(key);
+        if (n != nullptr && !is_uint(n)) {
+            return std::nullopt;
+        }
+        out[key] = n != nullptr ? *n : json::value(0);
+    }
     return out;
 }
 
@@ -179,6 +194,9 @@ std::string local_query(const protocol::sessions_query& q) {
     }
     if (q.has_work) {
         o["has_work"] = *q.has_work;
+    }
+    if (q.awaiting_approval) {
+        o["awaiting_approval"] = *q.awaiting_approval;
     }
     if (q.tenant) {
         o["tenant"] = *q.tenant;

@@ -225,6 +225,9 @@ std::string server::indexed_page(const protocol::sessions_query& q) {
     // few sessions pass must not keep the caller waiting: `next` tells where to go on).
     const auto give_up = clock::now() + options_.admin_timeout;
     const bool filtered = q.state.has_value() || (q.owner && q.has_work);
+    // By cost: the index's order, its cursor (cost, id) the last entry looked at.
+    std::optional<std::uint64_t> cursor_cost = q.after_cost;
+    std::map<std::string, std::uint64_t> index_cost;  // of the entries looked at
     // A tenant's sessions are a range of keys in the index and the leases.
     std::optional<std::string> scope;
     if (q.tenant) {
@@ -270,6 +273,9 @@ std::string server::indexed_page(const protocol::sessions_query& q) {
             page.has_work = q.has_work;
             page.ids = q.ids;
             page.tenant = scope;
+            page.awaiting_approval = q.awaiting_approval;
+            page.by_cost = q.by_cost;
+            page.after_cost = cursor_cost;
             auto found = store_->sessions(page);
             if (!found) {
                 return protocol::error_reply(found.error());
@@ -280,6 +286,10 @@ std::string server::indexed_page(const protocol::sessions_query& q) {
                 break;
             }
             cursor = entries.back().id;
+            cursor_cost = entries.back().summary.cost;
+            for (const auto& e : entries) {
+                index_cost[e.id.str()] = e.summary.cost;
+            }
             ownership::lease_query of_them;
             of_them.ids = ids_of(entries);
             auto got = leases.live(of_them);
@@ -320,6 +330,7 @@ std::string server::indexed_page(const protocol::sessions_query& q) {
         if (joined.size() < entries.size()) {
             exhausted = false;  // an owner's answer was cut: go on after the last row
             cursor = entries[joined.size() - 1].id;
+            cursor_cost = entries[joined.size() - 1].summary.cost;
         }
         for (auto& row : joined) {
             if (!row_matches(q, row)) {
@@ -340,6 +351,11 @@ std::string server::indexed_page(const protocol::sessions_query& q) {
         out["next"] = given.size() == q.limit
                           ? boost::json::value_to<std::string>(given.back().at("id"))
                           : cursor->str();
+        if (q.by_cost) {
+            // The cost the index holds for that row (a loaded row shows its owner's newer one).
+            const auto it = index_cost.find(std::string(out["next"].as_string()));
+            out["next_cost"] = it != index_cost.end() ? it->second : cursor_cost.value_or(0);
+        }
     }
     return boost::json::serialize(out);
 }

@@ -11,7 +11,7 @@
 //   wuhuctl respond <sid> <call> <output>
 //   wuhuctl watch <sid> [--until-idle]   the live transcript, streaming text as it arrives
 //   wuhuctl sessions [--state S] [--owner W] [--has-work] [--limit N] [--after ID]
-//                    [--of-tenant T]
+//                    [--of-tenant T] [--awaiting-approval] [--by-cost [--after-cost N]]
 //
 // Connection: --nats URL (credentials may go in it), --user/--password, --token, --creds FILE,
 // --nkey FILE, --inbox-prefix P (each also WUHU_NATS_*; docs/security.md), and --tenant T for
@@ -311,8 +311,8 @@ void print_sessions(const json::object& page) {
     if (tenants) {
         std::printf("%-16s ", "TENANT");
     }
-    std::printf("%-24s %-16s %-6s %-16s %-5s %-12s %-10s %s\n", "SESSION", "OWNER", "EPOCH",
-                "STATE", "WORK", "SYS/STR/FUP", "TIMERS", "ACTIVE");
+    std::printf("%-24s %-16s %-6s %-17s %-5s %-12s %-10s %-4s %-12s %s\n", "SESSION", "OWNER",
+                "EPOCH", "STATE", "WORK", "SYS/STR/FUP", "TIMERS", "ASK", "COST", "ACTIVE");
     for (const auto& value : page.at("sessions").as_array()) {
         const auto& row = value.as_object();
         std::string lanes = "-";
@@ -331,22 +331,31 @@ void print_sessions(const json::object& page) {
         if (tenants) {
             std::printf("%-16s ", str(value, "tenant").empty() ? "-" : str(value, "tenant").c_str());
         }
-        std::printf("%-24s %-16s %-6s %-16s %-5s %-12s %-10s %s\n", str(value, "id").c_str(),
+        const std::string cost =
+            "$" + wuhu::session::dollars(static_cast<std::uint64_t>(number(row, "cost")));
+        std::printf("%-24s %-16s %-6s %-17s %-5s %-12s %-10s %-4s %-12s %s\n",
+                    str(value, "id").c_str(),
                     str(value, "owner").empty() ? "-" : str(value, "owner").c_str(), epoch.c_str(),
                     str(value, "state").c_str(), row.at("has_work").as_bool() ? "yes" : "no",
-                    lanes.c_str(), timers.c_str(), active.c_str());
+                    lanes.c_str(), timers.c_str(), std::to_string(number(row, "approvals")).c_str(),
+                    cost.c_str(), active.c_str());
     }
     if (const auto* unreachable = page.if_contains("unreachable")) {
         std::printf("owners that did not answer: %s\n", json::serialize(*unreachable).c_str());
     }
     if (const auto* next = page.if_contains("next")) {
-        std::printf("more: wuhuctl sessions --after %s\n", next->as_string().c_str());
+        const auto* cost = page.if_contains("next_cost");
+        std::printf(
+            "more: wuhuctl sessions --after %s%s\n", next->as_string().c_str(),
+            cost != nullptr ? (" --by-cost --after-cost " + json::serialize(*cost)).c_str() : "");
     }
 }
 
 // The calls waiting for approval: of `sid`, or of every session the fleet view says awaits.
-int list_approvals(wuhu::client::client& c, const options& o, const std::string& sid) {
-    std::vector<std::string> ids{sid};
+int list_approvals(wuhu::nats::connection& nc, const wuhu::client::options& copts,
+                   wuhu::client::client& c, const options& o, const std::string& sid) {
+    // (tenant, id): the fleet's own view with tenancy names each row's tenant.
+    std::vector<std::pair<std::string, std::string>> ids{{"", sid}};
     if (sid.empty()) {
         ids.clear();
         json::object q{{"awaiting_approval", true}, {"limit", 1000}};
@@ -356,7 +365,9 @@ int list_approvals(wuhu::client::client& c, const options& o, const std::string&
                 return report(page.error(), o);
             }
             for (const auto& row : page->at("sessions").as_array()) {
-                ids.push_back(str(row, "id"));
+                const auto* t = row.as_object().if_contains("tenant");
+                ids.emplace_back(t != nullptr && t->is_string() ? std::string(t->as_string()) : "",
+                                 str(row, "id"));
             }
             const auto* next = page->if_contains("next");
             if (next == nullptr || !next->is_string()) {
@@ -366,13 +377,19 @@ int list_approvals(wuhu::client::client& c, const options& o, const std::string&
         }
     }
     json::array all;
-    for (const auto& id : ids) {
-        auto v = c.subscribe(id);
+    for (const auto& [tenant, id] : ids) {
+        std::optional<wuhu::client::client> theirs;
+        if (!tenant.empty()) {
+            auto to = copts;
+            to.tenant = tenant;
+            theirs.emplace(nc, to);
+        }
+        auto v = (theirs ? *theirs : c).subscribe(id);
         if (!v) {
             return report(v.error(), o);
         }
         for (auto& p : wuhu::client::pending_approvals(*v)) {
-            p.as_object()["session"] = id;
+            p.as_object()["session"] = tenant.empty() ? id : tenant + "." + id;
             all.push_back(std::move(p));
         }
     }
@@ -506,6 +523,12 @@ int main(int argc, char** argv) {
     std::string of_tenant;
     list->add_option("--of-tenant", of_tenant,
                      "the fleet's own view with tenancy: only this tenant's sessions");
+    bool awaiting = false, by_cost = false;
+    std::optional<std::uint64_t> after_cost;
+    list->add_flag("--awaiting-approval", awaiting,
+                   "only sessions with calls waiting for approval");
+    list->add_flag("--by-cost", by_cost, "the costliest first");
+    list->add_option("--after-cost", after_cost, "with --by-cost: the page after this cost");
     auto* w = app.add_subcommand("watch", "the live transcript, streaming text as it arrives");
     with_sid(w);
     w->add_flag("--until-idle", until_idle,
@@ -653,6 +676,15 @@ int main(int argc, char** argv) {
             if (!of_tenant.empty()) {
                 q["tenant"] = of_tenant;
             }
+            if (awaiting) {
+                q["awaiting_approval"] = true;
+            }
+            if (by_cost) {
+                q["order"] = "cost";
+            }
+            if (after_cost) {
+                q["after_cost"] = *after_cost;
+            }
             auto page = c.sessions(q);
             if (!page) {
                 return report(page.error(), o);
@@ -668,7 +700,7 @@ int main(int argc, char** argv) {
             return watch(c, o, sid, until_idle, timeout_s);
         }
         if (name == "approvals") {
-            return list_approvals(c, o, sid);
+            return list_approvals(nc, copts, c, o, sid);
         }
         if (name == "approve" || name == "reject" || name == "respond") {
             body = {{"call", call_id},

@@ -235,6 +235,22 @@ decoded<sessions_query> decode_sessions_query(const json::value& body, session_n
         }
         q.tenant = std::string(*tenant);
     }
+    WUHU_TRY(awaiting, r.opt_boolean("awaiting_approval"));
+    q.awaiting_approval = awaiting;
+    WUHU_TRY(order, r.opt_str("order"));
+    if (order && *order != "id" && *order != "cost") {
+        return fail(errc::invalid_query, "order");
+    }
+    q.by_cost = order && *order == "cost";
+    WUHU_TRY(after_cost, r.opt_u64("after_cost"));
+    if (after_cost && !q.by_cost) {
+        return fail(errc::invalid_query, "after_cost");  // a cursor of the cost order only
+    }
+    q.after_cost = after_cost;
+    if (q.by_cost && (q.owner || (q.state && q.state != "unloaded" && q.state != "unowned" &&
+                                  q.state != "unreachable"))) {
+        return fail(errc::invalid_query, "order");  // the index's order: no owner's own page
+    }
     WUHU_CHECK(r.finish());
     return q;
 }
@@ -281,6 +297,21 @@ decoded<decide_request> decode_decide(decision what, const json::value& body,
         }
     }
     WUHU_CHECK(r.finish());
+    return out;
+}
+
+decoded<std::map<std::string, budget, std::less<>>> decode_tenant_budgets(const json::value& file) {
+    if (!file.is_object()) {
+        return fail(errc::invalid_type, "");
+    }
+    std::map<std::string, budget, std::less<>> out;
+    for (const auto& [tenant, b] : file.as_object()) {
+        if (!valid_tenant(tenant)) {
+            return fail(errc::invalid_tenant, tenant);
+        }
+        WUHU_TRY(limits, budget_from_json(b, std::string(tenant)));
+        out[std::string(tenant)] = limits;
+    }
     return out;
 }
 

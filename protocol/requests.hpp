@@ -15,6 +15,7 @@
 
 #include <array>
 #include <functional>
+#include <map>
 #include <optional>
 #include <variant>
 
@@ -76,7 +77,8 @@ inline constexpr std::array<std::string_view, 9> session_row_states{
     "idle",     "preparing", "inferring",  "executing_tools", "compacting", "awaiting_approval",
     "unloaded", "unowned",   "unreachable"};
 
-// wuhu.admin.sessions: {state?, has_work?, owner?, limit?, after?, ids?, tenant?}; limit
+// wuhu.admin.sessions: {state?, has_work?, owner?, limit?, after?, ids?, tenant?,
+// awaiting_approval?, order?: "id" | "cost", after_cost?}; limit
 // 1-1000 (100); state one of session_row_states; owner a worker id (valid_worker_id); ids:
 // 1-1000 session ids; tenant (the fleet's own view with tenancy, and admin.local): only that
 // tenant's sessions.
@@ -88,6 +90,11 @@ struct sessions_query {
     std::optional<session::session_id> after;  // the page starts after this session (its key)
     std::optional<std::vector<session::session_id>> ids;  // only these sessions
     std::optional<std::string> tenant;                    // only this tenant's sessions
+    std::optional<bool> awaiting_approval;  // only sessions with (or without) calls waiting
+    // "order": "cost": the highest cost first (ties by id), paged from (`after_cost`, `after`),
+    // the reply's `next_cost` and `next`; with no owner or loop state filter.
+    bool by_cost = false;
+    std::optional<std::uint64_t> after_cost;
 };
 
 // How a fleet view names sessions in `after` and `ids`: by their ids (a tenant's view, or a
@@ -117,6 +124,10 @@ session::decoded<decide_request> decode_decide(session::decision what,
 session::decoded<sessions_query> decode_sessions_query(
     const boost::json::value& body, session_names names = session_names::ids);
 session::decoded<void> decode_empty(const boost::json::value& body);
+// A tenant budgets file (--tenant-budgets): {"<tenant>": {budget as configure's}, ...}, each
+// tenant a valid_tenant name.
+session::decoded<std::map<std::string, session::budget, std::less<>>> decode_tenant_budgets(
+    const boost::json::value& file);
 
 // What a session request asks for. Enqueue and system both become the input to enqueue (an
 // item without an id gets one from `new_id`, called only then).

@@ -25,13 +25,15 @@ void add(token_usage& to, const token_usage& u) {
 
 }  // namespace
 
+void count(usage_totals& t, const assistant_message& m) {
+    add(t.tokens, m.usage);
+    t.cost = plus(t.cost, m.cost);
+    ++t.turns;
+}
+
 void count(usage_totals& t, const entry_body& b) {
     std::visit(overloaded{
-                   [&](const assistant_message& m) {
-                       add(t.tokens, m.usage);
-                       t.cost = plus(t.cost, m.cost);
-                       ++t.turns;
-                   },
+                   [&](const assistant_message& m) { count(t, m); },
                    [&](const tool_started&) { ++t.tool_calls; },
                    [](const auto&) {},
                },

@@ -29,6 +29,8 @@ struct usage_totals {
 // Adds what an entry records to `t` (nothing for the entries that record no usage), and
 // whether it records any.
 void count(usage_totals& t, const entry_body& b);
+// The same for an answer not yet in an entry.
+void count(usage_totals& t, const assistant_message& m);
 bool counts(const entry_body& b);
 
 // A price per million tokens of each kind, in nano-dollars (so $2.50 is 2'500'000'000); the

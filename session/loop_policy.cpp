@@ -33,6 +33,27 @@ std::string_view step_name(step_kind k) {
     return "unknown";
 }
 
+namespace {
+
+// A call of the newest response started and without its result.
+bool has_started_call(const session_state& s) {
+    return std::any_of(s.tool_calls.begin(), s.tool_calls.end(),
+                       [](const tool_call_state& t) { return t.status == tool_status::started; });
+}
+
+}  // namespace
+
+std::size_t calls_within(const session_state& s, const budget& limits, std::size_t wanted) {
+    if (exhausted(s.usage, limits)) {
+        return 0;
+    }
+    if (limits.tool_calls == 0) {
+        return wanted;
+    }
+    const std::uint64_t used = std::min(s.usage.tool_calls, limits.tool_calls);
+    return static_cast<std::size_t>(std::min<std::uint64_t>(wanted, limits.tool_calls - used));
+}
+
 loop_step next_step(const session_state& s, const loop_position& at, const budget& fleet) {
     if (s.paused) {
         return {step_kind::pause, {}};
@@ -49,6 +70,10 @@ loop_step next_step(const session_state& s, const loop_position& at, const budge
         // Calls that wait for a person: nothing to run until a decision or a deadline.
         if (awaiting_approval(s)) {
             return {step_kind::await_approval, {}};
+        }
+        // Past the budget no call starts (those started before it run).
+        if (exhausted(s.usage, limits) && !has_started_call(s)) {
+            return {step_kind::budget_spent, {}};
         }
         return {step_kind::run_tools, {}};
     }

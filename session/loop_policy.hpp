@@ -9,6 +9,8 @@
 //               and has not been tried
 //   await       every call of the newest response without  clear has_work, stop (waiting
 //   approval    a result waits for a person's decision     for a decision or a deadline)
+//   budget      ... a call has not started, none started   record budget_exhausted, pause
+//               runs, and the budget is spent
 //   run_tools   a call of the newest response has no       run the calls in order (asking
 //               result                                     approval of those that need it)
 //   checkpoint  no checkpoint since the last step          drain what the checkpoint allows
@@ -66,6 +68,10 @@ struct loop_step {
     entry_seq upto;  // compact: plan over the entries up to this response
     bool operator==(const loop_step&) const = default;
 };
+
+// How many of `wanted` more calls may start within the budget `limits` (with the defaults):
+// none once it is spent, else up to its tool_calls limit.
+std::size_t calls_within(const session_state& s, const budget& limits, std::size_t wanted);
 
 // `fleet`: the worker's default budget (settings.hpp, `budget`).
 loop_step next_step(const session_state& s, const loop_position& at, const budget& fleet = {});

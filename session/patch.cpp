@@ -1,5 +1,7 @@
 #include "session/patch.hpp"
 
+#include "session/approval.hpp"
+
 #include "session/assert.hpp"
 #include "session/overloaded.hpp"
 
@@ -179,6 +181,10 @@ patch patch_of(const version_vector& from, const action_list& actions, const ses
 }
 
 status status_of(const session_state& s, loop_state loop) {
+    // A session nobody runs (idle) whose calls wait for a person says so, loaded or not.
+    if (loop == loop_state::idle && !s.paused && awaiting_approval(s)) {
+        loop = loop_state::awaiting_approval;
+    }
     return status{loop, s.paused, s.has_work, 0, 0, s.usage};
 }
 

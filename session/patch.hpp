@@ -50,6 +50,8 @@ patch patch_of(const version_vector& from, const action_list& actions, const ses
                loop_state loop = loop_state::idle);
 
 // The status register of `s` with loop state `loop` (not published: epoch and seq 0).
+// An idle loop of a session whose calls all wait for a person (and that is not paused)
+// reports awaiting_approval.
 status status_of(const session_state& s, loop_state loop);
 
 // A patch that changes nothing but the status: from == to == the state's version, and the

@@ -104,6 +104,10 @@ session_summary summarize(const session_state& before, const action_list& action
             earliest(due);  // the deadline's decision needs an owner then
         }
     }
+    out.approvals = static_cast<std::uint32_t>(waiting.size());
+    const auto totals = counted(before.usage, actions);
+    out.cost = totals.cost;
+    out.tokens = totals.tokens.total();
     return out;
 }
 

@@ -1,6 +1,6 @@
 // What the store indexes about a session, so that the recovery sweep and the fleet view need
 // not load it: whether it has work, its lane depths, its pending timers and when the first is
-// due, and its last activity.
+// due, its last activity, its calls waiting for approval, and its ledger's cost and tokens.
 //
 // `summarize(before, actions)` is the summary of `applied(actions, before)` without applying
 // them: a store computes it inside the commit that records `actions`, for the price of a walk
@@ -25,6 +25,9 @@ struct session_summary {
     // person's approval (its default decision needs an owner then).
     std::optional<unix_ms> next_timer;
     unix_ms last_activity{0};  // the later of the last entry and each lane's last fact (0: none)
+    std::uint32_t approvals = 0;  // calls waiting for a person's approval (session/approval.hpp)
+    std::uint64_t cost = 0;  // the ledger's cost (nano-dollars) and tokens (session/ledger.hpp)
+    std::uint64_t tokens = 0;
     bool operator==(const session_summary&) const = default;
 };
 

@@ -112,10 +112,23 @@ result<std::vector<catalog_entry>> memory_store::sessions(const catalog_query& q
     std::vector<catalog_entry> out;
     auto add = [&](const std::string& id, const record& r) {
         catalog_entry e{session_id::parse_key(id).value(), session::summarize(r.state)};
-        if (matches(q, e) && (!q.after || e.id > *q.after) && out.size() < q.limit) {
+        if (matches(q, e) && after_cursor(q, e) && (q.by_cost || out.size() < q.limit)) {
             out.push_back(std::move(e));
         }
     };
+    if (q.by_cost && !q.ids) {
+        // Every session of the scope, then the page in cost order.
+        const auto range = range_of(q.tenant, std::nullopt);
+        for (auto it = sessions_.upper_bound(range.after);
+             it != sessions_.end() && (range.before.empty() || it->first < range.before); ++it) {
+            add(it->first, it->second);
+        }
+        in_query_order(q, out);
+        if (out.size() > q.limit) {
+            out.erase(out.begin() + static_cast<std::ptrdiff_t>(q.limit), out.end());
+        }
+        return out;
+    }
     if (q.ids) {
         auto ids = *q.ids;
         std::sort(ids.begin(), ids.end());
@@ -125,6 +138,7 @@ result<std::vector<catalog_entry>> memory_store::sessions(const catalog_query& q
                 add(it->first, it->second);
             }
         }
+        in_query_order(q, out);
         return out;
     }
     const auto range = range_of(q.tenant, q.after);

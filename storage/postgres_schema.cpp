@@ -81,6 +81,20 @@ const char* const migrations[] = {
     // text, null before the session's first inference or tool call (and, for a session stored
     // before, until its next one: each commit that counts writes the totals folded at load).
     R"(ALTER TABLE sessions ADD COLUMN IF NOT EXISTS usage text;)",
+    // The fleet view's approvals and cost (issue 33): the calls waiting for a person, and the
+    // ledger's cost and tokens, from the stored totals (approvals 0 until the session's next
+    // commit: the sessions stored before have none asked).
+    R"(ALTER TABLE sessions ADD COLUMN IF NOT EXISTS approvals integer NOT NULL DEFAULT 0,
+                           ADD COLUMN IF NOT EXISTS cost bigint NOT NULL DEFAULT 0,
+                           ADD COLUMN IF NOT EXISTS tokens bigint NOT NULL DEFAULT 0;
+       UPDATE sessions SET
+         cost = coalesce((usage::jsonb->>'cost')::bigint, 0),
+         tokens = coalesce((usage::jsonb->>'input')::bigint, 0)
+                + coalesce((usage::jsonb->>'cached_input')::bigint, 0)
+                + coalesce((usage::jsonb->>'cache_write')::bigint, 0)
+                + coalesce((usage::jsonb->>'output')::bigint, 0)
+         WHERE usage IS NOT NULL;
+       CREATE INDEX IF NOT EXISTS sessions_cost ON sessions (cost DESC, session_id);)",
 };
 
 }  // namespace
@@ -126,35 +140,37 @@ void prepare_postgres_statements(pqxx::connection& c) {
                   "         NOT EXISTS (SELECT 1 FROM sessions WHERE session_id = $1) "
                   "         THEN 'off' ELSE 'on' END, true)");
     }
-    // Also writes the registers and the index (what the commit leaves, session/summary.hpp),
-    // and the ledger's totals ($13, null: unchanged; session/ledger.hpp).
+    // Also writes the registers and the index (what the commit leaves, session/summary.hpp:
+    // $5-$12, and $14-$16 approvals, cost, tokens), and the ledger's totals ($13, null:
+    // unchanged; session/ledger.hpp).
     const std::string fence_set =
         "UPDATE sessions SET version = $4, has_work = $5, paused = $6, lane_system = $7, "
         "lane_steer = $8, lane_follow_up = $9, timers = $10, next_timer = $11, "
-        "last_activity = $12, usage = coalesce($13, usage)";
+        "last_activity = $12, usage = coalesce($13, usage), approvals = $14, cost = $15, "
+        "tokens = $16";
     const std::string fence_where = " WHERE session_id = $1 AND epoch = $2 AND version = $3";
     c.prepare("fence", fence_set + fence_where);
     c.prepare("fence_why", "SELECT epoch FROM sessions WHERE session_id = $1");
     // A whole commit in one statement (no timers): the fence, the registers and the index, the
-    // settings ($14, null: unchanged), the entries (their seqs $15 and times $16, arrays, and
-    // their JSON $17, an array whose elements keep their text) and the journal facts (lanes
-    // $18, seqs $19, times $20, their JSON $21), written only when the fence held. One round trip
+    // settings ($17, null: unchanged), the entries (their seqs $18 and times $19, arrays, and
+    // their JSON $20, an array whose elements keep their text) and the journal facts (lanes
+    // $21, seqs $22, times $23, their JSON $24), written only when the fence held. One round trip
     // and no BEGIN/COMMIT: a statement outside a transaction block is one. Its answer says
     // whether the fence held, and the epoch the session has (lease lost, or a conflict).
     c.prepare("commit",
-              "WITH fence AS (" + fence_set + ", settings = coalesce($14::jsonb, settings)" +
+              "WITH fence AS (" + fence_set + ", settings = coalesce($17::jsonb, settings)" +
                   fence_where +
                   " RETURNING 1), "
                   "entries AS ("
                   "  INSERT INTO transcript (session_id, seq, at, body) "
-                  "  SELECT $1, e.seq, e.at, e.body::text FROM ROWS FROM (unnest($15::bigint[]), "
-                  "    unnest($16::bigint[]), json_array_elements($17::json)) AS e(seq, at, body) "
+                  "  SELECT $1, e.seq, e.at, e.body::text FROM ROWS FROM (unnest($18::bigint[]), "
+                  "    unnest($19::bigint[]), json_array_elements($20::json)) AS e(seq, at, body) "
                   "  WHERE EXISTS (SELECT 1 FROM fence)), "
                   "facts AS ("
                   "  INSERT INTO journal (session_id, lane, seq, at, body) "
                   "  SELECT $1, f.lane, f.seq, f.at, f.body::text FROM ROWS FROM ("
-                  "    unnest($18::smallint[]), unnest($19::bigint[]), unnest($20::bigint[]), "
-                  "    json_array_elements($21::json)) AS f(lane, seq, at, body) "
+                  "    unnest($21::smallint[]), unnest($22::bigint[]), unnest($23::bigint[]), "
+                  "    json_array_elements($24::json)) AS f(lane, seq, at, body) "
                   "  WHERE EXISTS (SELECT 1 FROM fence)) "
                   "SELECT (SELECT count(*) FROM fence), "
                   "       (SELECT epoch FROM sessions WHERE session_id = $1)");

@@ -24,6 +24,16 @@ namespace json = boost::json;
 
 namespace {
 
+// A count kept in a bigint column: clamped.
+std::int64_t as_bigint(std::uint64_t n) {
+    return static_cast<std::int64_t>(
+        std::min<std::uint64_t>(n, static_cast<std::uint64_t>(INT64_MAX)));
+}
+
+}  // namespace
+
+namespace {
+
 std::string dump(const json::value& v) {
     return json::serialize(v);
 }
@@ -251,6 +261,7 @@ class postgres_log final : public session_log {
             sum.has_work, sum.paused, static_cast<std::int64_t>(sum.lanes[0]),
             static_cast<std::int64_t>(sum.lanes[1]), static_cast<std::int64_t>(sum.lanes[2]),
             static_cast<std::int64_t>(sum.timers), next_timer, sum.last_activity.value, usage,
+            static_cast<std::int64_t>(sum.approvals), as_bigint(sum.cost), as_bigint(sum.tokens),
             more...);
     }
 
@@ -467,9 +478,10 @@ result<std::vector<catalog_entry>> postgres_store::sessions(const catalog_query&
         auto l = acquire();
         try {
             pqxx::nontransaction n(*l);
-            // $1 after, $2 has_work, $3 needing an owner by, $4 ids, $5 limit; a null one does
+            // $1 after, $2 has_work, $3 needing an owner by, $4 ids, $5 limit, $6 before, $7
+            // awaiting approval, $8 after_cost (by cost: the cursor is ($8, $9)); a null one does
             // not filter.
-            const auto range = range_of(q.tenant, q.after);
+            const auto range = range_of(q.tenant, q.by_cost ? std::nullopt : q.after);
             std::optional<std::string> after, before;
             if (!range.after.empty()) {
                 after = range.after;
@@ -500,11 +512,24 @@ result<std::vector<catalog_entry>> postgres_store::sessions(const catalog_query&
             where += q.needing_owner_by ? " AND ((has_work AND NOT paused) OR next_timer <= $3)"
                                         : " AND $3::bigint IS NULL";
             where += q.ids ? " AND session_id = ANY($4::text[])" : " AND $4::text IS NULL";
+            where += q.awaiting_approval ? " AND (approvals > 0) = $7" : " AND $7::boolean IS NULL";
+            std::optional<std::int64_t> after_cost;
+            std::optional<std::string> after_id;
+            if (q.by_cost && q.after_cost) {
+                after_cost = as_bigint(*q.after_cost);
+                after_id = q.after ? q.after->str() : std::string();
+                where += " AND (cost < $8 OR (cost = $8 AND session_id > $9))";
+            } else {
+                where += " AND $8::bigint IS NULL AND $9::text IS NULL";
+            }
             auto rows = n.exec_params(
                 "SELECT session_id, has_work, paused, lane_system, lane_steer, lane_follow_up, "
-                "timers, next_timer, last_activity FROM sessions " +
-                    where + " ORDER BY session_id LIMIT $5",
-                after, q.has_work, by, ids, limit, before);
+                "timers, next_timer, last_activity, approvals, cost, tokens FROM sessions " +
+                    where +
+                    (q.by_cost ? " ORDER BY cost DESC, session_id" : " ORDER BY session_id") +
+                    " LIMIT $5",
+                after, q.has_work, by, ids, limit, before, q.awaiting_approval, after_cost,
+                after_id);
             std::vector<catalog_entry> out;
             for (const auto& row : rows) {
                 auto sid = session_id::parse_key(row[0].c_str());
@@ -522,6 +547,9 @@ result<std::vector<catalog_entry>> postgres_store::sessions(const catalog_query&
                     sum.next_timer = unix_ms{row[7].as<std::int64_t>()};
                 }
                 sum.last_activity = unix_ms{row[8].as<std::int64_t>()};
+                sum.approvals = row[9].as<std::uint32_t>();
+                sum.cost = static_cast<std::uint64_t>(row[10].as<std::int64_t>());
+                sum.tokens = static_cast<std::uint64_t>(row[11].as<std::int64_t>());
                 out.push_back({*sid, sum});
             }
             return out;

@@ -34,20 +34,34 @@ const char* const catalog_migrations[] = {
        CREATE INDEX sessions_next_timer ON sessions (next_timer) WHERE next_timer IS NOT NULL;)",
     // The store's own facts: the boot id of the machine that last opened the catalog.
     R"(CREATE TABLE store_state (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;)",
+    // Issue 33: calls waiting for approval, and the ledger's cost and tokens (0 in a row written
+    // before: the session's next commit or load writes them).
+    R"(ALTER TABLE sessions ADD COLUMN approvals INTEGER NOT NULL DEFAULT 0;
+       ALTER TABLE sessions ADD COLUMN cost INTEGER NOT NULL DEFAULT 0;
+       ALTER TABLE sessions ADD COLUMN tokens INTEGER NOT NULL DEFAULT 0;
+       CREATE INDEX sessions_cost ON sessions (cost DESC, id);)",
 };
 
 // The index rows' statements. Each is one constant: the statement cache is keyed by the
 // text's address.
 #define WUHU_INDEX_ROW                                                                           \
     "SELECT id, has_work, paused, lane_system, lane_steer, lane_follow_up, timers, next_timer, " \
-    "last_activity FROM sessions "
+    "last_activity, approvals, cost, tokens FROM sessions "
 constexpr const char* row_of = WUHU_INDEX_ROW "WHERE id = ?1";
 constexpr const char* rows_after = WUHU_INDEX_ROW "WHERE id > ?1 ORDER BY id";
 constexpr const char* working_after = WUHU_INDEX_ROW "WHERE has_work = 1 AND id > ?1 ORDER BY id";
+constexpr const char* by_cost_after =
+    WUHU_INDEX_ROW "WHERE cost < ?2 OR (cost = ?2 AND id > ?1) ORDER BY cost DESC, id";
 constexpr const char* needing_owner_after =
     WUHU_INDEX_ROW "WHERE has_work = 1 AND paused = 0 AND id > ?1 UNION " WUHU_INDEX_ROW
                    "WHERE next_timer <= ?2 AND id > ?1 ORDER BY id";
 #undef WUHU_INDEX_ROW
+
+// A count kept in an INTEGER column (a signed 64-bit one): clamped.
+std::int64_t as_int64(std::uint64_t n) {
+    return static_cast<std::int64_t>(
+        std::min<std::uint64_t>(n, static_cast<std::uint64_t>(INT64_MAX)));
+}
 
 // The catalog_entry of a row selected by one of the statements above, or nullopt if its id is
 // not one.
@@ -67,6 +81,9 @@ std::optional<catalog_entry> read_entry(const stmt& q) {
         sum.next_timer = unix_ms{q.int64(7)};
     }
     sum.last_activity = unix_ms{q.int64(8)};
+    sum.approvals = static_cast<std::uint32_t>(q.int64(9));
+    sum.cost = static_cast<std::uint64_t>(q.int64(10));
+    sum.tokens = static_cast<std::uint64_t>(q.int64(11));
     return catalog_entry{*sid, sum};
 }
 
@@ -136,7 +153,8 @@ void catalog::write_unwritten() {
             auto& q = db_.prepare(
                 "UPDATE sessions SET epoch = ?2, has_work = ?3, paused = ?4, lane_system = ?5, "
                 "lane_steer = ?6, lane_follow_up = ?7, timers = ?8, next_timer = ?9, "
-                "last_activity = ?10 WHERE id = ?1 AND epoch <= ?2");
+                "last_activity = ?10, approvals = ?11, cost = ?12, tokens = ?13 "
+                "WHERE id = ?1 AND epoch <= ?2");
             q.bind(1, std::string_view(id))
                 .bind(2, static_cast<std::int64_t>(epoch.value))
                 .bind(3, sum.has_work ? 1 : 0)
@@ -150,7 +168,11 @@ void catalog::write_unwritten() {
             } else {
                 q.bind_null(9);
             }
-            q.bind(10, sum.last_activity.value).run();
+            q.bind(10, sum.last_activity.value)
+                .bind(11, static_cast<std::int64_t>(sum.approvals))
+                .bind(12, as_int64(sum.cost))
+                .bind(13, as_int64(sum.tokens))
+                .run();
         }
         tx.commit();
         unwritten_.clear();
@@ -225,10 +247,10 @@ result<std::vector<catalog_entry>> catalog::sessions(const catalog_query& q) {
                     st.reset();
                     return errc::corrupt;
                 }
-                if (!q.ids && !range.before.empty() && e->id.str() >= range.before) {
+                if (!q.ids && !q.by_cost && !range.before.empty() && e->id.str() >= range.before) {
                     break;  // past the tenant's keys
                 }
-                if (matches(q, *e) && (!q.after || e->id > *q.after)) {
+                if (matches(q, *e) && after_cursor(q, *e)) {
                     out.push_back(std::move(*e));
                 }
             }
@@ -246,6 +268,17 @@ result<std::vector<catalog_entry>> catalog::sessions(const catalog_query& q) {
                 if (auto r = take(st); !r) {
                     return r.error();
                 }
+            }
+            in_query_order(q, out);
+            return out;
+        }
+        if (q.by_cost) {
+            // The index in cost order from the cursor (a tenant's rows are filtered on the way).
+            auto& st = db_.prepare(by_cost_after);
+            st.bind(1, q.after_cost && q.after ? q.after->str() : std::string());
+            st.bind(2, q.after_cost ? as_int64(*q.after_cost) : INT64_MAX);
+            if (auto r = take(st); !r) {
+                return r.error();
             }
             return out;
         }

@@ -17,8 +17,31 @@ bool matches(const catalog_query& q, const catalog_entry& e) {
         !(sum.next_timer && *sum.next_timer <= *q.needing_owner_by)) {
         return false;
     }
+    if (q.awaiting_approval && (sum.approvals > 0) != *q.awaiting_approval) {
+        return false;
+    }
     return in_scope(q.tenant, e.id) &&
            (!q.ids || std::find(q.ids->begin(), q.ids->end(), e.id) != q.ids->end());
+}
+
+bool after_cursor(const catalog_query& q, const catalog_entry& e) {
+    if (!q.by_cost) {
+        return !q.after || e.id > *q.after;
+    }
+    if (!q.after_cost) {
+        return true;
+    }
+    const auto cost = e.summary.cost;
+    return cost < *q.after_cost || (cost == *q.after_cost && (!q.after || e.id > *q.after));
+}
+
+void in_query_order(const catalog_query& q, std::vector<catalog_entry>& entries) {
+    std::sort(entries.begin(), entries.end(), [&](const catalog_entry& a, const catalog_entry& b) {
+        if (q.by_cost && a.summary.cost != b.summary.cost) {
+            return a.summary.cost > b.summary.cost;
+        }
+        return a.id < b.id;
+    });
 }
 
 bool in_scope(const std::optional<std::string>& tenant, const session_id& id) {

@@ -61,10 +61,21 @@ struct catalog_query {
     std::optional<std::vector<session_id>> ids;
     // Only the sessions of this tenant (keys `<tenant>.<id>`); "": those of no tenant.
     std::optional<std::string> tenant;
+    // Only the sessions with (true) or without (false) calls waiting for approval.
+    std::optional<bool> awaiting_approval;
+    // In order of cost, the highest first (ties in id order), instead of id order: with
+    // `after_cost`, the page starts after the row (`after_cost`, `after`) (`after` absent: at
+    // the first row of that cost).
+    bool by_cost = false;
+    std::optional<std::uint64_t> after_cost;
 };
 
-// Whether the query's filters (not `after` or `limit`) let the entry through.
+// Whether the query's filters (not `after`, `after_cost` or `limit`) let the entry through.
 bool matches(const catalog_query& q, const catalog_entry& e);
+// Whether the entry comes after the query's cursor, in the query's order.
+bool after_cursor(const catalog_query& q, const catalog_entry& e);
+// The entries in the query's order (by id, or by cost, highest first, then id).
+void in_query_order(const catalog_query& q, std::vector<catalog_entry>& entries);
 
 // Whether a session is in a tenant scope (catalog_query::tenant, ownership's lease_query):
 // nullopt every session; "" the sessions of no tenant; a name that tenant's.

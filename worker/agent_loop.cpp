@@ -6,6 +6,7 @@
 #include "session/overloaded.hpp"
 #include "session/reducer.hpp"
 #include "session/rules.hpp"
+#include "session/text.hpp"
 
 #include <boost/asio/experimental/awaitable_operators.hpp>
 
@@ -21,6 +22,7 @@ agent_loop::agent_loop(asio::any_io_executor ex, std::unique_ptr<storage::sessio
       tools_(tools),
       clock_(clk),
       opts_(std::move(opts)),
+      defaults_(opts_.defaults_for(log_->id().tenant())),
       hub_(std::make_shared<event_hub>()),
       section_(ex),
       wake_(ex),
@@ -185,7 +187,7 @@ s::status agent_loop::status_now() {
 }
 
 s::budget agent_loop::limits() const {
-    return s::effective(state_.config.limits, opts_.budget);
+    return s::effective(state_.config.limits, defaults_);
 }
 
 void agent_loop::set_loop(s::loop_state to) {
@@ -337,7 +339,7 @@ agent_loop::written agent_loop::run_command(command& c, command_reply& reply, bo
                 // commits"); not past its budget, which keeps the input queued.
                 const bool drain_now =
                     waiting_.load() && !s::exhausted(state_.usage, limits()) &&
-                    s::next_step(state_, s::loop_position{compaction_tried_}, opts_.budget).kind ==
+                    s::next_step(state_, s::loop_position{compaction_tried_}, defaults_).kind ==
                         s::step_kind::checkpoint;
                 auto r = drain_now ? s::plan_enqueue_and_drain(state_, std::move(x.in), now)
                                    : s::plan_enqueue(state_, std::move(x.in), now);
@@ -400,6 +402,14 @@ agent_loop::written agent_loop::decide(s::decision_input in, command_reply& repl
             return out;
         }
     }
+    // A person's text is held to the entry limit as a tool's output is (a reject's result
+    // carries a sentence more: cut to leave room for it).
+    if (opts_.max_entry_bytes > 0) {
+        in.message =
+            s::cut_to(std::move(in.message),
+                      opts_.max_entry_bytes - std::min<std::size_t>(opts_.max_entry_bytes / 2, 256),
+                      "message");
+    }
     auto r = s::plan_decide(state_, std::move(in), clock_.now());
     if (!r) {
         out.refused = r.error();
@@ -461,6 +471,8 @@ asio::awaitable<void> agent_loop::run() {
     if (!ec) {
         if (state_.has_work) {
             wake_.notify();
+        } else if (!state_.paused && s::awaiting_approval(state_)) {
+            set_loop(s::loop_state::awaiting_approval);  // loaded waiting: say so
         }
         try {
             co_await (work_loop() && timer_loop());
@@ -525,7 +537,7 @@ asio::awaitable<void> agent_loop::timer_loop() {
 asio::awaitable<void> agent_loop::run_until_idle() {
     s::loop_position at{compaction_tried_};
     while (!failed_) {
-        const s::loop_step step = s::next_step(state_, at, opts_.budget);
+        const s::loop_step step = s::next_step(state_, at, defaults_);
         if (abort_.pending()) {
             // An abort that came between two steps (or during a commit), or stopped a
             // compaction: it stops the turn here, before its next step runs; a turn that
@@ -561,7 +573,7 @@ asio::awaitable<void> agent_loop::run_until_idle() {
                 // Nothing to drain (a fused commit drained it): no store operation. After an
                 // answer that stops the loop, no `preparing` either: the spec's inferring → idle.
                 if (s::select_checkpoint(state_, s::current_checkpoint(state_)).empty()) {
-                    const auto then = s::next_step(state_, s::after(step, at), opts_.budget).kind;
+                    const auto then = s::next_step(state_, s::after(step, at), defaults_).kind;
                     if (loop_ != s::loop_state::inferring ||
                         (then != s::step_kind::idle && then != s::step_kind::pause)) {
                         set_loop(s::loop_state::preparing);

@@ -86,8 +86,9 @@ class agent_loop final : private session_writer {
     // The status register now, stamped newer than every status published before (for a
     // subscribe reply: a watcher drops the older ones it may still receive).
     session::status status_now();
-    // The session's budget with the fleet's defaults (session/ledger.hpp `effective`).
-    session::budget limits() const;
+    // The session's budget with its tenant's and the fleet's defaults (session/ledger.hpp
+    // `effective`, loop_options::defaults_for).
+    session::budget limits() const override;
     const std::optional<inflight_message>& inflight() const { return turns_.inflight(); }
     bool loaded() const { return loaded_; }
     bool failed() const override { return failed_; }
@@ -158,6 +159,7 @@ class agent_loop final : private session_writer {
     const tools::tool_registry& tools_;
     runtime::clock& clock_;
     loop_options opts_;
+    session::budget defaults_;  // the budget of the session's tenant, with the fleet's
     std::shared_ptr<event_hub> hub_;
 
     runtime::async_mutex section_;

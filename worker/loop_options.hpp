@@ -11,6 +11,7 @@
 #include <boost/asio/any_io_executor.hpp>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 
 namespace wuhu::worker {
@@ -61,6 +62,14 @@ struct loop_options {
     std::size_t max_waiting_commands = 64;
     // The fleet's default budget: each limit a session leaves at 0 (session/settings.hpp).
     session::budget budget;
+    // Each tenant's default budget, by tenant (--tenant-budgets): each limit it leaves at 0 is
+    // the fleet's, and each one a session leaves at 0 is its tenant's.
+    std::map<std::string, session::budget, std::less<>> tenant_budgets;
+    // The defaults of a session of `tenant` ("": of no tenant).
+    session::budget defaults_for(std::string_view tenant) const {
+        auto it = tenant_budgets.find(tenant);
+        return it == tenant_budgets.end() ? budget : session::effective(it->second, budget);
+    }
 };
 
 }  // namespace wuhu::worker

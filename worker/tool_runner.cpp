@@ -100,6 +100,10 @@ asio::awaitable<void> tool_runner::run() {
             waits = true;  // its result comes with a decision; the calls after it run meanwhile
             continue;
         }
+        if (tc.status == s::tool_status::not_started && !marked &&
+            s::calls_within(writer_.state(), writer_.limits(), 1) == 0) {
+            break;  // past the budget: this call and the ones after it wait for a raise
+        }
         if (tc.approval == s::approval_status::none && tc.status == s::tool_status::not_started &&
             !marked) {
             if (auto terms = tools_.approval_for(tc.call.name, writer_.state().config.approval)) {

@@ -120,18 +120,29 @@ asio::awaitable<void> turn_runner::infer() {
             // One commit: the response, the tool_started markers of the calls that will run
             // (all of them start before the first runs), and the mark_idle after a final
             // answer (docs/agent-loop.md, "Fused commits").
-            // A call that needs a person's approval is asked instead (in the same commit).
+            // A call that needs a person's approval is asked instead (in the same commit). None
+            // starts past the budget (with this answer counted), and no more than its tool_calls
+            // limit allows: the loop stops before the others (a raise lets them start).
             std::vector<s::tool_call_id> starting;
             std::vector<s::approval_requested> asking;
-            const auto& config = writer_.state().config;
+            const auto& st = writer_.state();
+            s::session_state after;
+            after.usage = st.usage;
+            s::count(after.usage, a.message);
+            std::size_t room =
+                s::calls_within(after, writer_.limits(), a.message.tool_calls.size());
             for (const auto& c : a.message.tool_calls) {
-                if (tools_.find(c.name, config.tools) == nullptr) {
+                if (room == 0) {
+                    break;  // this one and the ones after it start later, in order
+                }
+                if (tools_.find(c.name, st.config.tools) == nullptr) {
                     continue;
                 }
-                if (auto terms = tools_.approval_for(c.name, config.approval)) {
+                if (auto terms = tools_.approval_for(c.name, st.config.approval)) {
                     asking.push_back(s::request_of(c, *terms, clock_.now()));
                 } else {
                     starting.push_back(c.id);
+                    --room;
                 }
             }
             auto task = writer_.record(

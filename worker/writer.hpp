@@ -34,6 +34,8 @@ class session_writer {
     // nothing was written: the runner returns.
     virtual asio::awaitable<bool> record(session::transition t) = 0;
     virtual bool failed() const = 0;
+    // The session's budget with its tenant's and the fleet's defaults.
+    virtual session::budget limits() const = 0;
     // Whether this owner started the call with its response (its tool_started is durable and
     // it has not run yet): a started call that is not one of these may have run under an
     // owner that stopped.

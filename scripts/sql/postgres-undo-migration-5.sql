@@ -35,4 +35,9 @@ COMMENT ON COLUMN journal.body IS NULL;
 -- Migration 6 (the ledger's totals, issue 33) goes too: the version before 5 keeps no totals,
 -- and a column it never writes would be stale when a newer worker came back.
 ALTER TABLE sessions DROP COLUMN IF EXISTS usage;
+-- And migration 7 (the fleet view's approvals and cost): columns the version before 5 never
+-- writes.
+DROP INDEX IF EXISTS sessions_cost;
+ALTER TABLE sessions DROP COLUMN IF EXISTS approvals, DROP COLUMN IF EXISTS cost,
+                     DROP COLUMN IF EXISTS tokens;
 DELETE FROM migrations WHERE version >= 5;

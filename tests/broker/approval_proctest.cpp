@@ -4,6 +4,7 @@
 // owner and runs exactly once; parallel calls are decided in reverse order, reject and respond
 // reach the model; edited arguments that fail the schema are refused; a deadline decides on
 // time with no request, also for a session its owner passivated meanwhile.
+#include "tests/broker/fleet.hpp"
 #include "tests/support/pg_env.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/temp_dir.hpp"
@@ -222,11 +223,21 @@ TEST(ApprovalProcess, TheDeadlineDecidesOnTimeAlsoForASessionPassivatedMeanwhile
     ASSERT_NE(asked, nullptr);
     const auto deadline = asked->at("deadline").to_number<std::int64_t>();
     EXPECT_EQ(deadline - asked->at("at").to_number<std::int64_t>(), 3000);
-    // No request: wait past the deadline (the fleet view shows the session unloaded meanwhile).
+    // No request: wait past the deadline. Meanwhile the session is unloaded, and the fleet
+    // view lists it among those awaiting approval, from the index (and wuhuctl with it).
     std::this_thread::sleep_for(1500ms);
-    const auto page = answer_when_up(nc, w.prefix() + ".admin.sessions", "{}");
-    EXPECT_NE(json::serialize(page).find(R"("state":"unowned")"), std::string::npos)
-        << "passivated while it waits: " << page;
+    const auto page =
+        answer_when_up(nc, w.prefix() + ".admin.sessions", R"({"awaiting_approval":true})");
+    ASSERT_EQ(page.at("sessions").as_array().size(), 1u) << page;
+    const auto& row = page.at("sessions").at(0);
+    EXPECT_EQ(row.at("id"), "a3");
+    EXPECT_EQ(row.at("state"), "unowned") << "passivated while it waits: " << page;
+    EXPECT_EQ(row.at("approvals"), 1);
+    const auto listed = json::parse(
+        wuhuctl(nats_url(), w.prefix(), {"--json", "approvals"}, dir.path() / "approvals"));
+    ASSERT_EQ(listed.at("approvals").as_array().size(), 1u) << listed;
+    EXPECT_EQ(listed.at("approvals").at(0).at("call"), "d1");
+    EXPECT_EQ(listed.at("approvals").at(0).at("session"), "a3");
     std::this_thread::sleep_for(2500ms);
     st = until_state(nc, s, "idle", 10s);
     const auto* decided = entry_of(st, "approval_decided", "d1");

@@ -66,7 +66,7 @@ TEST(Fleet, ADiskThatRefusesWritesGetsUnavailableRepliesAndNeverACrash) {
     temp_dir shared;
     worker_process::config full;
     full.data_dir = shared.path() / "data";
-    full.max_file_bytes = 96 * 1024;  // files may not grow past this: writes soon fail
+    full.max_file_bytes = 160 * 1024;  // files may not grow past this: writes soon fail
     worker_process worker("full", slow_script, full);
     worker.start();
     nats::connection nc(nats_url(), "full-disk");

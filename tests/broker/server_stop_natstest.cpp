@@ -186,6 +186,29 @@ TEST_F(worker_fixture, TheFleetViewListsEverySessionOnceWhateverThePageSize) {
         EXPECT_EQ(std::set<std::string>(seen.begin(), seen.end()), created) << "limit " << limit;
         EXPECT_EQ(seen.size(), created.size()) << "limit " << limit;
     }
+    // In order of cost (all 0 here: then by id), paged by the (next_cost, next) cursor.
+    for (std::size_t limit : {7u, 60u}) {
+        std::vector<std::string> seen;
+        json::object q{{"limit", limit}, {"order", "cost"}};
+        for (int guard = 0; guard < 100; ++guard) {
+            auto page = c.sessions(q);
+            ASSERT_TRUE(page) << page.error().message;
+            for (const auto& r : page->at("sessions").as_array()) {
+                seen.push_back(json::value_to<std::string>(r.at("id")));
+                EXPECT_EQ(r.at("cost"), 0);
+            }
+            if (!page->contains("next")) {
+                break;
+            }
+            ASSERT_TRUE(page->contains("next_cost")) << *page;
+            q["after"] = page->at("next");
+            q["after_cost"] = page->at("next_cost");
+        }
+        EXPECT_EQ(std::set<std::string>(seen.begin(), seen.end()), created) << "limit " << limit;
+        EXPECT_EQ(seen.size(), created.size()) << "limit " << limit;
+    }
+    auto refused = c.sessions(json::object{{"order", "cost"}, {"owner", "w1"}});
+    EXPECT_FALSE(refused) << "the cost order is the index's";
 }
 
 // ---- chunked subscribe replies and the client library

@@ -211,3 +211,55 @@ TEST(EmptyRequests, AcceptAnEmptyBodyOrEmptyObjectOnly) {
 }
 
 }  // namespace wuhu::protocol
+
+namespace wuhu::testing {
+
+TEST(DecideRequest, ReadsTheThreeVerbsAndRefusesWhatIsNotOneOfThem) {
+    const auto approve = protocol::decode_decide(
+        session::decision::approve, boost::json::parse(R"({"call":"c1","arguments":{"cents":3},
+                               "author":{"id":"u2","name":"Bea","kind":"human"}})"),
+        {});
+    ASSERT_TRUE(approve);
+    EXPECT_EQ(approve->in.call.str(), "c1");
+    EXPECT_EQ(approve->in.arguments, R"({"cents":3})");
+    const auto respond = protocol::decode_decide(
+        session::decision::respond, boost::json::parse(R"({"call":"c1","output":"42"})"), {});
+    ASSERT_TRUE(respond);
+    EXPECT_EQ(respond->in.message, "42");
+    for (const auto& [what, body] : std::vector<std::pair<session::decision, std::string>>{
+             {session::decision::approve, R"({})"},
+             {session::decision::approve, R"({"call":"c1","arguments":"{}"})"},
+             {session::decision::respond, R"({"call":"c1"})"},
+             {session::decision::reject, R"({"call":"c1","author":{"kind":"system"}})"},
+             {session::decision::reject, R"({"call":"c1","output":"x"})"},
+         }) {
+        EXPECT_FALSE(protocol::decode_decide(what, boost::json::parse(body), {})) << body;
+    }
+}
+
+TEST(SessionsQuery, ApprovalsAndTheCostOrder) {
+    auto q = protocol::decode_sessions_query(
+        boost::json::parse(R"({"awaiting_approval":true,"order":"cost","after_cost":7})"));
+    ASSERT_TRUE(q);
+    EXPECT_EQ(q->awaiting_approval, true);
+    EXPECT_TRUE(q->by_cost);
+    EXPECT_EQ(q->after_cost, 7u);
+    for (const char* bad :
+         {R"({"order":"size"})", R"({"after_cost":7})", R"({"order":"cost","owner":"w1"})",
+          R"({"order":"cost","state":"idle"})"}) {
+        EXPECT_FALSE(protocol::decode_sessions_query(boost::json::parse(bad))) << bad;
+    }
+}
+
+TEST(TenantBudgets, ABudgetPerTenant) {
+    auto b = protocol::decode_tenant_budgets(
+        boost::json::parse(R"({"acme":{"turns":5,"cost_usd":"2.5"},"globex":{}})"));
+    ASSERT_TRUE(b);
+    EXPECT_EQ(b->at("acme").turns, 5u);
+    EXPECT_EQ(b->at("acme").cost, 2'500'000'000u);
+    EXPECT_FALSE(protocol::decode_tenant_budgets(boost::json::parse(R"({"session":{}})")));
+    EXPECT_FALSE(protocol::decode_tenant_budgets(boost::json::parse(R"({"acme":{"turns":-1}})")));
+    EXPECT_FALSE(protocol::decode_tenant_budgets(boost::json::parse(R"([1])")));
+}
+
+}  // namespace wuhu::testing

@@ -199,3 +199,79 @@ TEST_P(StoreConformance, ASessionWithAPendingTimerNeedsAnOwnerWhenItIsDue) {
 }
 
 }  // namespace wuhu::testing
+
+namespace wuhu::testing {
+
+namespace {
+
+// A session whose one answer cost `cost` and called `calls` (ids c1.., echo), the first
+// `asking` of them asked for approval (with a deadline at 5000).
+void answered(storage::session_store& store, const std::string& id, std::uint64_t cost, int calls,
+              int asking) {
+    auto log = store.open(session_id::parse(id).value(), lease_epoch{1}).value();
+    session_state st = log->load().value();
+    std::vector<std::pair<std::string, std::string>> named;
+    for (int i = 1; i <= calls; ++i) {
+        named.emplace_back("c" + std::to_string(i), "echo");
+    }
+    auto m = reply("", named);
+    m.cost = cost;
+    m.usage = {100, 0, 10, 0, 0};
+    std::vector<approval_requested> asked;
+    for (int i = 0; i < asking; ++i) {
+        asked.push_back(request_of(m.tool_calls[static_cast<std::size_t>(i)],
+                                   tool_approval{approval_mode::always, 4000, decision::reject},
+                                   unix_ms{1000}));
+    }
+    auto actions = plan_response(st, m, {}, false, unix_ms{1000}, asked).value();
+    ASSERT_TRUE(log->commit(st, actions));
+}
+
+}  // namespace
+
+// The fleet view's approvals and cost (issue 33): each session's waiting calls, cost and tokens
+// are in the index; it lists the sessions that wait, and pages in order of cost.
+TEST_P(StoreConformance, TheIndexListsSessionsAwaitingApprovalAndPagesByCost) {
+    answered(store(), "cost-a", 300, 1, 1);
+    answered(store(), "cost-b", 900, 0, 0);
+    answered(store(), "cost-c", 300, 2, 2);
+    answered(store(), "cost-d", 50, 1, 0);
+    auto all = store().sessions({}).value();
+    ASSERT_EQ(all.size(), 4u);
+    EXPECT_EQ(all[0].summary.approvals, 1u);
+    EXPECT_EQ(all[0].summary.cost, 300u);
+    EXPECT_EQ(all[0].summary.tokens, 110u);
+    EXPECT_EQ(all[0].summary.next_timer, unix_ms{5000}) << "the deadline is due then";
+    EXPECT_EQ(all[2].summary.approvals, 2u);
+
+    storage::catalog_query waiting;
+    waiting.awaiting_approval = true;
+    EXPECT_EQ(ids_of(store().sessions(waiting).value()),
+              (std::vector<std::string>{"cost-a", "cost-c"}));
+    waiting.awaiting_approval = false;
+    EXPECT_EQ(ids_of(store().sessions(waiting).value()),
+              (std::vector<std::string>{"cost-b", "cost-d"}));
+
+    storage::catalog_query by_cost;
+    by_cost.by_cost = true;
+    EXPECT_EQ(ids_of(store().sessions(by_cost).value()),
+              (std::vector<std::string>{"cost-b", "cost-a", "cost-c", "cost-d"}));
+    // Pages of two, from the last row's (cost, id).
+    by_cost.limit = 2;
+    auto first = store().sessions(by_cost).value();
+    EXPECT_EQ(ids_of(first), (std::vector<std::string>{"cost-b", "cost-a"}));
+    by_cost.after_cost = first.back().summary.cost;
+    by_cost.after = first.back().id;
+    EXPECT_EQ(ids_of(store().sessions(by_cost).value()),
+              (std::vector<std::string>{"cost-c", "cost-d"}));
+    // With a filter: the waiting ones by cost.
+    storage::catalog_query costly_waiting;
+    costly_waiting.by_cost = true;
+    costly_waiting.awaiting_approval = true;
+    costly_waiting.after_cost = 300;
+    costly_waiting.after = session_id::parse("cost-a").value();
+    EXPECT_EQ(ids_of(store().sessions(costly_waiting).value()),
+              (std::vector<std::string>{"cost-c"}));
+}
+
+}  // namespace wuhu::testing

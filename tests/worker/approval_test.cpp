@@ -294,6 +294,7 @@ TEST(Approval, APendingApprovalSurvivesATakeoverAndTheCallRunsExactlyOnce) {
     EXPECT_THAT(next.transcript_texts(),
                 ElementsAre("party:go", "assistant:+charge", "asked:charge"))
         << "no interruption: nothing of the call was running";
+    EXPECT_EQ(next.loop().current(), loop_state::awaiting_approval) << "loaded, it says it waits";
     EXPECT_TRUE(runs.empty());
     ASSERT_TRUE(next.send(decide("c1", decision::approve)));
     next.settle();

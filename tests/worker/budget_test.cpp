@@ -90,13 +90,40 @@ TEST(Budget, ABudgetSpentMidTurnStopsBeforeTheInferenceAfterTheToolsAndTheTurnGo
     h.follow_up("f1", "go");
     h.settle();
     EXPECT_EQ(h.provider().calls(), 1u);
-    EXPECT_EQ(h.state().usage.tool_calls, 1u) << "the answer's call ran";
+    EXPECT_EQ(h.state().usage.tool_calls, 0u) << "the answer that spent it starts no call";
     EXPECT_TRUE(h.state().paused);
     EXPECT_EQ(h.diagnostic_message().empty(), false);
     ASSERT_TRUE(h.send(with_budget(turns(2))));
     h.settle();
+    EXPECT_EQ(h.state().usage.tool_calls, 1u) << "the call ran once raised";
     EXPECT_EQ(h.provider().calls(), 2u);
     EXPECT_EQ(h.transcript_texts().back(), "assistant:done") << "the turn went on";
+}
+
+TEST(Budget, AToolCallsBudgetStopsBetweenTheCallsOfOneAnswer) {
+    loop_harness h(R"({"responses":[
+        {"text":"calling","tool_calls":[{"name":"echo","arguments":{"text":"1"}},
+                                        {"name":"echo","arguments":{"text":"2"}},
+                                        {"name":"echo","arguments":{"text":"3"}}]},
+        {"text":"done"}]})");
+    h.start();
+    budget b;
+    b.tool_calls = 2;
+    b.soft_percent = 100;
+    ASSERT_TRUE(h.send(with_budget(b)));
+    h.follow_up("f1", "go");
+    h.settle();
+    EXPECT_EQ(h.state().usage.tool_calls, 2u) << "exactly its limit";
+    EXPECT_TRUE(h.state().paused);
+    EXPECT_EQ(h.transcript_texts().back(), "diagnostic:budget_exhausted");
+    EXPECT_EQ(h.provider().calls(), 1u);
+    b.tool_calls = 4;  // 3 would stop again before the inference: that many are used
+    ASSERT_TRUE(h.send(with_budget(b)));
+    h.settle();
+    EXPECT_EQ(h.state().usage.tool_calls, 3u);
+    EXPECT_EQ(h.transcript_texts().back(), "assistant:done");
+    const auto texts = h.transcript_texts();
+    EXPECT_EQ(std::count(texts.begin(), texts.end(), "result:3"), 1);
 }
 
 // Input that arrives while the tools of the answer that spent the budget run is not taken by
@@ -106,7 +133,10 @@ TEST(Budget, InputArrivingWhileTheLastToolsRunStaysQueued) {
         {"text":"calling","tool_calls":[{"name":"sleep","arguments":{"ms":1000}}]},
         {"text":"done"}]})");
     h.start();
-    ASSERT_TRUE(h.send(with_budget(turns(1))));
+    budget one_call;
+    one_call.tool_calls = 1;
+    one_call.soft_percent = 100;
+    ASSERT_TRUE(h.send(with_budget(one_call)));  // spent once its one call starts
     h.follow_up("f1", "go");
     ASSERT_TRUE(h.run_until([&] { return h.state().usage.tool_calls == 1; }));
     h.steer("s1", "also this");
@@ -253,6 +283,39 @@ TEST(Budget, IsPartOfTheSettingsAndItsCostIsExactDollars) {
           R"({"cost_usd":-1})", R"({"soft_percent":101})", R"({"turns":-1})", R"({"minutes":5})"}) {
         EXPECT_FALSE(budget_from_json(boost::json::parse(bad), "budget")) << bad;
     }
+}
+
+TEST(Budget, ATenantsDefaultsComeBetweenTheSessionsBudgetAndTheFleets) {
+    auto opts = loop_harness::default_options();
+    opts.budget.turns = 10;
+    opts.budget.soft_percent = 100;
+    budget acme;
+    acme.turns = 1;
+    opts.tenant_budgets["acme"] = acme;
+    EXPECT_EQ(opts.defaults_for("acme").turns, 1u);
+    EXPECT_EQ(opts.defaults_for("acme").soft_percent, 100u) << "the fleet's, where it says none";
+    EXPECT_EQ(opts.defaults_for("globex").turns, 10u);
+    // A session of acme stops after its tenant's one turn; one of another tenant goes on.
+    loop_harness a(three_answers, nullptr, 1, opts, "acme.s1");
+    a.start();
+    a.follow_up("f1", "one");
+    a.settle();
+    a.follow_up("f2", "two");
+    a.settle();
+    EXPECT_EQ(a.provider().calls(), 1u);
+    EXPECT_TRUE(a.state().paused);
+    EXPECT_EQ(a.loop().limits().turns, 1u);
+    loop_harness g(three_answers, nullptr, 1, opts, "globex.s1");
+    g.start();
+    g.follow_up("f1", "one");
+    g.settle();
+    g.follow_up("f2", "two");
+    g.settle();
+    EXPECT_EQ(g.provider().calls(), 2u);
+    // The session's own budget comes first.
+    ASSERT_TRUE(a.send(with_budget(turns(2))));
+    a.settle();
+    EXPECT_EQ(a.provider().calls(), 2u);
 }
 
 }  // namespace wuhu::testing

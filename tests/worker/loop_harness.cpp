@@ -11,7 +11,7 @@ worker::loop_options loop_harness::default_options() {
 }
 
 loop_harness::loop_harness(const std::string& script_json, storage::session_store* store,
-                           std::uint64_t epoch, worker::loop_options opts)
+                           std::uint64_t epoch, worker::loop_options opts, const std::string& key)
     : store_(store != nullptr ? store : &own_store_) {
     auto parsed = providers::parse_script(script_json);
     if (!parsed) {
@@ -21,7 +21,7 @@ loop_harness::loop_harness(const std::string& script_json, storage::session_stor
     provider_ = std::make_unique<providers::scripted_provider>(std::move(*parsed), clock_);
     provider_->record_requests(true);
     tools::add_builtin_tools(tools_);
-    auto log = store_->open(session_id::parse("s1").value(), lease_epoch{epoch});
+    auto log = store_->open(session_id::parse_key(key).value(), lease_epoch{epoch});
     EXPECT_TRUE(log.has_value());
     loop_ = std::make_unique<worker::agent_loop>(io_.get_executor(), std::move(*log), *provider_,
                                                  tools_, clock_, opts);

@@ -29,8 +29,10 @@ inline constexpr std::int64_t harness_t0 = 1771340160000;  // 26/2/17 14:56 UTC
 class loop_harness {
   public:
     // `script_json` as in docs/scripted-provider.md. `store` defaults to an in-memory store.
+    // `key`: the session's key (`<tenant>.<id>` for a tenant's).
     explicit loop_harness(const std::string& script_json, storage::session_store* store = nullptr,
-                          std::uint64_t epoch = 1, worker::loop_options opts = default_options());
+                          std::uint64_t epoch = 1, worker::loop_options opts = default_options(),
+                          const std::string& key = "s1");
 
     static worker::loop_options default_options();
 
