@@ -139,6 +139,9 @@ result<std::vector<catalog_entry>> memory_store::sessions(const catalog_query& q
             }
         }
         in_query_order(q, out);
+        if (out.size() > q.limit) {
+            out.erase(out.begin() + static_cast<std::ptrdiff_t>(q.limit), out.end());
+        }
         return out;
     }
     const auto range = range_of(q.tenant, q.after);

@@ -3,6 +3,7 @@
 #include "storage/sqlite_catalog.hpp"
 
 #include <algorithm>
+#include <limits>
 
 namespace wuhu::storage::sqlite {
 
@@ -240,8 +241,11 @@ result<std::vector<catalog_entry>> catalog::sessions(const catalog_query& q) {
         write_unwritten();  // this process's rows are as new as its commits
         std::vector<catalog_entry> out;
         const auto range = range_of(q.tenant, q.after);
+        // Listed ids in cost order are all read, then sorted and cut to the limit.
+        const std::size_t limit =
+            q.ids && q.by_cost ? std::numeric_limits<std::size_t>::max() : q.limit;
         auto take = [&](stmt& st) -> result<void> {
-            while (out.size() < q.limit && st.step()) {
+            while (out.size() < limit && st.step()) {
                 auto e = read_entry(st);
                 if (!e) {
                     st.reset();
@@ -270,6 +274,9 @@ result<std::vector<catalog_entry>> catalog::sessions(const catalog_query& q) {
                 }
             }
             in_query_order(q, out);
+            if (out.size() > q.limit) {
+                out.erase(out.begin() + static_cast<std::ptrdiff_t>(q.limit), out.end());
+            }
             return out;
         }
         if (q.by_cost) {

@@ -102,7 +102,9 @@ asio::awaitable<void> tool_runner::run() {
         }
         if (tc.status == s::tool_status::not_started && !marked &&
             s::calls_within(writer_.state(), writer_.limits(), 1) == 0) {
-            break;  // past the budget: this call and the ones after it wait for a raise
+            // Past the budget: this call waits for a raise; the calls started before the limit
+            // (with the answer) still run, so the loop never comes back here for nothing.
+            continue;
         }
         if (tc.approval == s::approval_status::none && tc.status == s::tool_status::not_started &&
             !marked) {

@@ -264,6 +264,15 @@ TEST_P(StoreConformance, TheIndexListsSessionsAwaitingApprovalAndPagesByCost) {
     by_cost.after = first.back().id;
     EXPECT_EQ(ids_of(store().sessions(by_cost).value()),
               (std::vector<std::string>{"cost-c", "cost-d"}));
+    // Listed ids, by cost, cut to the limit: the costliest of them.
+    storage::catalog_query listed;
+    listed.ids = std::vector<session_id>{session_id::parse("cost-d").value(),
+                                         session_id::parse("cost-a").value(),
+                                         session_id::parse("cost-b").value()};
+    listed.by_cost = true;
+    listed.limit = 2;
+    EXPECT_EQ(ids_of(store().sessions(listed).value()),
+              (std::vector<std::string>{"cost-b", "cost-a"}));
     // With a filter: the waiting ones by cost.
     storage::catalog_query costly_waiting;
     costly_waiting.by_cost = true;

@@ -5,6 +5,7 @@
 // twice.
 #include "session/approval.hpp"
 #include "session/loop_policy.hpp"
+#include "session/reducer.hpp"
 #include "tests/worker/loop_harness.hpp"
 
 #include <gmock/gmock.h>
@@ -302,6 +303,48 @@ TEST(Approval, APendingApprovalSurvivesATakeoverAndTheCallRunsExactlyOnce) {
     EXPECT_EQ(next.transcript_texts().back(), "assistant:done");
     auto log = store.open(session_id::parse("s1").value(), lease_epoch{3}).value();
     EXPECT_EQ(log->load().value(), next.state());
+}
+
+// Regression: a call approved while the budget's tool_calls were spent by the calls started
+// with it, before the runner reached it, stopped the runner at that call every time: the calls
+// started after it never ran, and the loop asked the runner again forever. Now the call waits
+// for a raise and the started calls run.
+TEST(Approval, AnApprovedCallPastTheBudgetWaitsWhileTheCallsStartedBeforeItRun) {
+    storage::memory_store store;
+    {
+        auto log = store.open(session_id::parse("s1").value(), lease_epoch{1}).value();
+        session_state st = log->load().value();
+        auto commit = [&](const action_list& a) {
+            ASSERT_TRUE(log->commit(st, a));
+            apply_actions(a, st);
+        };
+        settings cfg = st.config;
+        cfg.limits.tool_calls = 2;
+        cfg.limits.soft_percent = 100;
+        commit(plan_set_settings(st, cfg).value());
+        commit(plan_enqueue(st, user_in(lane::follow_up, "f1", "go", human("u1", "Ann")),
+                            unix_ms{harness_t0})
+                   ->actions);
+        commit(plan_drain(st, checkpoint::follow_up, unix_ms{harness_t0}));
+        auto m = reply("", {{"a", "clock"}, {"b", "echo"}, {"c", "echo"}});
+        m.tool_calls[1].arguments = R"({"text":"b"})";
+        m.tool_calls[2].arguments = R"({"text":"c"})";
+        // a asked; b and c started with the answer (the two calls the budget allows).
+        commit(plan_response(st, m, {call_id("b"), call_id("c")}, false, unix_ms{harness_t0},
+                             {request_of(m.tool_calls[0], always(), unix_ms{harness_t0})})
+                   .value());
+    }  // the owner goes away before running b and c
+    loop_harness next(R"({"responses":[{"text":"unused"}]})", &store, 2);
+    next.tools().set_approval("clock", always());
+    ASSERT_TRUE(next.send(decide("a", decision::approve)));  // before the loop runs
+    next.start();
+    next.settle();
+    const auto texts = next.transcript_texts();
+    EXPECT_EQ(std::count(texts.begin(), texts.end(), "result:b"), 1) << "b ran";
+    EXPECT_EQ(std::count(texts.begin(), texts.end(), "result:c"), 1) << "c ran";
+    EXPECT_EQ(next.state().find_tool_call("a")->status, tool_status::not_started);
+    EXPECT_TRUE(next.state().paused) << "a waits for a raise";
+    EXPECT_EQ(texts.back(), "diagnostic:budget_exhausted");
 }
 
 }  // namespace wuhu::testing
