@@ -64,18 +64,35 @@ TEST(Fleet, DeletingASessionWhileCommandsWaitNeverCrashesTheWorker) {
 // when the disk works again.
 TEST(Fleet, ADiskThatRefusesWritesGetsUnavailableRepliesAndNeverACrash) {
     temp_dir shared;
-    worker_process::config full;
-    full.data_dir = shared.path() / "data";
-    // Files may not grow past this: writes soon fail (a session's WAL passes it within a few
-    // dozen commits), though the catalog's migrations fit (its WAL holds about 100 KiB of
-    // them since issue 33's columns).
+    nats::connection nc(nats_url(), "full-disk");
+    std::set<std::string> acked;
+    // First on a roomy disk: the catalog's migrations, each session's file and lease, one item
+    // each. A clean stop checkpoints every WAL away, so the full disk below starts with none:
+    // its first writes succeed whatever the order the worker makes them in (a catalog WAL of
+    // migrations was most of the limit, and a slow machine sometimes filled it before any
+    // session's commit).
+    worker_process::config roomy;
+    roomy.data_dir = shared.path() / "data";
+    worker_process before("full", slow_script, roomy);
+    before.start();
+    for (int s = 0; s < 4; ++s) {
+        const std::string sid = "full" + std::to_string(s);
+        auto r = answer_when_up(nc, before.prefix() + ".session." + sid + ".enqueue",
+                                enqueue_body("first"));
+        ASSERT_EQ(r.at("ok"), true) << json::serialize(r);
+        acked.insert(sid + "/" + json::value_to<std::string>(r.at("id")));
+    }
+    ASSERT_EQ(before.stop(), 0);
+
+    worker_process::config full = roomy;
+    full.prefix = before.prefix();
+    // Files may not grow past this: writes soon fail (the catalog's WAL passes it within a few
+    // dozen commits of 4 KiB pages, a session's within a hundred of 1 KiB pages).
     full.max_file_bytes = 128 * 1024;
     worker_process worker("full", slow_script, full);
     worker.start();
-    nats::connection nc(nats_url(), "full-disk");
     ASSERT_EQ(answer_when_up(nc, worker.prefix() + ".session.warmup.subscribe").at("ok"), true);
     burst b(nc);
-    std::set<std::string> acked;
     std::map<std::string, int> codes;
     for (int round = 0; round < 30; ++round) {
         std::vector<std::pair<std::string, std::string>> requests;
@@ -103,8 +120,6 @@ TEST(Fleet, ADiskThatRefusesWritesGetsUnavailableRepliesAndNeverACrash) {
     EXPECT_EQ(worker.stop(), 0) << "a clean stop, with no sanitizer report";
 
     // The disk works again: every acknowledged item is there.
-    worker_process::config roomy;
-    roomy.data_dir = full.data_dir;
     roomy.prefix = worker.prefix();
     worker_process again("full", slow_script, roomy);
     again.start();
