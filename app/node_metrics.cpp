@@ -32,11 +32,17 @@ worker::session_registry::event_forwarder node::measured(
                 const auto& body = appended->e.body;
                 if (const auto* m = std::get_if<session::assistant_message>(&body)) {
                     metrics_.inference_usage(m->model, m->usage, m->cost);
-                } else if (std::holds_alternative<session::compaction>(body)) {
+                } else if (const auto* k = std::get_if<session::compaction>(&body)) {
                     metrics_.compaction();
-                } else if (const auto* d = std::get_if<session::diagnostic>(&body);
-                           d != nullptr && d->code == "budget_exhausted") {
-                    metrics_.budget_exhausted();
+                    if (session::counts(body)) {
+                        metrics_.inference_usage(k->model, k->usage, k->cost);
+                    }
+                } else if (const auto* d = std::get_if<session::diagnostic>(&body)) {
+                    if (d->code == "budget_exhausted") {
+                        metrics_.budget_exhausted();
+                    } else if (session::counts(body)) {
+                        metrics_.inference_usage(d->model, d->usage, d->cost);  // billed
+                    }
                 } else if (const auto* a = std::get_if<session::approval_decided>(&body)) {
                     metrics_.approval_decision(a->what, a->by_deadline);
                 }

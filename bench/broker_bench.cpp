@@ -82,7 +82,7 @@ class clock_provider final : public wuhu::providers::provider {
     }
     asio::awaitable<wuhu::providers::summary_outcome> summarize(
         wuhu::providers::summary_request) override {
-        co_return std::string("summary");
+        co_return wuhu::providers::summary_answer{"summary", {}, {}, 0};
     }
 
   private:

@@ -127,6 +127,7 @@ void anthropic_stream::on_event(const sse_event& e) {
                 usage_.cached_input = count_of(*u, "cache_read_input_tokens").value_or(0);
                 usage_.cache_write = count_of(*u, "cache_creation_input_tokens").value_or(0);
                 usage_.output = count_of(*u, "output_tokens").value_or(0);
+                reported();
             }
         }
     } else if (type == "content_block_start") {
@@ -169,6 +170,7 @@ void anthropic_stream::on_event(const sse_event& e) {
                 count_of(*u, "cache_read_input_tokens").value_or(usage_.cached_input);
             usage_.cache_write =
                 count_of(*u, "cache_creation_input_tokens").value_or(usage_.cache_write);
+            reported();
         }
     } else if (type == "message_stop") {
         done_ = true;

@@ -193,6 +193,7 @@ asio::awaitable<summary_outcome> http_provider::summarize(summary_request sr) {
     req.session = std::move(sr.session);
     const auto step = sr.step;
     auto sr_alive = std::move(sr.alive);
+    auto sr_usage = std::move(sr.usage);
     for (auto& m : sr.segment) {
         if (m.role == session::llm_role::tool) {
             m.role = session::llm_role::user;
@@ -216,7 +217,8 @@ asio::awaitable<summary_outcome> http_provider::summarize(summary_request sr) {
     req.context.push_back(std::move(ask));
     req.step = step;
     struct discard final : stream_sink {
-        explicit discard(std::function<void()> a) : on_alive(std::move(a)) {}
+        discard(std::function<void()> a, std::function<void(const reported_usage&)> u)
+            : on_alive(std::move(a)), on_usage(std::move(u)) {}
         void text(std::string_view) override { alive(); }
         void tool_call(const tool_call_delta&) override { alive(); }
         void alive() override {
@@ -224,14 +226,21 @@ asio::awaitable<summary_outcome> http_provider::summarize(summary_request sr) {
                 on_alive();
             }
         }
+        void usage(const reported_usage& u) override {
+            if (on_usage) {
+                on_usage(u);
+            }
+        }
         std::function<void()> on_alive;
-    } quiet(std::move(sr_alive));
+        std::function<void(const reported_usage&)> on_usage;
+    } quiet(std::move(sr_alive), std::move(sr_usage));
     auto inferring = infer(std::move(req), quiet);
     auto out = co_await std::move(inferring);
     if (auto* e = std::get_if<provider_error>(&out)) {
         co_return *e;
     }
-    co_return std::get<session::assistant_message>(out).text;
+    auto& m = std::get<session::assistant_message>(out);
+    co_return summary_answer{std::move(m.text), m.usage, std::move(m.model), 0};
 }
 
 }  // namespace wuhu::providers

@@ -142,6 +142,7 @@ void openai_stream::on_event(const sse_event& e) {
             usage_.reasoning =
                 std::min(count_of(d->as_object(), "reasoning_tokens").value_or(0), usage_.output);
         }
+        reported();
     }
     const auto* choices = chunk.if_contains("choices");
     if (choices == nullptr || !choices->is_array()) {

@@ -92,12 +92,17 @@ const session::model_prices* price_for(const price_table& t, std::string_view mo
     return best;
 }
 
-void price(session::assistant_message& m, const price_table& t, std::string_view asked) {
-    const auto* p = price_for(t, m.model);
+std::uint64_t cost_for(const price_table& t, const session::token_usage& u,
+                       std::string_view reported, std::string_view asked) {
+    const auto* p = price_for(t, reported);
     if (p == nullptr && !asked.empty()) {
         p = price_for(t, asked);
     }
-    m.cost = p != nullptr ? session::cost_of(m.usage, *p) : 0;
+    return p != nullptr ? session::cost_of(u, *p) : 0;
+}
+
+void price(session::assistant_message& m, const price_table& t, std::string_view asked) {
+    m.cost = cost_for(t, m.usage, m.model, asked);
 }
 
 }  // namespace wuhu::providers

@@ -32,9 +32,12 @@ boost::system::result<price_table, std::string> parse_prices(std::string_view js
 // The price of `model` (nullptr: none).
 const session::model_prices* price_for(const price_table& t, std::string_view model);
 
-// Sets m.cost from its usage and reported model, or, when that model has no price, the model
-// the session asked for (`asked`: an endpoint's name for it; a provider cannot make an answer
-// free by reporting a name nobody priced).
+// What `u` cost by its reported model's price, or, when that model has no price, the model the
+// session asked for (`asked`: an endpoint's name for it; a provider cannot make an answer free
+// by reporting a name nobody priced). 0 when neither has a price.
+std::uint64_t cost_for(const price_table& t, const session::token_usage& u,
+                       std::string_view reported, std::string_view asked = {});
+// Sets m.cost (cost_for its usage and model).
 void price(session::assistant_message& m, const price_table& t, std::string_view asked = {});
 
 }  // namespace wuhu::providers

@@ -38,6 +38,18 @@ struct tool_call_delta {
     std::string arguments;  // a fragment of the JSON arguments
 };
 
+// What the provider reported of an inference's usage as it streamed (Anthropic reports the
+// input's when the stream begins, then the output's; OpenAI all of it at the end), with the
+// model it reported and the cost (set by the routing provider's price table). The provider
+// bills it whether or not the answer completes: the loop records it when no answer does (a
+// failure, a cut, an abort: session::billed_attempt).
+struct reported_usage {
+    session::token_usage usage;
+    std::string model;
+    std::uint64_t cost = 0;
+    bool operator==(const reported_usage&) const = default;
+};
+
 class stream_sink {
   public:
     virtual ~stream_sink() = default;
@@ -46,6 +58,8 @@ class stream_sink {
     // Bytes of the answer arrived (its headers, a keep-alive, an event with no delta): the
     // stream is alive (loop_options::stream_limits).
     virtual void alive() {}
+    // The usage so far, each time the stream reports it (each report has all of it so far).
+    virtual void usage(const reported_usage&) {}
 };
 
 // The loop's policy sorts a failed inference by kind (session/loop_policy.hpp).
@@ -59,11 +73,21 @@ struct summary_request {
     std::string model;
     std::uint64_t step = 0;
     std::string session;
-    std::function<void()> alive;  // as stream_sink::alive, when set
+    std::function<void()> alive;                       // as stream_sink::alive, when set
+    std::function<void(const reported_usage&)> usage;  // as stream_sink::usage, when set
+};
+
+// A summary, with what its inference used: as an answer's usage, reported model and cost.
+struct summary_answer {
+    std::string text;
+    session::token_usage usage;
+    std::string model;
+    std::uint64_t cost = 0;
+    bool operator==(const summary_answer&) const = default;
 };
 
 using inference_outcome = std::variant<session::assistant_message, provider_error>;
-using summary_outcome = std::variant<std::string, provider_error>;
+using summary_outcome = std::variant<summary_answer, provider_error>;
 
 class provider {
   public:

@@ -277,12 +277,43 @@ provider_error no_endpoint(const std::string& model,
 
 }  // namespace
 
+namespace {
+
+// The model asked for, as its endpoint names it (`openai/gpt-4o` asks for `gpt-4o`).
+std::string asked_of(const std::string& model) {
+    const auto slash = model.find('/');
+    return slash == std::string::npos ? model : model.substr(slash + 1);
+}
+
+// Passes a stream on, its usage reports priced.
+class pricing_sink final : public stream_sink {
+  public:
+    pricing_sink(stream_sink& to, const price_table* prices, std::string asked)
+        : to_(to), prices_(prices), asked_(std::move(asked)) {}
+    void text(std::string_view delta) override { to_.text(delta); }
+    void tool_call(const tool_call_delta& delta) override { to_.tool_call(delta); }
+    void alive() override { to_.alive(); }
+    void usage(const reported_usage& u) override {
+        reported_usage priced = u;
+        if (prices_ != nullptr) {
+            priced.cost = cost_for(*prices_, u.usage, u.model, asked_);
+        }
+        to_.usage(priced);
+    }
+
+  private:
+    stream_sink& to_;
+    const price_table* prices_;
+    std::string asked_;
+};
+
+}  // namespace
+
 asio::awaitable<inference_outcome> routing_provider::infer(inference_request req,
                                                            stream_sink& sink) {
-    // The model asked for, as its endpoint names it (`openai/gpt-4o` asks for `gpt-4o`).
-    const auto slash = req.model.find('/');
-    const std::string asked = slash == std::string::npos ? req.model : req.model.substr(slash + 1);
-    auto routed = route(std::move(req), sink);
+    const std::string asked = asked_of(req.model);
+    pricing_sink priced(sink, prices_, asked);
+    auto routed = route(std::move(req), priced);
     auto out = co_await std::move(routed);
     if (auto* m = std::get_if<session::assistant_message>(&out);
         m != nullptr && prices_ != nullptr) {
@@ -307,6 +338,23 @@ asio::awaitable<inference_outcome> routing_provider::route(inference_request req
 }
 
 asio::awaitable<summary_outcome> routing_provider::summarize(summary_request req) {
+    const std::string asked = asked_of(req.model);
+    if (prices_ != nullptr && req.usage) {
+        req.usage = [to = std::move(req.usage), prices = prices_, asked](const reported_usage& u) {
+            reported_usage priced = u;
+            priced.cost = cost_for(*prices, u.usage, u.model, asked);
+            to(priced);
+        };
+    }
+    auto routed = route_summary(std::move(req));
+    auto out = co_await std::move(routed);
+    if (auto* s = std::get_if<summary_answer>(&out); s != nullptr && prices_ != nullptr) {
+        s->cost = cost_for(*prices_, s->usage, s->model, asked);
+    }
+    co_return out;
+}
+
+asio::awaitable<summary_outcome> routing_provider::route_summary(summary_request req) {
     auto r = route_model(req.model, endpoints_);
     if (!r) {
         co_return no_endpoint(req.model, endpoints_);

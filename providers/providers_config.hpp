@@ -56,8 +56,8 @@ std::optional<route> route_model(std::string_view model,
 std::optional<std::string> unservable_model(std::string_view model,
                                             const std::map<std::string, bool>& endpoints);
 
-// A session's provider: the endpoint its model names, or the scripted one. Each answer is
-// priced by `prices` (prices.hpp) by the model its provider reported.
+// A session's provider: the endpoint its model names, or the scripted one. Each answer, summary
+// and usage report is priced by `prices` (prices.hpp) by the model its provider reported.
 class routing_provider final : public provider {
   public:
     // `endpoints` empty: every model is the scripted one (no providers file).
@@ -71,6 +71,7 @@ class routing_provider final : public provider {
 
   private:
     asio::awaitable<inference_outcome> route(inference_request req, stream_sink& sink);
+    asio::awaitable<summary_outcome> route_summary(summary_request req);
 
     std::unique_ptr<provider> scripted_;
     const std::map<std::string, provider*>& endpoints_;

@@ -37,6 +37,32 @@ std::optional<session::assistant_message> message_of(const json::value& v) {
     return std::get<session::assistant_message>(e->body);
 }
 
+std::optional<session::token_usage> usage_of(const json::value& v) {
+    if (!v.is_object()) {
+        return std::nullopt;
+    }
+    session::token_usage u;
+    for (auto [name, field] : {std::pair{"input", &u.input},
+                               {"cached_input", &u.cached_input},
+                               {"output", &u.output},
+                               {"cache_write", &u.cache_write},
+                               {"reasoning", &u.reasoning}}) {
+        if (const auto* n = v.as_object().if_contains(name)) {
+            if (!n->is_int64() || n->as_int64() < 0) {
+                return std::nullopt;
+            }
+            *field = static_cast<std::uint64_t>(n->as_int64());
+        }
+    }
+    return u;
+}
+
+// The model a record names beside its usage ("" when none).
+std::string model_at(const json::object& o) {
+    const auto* m = o.if_contains("model");
+    return m != nullptr && m->is_string() ? std::string(m->as_string()) : std::string();
+}
+
 json::value error_json(const provider_error& e) {
     json::object o{{"kind", session::kind_name(e.kind)}, {"message", e.message}};
     if (e.retry_after) {
@@ -85,6 +111,12 @@ class recording_sink final : public stream_sink {
              json::object{{"id", d.id}, {"name", d.name}, {"arguments", d.arguments}}}});
         inner_.tool_call(d);
     }
+    void usage(const reported_usage& u) override {
+        events_.push_back(json::object{{"after_ms", clock_.now().value - start_},
+                                       {"usage", session::to_json(u.usage)},
+                                       {"model", u.model}});
+        inner_.usage(u);
+    }
     json::array take() { return std::move(events_); }
 
   private:
@@ -122,8 +154,15 @@ replay_provider::record record_of(const json::object& line, std::size_t n) {
                 e.call = tool_call_delta{std::string(c->at("id").as_string()),
                                          std::string(c->at("name").as_string()),
                                          std::string(c->at("arguments").as_string())};
+            } else if (const auto* u = ev.as_object().if_contains("usage")) {
+                auto usage = usage_of(*u);
+                if (!usage) {
+                    throw bad("an event's \"usage\" counts tokens (input, output, ...)");
+                }
+                e.is_text = false;
+                e.usage = reported_usage{*usage, model_at(ev.as_object()), 0};
             } else {
-                throw bad("an event is a \"text\" or a \"tool_call\"");
+                throw bad("an event is a \"text\", a \"tool_call\" or a \"usage\"");
             }
             r.events.push_back(std::move(e));
         }
@@ -140,7 +179,15 @@ replay_provider::record record_of(const json::object& line, std::size_t n) {
         }
         r.outcome = std::move(*message);
     } else if (const auto* s = o.if_contains("summary"); s != nullptr && s->is_string()) {
-        r.outcome = std::string(s->as_string());
+        summary_answer sum{std::string(s->as_string()), {}, model_at(o), 0};
+        if (const auto* u = o.if_contains("usage")) {
+            auto usage = usage_of(*u);
+            if (!usage) {
+                throw bad("the summary's \"usage\" counts tokens (input, output, ...)");
+            }
+            sum.usage = *usage;
+        }
+        r.outcome = std::move(sum);
     } else if (const auto* e = o.if_contains("error")) {
         auto err = error_of(*e);
         if (!err) {
@@ -235,7 +282,9 @@ asio::awaitable<inference_outcome> replay_provider::infer(inference_request req,
             co_await std::move(pause);
             at = e.after_ms;
         }
-        if (e.is_text) {
+        if (e.usage) {
+            sink.usage(*e.usage);
+        } else if (e.is_text) {
             sink.text(e.text);
         } else {
             sink.tool_call(e.call);
@@ -260,8 +309,9 @@ asio::awaitable<summary_outcome> replay_provider::summarize(summary_request req)
                           {"messages", req.segment.size()}};
         auto summarizing = inner_->summarize(std::move(req));
         auto out = co_await std::move(summarizing);
-        if (const auto* s = std::get_if<std::string>(&out)) {
-            line["outcome"] = json::object{{"summary", *s}};
+        if (const auto* s = std::get_if<summary_answer>(&out)) {
+            line["outcome"] = json::object{
+                {"summary", s->text}, {"usage", session::to_json(s->usage)}, {"model", s->model}};
         } else {
             line["outcome"] = json::object{{"error", error_json(std::get<provider_error>(out))}};
         }
@@ -276,7 +326,7 @@ asio::awaitable<summary_outcome> replay_provider::summarize(summary_request req)
     }
     record r = std::move(it->second.front());
     it->second.pop_front();
-    if (auto* s = std::get_if<std::string>(&r.outcome)) {
+    if (auto* s = std::get_if<summary_answer>(&r.outcome)) {
         co_return std::move(*s);
     }
     if (auto* e = std::get_if<provider_error>(&r.outcome)) {

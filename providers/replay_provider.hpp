@@ -17,7 +17,8 @@
 //              "name":"echo","arguments":"{\"te"}}],
 //    "outcome":{"message":{"text":"…","tool_calls":[…],"usage":{…},"model":"…"}}}
 // or "outcome":{"error":{"kind":"transient","message":"…","retry_after_ms":7000}}, and for
-// summaries "kind":"summary" with "outcome":{"summary":"…"}.
+// summaries "kind":"summary" with "outcome":{"summary":"…","usage":{…},"model":"…"}. The
+// usage a stream reported as it went is an event too: {"after_ms":3,"usage":{…},"model":"…"}.
 #pragma once
 
 #include "providers/provider.hpp"
@@ -56,10 +57,11 @@ class replay_provider final : public provider {
         bool is_text = true;
         std::string text;
         tool_call_delta call;
+        std::optional<reported_usage> usage;  // set: a usage report (neither text nor call)
     };
     struct record {
         std::vector<event> events;
-        std::variant<session::assistant_message, std::string, provider_error> outcome;
+        std::variant<session::assistant_message, summary_answer, provider_error> outcome;
     };
 
   private:

@@ -16,15 +16,30 @@ namespace {
 
 constexpr std::size_t max_text = std::size_t{16} * 1024 * 1024;
 
-decoded<provider_error> error_at(const json::value& v, const std::string& path) {
+decoded<session::token_usage> usage_at(const json::value& v, const std::string& path) {
+    WUHU_TRY(ur, object_reader::open(v, path));
+    WUHU_TRY(input, ur.opt_u64("input"));
+    WUHU_TRY(cached, ur.opt_u64("cached_input"));
+    WUHU_TRY(output, ur.opt_u64("output"));
+    WUHU_CHECK(ur.finish());
+    return session::token_usage{input.value_or(0), cached.value_or(0), output.value_or(0)};
+}
+
+decoded<scripted_failure> failure_at(const json::value& v, const std::string& path) {
     WUHU_TRY(r, object_reader::open(v, path));
     WUHU_TRY(kind, r.str("kind"));
     WUHU_TRY(message, r.opt_str("message"));
+    scripted_failure out;
+    if (const json::value* u = r.opt_val("usage")) {
+        WUHU_TRY(usage, usage_at(*u, r.path("usage")));
+        out.usage = usage;
+    }
     WUHU_CHECK(r.finish());
     for (auto k : {provider_error_kind::transient, provider_error_kind::context_overflow,
                    provider_error_kind::fatal}) {
         if (kind == kind_name(k)) {
-            return provider_error{k, std::string(message.value_or(kind))};
+            out.error = provider_error{k, std::string(message.value_or(kind))};
+            return out;
         }
     }
     return fail(errc::invalid_type, r.path("kind"));
@@ -73,17 +88,17 @@ decoded<scripted_response> response_at(const json::value& v, const std::string& 
         }
     }
     if (const json::value* u = r.opt_val("usage")) {
-        WUHU_TRY(ur, object_reader::open(*u, r.path("usage")));
-        WUHU_TRY(input, ur.opt_u64("input"));
-        WUHU_TRY(cached, ur.opt_u64("cached_input"));
-        WUHU_TRY(output, ur.opt_u64("output"));
-        WUHU_CHECK(ur.finish());
-        out.usage = session::token_usage{input.value_or(0), cached.value_or(0), output.value_or(0)};
+        WUHU_TRY(usage, usage_at(*u, r.path("usage")));
+        out.usage = usage;
+    }
+    if (const json::value* u = r.opt_val("early_usage")) {
+        WUHU_TRY(usage, usage_at(*u, r.path("early_usage")));
+        out.early_usage = usage;
     }
     if (r.opt_val("fail_first") != nullptr) {
         WUHU_TRY(errors, r.arr("fail_first"));
         for (std::size_t i = 0; i < errors->size(); ++i) {
-            WUHU_TRY(e, error_at((*errors)[i], r.path("fail_first." + std::to_string(i))));
+            WUHU_TRY(e, failure_at((*errors)[i], r.path("fail_first." + std::to_string(i))));
             out.fail_first.push_back(std::move(e));
         }
     }
@@ -143,7 +158,14 @@ asio::awaitable<inference_outcome> scripted_provider::infer(inference_request re
     const scripted_response& r = script_.responses[req.step];
     co_await clock_.sleep(r.delay);
     if (attempt < static_cast<int>(r.fail_first.size())) {
-        co_return r.fail_first[static_cast<std::size_t>(attempt)];
+        const auto& failure = r.fail_first[static_cast<std::size_t>(attempt)];
+        if (failure.usage) {
+            sink.usage(reported_usage{*failure.usage, script_.model, 0});
+        }
+        co_return failure.error;
+    }
+    if (r.early_usage) {
+        sink.usage(reported_usage{*r.early_usage, script_.model, 0});
     }
     session::assistant_message m;
     m.model = script_.model;
@@ -171,11 +193,13 @@ asio::awaitable<summary_outcome> scripted_provider::summarize(summary_request re
     const auto& segment = req.segment;
     co_await clock_.sleep(script_.summary_delay);
     std::size_t i = summaries_++;
-    if (i < script_.summaries.size()) {
-        co_return script_.summaries[i];
-    }
-    co_return "Summary " + std::to_string(i + 1) + " of " + std::to_string(segment.size()) +
-        " messages.";
+    summary_answer out;
+    out.text = i < script_.summaries.size() ? script_.summaries[i]
+                                            : "Summary " + std::to_string(i + 1) + " of " +
+                                                  std::to_string(segment.size()) + " messages.";
+    out.usage = {session::estimate_tokens(segment), 0, session::estimate_tokens(out.text)};
+    out.model = script_.model;
+    co_return out;
 }
 
 }  // namespace wuhu::providers

@@ -25,13 +25,22 @@ struct scripted_call {
     std::string arguments;  // JSON text
 };
 
+// A failed attempt, and the usage the provider reported before it failed (billed), if any.
+struct scripted_failure {
+    provider_error error;
+    std::optional<session::token_usage> usage;
+};
+
 struct scripted_response {
     std::vector<std::string> chunks;  // streamed text, in pieces
     milliseconds delay{0};            // before the first chunk
     milliseconds chunk_delay{0};      // between chunks
     std::vector<scripted_call> tool_calls;
     std::optional<session::token_usage> usage;  // absent: estimated from the context and text
-    std::vector<provider_error> fail_first;     // errors of the first attempts of this step
+    // Reported as the stream begins (as Anthropic reports the input's), before the first chunk:
+    // what an answer that never completes (aborted, cut, timed out) was billed.
+    std::optional<session::token_usage> early_usage;
+    std::vector<scripted_failure> fail_first;  // the first attempts of this step fail so
 };
 
 struct script {

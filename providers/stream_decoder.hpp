@@ -29,6 +29,8 @@ class stream_decoder {
           model_(std::move(model)),
           redact_(std::move(redact)),
           id_prefix_(std::move(id_prefix)) {}
+    // Tells the sink the usage so far (after the stream reported some).
+    void reported() { sink_.usage(reported_usage{usage_, model_, 0}); }
     // The first failure is kept; the stream is done.
     void fail(provider_error e) {
         if (!error_) {

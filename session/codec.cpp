@@ -94,6 +94,24 @@ json::value to_json(const journal_entry& j) {
     return o;
 }
 
+namespace {
+
+// What an inference that is not an answer used (a compaction's summary, a billed attempt), when
+// it used anything: entries without usage keep their shape.
+void put_billing(json::object& o, const token_usage& u, const std::string& model,
+                 std::uint64_t cost) {
+    if (u == token_usage{} && cost == 0 && model.empty()) {
+        return;
+    }
+    o["usage"] = to_json(u);
+    o["model"] = model;
+    if (cost > 0) {
+        o["cost"] = cost;
+    }
+}
+
+}  // namespace
+
 json::value to_json(const entry& e) {
     json::object o;
     o["id"] = e.id.value;
@@ -142,6 +160,7 @@ json::value to_json(const entry& e) {
                        o["summary"] = c.summary;
                        o["first_kept"] = c.first_kept.value;
                        o["tokens_before"] = c.tokens_before;
+                       put_billing(o, c.usage, c.model, c.cost);
                    },
                    [&](const interruption& i) {
                        o["reason"] = i.reason;
@@ -156,6 +175,7 @@ json::value to_json(const entry& e) {
                    [&](const diagnostic& d) {
                        o["code"] = d.code;
                        o["message"] = d.message;
+                       put_billing(o, d.usage, d.model, d.cost);
                    },
                    [&](const approval_requested& a) {
                        o["call"] = a.call.str();

@@ -149,6 +149,27 @@ decoded<usage_totals> totals_at(const json::value& v, const std::string& path) {
     return usage_totals{tokens, cost, turns, tool_calls};
 }
 
+// The usage, model and cost of an entry that may have them (absent: none).
+struct billing {
+    token_usage usage;
+    std::string model;
+    std::uint64_t cost = 0;
+};
+decoded<billing> billing_of(object_reader& r) {
+    billing b;
+    if (const json::value* u = r.opt_val("usage")) {
+        WUHU_TRY(ur, object_reader::open(*u, r.path("usage")));
+        WUHU_TRY(tokens, tokens_of(ur));
+        WUHU_CHECK(ur.finish());
+        b.usage = tokens;
+    }
+    WUHU_TRY(model, r.opt_str("model"));
+    b.model = std::string(model.value_or(""));
+    WUHU_TRY(cost, r.opt_u64("cost"));
+    b.cost = cost.value_or(0);
+    return b;
+}
+
 decoded<tool_call> tool_call_at(const json::value& v, const std::string& path) {
     WUHU_TRY(r, object_reader::open(v, path));
     WUHU_TRY(id, id_field<tool_call_id>(r, "id"));
@@ -212,7 +233,9 @@ decoded<entry_body> body_at(object_reader& r, std::string_view type) {
         WUHU_TRY(summary, r.text("summary", stored_text_max));
         WUHU_TRY(first_kept, r.u64("first_kept"));
         WUHU_TRY(tokens, r.u64("tokens_before"));
-        return entry_body{compaction{std::move(summary), entry_seq{first_kept}, tokens}};
+        WUHU_TRY(b, billing_of(r));
+        return entry_body{compaction{std::move(summary), entry_seq{first_kept}, tokens, b.usage,
+                                     std::move(b.model), b.cost}};
     }
     if (type == "interruption") {
         WUHU_TRY(reason, r.text("reason", stored_text_max));
@@ -242,7 +265,9 @@ decoded<entry_body> body_at(object_reader& r, std::string_view type) {
     if (type == "diagnostic") {
         WUHU_TRY(code, r.str("code"));
         WUHU_TRY(message, r.text("message", stored_text_max));
-        return entry_body{diagnostic{std::string(code), std::move(message)}};
+        WUHU_TRY(b, billing_of(r));
+        return entry_body{
+            diagnostic{std::string(code), std::move(message), b.usage, std::move(b.model), b.cost}};
     }
     if (type == "approval_requested") {
         WUHU_TRY(call, id_field<tool_call_id>(r, "call"));

@@ -86,11 +86,16 @@ struct tool_result {
     bool operator==(const tool_result&) const = default;
 };
 
-// Summary of the segment before `first_kept`; summaries stack across compactions.
+// Summary of the segment before `first_kept`; summaries stack across compactions. `usage`,
+// `model` and `cost`: what the summary's inference used, as an answer's (all 0 and empty in
+// entries stored before they were kept).
 struct compaction {
     std::string summary;
     entry_seq first_kept;
     std::uint64_t tokens_before = 0;
+    token_usage usage = {};
+    std::string model = {};
+    std::uint64_t cost = 0;
     bool operator==(const compaction&) const = default;
 };
 
@@ -146,10 +151,15 @@ struct approval_decided {
     bool operator==(const approval_decided&) const = default;
 };
 
-// A visible error or notice, e.g. input_too_large.
+// A visible error or notice, e.g. input_too_large. `usage`, `model` and `cost`: what an
+// inference the provider billed used when no answer records it (code "billed_attempt",
+// session/ledger.hpp); none otherwise.
 struct diagnostic {
     std::string code;
     std::string message;
+    token_usage usage = {};
+    std::string model = {};
+    std::uint64_t cost = 0;
     bool operator==(const diagnostic&) const = default;
 };
 

@@ -35,13 +35,43 @@ void count(usage_totals& t, const entry_body& b) {
     std::visit(overloaded{
                    [&](const assistant_message& m) { count(t, m); },
                    [&](const tool_started&) { ++t.tool_calls; },
+                   [&](const compaction& c) {
+                       add(t.tokens, c.usage);
+                       t.cost = plus(t.cost, c.cost);
+                   },
+                   [&](const diagnostic& d) {
+                       add(t.tokens, d.usage);
+                       t.cost = plus(t.cost, d.cost);
+                   },
                    [](const auto&) {},
                },
                b);
 }
 
 bool counts(const entry_body& b) {
+    if (const auto* c = std::get_if<compaction>(&b)) {
+        return c->usage != token_usage{} || c->cost != 0;
+    }
+    if (const auto* d = std::get_if<diagnostic>(&b)) {
+        return d->usage != token_usage{} || d->cost != 0;
+    }
     return std::holds_alternative<assistant_message>(b) || std::holds_alternative<tool_started>(b);
+}
+
+diagnostic billed_attempt(const token_usage& u, std::string model, std::uint64_t cost,
+                          std::string_view why) {
+    std::string message = "an inference that gave no answer (" + std::string(why) +
+                          ") was billed " + std::to_string(u.total()) + " tokens";
+    if (cost > 0) {
+        message += " ($" + dollars(cost) + ")";
+    }
+    return diagnostic{std::string(billed_attempt_code), std::move(message), u, std::move(model),
+                      cost};
+}
+
+bool is_billed_attempt(const entry_body& b) {
+    const auto* d = std::get_if<diagnostic>(&b);
+    return d != nullptr && d->code == billed_attempt_code;
 }
 
 std::uint64_t cost_of(const token_usage& u, const model_prices& p) {

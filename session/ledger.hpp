@@ -27,11 +27,22 @@ struct usage_totals {
 };
 
 // Adds what an entry records to `t` (nothing for the entries that record no usage), and
-// whether it records any.
+// whether it records any. Every inference's usage and cost count: an answer's (which is also a
+// turn), a compaction's summary's, and a billed attempt's (below).
 void count(usage_totals& t, const entry_body& b);
 // The same for an answer not yet in an entry.
 void count(usage_totals& t, const assistant_message& m);
 bool counts(const entry_body& b);
+
+// An inference the provider billed whose answer no entry records: it failed after the
+// provider reported usage (Anthropic reports the input's as the stream begins), or it was
+// stopped (an abort, a timeout). Recorded before the loop retries or ends the turn, as a
+// diagnostic (code "billed_attempt") with the usage, the model and cost; the turn goes on
+// (needs_inference looks past it). `why`: what became of the attempt.
+inline constexpr std::string_view billed_attempt_code = "billed_attempt";
+diagnostic billed_attempt(const token_usage& u, std::string model, std::uint64_t cost,
+                          std::string_view why);
+bool is_billed_attempt(const entry_body& b);
 
 // A price per million tokens of each kind, in nano-dollars (so $2.50 is 2'500'000'000); the
 // reasoning tokens are part of the output and priced with it.

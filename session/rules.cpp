@@ -2,6 +2,7 @@
 
 #include "session/approval.hpp"
 #include "session/compaction.hpp"
+#include "session/ledger.hpp"
 #include "session/overloaded.hpp"
 #include "session/text.hpp"
 
@@ -31,8 +32,9 @@ std::optional<bool> awaits_response(const entry_body& b) {
         return false;
     }
     if (const auto* d = std::get_if<diagnostic>(&b);
-        d != nullptr && d->code == "budget_exhausted") {
-        return std::nullopt;  // the turn waits for a new budget; it is not over
+        d != nullptr && (d->code == "budget_exhausted" || d->code == billed_attempt_code)) {
+        // The turn waits for a new budget, or retries the billed attempt: it is not over.
+        return std::nullopt;
     }
     return std::holds_alternative<party_message>(b) || std::holds_alternative<system_message>(b) ||
            std::holds_alternative<tool_result>(b);

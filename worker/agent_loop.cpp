@@ -10,6 +10,8 @@
 
 #include <boost/asio/experimental/awaitable_operators.hpp>
 
+#include <algorithm>
+
 namespace wuhu::worker {
 
 using namespace boost::asio::experimental::awaitable_operators;
@@ -145,6 +147,10 @@ asio::awaitable<bool> agent_loop::record(s::transition t) {
 
 void agent_loop::apply_committed(const s::action_list& actions) {
     const s::version_vector from = state_.version();
+    // A result can end a wait for a decision (an abort's) only if a call waited: most results
+    // of a turn wake nobody.
+    const bool waited = std::any_of(state_.tool_calls.begin(), state_.tool_calls.end(),
+                                    [](const auto& t) { return s::awaits_decision(t); });
     s::apply_actions(actions, state_);
     for (const auto& a : actions) {
         if (std::holds_alternative<s::timer_scheduled>(a) ||
@@ -156,7 +162,7 @@ void agent_loop::apply_committed(const s::action_list& actions) {
             }
             if (std::holds_alternative<s::approval_requested>(e->e.body) ||
                 std::holds_alternative<s::approval_decided>(e->e.body) ||
-                std::holds_alternative<s::tool_result>(e->e.body)) {
+                (waited && std::holds_alternative<s::tool_result>(e->e.body))) {
                 timers_changed_.notify();  // a deadline came, or went
             }
         }

@@ -62,6 +62,7 @@ class turn_runner::sink final : public providers::stream_sink {
     void text(std::string_view delta) override { runner_.on_text(delta); }
     void tool_call(const providers::tool_call_delta& d) override { runner_.on_tool_call(d); }
     void alive() override { runner_.on_alive(); }
+    void usage(const providers::reported_usage& u) override { runner_.on_usage(u); }
 
   private:
     turn_runner& runner_;
@@ -71,6 +72,7 @@ struct turn_runner::attempt {
     enum kind_t { ok, error, aborted } kind = error;
     s::assistant_message message;
     providers::provider_error err;
+    std::optional<s::diagnostic> billed;  // what the provider billed for no answer (error, aborted)
 };
 
 turn_runner::turn_runner(session_writer& w, providers::provider& p, const tools::tool_registry& tools,
@@ -112,7 +114,11 @@ asio::awaitable<void> turn_runner::infer() {
             co_return;  // closed while inferring: nothing of this attempt is ours to write
         }
         if (a.kind == attempt::aborted) {
-            auto task = writer_.stop_turn({}, std::nullopt);
+            std::vector<s::entry_body> billed;
+            if (a.billed) {
+                billed.emplace_back(std::move(*a.billed));
+            }
+            auto task = writer_.stop_turn(std::move(billed), std::nullopt);
             co_await std::move(task);
             co_return;
         }
@@ -156,6 +162,17 @@ asio::awaitable<void> turn_runner::infer() {
         }
         const std::function<double()> unit = [this] { return jitter(); };
         auto decision = s::on_inference_error(a.err, attempts, opts_.retry, unit);
+        if (a.billed) {
+            // Persisted before anything else: the retry, or the report that ends the turn.
+            auto task = writer_.record(std::move(*a.billed));
+            if (!co_await std::move(task)) {
+                co_return;
+            }
+            if (!std::holds_alternative<s::give_up>(decision) &&
+                s::exhausted(writer_.state().usage, writer_.limits())) {
+                co_return;  // no retry past the budget: the loop's next step records it spent
+            }
+        }
         if (const auto* wait = std::get_if<s::retry_after>(&decision)) {
             if (co_await abortable_sleep(wait->wait)) {
                 auto task = writer_.stop_turn({}, std::nullopt);
@@ -217,6 +234,7 @@ asio::awaitable<turn_runner::attempt> turn_runner::infer_once() {
                                      st.config.model, step, writer_.sid().str()};
     context_.clear();
     inflight_ = inflight_message{step, writer_.epoch().value, {}, {}, 0};
+    billed_.reset();
     hub_.emit(stream_began_event{step, inflight_->epoch});
     // An answer that streams past the entry limit (or without end) is stopped there.
     runtime::async_event cut(co_await asio::this_coro::executor);
@@ -238,24 +256,36 @@ asio::awaitable<turn_runner::attempt> turn_runner::infer_once() {
             if (auto* m = std::get_if<s::assistant_message>(&out)) {
                 a.kind = attempt::ok;  // inflight_ stays until the entry is committed
                 a.message = std::move(*m);
+                billed_.reset();
                 co_return a;
             }
             a.err = std::get<providers::provider_error>(out);
+            a.billed = take_billed(a.err.message);
             break;
         }
         case 1:
             a.kind = attempt::aborted;
             abort_.stopped(s::abort_stage::inference);
+            a.billed = take_billed("aborted");
             break;
         case 2:
             // Stored cut, with the note, as a final answer: its calls (perhaps cut too) are
-            // dropped, and the turn ends.
+            // dropped, and the turn ends. It records what the stream reported it used.
             a.kind = attempt::ok;
             a.message.text = s::cut_to(inflight_->text, opts_.max_entry_bytes, "answer", true);
             a.message.model = writer_.state().config.model;
+            if (billed_) {
+                a.message.usage = billed_->usage;
+                a.message.cost = billed_->cost;
+                if (!billed_->model.empty()) {
+                    a.message.model = billed_->model;
+                }
+                billed_.reset();
+            }
             co_return a;
         default:
             a.err = {providers::provider_error_kind::transient, over_limit};
+            a.billed = take_billed(over_limit);
             break;
     }
     const std::uint64_t streamed = inflight_->step;
@@ -280,8 +310,11 @@ asio::awaitable<turn_runner::compacted> turn_runner::compact(s::entry_seq upto) 
         co_return compacted::nothing_to_compact;
     }
     writer_.set_loop(s::loop_state::compacting);
-    providers::summary_request req{plan->segment, writer_.state().config.model, writer_.step(),
-                        writer_.sid().str(), [this] { on_alive(); }};
+    providers::summary_request req{
+        plan->segment,          writer_.state().config.model,
+        writer_.step(),         writer_.sid().str(),
+        [this] { on_alive(); }, [this](const providers::reported_usage& u) { on_usage(u); }};
+    billed_.reset();
     began_stream();
     std::string over_limit;
     auto summarizing = guarded_summarize(provider_, std::move(req));
@@ -295,10 +328,27 @@ asio::awaitable<turn_runner::compacted> turn_runner::compact(s::entry_seq upto) 
     }
     if (r.index() != 0 ||
         std::holds_alternative<providers::provider_error>(std::get<0>(r).outcome)) {
+        // What the provider billed for the summary it did not give is recorded first.
+        const std::string why =
+            r.index() == 2 ? std::string("a summary, aborted")
+            : r.index() == 1
+                ? "a summary: " + over_limit
+                : "a summary: " +
+                      std::get<providers::provider_error>(std::get<0>(r).outcome).message;
+        if (auto billed = take_billed(why)) {
+            auto task = writer_.record(std::move(*billed));
+            co_await std::move(task);
+        }
         co_return compacted::failed;  // the next response triggers compaction again
     }
-    s::compaction c{std::get<std::string>(std::get<0>(r).outcome), plan->first_kept,
-                    plan->tokens_before};
+    auto& sum = std::get<providers::summary_answer>(std::get<0>(r).outcome);
+    billed_.reset();
+    s::compaction c{std::move(sum.text),
+                    plan->first_kept,
+                    plan->tokens_before,
+                    sum.usage,
+                    sum.model.empty() ? writer_.state().config.model : std::move(sum.model),
+                    sum.cost};
     auto task = writer_.record(std::move(c));
     const bool ok = co_await std::move(task);
     co_return ok ? compacted::done : compacted::failed;
@@ -378,6 +428,19 @@ void turn_runner::on_tool_call(const providers::tool_call_delta& d) {
     inflight_->tool_calls.push_back(d);
     hub_.emit(stream_delta_event{inflight_->step, inflight_->epoch, ++inflight_->deltas, {}, d});
     count_streamed(d.id.size() + d.name.size() + d.arguments.size());
+}
+
+std::optional<s::diagnostic> turn_runner::take_billed(std::string_view why) {
+    if (!billed_ || (billed_->usage == s::token_usage{} && billed_->cost == 0)) {
+        billed_.reset();
+        return std::nullopt;
+    }
+    auto d = s::billed_attempt(
+        billed_->usage,
+        billed_->model.empty() ? writer_.state().config.model : std::move(billed_->model),
+        billed_->cost, s::cut_to(std::string(why), 300, "reason", false));
+    billed_.reset();
+    return d;
 }
 
 double turn_runner::jitter() {

@@ -51,6 +51,11 @@ class turn_runner {
     asio::awaitable<bool> abortable_sleep(milliseconds d);
     void on_text(std::string_view delta);
     void on_tool_call(const providers::tool_call_delta& d);
+    // The usage the stream (or summary) reported so far: billed even if no answer comes.
+    void on_usage(const providers::reported_usage& u) { billed_ = u; }
+    // The usage the last stream reported, as the entry that records it when no answer does
+    // (session::billed_attempt), taken: none when it reported none.
+    std::optional<session::diagnostic> take_billed(std::string_view why);
     // Counts what the attempt streamed; past the entry limit, stops it.
     void count_streamed(std::size_t bytes);
     // Bytes of the answer (or summary) streaming now arrived.
@@ -73,6 +78,7 @@ class turn_runner {
     event_hub& hub_;
     std::unique_ptr<sink> sink_;
     std::optional<inflight_message> inflight_;
+    std::optional<providers::reported_usage> billed_;  // of the stream watched now
     // The attempt streaming now: what it streamed (bytes of text and tool calls), and its
     // signal to stop past loop_options::max_entry_bytes.
     std::size_t streamed_ = 0;

@@ -23,6 +23,11 @@ TEST(Anthropic, TextStreamsAsDeltasAndUsageCountsCacheReadsAndWrites) {
     EXPECT_EQ(m.text, "Hello, wörld!");
     EXPECT_EQ(m.usage, (session::token_usage{25, 3000, 15, 1200}));
     EXPECT_EQ(m.model, "claude-sonnet-4-20250514");
+    // Reported as it came: the input's at the start, then with the output's.
+    ASSERT_EQ(sink.usage_reports.size(), 2u);
+    EXPECT_EQ(sink.usage_reports[0].usage, (session::token_usage{25, 3000, 1, 1200}));
+    EXPECT_EQ(sink.usage_reports[0].model, "claude-sonnet-4-20250514");
+    EXPECT_EQ(sink.usage_reports[1].usage, m.usage);
 }
 
 TEST(Anthropic, TextAndSeveralToolUseBlocksStreamedInPiecesAreAssembled) {
@@ -51,6 +56,9 @@ TEST(Anthropic, AnErrorEventMidStreamIsTransientWhenOverloaded) {
     EXPECT_EQ(s.error()->kind, providers::provider_error_kind::transient);
     EXPECT_NE(s.error()->message.find("Overloaded"), std::string::npos) << s.error()->message;
     EXPECT_EQ(sink.streamed, "Part");
+    // What message_start reported is billed though the stream failed (issue 33's ledger).
+    ASSERT_EQ(sink.usage_reports.size(), 1u);
+    EXPECT_EQ(sink.usage_reports[0].usage, (session::token_usage{25, 0, 1, 0}));
 }
 
 TEST(Anthropic, AStreamWithoutMessageStopIsNotDone) {

@@ -259,8 +259,11 @@ TEST(AnthropicProvider, SummariesSendTheSegmentAsTextAndErrorsHideTheEndpointsHe
     asio::co_spawn(e.io, e.provider->summarize(std::move(sreq)),
                    [&](std::exception_ptr, providers::summary_outcome o) { out = std::move(o); });
     e.io.run();
-    ASSERT_TRUE(out && std::holds_alternative<std::string>(*out));
-    EXPECT_EQ(std::get<std::string>(*out), "Hello, wörld!");
+    ASSERT_TRUE(out && std::holds_alternative<providers::summary_answer>(*out));
+    const auto& summary = std::get<providers::summary_answer>(*out);
+    EXPECT_EQ(summary.text, "Hello, wörld!");
+    EXPECT_EQ(summary.usage, (session::token_usage{25, 3000, 15, 1200}));  // the ledger's
+    EXPECT_EQ(summary.model, "claude-sonnet-4-20250514");
     EXPECT_EQ(seen.body.find("tool_use"), std::string::npos) << seen.body;
     EXPECT_EQ(seen.body.find("tool_result"), std::string::npos) << seen.body;
     EXPECT_NE(seen.body.find("[called get_weather with {\\\"city\\\":\\\"Paris\\\"}]"),

@@ -26,6 +26,9 @@ TEST(OpenAi, TextStreamsAsDeltasAndUsageSeparatesCachedTokens) {
     EXPECT_TRUE(m.tool_calls.empty());
     EXPECT_EQ(m.usage, (session::token_usage{176, 1024, 5, 0}));
     EXPECT_EQ(m.model, "gpt-4o-mini-2024-07-18") << "the model that answered";
+    ASSERT_EQ(sink.usage_reports.size(), 1u) << "reported once, at the end";
+    EXPECT_EQ(sink.usage_reports[0].usage, m.usage);
+    EXPECT_EQ(sink.usage_reports[0].model, m.model);
 }
 
 // Issue 33: a reasoning model reports the part of its output it spent reasoning; the ledger

@@ -31,6 +31,8 @@ struct recording_sink final : providers::stream_sink {
         ++text_deltas;
     }
     void tool_call(const providers::tool_call_delta& d) override { calls.push_back(d); }
+    std::vector<providers::reported_usage> usage_reports;
+    void usage(const providers::reported_usage& u) override { usage_reports.push_back(u); }
 };
 
 inline session::llm_message msg(session::llm_role role, std::string content,

@@ -182,6 +182,56 @@ TEST(ProvidersConfig, AModelNamingNoEndpointIsAFatalErrorListingTheEndpoints) {
     EXPECT_EQ(std::get<session::assistant_message>(scripted).text, "scripted here");
 }
 
+// Issue 33's ledger: what a stream reports it used, though no answer comes, is priced like an
+// answer (by the reported model, else the one asked for), and so is a summary.
+TEST(ProvidersConfig, UsageReportsAndSummariesArePricedLikeAnswers) {
+    boost::asio::io_context io;
+    runtime::manual_clock clk(session::unix_ms{0});
+    std::map<std::string, providers::provider*> endpoints;
+    const auto parsed = providers::parse_prices(
+        R"({"endpoints":{},"prices":{"scripted":{"input":2,"output":10}}})");
+    ASSERT_TRUE(parsed.has_value());
+    const auto& prices = *parsed;
+    providers::routing_provider router(
+        std::make_unique<providers::scripted_provider>(
+            providers::parse_script(R"({"responses":[{"text":"x","fail_first":[
+                {"kind":"transient","usage":{"input":1000000,"output":0}}]}]})")
+                .value(),
+            clk),
+        endpoints, &prices);
+    struct : providers::stream_sink {
+        void text(std::string_view) override {}
+        void tool_call(const providers::tool_call_delta&) override {}
+        void usage(const providers::reported_usage& u) override { reports.push_back(u); }
+        std::vector<providers::reported_usage> reports;
+    } sink;
+    providers::inference_request req;
+    req.model = "scripted";
+    std::optional<providers::inference_outcome> out;
+    boost::asio::co_spawn(
+        io, router.infer(std::move(req), sink),
+        [&](std::exception_ptr, providers::inference_outcome o) { out = std::move(o); });
+    io.run();
+    ASSERT_TRUE(out && std::holds_alternative<providers::provider_error>(*out));
+    ASSERT_EQ(sink.reports.size(), 1u);
+    EXPECT_EQ(sink.reports[0].cost, 2'000'000'000u) << "a million input tokens at $2";
+    providers::summary_request sreq;
+    sreq.model = "scripted";
+    sreq.segment.push_back(session::llm_message{});
+    sreq.segment.back().content = std::string(400, 'a');
+    std::optional<providers::summary_outcome> summary;
+    boost::asio::co_spawn(
+        io, router.summarize(std::move(sreq)),
+        [&](std::exception_ptr, providers::summary_outcome o) { summary = std::move(o); });
+    io.restart();
+    io.run();
+    ASSERT_TRUE(summary && std::holds_alternative<providers::summary_answer>(*summary));
+    const auto& s = std::get<providers::summary_answer>(*summary);
+    EXPECT_GT(s.usage.input, 0u);
+    EXPECT_EQ(s.cost, session::cost_of(s.usage, prices.at("scripted")));
+    EXPECT_GT(s.cost, 0u);
+}
+
 // One rule judges a configure's model, the one that routes it (the worker that takes the
 // configure asks it): an endpoint of the file, then a model after its '/' or the endpoint's
 // default model; `scripted` always; any model without a providers file.

@@ -121,4 +121,55 @@ TEST(Ledger, AnEntryCarriesItsCostAndReasoningTokensOnlyWhenThereAreSome) {
     EXPECT_EQ(entry_from_json(json::parse(w2)).value(), plain);
 }
 
+// Every inference counts, not only the answers: a compaction's summary and an attempt the
+// provider billed without giving an answer (a failure, an abort) add their tokens and cost,
+// and neither is a turn. A billed attempt does not end the turn: the loop retries.
+TEST(Ledger, SummariesAndBilledAttemptsCountTheirTokensAndCostButNoTurn) {
+    session_state s = enqueued({}, user_in(lane::follow_up, "f1", "hi"), 1);
+    s = drained(s, checkpoint::follow_up, 2);
+    const auto billed = billed_attempt(token_usage{40, 0, 2}, "claude-x", 120, "overloaded");
+    EXPECT_EQ(billed.code, "billed_attempt");
+    EXPECT_EQ(billed.message,
+              "an inference that gave no answer (overloaded) was billed 42 tokens ($0.00000012)");
+    apply_actions(plan_append_marker(s, billed, unix_ms{3}), s);
+    EXPECT_TRUE(needs_inference(s)) << "the input still awaits its answer";
+    EXPECT_TRUE(is_billed_attempt(s.transcript.back().body));
+    apply_actions(
+        plan_append_assistant(s, priced("a", token_usage{50, 0, 5}, 300), unix_ms{4}).value(), s);
+    compaction c{"sum", entry_seq{3}, 90, token_usage{80, 0, 10}, "claude-x", 1'000};
+    const auto before = s;
+    const auto actions = plan_append_compaction(s, c, unix_ms{5}).value();
+    apply_actions(actions, s);
+    EXPECT_EQ(counted(before.usage, actions), s.usage) << "a store folds the same";
+    EXPECT_EQ(s.usage, (usage_totals{token_usage{170, 0, 17}, 1'420, 1, 0}));
+    usage_totals folded;
+    for (const auto& e : s.transcript) {
+        count(folded, e.body);
+    }
+    EXPECT_EQ(folded, s.usage);
+    EXPECT_TRUE(counts(billed));
+    EXPECT_FALSE(counts(diagnostic{"inference_failed", "x"}));
+    EXPECT_FALSE(counts(compaction{"old", entry_seq{1}, 5}));
+}
+
+TEST(Ledger, ASummarysAndABilledAttemptsUsageIsWrittenOnlyWhenThereIsSome) {
+    for (const entry_body& b :
+         {entry_body{compaction{"sum", entry_seq{3}, 90, token_usage{80, 1, 10}, "m", 7}},
+          entry_body{billed_attempt(token_usage{4, 0, 0}, "m", 0, "aborted")}}) {
+        entry e{entry_seq{1}, unix_ms{2}, b};
+        const auto written = json::serialize(to_json(e));
+        EXPECT_NE(written.find(R"("usage":{"input":)"), std::string::npos) << written;
+        EXPECT_NE(written.find(R"("model":"m")"), std::string::npos) << written;
+        EXPECT_EQ(entry_from_json(json::parse(written)).value(), e);
+    }
+    for (const entry_body& b : {entry_body{compaction{"sum", entry_seq{3}, 90}},
+                                entry_body{diagnostic{"input_too_large", "too big"}}}) {
+        entry e{entry_seq{1}, unix_ms{2}, b};
+        const auto written = json::serialize(to_json(e));
+        EXPECT_EQ(written.find("usage"), std::string::npos) << written << ": as before";
+        EXPECT_EQ(written.find("model"), std::string::npos) << written;
+        EXPECT_EQ(entry_from_json(json::parse(written)).value(), e);
+    }
+}
+
 }  // namespace wuhu::testing

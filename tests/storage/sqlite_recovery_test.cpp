@@ -1,6 +1,8 @@
 // The SQLite store after what may befall it: a restart of the machine, a file removed by
 // another process, a newer schema, corrupt files and rows, a session of 100,000 entries.
+#include "session/approval.hpp"
 #include "session/reducer.hpp"
+#include "session/rules.hpp"
 #include "storage/rows.hpp"
 #include "storage/sqlite_db.hpp"
 #include "tests/storage/temp_sqlite_store.hpp"
@@ -30,10 +32,23 @@ TEST(SqliteStore, AfterTheMachineRestartedTheCatalogIsCheckedAgainstTheSessionFi
     {
         storage::sqlite_store store(options());
         EXPECT_EQ(store.files_checked_at_start(), 0u) << "a new data directory";
-        for (const char* id : {"working", "waiting", "gone", "idle"}) {
+        for (const char* id : {"working", "waiting", "gone", "idle", "asking"}) {
             auto log = store.open(session_id::parse(id).value(), lease_epoch{1}).value();
             session_state st = log->load().value();
-            if (std::string(id) == "waiting") {
+            if (std::string(id) == "asking") {
+                // A call waiting for a person, its deadline due (issue 33), and no work.
+                apply_actions(
+                    log->enqueue(st, user_in(lane::follow_up, "f", "x"), unix_ms{1})->actions, st);
+                apply_actions(log->drain(st, checkpoint::follow_up, unix_ms{1}).value(), st);
+                const auto m = reply("", {{"c1", "charge"}});
+                auto asked = plan_response(
+                    st, m, {}, false, unix_ms{2},
+                    {request_of(m.tool_calls[0], tool_approval{approval_mode::always, 3},
+                                unix_ms{2})});
+                ASSERT_TRUE(log->commit(st, asked.value()));
+                apply_actions(asked.value(), st);
+                ASSERT_TRUE(log->commit(st, plan_await_approval(st)));
+            } else if (std::string(id) == "waiting") {
                 ASSERT_TRUE(log->schedule_timer(
                     st,
                     timer{item("t1"), unix_ms{5}, system_source::parse("scheduledCallback").value(),
@@ -78,10 +93,11 @@ TEST(SqliteStore, AfterTheMachineRestartedTheCatalogIsCheckedAgainstTheSessionFi
         stale, std::filesystem::file_time_type::clock::now() - std::chrono::minutes(2));
     {
         storage::sqlite_store store(options());
-        EXPECT_EQ(store.files_checked_at_start(), 4u);
-        EXPECT_EQ(store.rows_raised_at_start(), 3u);
+        EXPECT_EQ(store.files_checked_at_start(), 5u);
+        EXPECT_EQ(store.rows_raised_at_start(), 4u);
         EXPECT_EQ(store.open_files(), 0u) << "the check leaves no file open";
-        EXPECT_EQ(listed(store), (std::vector<std::string>{"gone", "waiting", "working"}));
+        EXPECT_EQ(listed(store), (std::vector<std::string>{"asking", "gone", "waiting", "working"}))
+            << "a deadline of a call waiting for approval is due like a timer";
     }
     EXPECT_FALSE(std::filesystem::exists(stale));
     EXPECT_TRUE(std::filesystem::exists(young));

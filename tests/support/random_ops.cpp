@@ -1,6 +1,7 @@
 #include "tests/support/random_ops.hpp"
 
 #include "session/compaction.hpp"
+#include "session/ledger.hpp"
 
 #include <algorithm>
 #include "tests/support/builders.hpp"
@@ -46,6 +47,13 @@ assistant_message random_reply(std::mt19937_64& rng, const session_state& s,
     out.usage.reasoning = rng() % (out.usage.output + 1);
     out.cost = rng() % 100'000;  // the ledger's totals are folded and stored (issue 33)
     return out;
+}
+
+std::variant<interruption, diagnostic> marker_of(const random_op& op) {
+    if (op.flag) {
+        return billed_attempt(op.reply.usage, "m1", op.reply.cost, "failed");
+    }
+    return interruption{"aborted"};
 }
 
 }  // namespace
@@ -198,12 +206,20 @@ random_op next_op(std::mt19937_64& rng, const session_state& s, unix_ms at) {
             op.comp.summary = "summary " + random_text(rng);
             op.comp.first_kept = plan ? plan->first_kept : entry_seq{s.transcript.size() + 7};
             op.comp.tokens_before = plan ? plan->tokens_before : 0;
+            if (rng() % 2) {  // what the summary's inference used (issue 33's ledger)
+                const auto used = random_reply(rng, s);
+                op.comp.usage = used.usage;
+                op.comp.model = "m" + std::to_string(rng() % 3);
+                op.comp.cost = used.cost;
+            }
             break;
         }
         case 14:
             if (rng() % 2) {
                 op.what = random_op::marker;
                 op.name = "marker";
+                op.flag = rng() % 2;  // a billed attempt (issue 33's ledger), else an abort's
+                op.reply = random_reply(rng, s);
             } else {
                 op.what = random_op::configure;
                 op.name = "configure";
@@ -263,7 +279,7 @@ result<action_list> run_pure(const random_op& op, const session_state& s) {
         case random_op::compact:
             return plan_append_compaction(s, op.comp, op.at);
         case random_op::marker:
-            return plan_append_marker(s, interruption{"aborted"}, op.at);
+            return plan_append_marker(s, marker_of(op), op.at);
         case random_op::configure:
             return plan_set_settings(s, op.config);
         case random_op::mark_idle:
@@ -344,7 +360,7 @@ boost::system::result<action_list> run_store(const random_op& op, storage::sessi
         case random_op::compact:
             return log.append_compaction(s, op.comp, op.at);
         case random_op::marker:
-            return log.append_marker(s, interruption{"aborted"}, op.at);
+            return log.append_marker(s, marker_of(op), op.at);
         case random_op::configure:
             return log.set_settings(s, op.config);
         case random_op::mark_idle:

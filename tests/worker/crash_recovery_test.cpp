@@ -1,5 +1,6 @@
 // Crash recovery is the normal sequence (agentic-loop-contracts.md "Crash Recovery"): resumed
 // tool calls, orphaned turns, and a crash-injection simulation over every crash point.
+#include "session/ledger.hpp"
 #include "session/overloaded.hpp"
 #include "session/reducer.hpp"
 #include "storage/faulty_store.hpp"
@@ -176,7 +177,7 @@ std::vector<scenario> scenarios() {
         {"retries_and_timer",
          R"({"responses":[
              {"text":"scheduling","tool_calls":[{"name":"schedule_callback","arguments":{"delay_ms":1000,"content":"tick"}}],
-              "fail_first":[{"kind":"transient"}]},
+              "fail_first":[{"kind":"transient","usage":{"input":40}}]},
              {"text":"waiting"},
              {"text":"tick received","tool_calls":[{"name":"charge"},{"name":"clock"}]},
              {"text":"all done"}]})",
@@ -259,7 +260,9 @@ std::set<std::string> deliver(loop_harness& h, const std::vector<client_input>& 
 }
 
 // The transcript as comparable lines: markers of a lost owner are dropped, and a
-// non-idempotent tool that was interrupted shows its documented error result.
+// non-idempotent tool that was interrupted shows its documented error result. A billed attempt
+// the new owner makes again after its predecessor recorded one is billed again: the same line
+// twice in a row is one.
 // Entry ids (compaction's first_kept) become positions in this list, since a marker shifts
 // the ids of what follows it.
 std::vector<std::string> normalized(const session_state& s) {
@@ -271,6 +274,13 @@ std::vector<std::string> normalized(const session_state& s) {
             continue;
         }
         position[e.id.value] = out.size();
+        if (is_billed_attempt(e.body)) {
+            if (!out.empty() && out.back() == "billed_attempt") {
+                continue;
+            }
+            out.push_back("billed_attempt");
+            continue;
+        }
         if (const auto* c = std::get_if<compaction>(&e.body)) {
             out.push_back("compaction:" + c->summary + " first_kept at " +
                           std::to_string(position.at(c->first_kept.value)));
@@ -392,6 +402,10 @@ TEST(CrashInjection, EveryCrashPointRecoversToTheCrashFreeTranscript) {
             EXPECT_EQ(reference_runs.at("a3"), 1) << sc.name;
             EXPECT_EQ(reference_runs.size(), 1u) << "only the approved charge ran";
         }
+        if (sc.name == "retries_and_timer") {
+            EXPECT_EQ(std::count(expected.begin(), expected.end(), "billed_attempt"), 1)
+                << "the failed attempt the provider billed is recorded";
+        }
         for (int k = 0; k < reference.commits; ++k) {
             SCOPED_TRACE(sc.name + ", crash after commit " + std::to_string(k));
             std::map<std::string, int> runs;
@@ -421,6 +435,12 @@ TEST(CrashInjection, EveryCrashPointRecoversToTheCrashFreeTranscript) {
             }
             // No entry lost or reordered.
             EXPECT_EQ(normalized(r.state), expected);
+            // The ledger is the sum over what the transcript holds (issue 33).
+            usage_totals folded;
+            for (const auto& e : r.state.transcript) {
+                count(folded, e.body);
+            }
+            EXPECT_EQ(r.state.usage, folded);
             EXPECT_FALSE(r.state.has_work);
             ++crash_points;
         }
