@@ -11,14 +11,16 @@
 #
 # A violation stops the configure step with the file and the include that broke the rule.
 
-set(WUHU_MODULES session protocol runtime storage ownership providers nats tools worker client broker
-    app metrics)
+set(WUHU_MODULES session protocol runtime storage ownership providers nats tools mcp worker client
+    broker app metrics)
 set(WUHU_PURE_MODULES session protocol)
 # Edges that must never exist, directly or not ("a:b": a/ never links b/): the providers and the
-# tools know neither the store nor the loop; the loop's rooms below the worker never reach up.
+# tools (MCP's too) know neither the store nor the loop; the loop's rooms below the worker never
+# reach up.
 set(WUHU_FORBIDDEN_EDGES
     providers:storage providers:ownership providers:worker providers:tools providers:nats
     tools:storage tools:ownership tools:worker tools:providers
+    mcp:storage mcp:ownership mcp:worker
     runtime:storage runtime:nats
     ownership:worker storage:ownership
     client:worker client:broker client:storage client:ownership)

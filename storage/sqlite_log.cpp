@@ -242,8 +242,9 @@ result<void> sqlite_log::do_commit(const session_state& before, const action_lis
         if (const auto usage = s::counted(before.usage, actions); usage != before.usage) {
             set_meta(db, "usage", dump(s::to_json(usage)));
         }
-        if (now.approvals != was.approvals) {
+        if (now.approvals != was.approvals || now.approvals > 0) {
             // Read by the check after a reboot: a call waiting for a person has a deadline.
+            // Written by each commit while one waits (a file from before it was kept gets it).
             set_meta(db, "approvals", std::to_string(now.approvals));
         }
         set_meta(db, "version", encode_version(s::advance(before.version(), actions)));

@@ -1,6 +1,7 @@
 #include "worker/turn_runner.hpp"
 
 #include "session/compaction.hpp"
+#include "session/ledger.hpp"
 #include "session/loop_policy.hpp"
 #include "session/text.hpp"
 
@@ -100,6 +101,9 @@ asio::awaitable<void> turn_runner::infer() {
             co_await std::move(task);
             co_return;
         }
+        if (how == compacted::done && spent()) {
+            co_return;  // the summary spent the budget: the loop's next step records it
+        }
         if (!fits()) {
             auto task = writer_.record(s::input_too_large(how));
             co_await std::move(task);
@@ -168,8 +172,7 @@ asio::awaitable<void> turn_runner::infer() {
             if (!co_await std::move(task)) {
                 co_return;
             }
-            if (!std::holds_alternative<s::give_up>(decision) &&
-                s::exhausted(writer_.state().usage, writer_.limits())) {
+            if (!std::holds_alternative<s::give_up>(decision) && spent()) {
                 co_return;  // no retry past the budget: the loop's next step records it spent
             }
         }
@@ -189,6 +192,9 @@ asio::awaitable<void> turn_runner::infer() {
                 co_return;
             }
             if (how == compacted::done) {
+                if (spent()) {
+                    co_return;  // as above
+                }
                 continue;
             }
             // Not compacted: the report says why, not "even after compaction".
@@ -198,6 +204,10 @@ asio::awaitable<void> turn_runner::infer() {
         co_await std::move(task);
         co_return;
     }
+}
+
+bool turn_runner::spent() const {
+    return s::exhausted(writer_.state().usage, writer_.limits()).has_value();
 }
 
 bool turn_runner::fits() {

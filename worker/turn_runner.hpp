@@ -46,6 +46,9 @@ class turn_runner {
 
     // Projects the context (kept for the next request) and checks it fits the context limit.
     bool fits();
+    // Whether the session's budget is spent (a summary or a billed attempt may spend it within
+    // a turn: no inference runs after that).
+    bool spent() const;
     asio::awaitable<attempt> infer_once();
     // True when aborted (or the session failed) before `d` passed.
     asio::awaitable<bool> abortable_sleep(milliseconds d);

@@ -126,7 +126,7 @@ TEST(Ledger, AnAbortedStreamRecordsWhatItWasBilledBeforeItsInterruption) {
 TEST(Ledger, ACompactionsSummaryIsCountedWithItsModel) {
     const std::string pad(120, '.');
     loop_harness h(R"({"responses":[{"text":"r0 )" + pad + R"(","usage":{"input":950}},
-                                    {"text":"r1"}],
+                                    {"text":"r1","usage":{"input":400,"output":5}}],
                       "summaries":["S1"]})");
     h.start();
     ASSERT_TRUE(h.send(limits(1000, 100, 20)));
@@ -146,7 +146,40 @@ TEST(Ledger, ACompactionsSummaryIsCountedWithItsModel) {
     EXPECT_EQ(c->model, "scripted");
     EXPECT_EQ(folded(h.state()), h.state().usage);
     EXPECT_EQ(h.state().usage.turns, 2u) << "a summary is no turn";
-    EXPECT_GT(h.state().usage.tokens.input, 950u);
+    EXPECT_EQ(h.state().usage.tokens,
+              (token_usage{950 + 400 + c->usage.input, 0, 5 + c->usage.output}))
+        << "the answers' and the summary's";
+}
+
+// A summary counts against the budget like an answer: the inference its compaction was for
+// does not run once the summary spent it (the turn stops, and goes on when raised).
+TEST(Ledger, AnOverflowsSummaryThatSpendsTheBudgetStopsTheRetry) {
+    const std::string pad(400, '.');
+    loop_harness h(R"({"responses":[{"text":"r0 )" + pad + R"(","usage":{"input":100}},
+        {"text":"after","usage":{"input":10},"fail_first":[{"kind":"context_overflow"}]}],
+        "summaries":["S1"]})");
+    h.start();
+    ASSERT_TRUE(h.send(limits(1000, 100, 20)));
+    budget b;
+    b.tokens = 101;  // r0's 100, then the summary's (at least its one token of output)
+    b.soft_percent = 100;
+    session::settings_update u;
+    u.limits = b;
+    ASSERT_TRUE(h.send(worker::configure_command{u}));
+    h.follow_up("f0", "first");
+    h.settle();
+    h.follow_up("f1", "second");
+    h.settle();
+    EXPECT_EQ(h.provider().attempts(1), 1) << "only the attempt that overflowed";
+    const auto texts = h.transcript_texts();
+    ASSERT_GE(texts.size(), 2u);
+    EXPECT_EQ(texts[texts.size() - 2], "compaction:S1");
+    EXPECT_EQ(texts.back(), "diagnostic:budget_exhausted");
+    b.tokens = 10'000;
+    u.limits = b;
+    ASSERT_TRUE(h.send(worker::configure_command{u}));
+    h.settle();
+    EXPECT_EQ(h.transcript_texts().back(), "assistant:after");
 }
 
 // The ledger is folded from the log: a new owner that takes over in the middle of a retry

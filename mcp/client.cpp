@@ -1,0 +1,236 @@
+#include "mcp/client.hpp"
+
+#include "session/text.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/json.hpp>
+
+namespace wuhu::mcp {
+
+namespace json = boost::json;
+
+namespace {
+
+constexpr std::string_view version = "1";
+// What the answer to a notification (202) or an error status is read up to.
+constexpr std::size_t max_error_body = 4096;
+
+}  // namespace
+
+client::client(asio::any_io_executor ex, endpoint e)
+    : ex_(ex), endpoint_(std::move(e)), http_(ex, endpoint_.url, endpoint_.http) {}
+
+http::request client::request_for(std::string body) const {
+    http::request r;
+    r.method = "POST";
+    r.target = endpoint_.url.path.empty() ? "/" : "";  // the endpoint is the URL's path
+    r.body = std::move(body);
+    r.headers = endpoint_.headers;
+    r.headers.emplace_back("Content-Type", "application/json");
+    r.headers.emplace_back("Accept", "application/json, text/event-stream");
+    if (!session_.empty()) {
+        r.headers.emplace_back("Mcp-Session-Id", session_);
+    }
+    if (!protocol_version_.empty()) {
+        r.headers.emplace_back("MCP-Protocol-Version", protocol_version_);
+    }
+    return r;
+}
+
+asio::awaitable<outcome> client::post(std::string body, std::optional<std::int64_t> id,
+                                      std::string token, std::function<void()> on_progress) {
+    bool forgotten = false;
+    auto first = post_once(body, id, token, on_progress, &forgotten);
+    auto out = co_await std::move(first);
+    if (!forgotten) {
+        co_return out;
+    }
+    // The server forgot the session (it restarted): a new one, and the message once more.
+    session_.clear();
+    auto again = initialize();
+    auto init = co_await std::move(again);
+    if (!init) {
+        co_return outcome{outcome::failed, {}, "initializing again: " + init.error()};
+    }
+    bool twice = false;
+    auto second = post_once(std::move(body), id, std::move(token), std::move(on_progress), &twice);
+    co_return co_await std::move(second);
+}
+
+asio::awaitable<outcome> client::post_once(std::string body, std::optional<std::int64_t> id,
+                                           std::string token, std::function<void()> on_progress,
+                                           bool* forgotten) {
+    auto req = request_for(std::move(body));
+    const bool sent_session = !session_.empty();
+    int status = 0;
+    bool event_stream = false;
+    std::string session_header;
+    std::string error_body;
+    std::optional<reader> rd;
+    outcome out;
+    bool answered = false;
+    auto on_head = [&](const http::response_head& h) {
+        status = h.status;
+        event_stream = h.header("content-type").starts_with("text/event-stream");
+        session_header = h.header("mcp-session-id");
+        if (status == 200) {
+            rd.emplace(event_stream);
+        }
+    };
+    auto self = shared_from_this();
+    auto on_message = [&](message m) {
+        if (answered) {
+            return;
+        }
+        if (m.kind == message::response) {
+            if (id && m.id.is_int64() && m.id.as_int64() == *id) {
+                answered = true;
+                if (m.error_code) {
+                    out = outcome{outcome::server_error,
+                                  {},
+                                  "the server's error " + std::to_string(*m.error_code) + ": " +
+                                      m.error_message.substr(0, 1000)};
+                } else {
+                    out = outcome{outcome::ok, std::move(m.result), {}};
+                }
+            }
+            return;
+        }
+        if (m.kind == message::request) {
+            asio::co_spawn(ex_, answer(self, answer_to_server_request(m.id, m.method)),
+                           asio::detached);
+            return;
+        }
+        if (m.method == "notifications/progress") {
+            if (auto p = parse_progress(m.params); p && p->token == token && on_progress) {
+                on_progress();
+            }
+        } else if (notified_) {
+            notified_(m.method);
+        }
+    };
+    auto on_body = [&](std::string_view piece) {
+        if (!rd) {
+            error_body.append(piece.substr(0, max_error_body - error_body.size()));
+            return error_body.size() < max_error_body;
+        }
+        if (!rd->feed(piece, on_message)) {
+            return false;
+        }
+        return !answered;  // the response came: the stream is not read further
+    };
+    std::string detail;
+    auto sending = http_.send(std::move(req), on_head, on_body, &detail);
+    const auto ec = co_await std::move(sending);
+    if (ec == asio::error::operation_aborted) {
+        if (id) {
+            // The call was cut short (an abort, a timeout): the server stops its work.
+            asio::co_spawn(ex_, send_cancelled(self, *id), asio::detached);
+        }
+        co_return outcome{outcome::cancelled, {}, "cancelled"};
+    }
+    if (answered) {
+        co_return out;
+    }
+    if (ec) {
+        co_return outcome{
+            outcome::failed,
+            {},
+            endpoint_.name + ": " + ec.message() + (detail.empty() ? "" : " (" + detail + ")")};
+    }
+    if (status == 404 && sent_session && forgotten != nullptr) {
+        *forgotten = true;
+        co_return outcome{outcome::failed, {}, "the server forgot the session"};
+    }
+    if (!id && (status == 202 || status == 200)) {
+        co_return outcome{outcome::ok, {}, {}};  // a notification, accepted
+    }
+    if (status != 200) {
+        co_return outcome{outcome::failed,
+                          {},
+                          endpoint_.name + " answered HTTP " + std::to_string(status) + ": " +
+                              session::sanitized(error_body.substr(0, 300))};
+    }
+    if (!session_header.empty() && session_.empty()) {
+        session_ = session::sanitized(session_header.substr(0, 256));
+    }
+    if (!rd->finish(on_message)) {
+        co_return outcome{outcome::failed, {}, endpoint_.name + ": " + rd->error()};
+    }
+    if (answered) {
+        co_return out;
+    }
+    co_return outcome{
+        outcome::failed, {}, endpoint_.name + ": the answer ended without the response"};
+}
+
+asio::awaitable<boost::system::result<server_info, std::string>> client::initialize() {
+    protocol_version_.clear();
+    const auto id = next_id_++;
+    auto posting = post_once(initialize_request(id, version), id, "", {}, nullptr);
+    auto out = co_await std::move(posting);
+    if (out.kind != outcome::ok) {
+        co_return out.error;
+    }
+    auto info = parse_initialize(out.result);
+    if (!info) {
+        co_return info.error();
+    }
+    protocol_version_ = info->protocol_version;
+    auto notifying = post_once(initialized_notification(), std::nullopt, "", {}, nullptr);
+    auto done = co_await std::move(notifying);
+    if (done.kind != outcome::ok) {
+        co_return "notifications/initialized: " + done.error;
+    }
+    co_return *info;
+}
+
+asio::awaitable<boost::system::result<std::vector<tool_info>, std::string>> client::list_tools(
+    std::vector<std::string>* skipped) {
+    std::vector<tool_info> all;
+    std::string cursor;
+    for (int page = 0; page < 100; ++page) {
+        const auto id = next_id_++;
+        auto posting = post(tools_list_request(id, cursor), id, "", {});
+        auto out = co_await std::move(posting);
+        if (out.kind != outcome::ok) {
+            co_return "tools/list: " + out.error;
+        }
+        auto p = parse_tools_page(out.result, skipped);
+        if (!p) {
+            co_return p.error();
+        }
+        for (auto& t : p->tools) {
+            all.push_back(std::move(t));
+        }
+        if (p->next_cursor.empty() || p->next_cursor == cursor) {
+            co_return all;
+        }
+        cursor = std::move(p->next_cursor);
+    }
+    co_return std::string("tools/list: more than 100 pages");
+}
+
+asio::awaitable<outcome> client::call(std::string tool, json::value arguments,
+                                      std::function<void()> on_progress) {
+    const auto id = next_id_++;
+    const std::string token = "wuhu-" + std::to_string(id);
+    auto posting =
+        post(tools_call_request(id, tool, arguments, token), id, token, std::move(on_progress));
+    co_return co_await std::move(posting);
+}
+
+asio::awaitable<void> client::send_cancelled(std::shared_ptr<client> self, std::int64_t id) {
+    auto posting = self->post_once(cancelled_notification(id, "the call was cut short"),
+                                   std::nullopt, "", {}, nullptr);
+    co_await std::move(posting);
+}
+
+asio::awaitable<void> client::answer(std::shared_ptr<client> self, std::string body) {
+    auto posting = self->post_once(std::move(body), std::nullopt, "", {}, nullptr);
+    co_await std::move(posting);
+}
+
+}  // namespace wuhu::mcp
