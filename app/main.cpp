@@ -437,6 +437,7 @@ int main(int argc, char** argv) {
         }
         std::vector<wuhu::tools::tool_service> tool_services;
         std::map<std::string, wuhu::session::tool_approval> tool_approvals;
+        std::vector<wuhu::mcp::server_config> mcp_servers;
         if (!tools_path.empty()) {
             auto parsed = wuhu::tools::parse_tools(read_file(tools_path));
             if (!parsed) {
@@ -445,6 +446,12 @@ int main(int argc, char** argv) {
             }
             tool_services = std::move(*parsed);
             tool_approvals = std::move(*wuhu::tools::parse_approvals(read_file(tools_path)));
+            auto servers = wuhu::mcp::parse_servers(read_file(tools_path));
+            if (!servers) {
+                log->error("bad tools file {}: {}", tools_path, servers.error());
+                return 2;
+            }
+            mcp_servers = std::move(*servers);
         }
         // Checked before anything is opened: a bad default tenant is a usage error.
         const wuhu::protocol::subject_layout subjects(
@@ -535,6 +542,7 @@ int main(int argc, char** argv) {
         options.prices = prices;
         options.tool_services = tool_services;
         options.tool_approvals = tool_approvals;
+        options.mcp_servers = mcp_servers;
         options.metrics_addr = metrics_addr == "off" ? std::string() : metrics_addr;
         options.metrics_max_connections = metrics_max_connections;
         options.metrics_addr_is_default = metrics_flag->count() == 0 &&

@@ -181,6 +181,24 @@ node::node(storage::session_store& store, ownership::lease_store& leases, nats::
     watchdog_.emplace(*registry_, options_.loop, log_, stopping_);
     asio::co_spawn(io_, watchdog_->run(busy_.enter()),
                    asio::bind_cancellation_slot(stop_watch_.slot(), ended("the watchdog")));
+    for (const auto& server : options_.mcp_servers) {
+        auto c = std::make_shared<mcp::client>(io_.get_executor(), server.where);
+        tools_.expect_offer();
+        mcp::call_observer observe;
+        if (measuring()) {
+            metrics_.declare_mcp_server(server.where.name);
+            observe = [this](const std::string& name, std::string_view result, double seconds) {
+                metrics_.mcp_call(name, result, seconds);
+            };
+        }
+        stop_mcp_.push_back(std::make_unique<asio::cancellation_signal>());
+        asio::co_spawn(
+            io_,
+            mcp::serve(
+                std::move(c), server, tools_, clock_,
+                [log = log_](std::string line) { log->info("{}", line); }, std::move(observe)),
+            asio::bind_cancellation_slot(stop_mcp_.back()->slot(), ended("an MCP server's tools")));
+    }
 }
 
 // The completion of a job the node started: its pass went with its frame; an exception other
@@ -241,6 +259,9 @@ void node::stop() {
         stop_sweep_.emit(asio::cancellation_type::terminal);
         stop_passivation_.emit(asio::cancellation_type::terminal);
         stop_watch_.emit(asio::cancellation_type::terminal);
+        for (auto& s : stop_mcp_) {
+            s->emit(asio::cancellation_type::terminal);
+        }
         registry_->stop();  // every session loop is cancelled
         asio::co_spawn(io_, drain(), ended("the drain"));
     });

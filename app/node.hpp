@@ -36,6 +36,7 @@
 #include "app/recovery_sweep.hpp"
 #include "app/watchdog.hpp"
 #include "broker/server.hpp"
+#include "mcp/tools.hpp"
 #include "metrics/http_endpoint.hpp"
 #include "metrics/metrics.hpp"
 #include "ownership/lease_desk.hpp"
@@ -93,6 +94,8 @@ struct node_options {
     std::vector<tools::tool_service> tool_services;
     // The tools file's approval terms, by tool (built-ins too): tools::parse_approvals.
     std::map<std::string, session::tool_approval> tool_approvals;
+    // The tools file's MCP servers (mcp/tools.hpp): their tools are offered once each answers.
+    std::vector<mcp::server_config> mcp_servers;
     // Where /metrics, /healthz and /readyz are served ("host:port"; port 0: a free one);
     // empty: nowhere, and no metric is recorded. Throws std::runtime_error when it cannot
     // listen there, unless `metrics_addr_is_default`: then a free port of that host is used (and
@@ -184,6 +187,7 @@ class node {
     asio::cancellation_signal stop_sweep_;
     asio::cancellation_signal stop_passivation_;
     asio::cancellation_signal stop_watch_;
+    std::vector<std::unique_ptr<asio::cancellation_signal>> stop_mcp_;  // one per MCP server
     bool stopping_ = false;  // executor only
     std::atomic<bool> stop_asked_{false};  // /readyz: not ready once the stop began
     // Last: destroyed first, while everything it reads is still there.

@@ -19,8 +19,21 @@ constexpr std::size_t max_error_body = 4096;
 
 }  // namespace
 
+namespace {
+
+http::client_options listening(http::client_options o) {
+    o.first_byte_timeout = std::chrono::hours(24 * 365);
+    o.idle_timeout = std::chrono::hours(24 * 365);
+    return o;
+}
+
+}  // namespace
+
 client::client(asio::any_io_executor ex, endpoint e)
-    : ex_(ex), endpoint_(std::move(e)), http_(ex, endpoint_.url, endpoint_.http) {}
+    : ex_(ex),
+      endpoint_(std::move(e)),
+      http_(ex, endpoint_.url, endpoint_.http),
+      listener_(ex, endpoint_.url, listening(endpoint_.http)) {}
 
 http::request client::request_for(std::string body) const {
     http::request r;
@@ -77,6 +90,10 @@ asio::awaitable<outcome> client::post_once(std::string body, std::optional<std::
         session_header = h.header("mcp-session-id");
         if (status == 200) {
             rd.emplace(event_stream);
+            if (!session_header.empty() && session_.empty()) {
+                // Handed out with initialize's answer: every message after it carries it.
+                session_ = session::sanitized(session_header.substr(0, 256));
+            }
         }
     };
     auto self = shared_from_this();
@@ -153,9 +170,6 @@ asio::awaitable<outcome> client::post_once(std::string body, std::optional<std::
                           endpoint_.name + " answered HTTP " + std::to_string(status) + ": " +
                               session::sanitized(error_body.substr(0, 300))};
     }
-    if (!session_header.empty() && session_.empty()) {
-        session_ = session::sanitized(session_header.substr(0, 256));
-    }
     if (!rd->finish(on_message)) {
         co_return outcome{outcome::failed, {}, endpoint_.name + ": " + rd->error()};
     }
@@ -168,6 +182,7 @@ asio::awaitable<outcome> client::post_once(std::string body, std::optional<std::
 
 asio::awaitable<boost::system::result<server_info, std::string>> client::initialize() {
     protocol_version_.clear();
+    session_.clear();  // a new session: the server hands out its id
     const auto id = next_id_++;
     auto posting = post_once(initialize_request(id, version), id, "", {}, nullptr);
     auto out = co_await std::move(posting);
@@ -220,6 +235,60 @@ asio::awaitable<outcome> client::call(std::string tool, json::value arguments,
     auto posting =
         post(tools_call_request(id, tool, arguments, token), id, token, std::move(on_progress));
     co_return co_await std::move(posting);
+}
+
+asio::awaitable<bool> client::listen(bool* unsupported, std::string* why) {
+    http::request req;
+    req.method = "GET";
+    req.target = endpoint_.url.path.empty() ? "/" : "";
+    req.headers = endpoint_.headers;
+    req.headers.emplace_back("Accept", "text/event-stream");
+    if (!session_.empty()) {
+        req.headers.emplace_back("Mcp-Session-Id", session_);
+    }
+    if (!protocol_version_.empty()) {
+        req.headers.emplace_back("MCP-Protocol-Version", protocol_version_);
+    }
+    int status = 0;
+    std::optional<reader> rd;
+    bool changed = false;
+    auto self = shared_from_this();
+    auto on_head = [&](const http::response_head& h) {
+        status = h.status;
+        if (status == 200 && h.header("content-type").starts_with("text/event-stream")) {
+            rd.emplace(true);
+        }
+    };
+    auto on_message = [&](message m) {
+        if (m.kind == message::request) {
+            asio::co_spawn(ex_, answer(self, answer_to_server_request(m.id, m.method)),
+                           asio::detached);
+        } else if (m.kind == message::notification) {
+            if (m.method == "notifications/tools/list_changed") {
+                changed = true;
+            } else if (notified_) {
+                notified_(m.method);
+            }
+        }
+    };
+    auto on_body = [&](std::string_view piece) {
+        if (!rd) {
+            return false;
+        }
+        return rd->feed(piece, on_message) && !changed;
+    };
+    // The stream may stay quiet for as long as the server has nothing to say.
+    std::string detail;
+    auto sending = listener_.send(std::move(req), on_head, on_body, &detail);
+    const auto ec = co_await std::move(sending);
+    *unsupported = status == 405;
+    if (!changed && why != nullptr) {
+        *why = status != 200 ? "HTTP " + std::to_string(status)
+               : ec          ? ec.message() + (detail.empty() ? "" : " (" + detail + ")")
+               : rd          ? (rd->error().empty() ? "the server ended it" : rd->error())
+                             : "not an event stream";
+    }
+    co_return changed;
 }
 
 asio::awaitable<void> client::send_cancelled(std::shared_ptr<client> self, std::int64_t id) {

@@ -60,6 +60,11 @@ class client : public std::enable_shared_from_this<client> {
     asio::awaitable<outcome> call(std::string tool, boost::json::value arguments,
                                   std::function<void()> on_progress);
 
+    // Opens the server's event stream (a GET) and reads it until the server says its tools
+    // changed (true), or the stream ends, fails or is cancelled (false; `unsupported` set when
+    // the server offers none: 405; `why` says how it ended).
+    asio::awaitable<bool> listen(bool* unsupported, std::string* why = nullptr);
+
     const endpoint& where() const { return endpoint_; }
     const std::string& session() const { return session_; }
     // Notifications the server sent on the answers' streams, besides progress (e.g.
@@ -82,6 +87,7 @@ class client : public std::enable_shared_from_this<client> {
     asio::any_io_executor ex_;
     endpoint endpoint_;
     http::client http_;
+    http::client listener_;         // the event stream's, without the calls' timeouts
     std::string session_;           // Mcp-Session-Id, once initialized
     std::string protocol_version_;  // agreed at initialize
     std::int64_t next_id_ = 1;

@@ -103,6 +103,14 @@ worker_metrics::worker_metrics(std::string_view store_backend)
                                 {"by", by == 0 ? "person" : "deadline"}});
         }
     }
+    mcp_calls_ = &BuildCounter()
+                      .Name("wuhu_mcp_calls_total")
+                      .Help("Calls of MCP servers' tools, by server and how they ended")
+                      .Register(r);
+    mcp_seconds_ = &BuildHistogram()
+                        .Name("wuhu_mcp_call_duration_seconds")
+                        .Help("How long calls of MCP servers' tools took, by server")
+                        .Register(r);
     approvals_pending_ = &BuildGauge()
                               .Name("wuhu_approvals_pending")
                               .Help("Tool calls of the loaded sessions waiting for approval")
@@ -220,6 +228,28 @@ void worker_metrics::inference(double seconds) {
 
 void worker_metrics::approval_decision(session::decision what, bool by_deadline) {
     decisions_[static_cast<std::size_t>(what)][by_deadline ? 1 : 0]->Increment();
+}
+
+void worker_metrics::declare_mcp_server(const std::string& server) {
+    auto& s = mcp_[server];
+    if (s.seconds != nullptr) {
+        return;
+    }
+    for (const char* result : {"ok", "error", "server_error", "failed", "cut_off", "cancelled"}) {
+        s.by_result[result] = &mcp_calls_->Add({{"server", server}, {"result", result}});
+    }
+    s.seconds = &mcp_seconds_->Add({{"server", server}}, seconds_buckets());
+}
+
+void worker_metrics::mcp_call(std::string_view server, std::string_view result, double seconds) {
+    auto s = mcp_.find(server);
+    if (s == mcp_.end()) {
+        return;  // only the declared servers (the set of labels stays bounded)
+    }
+    if (auto r = s->second.by_result.find(result); r != s->second.by_result.end()) {
+        r->second->Increment();
+    }
+    s->second.seconds->Observe(seconds);
 }
 
 void worker_metrics::budget_exhausted() {

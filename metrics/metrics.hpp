@@ -66,6 +66,11 @@ class worker_metrics {
     // by a person or by its deadline.
     void approval_decision(session::decision what, bool by_deadline);
     void tool(std::string_view name, double seconds);
+    // The MCP servers of the tools file (their series exist from the start), and a call of one
+    // of their tools ended: ok, error (the tool's isError), server_error (a JSON-RPC error),
+    // failed (no answer: transport, HTTP status), cut_off (idle or deadline), cancelled (abort).
+    void declare_mcp_server(const std::string& server);
+    void mcp_call(std::string_view server, std::string_view result, double seconds);
     void commit(double seconds);
     // acquired, renewed, lost, released, fenced (others are not counted).
     void lease_event(std::string_view event, std::uint64_t n = 1);
@@ -136,6 +141,13 @@ class worker_metrics {
         commands_by_verb_;
     std::map<std::string, prometheus::Histogram*, std::less<>> command_seconds_by_verb_;
     std::map<std::string, prometheus::Histogram*, std::less<>> tool_seconds_by_name_;
+    prometheus::Family<prometheus::Counter>* mcp_calls_;
+    prometheus::Family<prometheus::Histogram>* mcp_seconds_;
+    struct mcp_series {
+        std::map<std::string, prometheus::Counter*, std::less<>> by_result;
+        prometheus::Histogram* seconds = nullptr;
+    };
+    std::map<std::string, mcp_series, std::less<>> mcp_;
 };
 
 }  // namespace wuhu::metrics

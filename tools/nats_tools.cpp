@@ -224,9 +224,21 @@ boost::system::result<std::vector<tool_service>, std::string> parse_tools(
     if (ec) {
         return "not JSON: " + ec.message();
     }
-    const auto* tools = v.is_object() ? v.as_object().if_contains("tools") : nullptr;
-    if (tools == nullptr || !tools->is_object() || v.as_object().size() != 1) {
-        return std::string("the file must be {\"tools\": {\"<name>\": {...}, ...}}");
+    // "mcp_servers" is read by mcp/tools.hpp.
+    const bool shaped =
+        v.is_object() && !v.as_object().empty() &&
+        std::all_of(v.as_object().begin(), v.as_object().end(), [](const auto& kv) {
+            return (kv.key() == "tools" || kv.key() == "mcp_servers") && kv.value().is_object();
+        });
+    if (!shaped) {
+        return std::string(
+            "the file must be {\"tools\": {\"<name>\": {...}, ...}, \"mcp_servers\": {...}} "
+            "(either may be left out)");
+    }
+    static const json::value none = json::object{};
+    const auto* tools = v.as_object().if_contains("tools");
+    if (tools == nullptr) {
+        tools = &none;
     }
     std::vector<tool_service> out;
     try {
@@ -251,7 +263,11 @@ boost::system::result<std::map<std::string, session::tool_approval>, std::string
     }
     std::map<std::string, session::tool_approval> out;
     const auto v = json::parse(json_text);
-    for (const auto& [name, t] : v.as_object().at("tools").as_object()) {
+    const auto* tools = v.as_object().if_contains("tools");
+    if (tools == nullptr) {
+        return out;
+    }
+    for (const auto& [name, t] : tools->as_object()) {
         const auto terms = approval_of(std::string(name), t);
         if (terms != session::tool_approval{}) {
             out[std::string(name)] = terms;

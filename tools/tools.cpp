@@ -19,6 +19,21 @@ bool tool_registry::add(std::shared_ptr<tool> t) {
     return tools_.emplace(std::move(name), std::move(t)).second;
 }
 
+void tool_registry::put(std::shared_ptr<tool> t) {
+    auto& slot = tools_[t->spec().name];
+    if (slot) {
+        retired_.push_back(std::move(slot));
+    }
+    slot = std::move(t);
+}
+
+void tool_registry::remove(const std::string& name) {
+    if (auto it = tools_.find(name); it != tools_.end()) {
+        retired_.push_back(std::move(it->second));
+        tools_.erase(it);
+    }
+}
+
 tool* tool_registry::find(const std::string& name, const std::vector<std::string>& enabled) const {
     auto it = tools_.find(name);
     if (it == tools_.end()) {

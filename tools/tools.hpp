@@ -60,6 +60,17 @@ class tool_registry {
   public:
     // False (and nothing changes) when a tool of that name is registered already.
     bool add(std::shared_ptr<tool> t);
+    // Registers `t`, in place of a tool of its name (an MCP server's tools as they change:
+    // mcp/tools.hpp), and removes one. On the sessions' executor only. A tool replaced or
+    // removed is kept (retired): a call in flight holds it by pointer.
+    void put(std::shared_ptr<tool> t);
+    void remove(const std::string& name);
+    // Sources of tools still making their first offer (MCP servers listed at start): a session
+    // loop waits for them before its first step (worker/agent_loop.cpp), so that a call of a
+    // tool they offer is not taken for a call of an unknown tool.
+    void expect_offer() { ++expected_; }
+    void offered() { expected_ -= expected_ > 0 ? 1 : 0; }
+    bool settled() const { return expected_ == 0; }
     // The tool, if registered and enabled by `enabled` (empty: every registered tool).
     tool* find(const std::string& name, const std::vector<std::string>& enabled) const;
     std::vector<session::tool_spec> specs(const std::vector<std::string>& enabled) const;
@@ -73,6 +84,8 @@ class tool_registry {
 
   private:
     std::map<std::string, std::shared_ptr<tool>> tools_;
+    std::vector<std::shared_ptr<tool>> retired_;
+    std::size_t expected_ = 0;
     std::map<std::string, session::tool_approval> approvals_;
 };
 

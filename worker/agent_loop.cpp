@@ -17,6 +17,14 @@ namespace wuhu::worker {
 using namespace boost::asio::experimental::awaitable_operators;
 namespace s = wuhu::session;
 
+namespace {
+
+// How long a loop waits for the MCP servers' first offer of their tools at start (one that does
+// not answer within it is offered later, when it does).
+constexpr std::chrono::milliseconds tools_first_offer_wait{10'000};
+
+}  // namespace
+
 agent_loop::agent_loop(asio::any_io_executor ex, std::unique_ptr<storage::session_log> log,
                        providers::provider& p, const tools::tool_registry& tools,
                        runtime::clock& clk, loop_options opts)
@@ -497,6 +505,14 @@ asio::awaitable<void> agent_loop::work_loop() {
     while (!failed_) {
         waiting_ = true;
         co_await wake_.wait();
+        if (!tools_.settled()) {
+            // The worker's MCP servers are making their first offer (at start): a call of
+            // one of their tools waits for it, rather than taking the tool for an unknown one.
+            const auto give_up = clock_.now().value + tools_first_offer_wait.count();
+            while (!tools_.settled() && clock_.now().value < give_up) {
+                co_await clock_.sleep(std::chrono::milliseconds(50));
+            }
+        }
         {
             // In the section: a command that saw the loop waiting (and drained its item with
             // its enqueue) has committed, and the ones after it see the loop running, before

@@ -2,9 +2,13 @@
 // sends them over Streamable HTTP: JSON answers, SSE answers split at every byte boundary,
 // progress notifications, and malformed messages (clear errors, no crash).
 #include "mcp/messages.hpp"
+#include "mcp/tools.hpp"
+#include "tests/support/temp_dir.hpp"
 
 #include <gtest/gtest.h>
+
 #include <boost/json.hpp>
+#include <fstream>
 
 namespace wuhu::testing {
 
@@ -181,6 +185,70 @@ TEST(Mcp, CallResultsAreRenderedForTheModelAndIsErrorIsAnErrorResult) {
     EXPECT_FALSE(mcp::parse_progress(json::parse(R"({"progress":1})")));
     EXPECT_EQ(mcp::parse_progress(json::parse(R"({"progressToken":5,"progress":0.5})"))->token,
               "5");
+}
+
+TEST(McpConfig, TheToolsFileNamesEachServerAndItsToolsAllowedRenamedAndOverridden) {
+    temp_dir dir;
+    const auto secrets = dir.path() / "headers.json";
+    std::ofstream(secrets) << R"({"Authorization": "Bearer s3cret"})";
+    const auto servers = mcp::parse_servers(R"({"mcp_servers": {"files": {
+        "url": "https://files.example:8931/mcp", "headers": {"X-Team": "blue"},
+        "headers_file": ")" + secrets.string() +
+                                            R"(",
+        "timeout_ms": 5000, "idle_timeout_ms": 1000, "allow": ["read_file", "write_file"],
+        "rename": {"read_file": "files_read"},
+        "overrides": {"files_read": {"idempotent": false},
+                      "write_file": {"approval": "always", "approval_deadline_ms": 60000}}}}})");
+    ASSERT_TRUE(servers) << servers.error();
+    ASSERT_EQ(servers->size(), 1u);
+    const auto& c = servers->front();
+    EXPECT_EQ(c.where.name, "files");
+    EXPECT_TRUE(c.where.url.tls);
+    EXPECT_EQ(c.where.url.path, "/mcp");
+    EXPECT_EQ(c.where.headers.size(), 2u);
+    EXPECT_EQ(c.where.headers[1].second, "Bearer s3cret") << "from the headers file";
+    EXPECT_EQ(c.timeout, std::chrono::milliseconds(5000));
+    EXPECT_EQ(c.idle_timeout, std::chrono::milliseconds(1000));
+    EXPECT_EQ(c.approval.at("write_file").mode, session::approval_mode::always);
+    // What the server lists becomes: the allowed tools, renamed, their idempotence from the
+    // annotations unless overridden.
+    std::vector<mcp::tool_info> listed{
+        {"read_file", "Reads", R"({"type":"object"})", std::nullopt, true},
+        {"write_file", "Writes", R"({"type":"object"})", true, std::nullopt},
+        {"delete_all", "Deletes", R"({"type":"object"})", std::nullopt, std::nullopt}};
+    const auto tools = mcp::tools_of(nullptr, c, listed);
+    ASSERT_EQ(tools.size(), 2u) << "delete_all is not allowed";
+    EXPECT_EQ(tools[0]->spec().name, "files_read");
+    EXPECT_FALSE(tools[0]->idempotent()) << "read-only, but the file says otherwise";
+    EXPECT_EQ(tools[1]->spec().name, "write_file");
+    EXPECT_TRUE(tools[1]->idempotent()) << "its idempotentHint";
+    EXPECT_EQ(tools[1]->timeout(), std::chrono::milliseconds(5000));
+    const auto none = mcp::parse_servers(R"({"tools": {}})");
+    ASSERT_TRUE(none);
+    EXPECT_TRUE(none->empty());
+}
+
+TEST(McpConfig, ABadServerEntryIsAClearErrorAndNoSecretIsInIt) {
+    auto why = [](const std::string& servers) {
+        auto r = mcp::parse_servers(R"({"mcp_servers": )" + servers + "}");
+        return r ? std::string("accepted") : r.error();
+    };
+    EXPECT_EQ(why(R"({"f": {}})"),
+              "mcp_servers.f.url is required (the server's Streamable HTTP endpoint)");
+    EXPECT_EQ(why(R"({"f": {"url": "ftp://x"}})").substr(0, 19), "mcp_servers.f.url: ");
+    EXPECT_EQ(why(R"({"f": {"url": "http://x/mcp", "colour": 1}})"),
+              "mcp_servers.f: unknown field \"colour\"");
+    EXPECT_EQ(why(R"({"f": {"url": "http://x/mcp", "idle_timeout_ms": 0}})"),
+              "mcp_servers.f.idle_timeout_ms must be 1 to 604800000 (7 days)");
+    EXPECT_EQ(why(R"({"f": {"url": "http://x/mcp", "headers": {"X": "a\r\nB: c"}}})"),
+              "mcp_servers.f.headers: header \"X\" must be a name and a one-line string");
+    EXPECT_EQ(why(R"({"f": {"url": "http://x/mcp", "headers_file": "/nonexistent/h.json"}})"),
+              "mcp_servers.f.headers_file: cannot read a JSON object of headers from "
+              "/nonexistent/h.json");
+    EXPECT_EQ(why(R"({"bad name": {"url": "http://x/mcp"}})"),
+              "an MCP server's name is 1-64 of A-Z a-z 0-9 _ -");
+    EXPECT_EQ(why(R"({"f": {"url": "http://x/mcp", "overrides": {"t": {"approval": "maybe"}}}})"),
+              "mcp_servers.f.overrides.t.approval must be \"always\" or \"never\"");
 }
 
 }  // namespace wuhu::testing
