@@ -4,7 +4,9 @@
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <boost/json.hpp>
 
 namespace wuhu::mcp {
@@ -14,6 +16,10 @@ namespace json = boost::json;
 namespace {
 
 constexpr std::string_view version = "1";
+// A server's tools the client takes (the rest are left out, and said).
+constexpr std::size_t max_tools = 1000;
+// Answers to a server's own requests (ping) in flight at most.
+constexpr std::size_t max_answering = 8;
 // What the answer to a notification (202) or an error status is read up to.
 constexpr std::size_t max_error_body = 4096;
 
@@ -35,7 +41,7 @@ client::client(asio::any_io_executor ex, endpoint e)
       http_(ex, endpoint_.url, endpoint_.http),
       listener_(ex, endpoint_.url, listening(endpoint_.http)) {}
 
-http::request client::request_for(std::string body) const {
+http::request client::request_for(std::string body, bool with_session) const {
     http::request r;
     r.method = "POST";
     r.target = endpoint_.url.path.empty() ? "/" : "";  // the endpoint is the URL's path
@@ -43,29 +49,53 @@ http::request client::request_for(std::string body) const {
     r.headers = endpoint_.headers;
     r.headers.emplace_back("Content-Type", "application/json");
     r.headers.emplace_back("Accept", "application/json, text/event-stream");
-    if (!session_.empty()) {
+    if (with_session && !session_.empty()) {
         r.headers.emplace_back("Mcp-Session-Id", session_);
     }
-    if (!protocol_version_.empty()) {
+    if (with_session && !protocol_version_.empty()) {
         r.headers.emplace_back("MCP-Protocol-Version", protocol_version_);
     }
     return r;
 }
 
+std::string client::scrubbed(std::string text) const {
+    for (const auto& [name, value] : endpoint_.headers) {
+        if (value.size() < 4) {
+            continue;  // too short to be a secret, and would scrub ordinary words
+        }
+        for (auto at = text.find(value); at != std::string::npos; at = text.find(value, at)) {
+            text.replace(at, value.size(), "[redacted]");
+        }
+    }
+    return session::sanitized(text);
+}
+
+void client::answer_later(const json::value& id, const std::string& method) {
+    if (answering_ >= max_answering) {
+        return;  // a server that floods the client with requests gets no more answers
+    }
+    ++answering_;
+    asio::co_spawn(ex_, answer(shared_from_this(), answer_to_server_request(id, method)),
+                   asio::detached);
+}
+
 asio::awaitable<outcome> client::post(std::string body, std::optional<std::int64_t> id,
                                       std::string token, std::function<void()> on_progress) {
+    const std::string carried = session_;
     bool forgotten = false;
     auto first = post_once(body, id, token, on_progress, &forgotten);
     auto out = co_await std::move(first);
     if (!forgotten) {
         co_return out;
     }
-    // The server forgot the session (it restarted): a new one, and the message once more.
-    session_.clear();
-    auto again = initialize();
-    auto init = co_await std::move(again);
-    if (!init) {
-        co_return outcome{outcome::failed, {}, "initializing again: " + init.error()};
+    // The server forgot the session (it restarted): a new one (unless another request made it
+    // meanwhile), and the message once more.
+    if (session_ == carried) {
+        auto again = initialize();
+        auto init = co_await std::move(again);
+        if (!init) {
+            co_return outcome{outcome::failed, {}, "initializing again: " + init.error()};
+        }
     }
     bool twice = false;
     auto second = post_once(std::move(body), id, std::move(token), std::move(on_progress), &twice);
@@ -74,12 +104,11 @@ asio::awaitable<outcome> client::post(std::string body, std::optional<std::int64
 
 asio::awaitable<outcome> client::post_once(std::string body, std::optional<std::int64_t> id,
                                            std::string token, std::function<void()> on_progress,
-                                           bool* forgotten) {
-    auto req = request_for(std::move(body));
-    const bool sent_session = !session_.empty();
+                                           bool* forgotten, bool initializing) {
+    auto req = request_for(std::move(body), !initializing);
+    const bool sent_session = !initializing && !session_.empty();
     int status = 0;
     bool event_stream = false;
-    std::string session_header;
     std::string error_body;
     std::optional<reader> rd;
     outcome out;
@@ -87,16 +116,14 @@ asio::awaitable<outcome> client::post_once(std::string body, std::optional<std::
     auto on_head = [&](const http::response_head& h) {
         status = h.status;
         event_stream = h.header("content-type").starts_with("text/event-stream");
-        session_header = h.header("mcp-session-id");
         if (status == 200) {
             rd.emplace(event_stream);
-            if (!session_header.empty() && session_.empty()) {
-                // Handed out with initialize's answer: every message after it carries it.
-                session_ = session::sanitized(session_header.substr(0, 256));
+            if (initializing) {
+                // The new session's id: every message after initialize carries it.
+                session_ = session::sanitized(h.header("mcp-session-id").substr(0, 256));
             }
         }
     };
-    auto self = shared_from_this();
     auto on_message = [&](message m) {
         if (answered) {
             return;
@@ -108,7 +135,7 @@ asio::awaitable<outcome> client::post_once(std::string body, std::optional<std::
                     out = outcome{outcome::server_error,
                                   {},
                                   "the server's error " + std::to_string(*m.error_code) + ": " +
-                                      m.error_message.substr(0, 1000)};
+                                      scrubbed(m.error_message.substr(0, 1000))};
                 } else {
                     out = outcome{outcome::ok, std::move(m.result), {}};
                 }
@@ -116,8 +143,7 @@ asio::awaitable<outcome> client::post_once(std::string body, std::optional<std::
             return;
         }
         if (m.kind == message::request) {
-            asio::co_spawn(ex_, answer(self, answer_to_server_request(m.id, m.method)),
-                           asio::detached);
+            answer_later(m.id, m.method);
             return;
         }
         if (m.method == "notifications/progress") {
@@ -142,9 +168,10 @@ asio::awaitable<outcome> client::post_once(std::string body, std::optional<std::
     auto sending = http_.send(std::move(req), on_head, on_body, &detail);
     const auto ec = co_await std::move(sending);
     if (ec == asio::error::operation_aborted) {
-        if (id) {
-            // The call was cut short (an abort, a timeout): the server stops its work.
-            asio::co_spawn(ex_, send_cancelled(self, *id), asio::detached);
+        if (id && !initializing) {
+            // The request was cut short (an abort, a timeout): the server stops its work. (An
+            // initialize is never cancelled: the protocol says so.)
+            asio::co_spawn(ex_, send_cancelled(shared_from_this(), *id), asio::detached);
         }
         co_return outcome{outcome::cancelled, {}, "cancelled"};
     }
@@ -152,10 +179,10 @@ asio::awaitable<outcome> client::post_once(std::string body, std::optional<std::
         co_return out;
     }
     if (ec) {
-        co_return outcome{
-            outcome::failed,
-            {},
-            endpoint_.name + ": " + ec.message() + (detail.empty() ? "" : " (" + detail + ")")};
+        co_return outcome{outcome::failed,
+                          {},
+                          endpoint_.name + ": " + ec.message() +
+                              (detail.empty() ? "" : " (" + scrubbed(detail) + ")")};
     }
     if (status == 404 && sent_session && forgotten != nullptr) {
         *forgotten = true;
@@ -168,7 +195,7 @@ asio::awaitable<outcome> client::post_once(std::string body, std::optional<std::
         co_return outcome{outcome::failed,
                           {},
                           endpoint_.name + " answered HTTP " + std::to_string(status) + ": " +
-                              session::sanitized(error_body.substr(0, 300))};
+                              scrubbed(error_body.substr(0, 300))};
     }
     if (!rd->finish(on_message)) {
         co_return outcome{outcome::failed, {}, endpoint_.name + ": " + rd->error()};
@@ -181,23 +208,43 @@ asio::awaitable<outcome> client::post_once(std::string body, std::optional<std::
 }
 
 asio::awaitable<boost::system::result<server_info, std::string>> client::initialize() {
-    protocol_version_.clear();
-    session_.clear();  // a new session: the server hands out its id
+    if (initializing_) {
+        // Another request is initializing a new session (the server forgot the old one): its
+        // outcome is this one's too.
+        asio::steady_timer poll(ex_);
+        while (initializing_) {
+            poll.expires_after(std::chrono::milliseconds(10));
+            co_await poll.async_wait(asio::use_awaitable);
+        }
+        if (session_.empty() || protocol_version_.empty()) {
+            co_return std::string("initializing failed");
+        }
+        co_return info_;
+    }
+    initializing_ = true;
+    struct done {
+        bool& flag;
+        ~done() { flag = false; }
+    } guard{initializing_};
     const auto id = next_id_++;
-    auto posting = post_once(initialize_request(id, version), id, "", {}, nullptr);
+    auto posting = post_once(initialize_request(id, version), id, "", {}, nullptr, true);
     auto out = co_await std::move(posting);
     if (out.kind != outcome::ok) {
+        protocol_version_.clear();
         co_return out.error;
     }
     auto info = parse_initialize(out.result);
     if (!info) {
+        protocol_version_.clear();
         co_return info.error();
     }
     protocol_version_ = info->protocol_version;
+    info_ = *info;
     auto notifying = post_once(initialized_notification(), std::nullopt, "", {}, nullptr);
-    auto done = co_await std::move(notifying);
-    if (done.kind != outcome::ok) {
-        co_return "notifications/initialized: " + done.error;
+    auto done_ = co_await std::move(notifying);
+    if (done_.kind != outcome::ok) {
+        protocol_version_.clear();
+        co_return "notifications/initialized: " + done_.error;
     }
     co_return *info;
 }
@@ -218,6 +265,12 @@ asio::awaitable<boost::system::result<std::vector<tool_info>, std::string>> clie
             co_return p.error();
         }
         for (auto& t : p->tools) {
+            if (all.size() == max_tools) {
+                if (skipped != nullptr) {
+                    skipped->push_back("the tools past the first " + std::to_string(max_tools));
+                }
+                co_return all;
+            }
             all.push_back(std::move(t));
         }
         if (p->next_cursor.empty() || p->next_cursor == cursor) {
@@ -237,7 +290,7 @@ asio::awaitable<outcome> client::call(std::string tool, json::value arguments,
     co_return co_await std::move(posting);
 }
 
-asio::awaitable<bool> client::listen(bool* unsupported, std::string* why) {
+asio::awaitable<client::heard> client::listen(std::string* why) {
     http::request req;
     req.method = "GET";
     req.target = endpoint_.url.path.empty() ? "/" : "";
@@ -252,7 +305,6 @@ asio::awaitable<bool> client::listen(bool* unsupported, std::string* why) {
     int status = 0;
     std::optional<reader> rd;
     bool changed = false;
-    auto self = shared_from_this();
     auto on_head = [&](const http::response_head& h) {
         status = h.status;
         if (status == 200 && h.header("content-type").starts_with("text/event-stream")) {
@@ -261,8 +313,7 @@ asio::awaitable<bool> client::listen(bool* unsupported, std::string* why) {
     };
     auto on_message = [&](message m) {
         if (m.kind == message::request) {
-            asio::co_spawn(ex_, answer(self, answer_to_server_request(m.id, m.method)),
-                           asio::detached);
+            answer_later(m.id, m.method);
         } else if (m.kind == message::notification) {
             if (m.method == "notifications/tools/list_changed") {
                 changed = true;
@@ -281,14 +332,23 @@ asio::awaitable<bool> client::listen(bool* unsupported, std::string* why) {
     std::string detail;
     auto sending = listener_.send(std::move(req), on_head, on_body, &detail);
     const auto ec = co_await std::move(sending);
-    *unsupported = status == 405;
-    if (!changed && why != nullptr) {
-        *why = status != 200 ? "HTTP " + std::to_string(status)
-               : ec          ? ec.message() + (detail.empty() ? "" : " (" + detail + ")")
-               : rd          ? (rd->error().empty() ? "the server ended it" : rd->error())
-                             : "not an event stream";
+    if (changed) {
+        co_return heard::changed;
     }
-    co_return changed;
+    if (ec) {
+        *why = ec.message() + (detail.empty() ? "" : " (" + scrubbed(detail) + ")");
+        co_return heard::ended;
+    }
+    if (status == 404) {
+        *why = "the server forgot the session";
+        co_return heard::ended;
+    }
+    if (!rd) {
+        *why = "HTTP " + std::to_string(status) + " to its GET";
+        co_return heard::unsupported;
+    }
+    *why = rd->error().empty() ? "the server ended it" : rd->error();
+    co_return heard::ended;
 }
 
 asio::awaitable<void> client::send_cancelled(std::shared_ptr<client> self, std::int64_t id) {
@@ -298,6 +358,10 @@ asio::awaitable<void> client::send_cancelled(std::shared_ptr<client> self, std::
 }
 
 asio::awaitable<void> client::answer(std::shared_ptr<client> self, std::string body) {
+    struct done {
+        std::size_t& n;
+        ~done() { --n; }
+    } guard{self->answering_};
     auto posting = self->post_once(std::move(body), std::nullopt, "", {}, nullptr);
     co_await std::move(posting);
 }

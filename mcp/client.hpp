@@ -60,10 +60,12 @@ class client : public std::enable_shared_from_this<client> {
     asio::awaitable<outcome> call(std::string tool, boost::json::value arguments,
                                   std::function<void()> on_progress);
 
-    // Opens the server's event stream (a GET) and reads it until the server says its tools
-    // changed (true), or the stream ends, fails or is cancelled (false; `unsupported` set when
-    // the server offers none: 405; `why` says how it ended).
-    asio::awaitable<bool> listen(bool* unsupported, std::string* why = nullptr);
+    // How the server's event stream ended: the server said its tools changed; it ended (or the
+    // connection failed, or it was cancelled: `why` says how); the server offers none (405,
+    // another status, not an event stream): the tools are listed now and then instead.
+    enum class heard { changed, ended, unsupported };
+    // Opens the server's event stream (a GET, in the session) and reads it until it ends.
+    asio::awaitable<heard> listen(std::string* why);
 
     const endpoint& where() const { return endpoint_; }
     const std::string& session() const { return session_; }
@@ -77,12 +79,18 @@ class client : public std::enable_shared_from_this<client> {
     // `token` to `on_progress`.
     asio::awaitable<outcome> post(std::string body, std::optional<std::int64_t> id,
                                   std::string token, std::function<void()> on_progress);
+    // `initializing`: the initialize request (no session id sent; the one in the answer's
+    // head is the new session's; never cancelled by a notice).
     asio::awaitable<outcome> post_once(std::string body, std::optional<std::int64_t> id,
                                        std::string token, std::function<void()> on_progress,
-                                       bool* forgotten);
+                                       bool* forgotten, bool initializing = false);
     static asio::awaitable<void> send_cancelled(std::shared_ptr<client> self, std::int64_t id);
     static asio::awaitable<void> answer(std::shared_ptr<client> self, std::string body);
-    http::request request_for(std::string body) const;
+    // Answers a server's request in the background (at most a few at once: others are dropped).
+    void answer_later(const boost::json::value& id, const std::string& method);
+    http::request request_for(std::string body, bool with_session = true) const;
+    // `text` (an error body, a server's message) without any configured header's value.
+    std::string scrubbed(std::string text) const;
 
     asio::any_io_executor ex_;
     endpoint endpoint_;
@@ -90,6 +98,9 @@ class client : public std::enable_shared_from_this<client> {
     http::client listener_;         // the event stream's, without the calls' timeouts
     std::string session_;           // Mcp-Session-Id, once initialized
     std::string protocol_version_;  // agreed at initialize
+    server_info info_;              // the last initialize's answer
+    bool initializing_ = false;     // one initialize at a time: the others wait for it
+    std::size_t answering_ = 0;     // answers to the server's requests in flight
     std::int64_t next_id_ = 1;
     std::function<void(const std::string&)> notified_;
 };

@@ -1,5 +1,6 @@
 #include "mcp/messages.hpp"
 
+#include "session/ids.hpp"
 #include "session/text.hpp"
 
 #include <boost/json.hpp>
@@ -216,10 +217,7 @@ namespace {
 
 // What the providers accept as a tool's name.
 bool valid_tool_name(std::string_view n) {
-    return !n.empty() && n.size() <= 64 && std::all_of(n.begin(), n.end(), [](char c) {
-        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-               c == '_' || c == '-';
-    });
+    return session::is_id_token(n);
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 #include "mcp/tools.hpp"
 
+#include "session/ids.hpp"
 #include "session/text.hpp"
+#include "tools/nats_tools.hpp"
 
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/json.hpp>
@@ -49,31 +51,6 @@ void headers_of(const json::value& v, const std::string& where, http::header_lis
         }
         out.emplace_back(std::string(name), std::string(value.as_string()));
     }
-}
-
-session::tool_approval approval_of(const json::object& o, const std::string& where) {
-    session::tool_approval t;
-    if (const auto* a = o.if_contains("approval")) {
-        if (!a->is_string() || (a->as_string() != "always" && a->as_string() != "never")) {
-            throw bad_config(where + ".approval must be \"always\" or \"never\"");
-        }
-        t.mode = a->as_string() == "always" ? session::approval_mode::always
-                                            : session::approval_mode::never;
-    }
-    if (const auto* d = o.if_contains("approval_deadline_ms")) {
-        if (!d->is_int64() || d->as_int64() < 1 || d->as_int64() > 2'592'000'000LL) {
-            throw bad_config(where + ".approval_deadline_ms must be 1 to 2592000000 (30 days)");
-        }
-        t.deadline_ms = static_cast<std::uint64_t>(d->as_int64());
-    }
-    if (const auto* d = o.if_contains("approval_default")) {
-        if (!d->is_string() || (d->as_string() != "reject" && d->as_string() != "approve")) {
-            throw bad_config(where + ".approval_default must be \"reject\" or \"approve\"");
-        }
-        t.on_deadline =
-            d->as_string() == "approve" ? session::decision::approve : session::decision::reject;
-    }
-    return t;
 }
 
 server_config server_of(const std::string& name, const json::value& v) {
@@ -138,8 +115,8 @@ server_config server_of(const std::string& name, const json::value& v) {
     }
     if (const auto* r = o.if_contains("rename")) {
         for (const auto& [from, to] : object_at(*r, where + ".rename")) {
-            if (!to.is_string()) {
-                throw bad_config(where + ".rename values are tool names");
+            if (!to.is_string() || !session::is_id_token(to.as_string())) {
+                throw bad_config(where + ".rename values are tool names (1-64 of A-Z a-z 0-9 _ -)");
             }
             c.rename[std::string(from)] = std::string(to.as_string());
         }
@@ -154,9 +131,12 @@ server_config server_of(const std::string& name, const json::value& v) {
                 }
                 c.idempotent[std::string(tool)] = i->as_bool();
             }
-            const auto t = approval_of(to, at);
-            if (t != session::tool_approval{}) {
-                c.approval[std::string(tool)] = t;
+            const auto t = tools::approval_terms(to, at + ": ");
+            if (!t) {
+                throw bad_config(t.error());
+            }
+            if (*t != session::tool_approval{}) {
+                c.approval[std::string(tool)] = *t;
             }
         }
     }
@@ -227,9 +207,10 @@ asio::awaitable<tools::tool_output> mcp_tool::execute(std::string arguments,
     auto calling = client_->call(server_tool_, std::move(args), std::move(on_progress));
     auto watching = watch(clk, last, idle_timeout_, ctx.deadline);
     const auto began = std::chrono::steady_clock::now();
+    // Copies: the frame may be destroyed last, after the tool (at the executor's end).
     struct observed {
-        const call_observer& observe;
-        const std::string& server;
+        call_observer observe;
+        std::string server;
         std::chrono::steady_clock::time_point began;
         std::string_view result = "cancelled";  // unless the call ends otherwise
         ~observed() {
@@ -242,6 +223,9 @@ asio::awaitable<tools::tool_output> mcp_tool::execute(std::string arguments,
     } report{observe_, client_->where().name, began};
     auto r = co_await (std::move(calling) || std::move(watching));
     if (r.index() == 1) {
+        if (std::get<1>(r).empty()) {
+            co_return tools::tool_output{"cancelled", true};  // an abort ended the race
+        }
         // The call was cancelled by the race: the server has been sent notifications/cancelled.
         report.result = "cut_off";
         co_return tools::tool_output{
@@ -298,12 +282,16 @@ void offer(tools::tool_registry& registry, const server_config& cfg,
     std::set<std::string> now;
     for (auto& t : fresh) {
         const auto name = t->spec().name;
-        if (!offered.contains(name) && registry.find(name, {}) != nullptr) {
+        const auto* held = registry.find(name, {});
+        if (!offered.contains(name) && held != nullptr) {
             log("MCP server " + cfg.where.name + ": its tool " + name +
                 " has the name of another tool: not offered (rename it)");
             continue;
         }
-        registry.put(t);
+        if (held == nullptr || held->spec().description != t->spec().description ||
+            held->spec().schema != t->spec().schema || held->idempotent() != t->idempotent()) {
+            registry.put(t);  // new, or changed (the one it replaces is retired)
+        }
         if (auto a = cfg.approval.find(name); a != cfg.approval.end()) {
             registry.set_approval(name, a->second);
         }
@@ -328,57 +316,83 @@ void offer(tools::tool_registry& registry, const server_config& cfg,
 asio::awaitable<void> serve(std::shared_ptr<client> c, server_config cfg,
                             tools::tool_registry& registry, runtime::clock& clk,
                             std::function<void(std::string)> log, call_observer observe) {
+    // The registry expects this server's first offer until its first attempt is over (or
+    // this coroutine is, however it ends).
+    struct first_offer {
+        tools::tool_registry& registry;
+        bool pending = true;
+        void over() {
+            if (std::exchange(pending, false)) {
+                registry.offered();
+            }
+        }
+        ~first_offer() { over(); }
+    } first{registry};
+    // An initialize or a listing that takes longer than this has failed (the calls' own
+    // timeouts are far longer).
+    constexpr milliseconds attempt_limit{30'000};
     std::set<std::string> offered;
     milliseconds backoff{1000};
     std::string last_failure;
-    bool first = true;  // the registry expects this server's first offer (tool_registry)
     for (;;) {
         auto initializing = c->initialize();
-        auto init = co_await std::move(initializing);
-        std::string failure = init ? "" : init.error();
-        // Listed, then again each time the server says its tools changed (or, without an
-        // event stream, every minute), in the same session.
+        auto limit = clk.timeout(attempt_limit);
+        auto init = co_await (std::move(initializing) || std::move(limit));
+        std::string failure;
+        if (init.index() == 1) {
+            failure = "no answer to initialize within 30 s";
+        } else if (!std::get<0>(init)) {
+            failure = std::get<0>(init).error();
+        }
+        // Listed, then again in the same session each time the server says its tools changed
+        // (or after its stream ended, or every minute without one); a listing that finds the
+        // session forgotten initializes a new one.
+        milliseconds gap{1000};
         while (failure.empty()) {
             std::vector<std::string> skipped;
             auto listing = c->list_tools(&skipped);
-            auto listed = co_await std::move(listing);
-            if (!listed) {
-                failure = listed.error();
+            auto listing_limit = clk.timeout(attempt_limit);
+            auto listed = co_await (std::move(listing) || std::move(listing_limit));
+            if (listed.index() == 1) {
+                failure = "no answer to tools/list within 30 s";
+                break;
+            }
+            if (!std::get<0>(listed)) {
+                failure = std::get<0>(listed).error();
                 break;
             }
             for (const auto& s : skipped) {
                 log("MCP server " + cfg.where.name + ": left out " + s);
             }
-            offer(registry, cfg, tools_of(c, cfg, *listed, observe), offered, log);
-            if (std::exchange(first, false)) {
-                registry.offered();
-            }
+            offer(registry, cfg, tools_of(c, cfg, *std::get<0>(listed), observe), offered, log);
+            first.over();
             backoff = milliseconds{1000};
             last_failure.clear();
-            bool unsupported = false;
-            std::string ended;
-            auto listening = c->listen(&unsupported, &ended);
-            if (co_await std::move(listening)) {
-                continue;  // changed
+            const auto began = clk.now().value;
+            std::string why;
+            auto listening = c->listen(&why);
+            const auto heard = co_await std::move(listening);
+            // Never more than a listing a second, whatever the server says; a stream that
+            // keeps ending soon waits longer each time.
+            milliseconds wait = heard == client::heard::changed       ? milliseconds(1000)
+                                : heard == client::heard::unsupported ? milliseconds(60'000)
+                                                                      : gap;
+            if (heard == client::heard::ended) {
+                gap = clk.now().value - began < 60'000 ? std::min(gap * 2, milliseconds(60'000))
+                                                       : milliseconds(1000);
             }
-            if (!unsupported) {
-                failure = "its event stream ended: " + ended;
-                break;
-            }
-            if (!co_await clk.elapsed(milliseconds(60'000))) {
+            if (!co_await clk.elapsed(wait)) {
                 co_return;
             }
         }
-        if (std::exchange(first, false)) {
-            registry.offered();  // the sessions go on without its tools meanwhile
+        first.over();  // the sessions go on without its tools meanwhile
+        if (!co_await clk.elapsed(backoff)) {
+            co_return;
         }
         if (failure != last_failure) {
             log("MCP server " + cfg.where.name + " (" + cfg.url + ") is not answering: " + failure +
                 "; trying again with backoff");
             last_failure = failure;
-        }
-        if (!co_await clk.elapsed(backoff)) {
-            co_return;
         }
         backoff = std::min(backoff * 2, milliseconds{60'000});
     }

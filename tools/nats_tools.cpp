@@ -34,35 +34,20 @@ session::tool_approval approval_of(const std::string& name, const json::value& v
     if (!v.is_object()) {
         throw bad_config(where + "must be an object");
     }
-    const auto& o = v.as_object();
-    session::tool_approval terms;
-    for (const auto& [k, f] : o) {
-        if (k == "approval") {
-            const auto mode =
-                f.is_string() ? session::approval_mode_named(f.as_string()) : std::nullopt;
-            if (!mode) {
-                throw bad_config(where + "\"approval\" must be \"always\" or \"never\"");
+    auto terms = approval_terms(v.as_object(), where);
+    if (!terms) {
+        throw bad_config(terms.error());
+    }
+    if (is_builtin_tool(name)) {
+        for (const auto& [k, _] : v.as_object()) {
+            if (k != "approval" && k != "approval_deadline_ms" && k != "approval_default") {
+                throw bad_config(where +
+                                 "a built-in tool's entry sets only approval, "
+                                 "approval_deadline_ms and approval_default");
             }
-            terms.mode = *mode;
-        } else if (k == "approval_deadline_ms") {
-            if (!f.is_int64() || f.as_int64() < 1 ||
-                static_cast<std::uint64_t>(f.as_int64()) > session::max_approval_deadline_ms) {
-                throw bad_config(where + "\"approval_deadline_ms\" must be 1-2592000000 ms");
-            }
-            terms.deadline_ms = static_cast<std::uint64_t>(f.as_int64());
-        } else if (k == "approval_default") {
-            const auto d = f.is_string() ? session::decision_named(f.as_string()) : std::nullopt;
-            if (!d || *d == session::decision::respond) {
-                throw bad_config(where + "\"approval_default\" must be \"reject\" or \"approve\"");
-            }
-            terms.on_deadline = *d;
-        } else if (is_builtin_tool(name)) {
-            throw bad_config(where +
-                             "a built-in tool's entry sets only approval, "
-                             "approval_deadline_ms and approval_default");
         }
     }
-    return terms;
+    return *terms;
 }
 
 tool_service service_of(const std::string& name, const json::value& v) {
@@ -216,6 +201,34 @@ tools::tool_output output_of(const std::string& name, const std::string& data) {
 }
 
 }  // namespace
+
+boost::system::result<session::tool_approval, std::string> approval_terms(
+    const json::object& entry, const std::string& where) {
+    session::tool_approval terms;
+    if (const auto* f = entry.if_contains("approval")) {
+        const auto mode =
+            f->is_string() ? session::approval_mode_named(f->as_string()) : std::nullopt;
+        if (!mode) {
+            return where + "\"approval\" must be \"always\" or \"never\"";
+        }
+        terms.mode = *mode;
+    }
+    if (const auto* f = entry.if_contains("approval_deadline_ms")) {
+        if (!f->is_int64() || f->as_int64() < 1 ||
+            static_cast<std::uint64_t>(f->as_int64()) > session::max_approval_deadline_ms) {
+            return where + "\"approval_deadline_ms\" must be 1-2592000000 ms";
+        }
+        terms.deadline_ms = static_cast<std::uint64_t>(f->as_int64());
+    }
+    if (const auto* f = entry.if_contains("approval_default")) {
+        const auto d = f->is_string() ? session::decision_named(f->as_string()) : std::nullopt;
+        if (!d || *d == session::decision::respond) {
+            return where + "\"approval_default\" must be \"reject\" or \"approve\"";
+        }
+        terms.on_deadline = *d;
+    }
+    return terms;
+}
 
 boost::system::result<std::vector<tool_service>, std::string> parse_tools(
     std::string_view json_text) {

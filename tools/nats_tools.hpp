@@ -43,6 +43,7 @@
 #include "protocol/subjects.hpp"
 #include "tools/tools.hpp"
 
+#include <boost/json/object.hpp>
 #include <boost/system/result.hpp>
 
 #include <chrono>
@@ -74,6 +75,10 @@ boost::system::result<std::vector<tool_service>, std::string> parse_tools(
 // and a built-in's entry (echo, clock, sleep, schedule_callback) says only these.
 boost::system::result<std::map<std::string, session::tool_approval>, std::string> parse_approvals(
     std::string_view json_text);
+// The approval terms of one entry (those three fields; the others are the caller's), or a
+// message naming what is wrong, `where` first (an MCP server's overrides use it too).
+boost::system::result<session::tool_approval, std::string> approval_terms(
+    const boost::json::object& entry, const std::string& where);
 
 // Where a tool's calls go, to be shown: its `subject`, or <prefix>.tools.<name> (with
 // tenancy <prefix>.<tenant>.tools.<name>, each tenant's own).

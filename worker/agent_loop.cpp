@@ -505,9 +505,10 @@ asio::awaitable<void> agent_loop::work_loop() {
     while (!failed_) {
         waiting_ = true;
         co_await wake_.wait();
-        if (!tools_.settled()) {
-            // The worker's MCP servers are making their first offer (at start): a call of
-            // one of their tools waits for it, rather than taking the tool for an unknown one.
+        if (!std::exchange(tools_awaited_, true) && !tools_.settled()) {
+            // The worker's MCP servers are making their first offer (at start): the loop's
+            // first step waits for it, so that a call of one of their tools is not taken for
+            // a call of an unknown one.
             const auto give_up = clock_.now().value + tools_first_offer_wait.count();
             while (!tools_.settled() && clock_.now().value < give_up) {
                 co_await clock_.sleep(std::chrono::milliseconds(50));

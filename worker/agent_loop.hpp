@@ -156,6 +156,7 @@ class agent_loop final : private session_writer {
     void stamp(session::status& st);
 
     std::unique_ptr<storage::session_log> log_;
+    bool tools_awaited_ = false;  // the MCP servers' first offer (work_loop)
     const tools::tool_registry& tools_;
     runtime::clock& clock_;
     loop_options opts_;

@@ -319,7 +319,11 @@ TEST(Mcp, AServerDownAtStartIsWaitedForAndATheToolItAddsLaterIsOffered) {
     enqueue(nc, s, "use the new tool");
     auto st = settled(nc, s);
     EXPECT_EQ(results(st), (std::vector<std::string>{"added: added ran"})) << st;
+    EXPECT_EQ(server.stats().at("sessions"), 1) << "listed again in the same MCP session";
     EXPECT_EQ(w.stop(), 0);
+    EXPECT_EQ(slurp(w.log()).find("is not answering", slurp(w.log()).find("tools offered")),
+              std::string::npos)
+        << "nothing failed once it answered, the stop included: " << slurp(w.log());
 }
 
 TEST(Mcp, AServerThatForgotItsSessionIsInitializedAgainAndTheCallRunsOnce) {

@@ -248,7 +248,7 @@ TEST(McpConfig, ABadServerEntryIsAClearErrorAndNoSecretIsInIt) {
     EXPECT_EQ(why(R"({"bad name": {"url": "http://x/mcp"}})"),
               "an MCP server's name is 1-64 of A-Z a-z 0-9 _ -");
     EXPECT_EQ(why(R"({"f": {"url": "http://x/mcp", "overrides": {"t": {"approval": "maybe"}}}})"),
-              "mcp_servers.f.overrides.t.approval must be \"always\" or \"never\"");
+              "mcp_servers.f.overrides.t: \"approval\" must be \"always\" or \"never\"");
 }
 
 }  // namespace wuhu::testing
