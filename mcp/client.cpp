@@ -43,12 +43,16 @@ client::client(asio::any_io_executor ex, endpoint e)
 
 http::request client::request_for(std::string body, bool with_session) const {
     http::request r;
-    r.method = "POST";
+    r.method = body.empty() ? "GET" : "POST";          // a GET opens the event stream
     r.target = endpoint_.url.path.empty() ? "/" : "";  // the endpoint is the URL's path
-    r.body = std::move(body);
     r.headers = endpoint_.headers;
-    r.headers.emplace_back("Content-Type", "application/json");
-    r.headers.emplace_back("Accept", "application/json, text/event-stream");
+    if (r.method == "POST") {
+        r.headers.emplace_back("Content-Type", "application/json");
+        r.headers.emplace_back("Accept", "application/json, text/event-stream");
+    } else {
+        r.headers.emplace_back("Accept", "text/event-stream");
+    }
+    r.body = std::move(body);
     if (with_session && !session_.empty()) {
         r.headers.emplace_back("Mcp-Session-Id", session_);
     }
@@ -291,17 +295,7 @@ asio::awaitable<outcome> client::call(std::string tool, json::value arguments,
 }
 
 asio::awaitable<client::heard> client::listen(std::string* why) {
-    http::request req;
-    req.method = "GET";
-    req.target = endpoint_.url.path.empty() ? "/" : "";
-    req.headers = endpoint_.headers;
-    req.headers.emplace_back("Accept", "text/event-stream");
-    if (!session_.empty()) {
-        req.headers.emplace_back("Mcp-Session-Id", session_);
-    }
-    if (!protocol_version_.empty()) {
-        req.headers.emplace_back("MCP-Protocol-Version", protocol_version_);
-    }
+    auto req = request_for("");
     int status = 0;
     std::optional<reader> rd;
     bool changed = false;

@@ -88,6 +88,8 @@ class client : public std::enable_shared_from_this<client> {
     static asio::awaitable<void> answer(std::shared_ptr<client> self, std::string body);
     // Answers a server's request in the background (at most a few at once: others are dropped).
     void answer_later(const boost::json::value& id, const std::string& method);
+    // A POST of `body` to the endpoint, or with no body the GET of its event stream; with the
+    // session's headers unless `with_session` is false (initialize).
     http::request request_for(std::string body, bool with_session = true) const;
     // `text` (an error body, a server's message) without any configured header's value.
     std::string scrubbed(std::string text) const;
