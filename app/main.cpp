@@ -446,7 +446,7 @@ int main(int argc, char** argv) {
             }
             tool_services = std::move(*parsed);
             tool_approvals = std::move(*wuhu::tools::parse_approvals(read_file(tools_path)));
-            auto servers = wuhu::mcp::parse_servers(read_file(tools_path));
+            auto servers = wuhu::mcp::parse_servers(read_file(tools_path), tenancy);
             if (!servers) {
                 log->error("bad tools file {}: {}", tools_path, servers.error());
                 return 2;

@@ -42,6 +42,7 @@ node::node(storage::session_store& store, ownership::lease_store& leases, nats::
       keeper_(leases, options_.worker_id, options_.lease),
       leases_(keeper_, asio::make_strand(store_pool_.get_executor())) {
     tools::add_builtin_tools(tools_);
+    tools_.set_default_tenant(options_.server.tenancy.default_tenant);
     for (const auto& [name, terms] : options_.tool_approvals) {
         tools_.set_approval(name, terms);
     }

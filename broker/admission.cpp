@@ -140,7 +140,8 @@ asio::awaitable<std::optional<answer>> server::admit_creation(
     co_return std::nullopt;
 }
 
-std::optional<answer> server::refused_settings(const protocol::request_body& body) const {
+std::optional<answer> server::refused_settings(const s::session_id& sid,
+                                               const protocol::request_body& body) const {
     const auto* update = std::get_if<s::settings_update>(&body);
     if (update == nullptr) {
         return std::nullopt;
@@ -157,7 +158,7 @@ std::optional<answer> server::refused_settings(const protocol::request_body& bod
     }
     for (std::size_t i = 0; i < update->tools->size(); ++i) {
         const auto& name = (*update->tools)[i];
-        if (tools_.find(name, {}) == nullptr) {
+        if (tools_.find(name, {}, tools_.tenant_of(sid)) == nullptr) {
             return answer::error(
                 s::code_name(s::errc::invalid_settings),
                 "no tool is named " + name + " (field: tools." + std::to_string(i) + ")");

@@ -317,7 +317,7 @@ asio::awaitable<std::optional<answer>> server::serve_here(worker::session_regist
     };
     // Settings are checked by the owner, against its own tools and endpoints: during a rollout
     // the same configure is not accepted or refused by whichever worker took it.
-    if (auto refused = refused_settings(req.body)) {
+    if (auto refused = refused_settings(sid, req.body)) {
         if (!registry.contains(sid)) {
             leases_.release(sid, epoch);  // taken for a session that is not made
         }

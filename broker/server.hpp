@@ -222,7 +222,8 @@ class server {
                                                           const session::session_id& sid);
     // The refusal of a configure that names a tool this worker does not have, or a model
     // that names none of its endpoints.
-    std::optional<answer> refused_settings(const protocol::request_body& body) const;
+    std::optional<answer> refused_settings(const session::session_id& sid,
+                                           const protocol::request_body& body) const;
     // A page of a subscribe reply, copied from the loop's state now (on the executor); it is
     // serialized there when small, on the replies thread when large.
     struct subscribe_page {

@@ -1,5 +1,6 @@
 #include "mcp/tools.hpp"
 
+#include "protocol/subjects.hpp"
 #include "session/ids.hpp"
 #include "session/text.hpp"
 #include "tools/nats_tools.hpp"
@@ -53,11 +54,11 @@ void headers_of(const json::value& v, const std::string& where, http::header_lis
     }
 }
 
-server_config server_of(const std::string& name, const json::value& v) {
+server_config server_of(const std::string& name, const json::value& v, bool tenancy) {
     const std::string where = "mcp_servers." + name;
     static const std::set<std::string_view> known = {
         "url",   "headers", "headers_file", "timeout_ms", "idle_timeout_ms",
-        "allow", "rename",  "overrides"};
+        "allow", "rename",  "overrides",    "tenant"};
     const auto& o = object_at(v, where);
     for (const auto& [key, _] : o) {
         if (!known.contains(key)) {
@@ -140,6 +141,21 @@ server_config server_of(const std::string& name, const json::value& v) {
             }
         }
     }
+    const auto* tenant = o.if_contains("tenant");
+    if (tenant != nullptr && !tenancy) {
+        throw bad_config(where + ".tenant needs a fleet with tenancy (--tenancy)");
+    }
+    if (tenancy) {
+        if (tenant == nullptr || !tenant->is_string() ||
+            (tenant->as_string() != "*" && !protocol::valid_tenant(tenant->as_string()))) {
+            throw bad_config(where +
+                             ".tenant is required with tenancy: the tenant whose sessions call "
+                             "the server (a tenant id), or \"*\" for every tenant's");
+        }
+        if (tenant->as_string() != "*") {
+            c.tenant = tenant->as_string();
+        }
+    }
     c.where.http.connect_timeout = std::chrono::seconds(10);
     c.where.http.first_byte_timeout = c.timeout;
     c.where.http.idle_timeout = c.timeout;  // the tool watches progress itself
@@ -149,7 +165,7 @@ server_config server_of(const std::string& name, const json::value& v) {
 }  // namespace
 
 boost::system::result<std::vector<server_config>, std::string> parse_servers(
-    std::string_view tools_file_json) {
+    std::string_view tools_file_json, bool tenancy) {
     boost::system::error_code ec;
     auto v = json::parse(tools_file_json, ec);
     if (ec || !v.is_object()) {
@@ -162,7 +178,7 @@ boost::system::result<std::vector<server_config>, std::string> parse_servers(
     }
     try {
         for (const auto& [name, s] : object_at(*servers, "mcp_servers")) {
-            out.push_back(server_of(std::string(name), s));
+            out.push_back(server_of(std::string(name), s, tenancy));
         }
     } catch (const bad_config& e) {
         return std::string(e.what());
@@ -282,7 +298,7 @@ void offer(tools::tool_registry& registry, const server_config& cfg,
     std::set<std::string> now;
     for (auto& t : fresh) {
         const auto name = t->spec().name;
-        const auto* held = registry.find(name, {});
+        const auto* held = registry.own(name, cfg.tenant);  // a tenant's go before the fleet's
         if (!offered.contains(name) && held != nullptr) {
             log("MCP server " + cfg.where.name + ": its tool " + name +
                 " has the name of another tool: not offered (rename it)");
@@ -290,16 +306,16 @@ void offer(tools::tool_registry& registry, const server_config& cfg,
         }
         if (held == nullptr || held->spec().description != t->spec().description ||
             held->spec().schema != t->spec().schema || held->idempotent() != t->idempotent()) {
-            registry.put(t);  // new, or changed (the one it replaces is retired)
+            registry.put(t, cfg.tenant);  // new, or changed (the one it replaces is retired)
         }
         if (auto a = cfg.approval.find(name); a != cfg.approval.end()) {
-            registry.set_approval(name, a->second);
+            registry.set_approval(name, a->second, cfg.tenant);
         }
         now.insert(name);
     }
     for (const auto& gone : offered) {
         if (!now.contains(gone)) {
-            registry.remove(gone);
+            registry.remove(gone, cfg.tenant);
         }
     }
     std::string names;

@@ -9,7 +9,8 @@
 //                "timeout_ms": 600000, "idle_timeout_ms": 60000,
 //                "allow": ["read_file", "search"],
 //                "rename": {"read_file": "files_read"},
-//                "overrides": {"files_read": {"idempotent": true, "approval": "always"}}}}}
+//                "overrides": {"files_read": {"idempotent": true, "approval": "always"}},
+//                "tenant": "acme"}}}
 //
 // `url`: the server's Streamable HTTP endpoint (http or https). `headers` go with every
 // request; `headers_file` holds more of them (a JSON object), for secrets kept out of the
@@ -18,7 +19,9 @@
 // each one the server sends starts it again. `allow`: the server's tools the model is offered
 // (default all); `rename`: the name the model sees (unique among all tools); `overrides`, by
 // that name: `idempotent` (default: the tool's idempotentHint or readOnlyHint annotation), and
-// the approval terms of a tools file's entry (tools/nats_tools.hpp).
+// the approval terms of a tools file's entry (tools/nats_tools.hpp). `tenant`, with tenancy
+// only and then required: the tenant whose sessions alone are offered the server's tools (its
+// own go before the fleet's tools of their names), or "*" for a server every session may call.
 //
 // At start the worker initializes each server and lists its tools (every page); a server that
 // does not answer is tried again with backoff (1 s doubling to 60 s), and its tools are offered
@@ -54,12 +57,14 @@ struct server_config {
     std::map<std::string, std::string> rename;               // the server's name -> the model's
     std::map<std::string, bool> idempotent;                  // by the model's name
     std::map<std::string, session::tool_approval> approval;  // by the model's name
+    std::string tenant;  // whose sessions call it ("" every session)
 };
 
 // The `mcp_servers` of a tools file (none when it has none), or a message naming what is
-// wrong. Reads each `headers_file`.
+// wrong. Reads each `headers_file`. `tenancy`: whether the fleet has tenants (then each server
+// names its tenant).
 boost::system::result<std::vector<server_config>, std::string> parse_servers(
-    std::string_view tools_file_json);
+    std::string_view tools_file_json, bool tenancy = false);
 
 // How each call of a server's tool ended (metrics): the server, the result (ok, error,
 // server_error, failed, cut_off, cancelled), how long it took.

@@ -16,40 +16,74 @@ namespace json = boost::json;
 
 bool tool_registry::add(std::shared_ptr<tool> t) {
     std::string name = t->spec().name;
-    return tools_.emplace(std::move(name), std::move(t)).second;
+    return scopes_[""].emplace(std::move(name), std::move(t)).second;
 }
 
-void tool_registry::put(std::shared_ptr<tool> t) {
-    auto& slot = tools_[t->spec().name];
+void tool_registry::put(std::shared_ptr<tool> t, const std::string& tenant) {
+    auto& slot = scopes_[tenant][t->spec().name];
     if (slot) {
         retired_.push_back(std::move(slot));
     }
     slot = std::move(t);
 }
 
-void tool_registry::remove(const std::string& name) {
-    if (auto it = tools_.find(name); it != tools_.end()) {
+void tool_registry::remove(const std::string& name, const std::string& tenant) {
+    auto s = scopes_.find(tenant);
+    if (s == scopes_.end()) {
+        return;
+    }
+    if (auto it = s->second.find(name); it != s->second.end()) {
         retired_.push_back(std::move(it->second));
-        tools_.erase(it);
+        s->second.erase(it);
     }
 }
 
-tool* tool_registry::find(const std::string& name, const std::vector<std::string>& enabled) const {
-    auto it = tools_.find(name);
-    if (it == tools_.end()) {
-        return nullptr;
+std::string_view tool_registry::tenant_of(const session::session_id& sid) const {
+    return sid.tenant().empty() ? std::string_view(default_tenant_) : sid.tenant();
+}
+
+std::string_view tool_registry::scope_of(const std::string& name, std::string_view tenant) const {
+    if (!tenant.empty()) {
+        if (auto s = scopes_.find(tenant); s != scopes_.end() && s->second.contains(name)) {
+            return s->first;
+        }
     }
+    return {};
+}
+
+tool* tool_registry::find(const std::string& name, const std::vector<std::string>& enabled,
+                          std::string_view tenant) const {
     if (!enabled.empty() && std::find(enabled.begin(), enabled.end(), name) == enabled.end()) {
         return nullptr;
     }
-    return it->second.get();
+    return own(name, scope_of(name, tenant));
 }
 
-std::vector<session::tool_spec> tool_registry::specs(
-    const std::vector<std::string>& enabled) const {
+tool* tool_registry::own(const std::string& name, std::string_view tenant) const {
+    const auto s = scopes_.find(tenant);
+    if (s == scopes_.end()) {
+        return nullptr;
+    }
+    const auto it = s->second.find(name);
+    return it != s->second.end() ? it->second.get() : nullptr;
+}
+
+std::vector<session::tool_spec> tool_registry::specs(const std::vector<std::string>& enabled,
+                                                     std::string_view tenant) const {
+    std::map<std::string_view, const tool*> offered;  // by name: the tenant's own go first
+    for (const auto& in : {tenant, std::string_view()}) {
+        if (auto s = scopes_.find(in); s != scopes_.end()) {
+            for (const auto& [name, t] : s->second) {
+                offered.emplace(name, t.get());
+            }
+        }
+        if (in.empty()) {
+            break;
+        }
+    }
     std::vector<session::tool_spec> out;
-    for (const auto& [name, t] : tools_) {
-        if (find(name, enabled) != nullptr) {
+    for (const auto& [name, t] : offered) {
+        if (enabled.empty() || std::find(enabled.begin(), enabled.end(), name) != enabled.end()) {
             out.push_back(t->spec());
         }
     }
@@ -231,13 +265,14 @@ bool is_builtin_tool(std::string_view name) {
     return name == "echo" || name == "clock" || name == "sleep" || name == "schedule_callback";
 }
 
-void tool_registry::set_approval(const std::string& name, session::tool_approval terms) {
-    approvals_[name] = terms;
+void tool_registry::set_approval(const std::string& name, session::tool_approval terms,
+                                 const std::string& tenant) {
+    approvals_[{tenant, name}] = terms;
 }
 
 std::optional<session::tool_approval> tool_registry::approval_for(
-    const std::string& name, const session::approval_settings& s) const {
-    auto it = approvals_.find(name);
+    const std::string& name, const session::approval_settings& s, std::string_view tenant) const {
+    auto it = approvals_.find(std::pair(std::string(scope_of(name, tenant)), name));
     return session::approval_terms(s, name,
                                    it != approvals_.end() ? it->second : session::tool_approval{});
 }

@@ -408,8 +408,9 @@ agent_loop::written agent_loop::decide(s::decision_input in, command_reply& repl
     if (in.what == s::decision::approve && in.arguments) {
         // Edited arguments the tool's schema refuses are refused: the call waits on.
         const auto* call = state_.find_tool_call(in.call.str());
-        const tools::tool* t =
-            call != nullptr ? tools_.find(call->call.name, state_.config.tools) : nullptr;
+        const tools::tool* t = call != nullptr ? tools_.find(call->call.name, state_.config.tools,
+                                                             tools_.tenant_of(id()))
+                                               : nullptr;
         if (t != nullptr && s::awaits_decision(*call) &&
             tools::invalid_arguments(*t, *in.arguments)) {
             out.refused = s::errc::invalid_arguments;

@@ -78,7 +78,8 @@ asio::awaitable<void> tool_runner::run() {
         if (marked) {
             tc.status = s::tool_status::not_started;
         }
-        tools::tool* t = tools_.find(tc.call.name, writer_.state().config.tools);
+        tools::tool* t = tools_.find(tc.call.name, writer_.state().config.tools,
+                                     tools_.tenant_of(writer_.sid()));
         const auto kind = t == nullptr      ? s::tool_kind::unavailable
                           : t->idempotent() ? s::tool_kind::idempotent
                                             : s::tool_kind::not_idempotent;
@@ -108,7 +109,8 @@ asio::awaitable<void> tool_runner::run() {
         }
         if (tc.approval == s::approval_status::none && tc.status == s::tool_status::not_started &&
             !marked) {
-            if (auto terms = tools_.approval_for(tc.call.name, writer_.state().config.approval)) {
+            if (auto terms = tools_.approval_for(tc.call.name, writer_.state().config.approval,
+                                                 tools_.tenant_of(writer_.sid()))) {
                 // Asked before anything of it runs (with what is pending).
                 pending.push_back(s::request_of(tc.call, *terms, clock_.now()));
                 waits = true;

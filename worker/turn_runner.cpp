@@ -136,6 +136,7 @@ asio::awaitable<void> turn_runner::infer() {
             std::vector<s::tool_call_id> starting;
             std::vector<s::approval_requested> asking;
             const auto& st = writer_.state();
+            const auto tenant = tools_.tenant_of(writer_.sid());
             s::session_state after;
             after.usage = st.usage;
             s::count(after.usage, a.message);
@@ -145,10 +146,10 @@ asio::awaitable<void> turn_runner::infer() {
                 if (room == 0) {
                     break;  // this one and the ones after it start later, in order
                 }
-                if (tools_.find(c.name, st.config.tools) == nullptr) {
+                if (tools_.find(c.name, st.config.tools, tenant) == nullptr) {
                     continue;
                 }
-                if (auto terms = tools_.approval_for(c.name, st.config.approval)) {
+                if (auto terms = tools_.approval_for(c.name, st.config.approval, tenant)) {
                     asking.push_back(s::request_of(c, *terms, clock_.now()));
                 } else {
                     starting.push_back(c.id);
@@ -240,7 +241,8 @@ asio::awaitable<turn_runner::attempt> turn_runner::infer_once() {
         context_ = s::project_context(st, opts_.roles);
     }
     const std::uint64_t step = writer_.step();
-    providers::inference_request req{std::move(context_), tools_.specs(st.config.tools),
+    providers::inference_request req{std::move(context_),
+                                     tools_.specs(st.config.tools, tools_.tenant_of(writer_.sid())),
                                      st.config.model, step, writer_.sid().str()};
     context_.clear();
     inflight_ = inflight_message{step, writer_.epoch().value, {}, {}, 0};

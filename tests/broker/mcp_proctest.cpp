@@ -3,7 +3,8 @@
 // reaches the next inference; progress keeps a slow call alive and silence cuts one off with a
 // cancellation the server receives; an abort cancels too; a server down at start does not stop
 // the worker and its tools appear once it is up; a tool added later is offered; a server that
-// forgot its sessions is initialized again without failing the call.
+// forgot its sessions is initialized again without failing the call; with tenancy a session
+// calls its own tenant's server only.
 #include "tests/support/http_get.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/temp_dir.hpp"
@@ -345,6 +346,63 @@ TEST(Mcp, AServerThatForgotItsSessionIsInitializedAgainAndTheCallRunsOnce) {
     EXPECT_EQ(results(st), (std::vector<std::string>{"weather: sunny in Rome"})) << st;
     EXPECT_EQ(server.runs("weather"), 1) << "run once";
     EXPECT_GE(server.stats().at("sessions").to_number<std::int64_t>(), 2) << "initialized again";
+    EXPECT_EQ(w.stop(), 0);
+}
+
+}  // namespace wuhu::testing
+
+namespace wuhu::testing {
+
+// With tenancy, each tenant's MCP server is its own: both offer `weather`; acme's session calls
+// acme's server, globex's globex's, and a third tenant's session is offered neither (its call
+// is of an unknown tool, and a configure naming the tool is refused).
+TEST(Mcp, WithTenancyASessionCallsItsOwnTenantsServerAndNoOthers) {
+    mcp_server acme, globex;
+    temp_dir dir;
+    const auto file = dir.path() / "tools.json";
+    std::ofstream(file) << R"({"mcp_servers": {
+        "acme-tools": {"url": ")"
+                        << acme.url() << R"(", "tenant": "acme"},
+        "globex-tools": {"url": ")"
+                        << globex.url() << R"(", "tenant": "globex"}}})";
+    worker_process::config c;
+    c.args = {"--tenancy", "--tools", file.string()};
+    worker_process w("mcpt", R"({"responses":[
+        {"tool_calls":[{"name":"weather","arguments":{"city":"Oslo"}}]},
+        {"text":"done"}]})",
+                     c);
+    w.start();
+    ASSERT_TRUE(logged(w, "MCP server acme-tools (" + acme.url() + "): 4 tools offered", 20s))
+        << slurp(w.log());
+    ASSERT_TRUE(logged(w, "MCP server globex-tools (" + globex.url() + "): 4 tools offered", 20s))
+        << slurp(w.log());
+    nats::connection nc(nats_url(), "mcp-client");
+    const auto session = [&](const std::string& tenant) {
+        return w.prefix() + "." + tenant + ".session.t1.";
+    };
+
+    enqueue(nc, session("acme"), "weather?");
+    auto st = settled(nc, session("acme"));
+    EXPECT_EQ(results(st), (std::vector<std::string>{"weather: sunny in Oslo"})) << st;
+    EXPECT_EQ(acme.runs("weather"), 1);
+    EXPECT_EQ(globex.runs("weather"), 0);
+
+    enqueue(nc, session("globex"), "weather?");
+    st = settled(nc, session("globex"));
+    EXPECT_EQ(results(st), (std::vector<std::string>{"weather: sunny in Oslo"})) << st;
+    EXPECT_EQ(acme.runs("weather"), 1);
+    EXPECT_EQ(globex.runs("weather"), 1);
+
+    const auto refused =
+        answer_when_up(nc, session("initech") + "configure", R"({"tools":["weather"]})");
+    EXPECT_EQ(refused.at("error").at("code"), "invalid_settings") << refused;
+    EXPECT_EQ(
+        answer_when_up(nc, session("globex") + "configure", R"({"tools":["weather"]})").at("ok"),
+        true);
+    enqueue(nc, session("initech"), "weather?");
+    st = settled(nc, session("initech"));
+    EXPECT_EQ(results(st), (std::vector<std::string>{"weather: !unknown tool: weather"})) << st;
+    EXPECT_EQ(acme.runs("weather") + globex.runs("weather"), 2) << "neither server was called";
     EXPECT_EQ(w.stop(), 0);
 }
 

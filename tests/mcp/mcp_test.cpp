@@ -228,6 +228,29 @@ TEST(McpConfig, TheToolsFileNamesEachServerAndItsToolsAllowedRenamedAndOverridde
     EXPECT_TRUE(none->empty());
 }
 
+TEST(McpConfig, WithTenancyEachServerNamesItsTenantOrEveryTenant) {
+    auto read = [](const std::string& servers, bool tenancy) {
+        return mcp::parse_servers(R"({"mcp_servers": )" + servers + "}", tenancy);
+    };
+    auto acme = read(R"({"f": {"url": "http://x/mcp", "tenant": "acme"},
+                         "g": {"url": "http://y/mcp", "tenant": "*"}})",
+                     true);
+    ASSERT_TRUE(acme) << acme.error();
+    EXPECT_EQ((*acme)[0].tenant, "acme");
+    EXPECT_EQ((*acme)[1].tenant, "") << "every tenant's sessions";
+    const std::string required =
+        "mcp_servers.f.tenant is required with tenancy: the tenant whose sessions call the "
+        "server (a tenant id), or \"*\" for every tenant's";
+    EXPECT_EQ(read(R"({"f": {"url": "http://x/mcp"}})", true).error(), required);
+    EXPECT_EQ(read(R"({"f": {"url": "http://x/mcp", "tenant": "a.b"}})", true).error(), required);
+    EXPECT_EQ(read(R"({"f": {"url": "http://x/mcp", "tenant": "session"}})", true).error(),
+              required)
+        << "a word of the subject layout";
+    EXPECT_EQ(read(R"({"f": {"url": "http://x/mcp", "tenant": 7}})", true).error(), required);
+    EXPECT_EQ(read(R"({"f": {"url": "http://x/mcp", "tenant": "acme"}})", false).error(),
+              "mcp_servers.f.tenant needs a fleet with tenancy (--tenancy)");
+}
+
 TEST(McpConfig, ABadServerEntryIsAClearErrorAndNoSecretIsInIt) {
     auto why = [](const std::string& servers) {
         auto r = mcp::parse_servers(R"({"mcp_servers": )" + servers + "}");
