@@ -191,6 +191,11 @@ int main(int argc, char** argv) {
                    "unread")
         ->envname("WUHU_METRICS_MAX_CONNECTIONS")
         ->check(CLI::Range(std::size_t{1}, std::size_t{100000}));
+    bool console = true;
+    app.add_flag("--console,!--no-console", console,
+                 "serve the web console at /console/ on the metrics port (docs/console.md); "
+                 "--no-console turns it off")
+        ->envname("WUHU_CONSOLE");
     std::string tools_path;
     app.add_option("--tools", tools_path,
                    "tools served over NATS (docs/tools.md), besides the built-in ones")
@@ -545,6 +550,7 @@ int main(int argc, char** argv) {
         options.mcp_servers = mcp_servers;
         options.metrics_addr = metrics_addr == "off" ? std::string() : metrics_addr;
         options.metrics_max_connections = metrics_max_connections;
+        options.console = console;
         options.metrics_addr_is_default = metrics_flag->count() == 0 &&
                                           std::getenv("WUHU_METRICS_ADDR") == nullptr;
         options.nats_connected = [&nats] { return nats.connected(); };

@@ -1,5 +1,7 @@
 #include "app/node.hpp"
 
+#include "console/console.hpp"
+
 #include "protocol/subjects.hpp"
 #include "providers/replay_provider.hpp"
 
@@ -138,10 +140,20 @@ node::node(storage::session_store& store, ownership::lease_store& leases, nats::
     // Before the server starts: an address that cannot be had stops the worker before it
     // takes any request.
     if (!options_.metrics_addr.empty()) {
-        const metrics::endpoint_handlers handlers{
+        metrics::endpoint_handlers handlers{
             [this] { return scrape(); },
             [this](std::chrono::milliseconds within) { return turning(within); },
             [this] { return unready(); }};
+        if (options_.console) {
+            handlers.files = [](std::string_view path) -> std::optional<metrics::static_file> {
+                const auto f = console::find(path);
+                if (!f) {
+                    return std::nullopt;
+                }
+                return metrics::static_file{f->content_type, f->body,
+                                            console::content_security_policy};
+            };
+        }
         try {
             http_ = std::make_unique<metrics::http_endpoint>(options_.metrics_addr, handlers,
                                                             options_.metrics_max_connections);

@@ -104,6 +104,8 @@ struct node_options {
     bool metrics_addr_is_default = false;
     // Connections the metrics port holds open at once (one past it is closed unread).
     std::size_t metrics_max_connections = 64;
+    // Whether that port also serves the web console at /console/ (docs/console.md).
+    bool console = true;
     // Whether the NATS connection is up (/readyz); none: always.
     std::function<bool()> nats_connected;
 };

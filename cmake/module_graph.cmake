@@ -12,7 +12,7 @@
 # A violation stops the configure step with the file and the include that broke the rule.
 
 set(WUHU_MODULES session protocol runtime storage ownership providers nats tools mcp worker client
-    broker app metrics)
+    broker app metrics console)
 set(WUHU_PURE_MODULES session protocol)
 # Edges that must never exist, directly or not ("a:b": a/ never links b/): the providers and the
 # tools (MCP's too) know neither the store nor the loop; the loop's rooms below the worker never

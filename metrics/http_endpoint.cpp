@@ -54,9 +54,23 @@ http::response<http::string_body> answer(const endpoint_handlers& h,
         const auto why = h.unready();
         res.result(why ? http::status::service_unavailable : http::status::ok);
         res.body() = why ? *why + "\n" : "ready\n";
+    } else if (path == "/console" && h.files) {
+        res.result(http::status::moved_permanently);
+        res.set(http::field::location, "/console/" + std::string(target.substr(path.size())));
+        res.body() = "the console is at /console/\n";
+    } else if (auto f = h.files && path.starts_with("/console/") ? h.files(path) : std::nullopt) {
+        res.result(http::status::ok);
+        res.set(http::field::content_type, f->content_type);
+        res.set("Content-Security-Policy", f->security_policy);
+        res.set("X-Content-Type-Options", "nosniff");
+        res.set("Referrer-Policy", "no-referrer");
+        res.set(http::field::cache_control, "no-cache");
+        res.body() = std::string(f->body);
     } else {
         res.result(http::status::not_found);
-        res.body() = "not found: the paths are /metrics, /healthz and /readyz\n";
+        res.body() = h.files
+                         ? "not found: the paths are /metrics, /healthz, /readyz and /console/\n"
+                         : "not found: the paths are /metrics, /healthz and /readyz\n";
     }
     if (req.method() == http::verb::head) {
         res.content_length(res.body().size());

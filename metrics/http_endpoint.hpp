@@ -4,6 +4,7 @@
 //   GET /healthz   200 while the process is alive and its executor turns (503 otherwise)
 //   GET /readyz    200 when the worker is ready to serve: connected to NATS, the store and the
 //                  lease backend answer, not stopping; 503 with the reason otherwise
+//   GET /console/… the web console's files, when the worker serves it (docs/console.md)
 //
 // It runs on a thread of its own, so a worker whose executor is stuck still answers (/healthz
 // then says so). Connections are served one request at a time, each bounded by a timeout; at
@@ -19,6 +20,13 @@
 
 namespace wuhu::metrics {
 
+// A file served as it is (the console's), with the content security policy it is served under.
+struct static_file {
+    std::string_view content_type;
+    std::string_view body;
+    std::string_view security_policy;
+};
+
 struct endpoint_handlers {
     // The body of /metrics (the node refreshes its gauges first).
     std::function<std::string()> metrics;
@@ -26,6 +34,8 @@ struct endpoint_handlers {
     std::function<bool(std::chrono::milliseconds)> alive;
     // Why the worker is not ready, or nullopt when it is (/readyz).
     std::function<std::optional<std::string>()> unready;
+    // The file a path names under /console/ (none: the console is off, every such path 404).
+    std::function<std::optional<static_file>(std::string_view path)> files = {};
 };
 
 class http_endpoint {

@@ -125,8 +125,14 @@ void append_page(json::object& reply, json::object next) {
         }
     }
     patch["to"] = later["to"];
-    if (auto* c = later.if_contains("settings")) {
-        patch["settings"] = *c;
+    // The registers of the last page's moment: a page's status (and settings, when they are in
+    // its patch) are those of when it was read.
+    for (const std::string_view k : {"status", "settings"}) {
+        if (auto* r = later.if_contains(k)) {
+            patch[k] = *r;
+        } else {
+            patch.erase(k);
+        }
     }
     reply.erase("more");
     reply.erase("inflight");

@@ -3,6 +3,7 @@
 #   source scripts/lib/nats.sh
 #   nats_start [ARGS...]  # exports WUHU_TEST_NATS_URL (and NATS_PORT); exits the shell with an
 #                         # error if it cannot; ARGS go to nats-server (-c <config>)
+#   nats_start_ws [ARGS...]  # the same, with a WebSocket listener: exports WUHU_NATS_WS_URL
 #   nats_stop
 
 nats_start() {
@@ -29,6 +30,21 @@ nats_start() {
     echo "nats: could not start; log:" >&2
     cat "$NATS_DIR/nats.log" >&2 || true
     exit 1
+}
+
+# nats_start_ws: as nats_start, with a WebSocket listener on another free port of 127.0.0.1
+# (the web console's way in: docs/console.md); exports WUHU_NATS_WS_URL.
+nats_start_ws() {
+    local ws conf
+    for _ in 1 2 3; do
+        ws=$((20000 + RANDOM % 30000))
+        (exec 3<>"/dev/tcp/127.0.0.1/$ws") 2>/dev/null || break
+    done
+    conf=$(mktemp /tmp/wuhu-nats-ws.XXXXXX)
+    printf 'websocket {\n  host: 127.0.0.1\n  port: %s\n  no_tls: true\n}\n' "$ws" >"$conf"
+    nats_start -c "$conf" "$@"
+    rm -f "$conf"
+    export WUHU_NATS_WS_URL="ws://127.0.0.1:$ws"
 }
 
 nats_stop() {

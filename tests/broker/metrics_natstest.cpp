@@ -1,6 +1,7 @@
 // The metrics' watchdog (app/watchdog.cpp): a session in one loop state longer than that state's
 // timeout is counted in wuhu_loop_stuck_sessions and logged once; it is no longer counted once
 // it moves on. A worker in-process against a real nats-server (scripts/test starts it).
+#include "console/console.hpp"
 #include "metrics/http_endpoint.hpp"
 #include "tests/broker/worker_node.hpp"
 #include "tests/support/env.hpp"
@@ -181,6 +182,61 @@ TEST(MetricsHealth, HealthzSeesAStuckExecutorAndReadyzAStoreThatDoesNotAnswer) {
         std::this_thread::sleep_for(50ms);
     }
     EXPECT_TRUE(drained) << "resumed: the lane was drained";
+}
+
+}  // namespace wuhu::testing
+
+namespace wuhu::testing {
+
+// Issue 35: the web console's files on the worker's HTTP port, under a content security
+// policy; nothing outside the table of embedded files is served; off, every path 404s.
+TEST(MetricsEndpoint, TheConsolesFilesAreServedUnderAPolicyAndNothingElse) {
+    metrics::endpoint_handlers handlers{[] { return std::string("up 1\n"); },
+                                        [](auto) { return true; },
+                                        [] { return std::optional<std::string>(); }};
+    handlers.files = [](std::string_view path) -> std::optional<metrics::static_file> {
+        const auto f = console::find(path);
+        if (!f) {
+            return std::nullopt;
+        }
+        return metrics::static_file{f->content_type, f->body, console::content_security_policy};
+    };
+    metrics::http_endpoint http("127.0.0.1:0", handlers);
+    const auto at = http.address();
+
+    const auto page = http_get(at, "/console/");
+    EXPECT_EQ(page.status, 200);
+    EXPECT_NE(page.body.find("<title>Wuhu console</title>"), std::string::npos) << page.body;
+    EXPECT_NE(page.headers.find("Content-Type: text/html; charset=utf-8"), std::string::npos)
+        << page.headers;
+    EXPECT_NE(page.headers.find("Content-Security-Policy: default-src 'self'; script-src 'self'"),
+              std::string::npos)
+        << page.headers;
+    EXPECT_NE(page.headers.find("X-Content-Type-Options: nosniff"), std::string::npos);
+    EXPECT_EQ(http_get(at, "/console/index.html").body, page.body);
+
+    const auto app = http_get(at, "/console/app.js");
+    EXPECT_EQ(app.status, 200);
+    EXPECT_NE(app.headers.find("Content-Type: text/javascript"), std::string::npos);
+    const auto client = http_get(at, "/console/vendor/nats.js");
+    EXPECT_EQ(client.status, 200);
+    EXPECT_GT(client.body.size(), 300000u) << "the vendored NATS client, whole";
+    EXPECT_EQ(http_get(at, "/console/vendor/nats.ws.LICENSE").status, 200);
+
+    const auto bare = http_get(at, "/console?nats=ws://127.0.0.1:4223");
+    EXPECT_EQ(bare.status, 301);
+    EXPECT_NE(bare.headers.find("Location: /console/?nats=ws://127.0.0.1:4223"), std::string::npos)
+        << bare.headers;
+    for (const char* path : {"/console/nothing.js", "/console/../metrics", "/console/vendor/",
+                             "/console/%2e%2e/app.js", "/console//app.js", "/consolex"}) {
+        EXPECT_EQ(http_get(at, path).status, 404) << path;
+    }
+    EXPECT_EQ(http_get(at, "/metrics").body, "up 1\n");
+
+    handlers.files = {};
+    metrics::http_endpoint off("127.0.0.1:0", handlers);
+    EXPECT_EQ(http_get(off.address(), "/console/").status, 404);
+    EXPECT_EQ(http_get(off.address(), "/console").status, 404);
 }
 
 }  // namespace wuhu::testing

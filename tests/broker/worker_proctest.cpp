@@ -2,6 +2,7 @@
 // SIGTERM, a restarted worker on the same data directory has the session, it rides out a NATS
 // restart, takes credentials in its URL, logs JSON lines, and refuses bad flags; and wuhuctl's
 // exit codes.
+#include "tests/support/http_get.hpp"
 #include "tests/support/process.hpp"
 
 #include <fstream>
@@ -433,6 +434,31 @@ TEST(Wuhuctl, SessionsPrintsOneLinePerSessionWithItsOwnerStateAndLanes) {
     EXPECT_EQ(cols[6], "0");
     EXPECT_TRUE(lines[1].ends_with("ago")) << lines[1];
     EXPECT_EQ(worker.stop(), 0);
+}
+
+}  // namespace wuhu::testing
+
+namespace wuhu::testing {
+
+// Issue 35: a worker serves the web console on its HTTP port, unless --no-console.
+TEST(WorkerProcess, ServesTheConsoleOnItsHttpPortUnlessTurnedOff) {
+    worker_process on("console", R"({"responses":[]})");
+    on.start();
+    nats::connection nc(nats_url(), "console-check");
+    answer_when_up(nc, on.prefix() + ".session.c1.subscribe", "{}");
+    const auto page = worker_http(on.log(), "/console/");
+    EXPECT_EQ(page.status, 200);
+    EXPECT_NE(page.body.find("Wuhu console"), std::string::npos);
+    EXPECT_EQ(on.stop(), 0);
+
+    worker_process::config c;
+    c.args = {"--no-console"};
+    worker_process off("noconsole", R"({"responses":[]})", c);
+    off.start();
+    answer_when_up(nc, off.prefix() + ".session.c1.subscribe", "{}");
+    EXPECT_EQ(worker_http(off.log(), "/console/").status, 404);
+    EXPECT_EQ(worker_http(off.log(), "/healthz").status, 200) << "the port itself is up";
+    EXPECT_EQ(off.stop(), 0);
 }
 
 }  // namespace wuhu::testing

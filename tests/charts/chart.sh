@@ -122,6 +122,7 @@ for d in kinds.get("ConfigMap", []):
         check(d["metadata"]["labels"].get("grafana_dashboard") == "1", "the sidecar's label")
         named = set(re.findall(r"wuhu_[a-z_]+", json.dumps(dash)))
         check(named and named <= exported, f"the dashboard names metrics the worker does not export: {sorted(named - exported)}")
+check(config["data"].get("WUHU_CONSOLE") == "true", "the console is served by default")
 if case == "postgres":
     check(config["data"].get("WUHU_MAX_REQUESTS_IN_FLIGHT") == "512", "limits.maxRequestsInFlight")
     check(config["data"].get("WUHU_LANE_MAX_BYTES") == "8MiB", "limits.laneMaxBytes")

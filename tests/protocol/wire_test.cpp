@@ -327,3 +327,47 @@ TEST(Events, PayloadsHaveTheDocumentedShape) {
 }
 
 }  // namespace wuhu::testing
+
+namespace wuhu::testing {
+
+// A subscribe's pages joined (protocol::append_page) carry the last page's registers: each
+// page's patch holds the status (and settings) of its own moment, and a watcher that took the
+// first page's would hold a status older than the one it noted, and drop the newer ones.
+TEST(Replies, JoinedPagesCarryTheLastPagesStatusAndSettings) {
+    auto page = [](int from, int to, const char* state, std::uint64_t seq, bool more,
+                   const char* model) {
+        json::object status{{"state", state}, {"epoch", 3}, {"seq", seq}};
+        json::object patch{
+            {"from",
+             json::object{{"transcript", from}, {"system", 0}, {"steer", 0}, {"followUp", 0}}},
+            {"to", json::object{{"transcript", to}, {"system", 0}, {"steer", 0}, {"followUp", 0}}},
+            {"transcript", json::array{json::object{{"id", to}, {"type", "party_message"}}}},
+            {"journal",
+             json::object{
+                 {"system", json::array{}}, {"steer", json::array{}}, {"followUp", json::array{}}}},
+            {"status", status}};
+        if (model != nullptr) {
+            patch["settings"] = json::object{{"model", model}};
+        }
+        json::object reply{{"ok", true},
+                           {"patch", patch},
+                           {"status", status},
+                           {"settings", json::object{{"model", model != nullptr ? model : "x"}}}};
+        if (more) {
+            reply["more"] = true;
+        }
+        return reply;
+    };
+    auto joined = page(0, 1000, "inferring", 10, true, "first");
+    protocol::append_page(joined, page(1000, 1200, "idle", 20, false, nullptr));
+    const auto& patch = joined.at("patch").as_object();
+    EXPECT_EQ(patch.at("transcript").as_array().size(), 2u);
+    EXPECT_EQ(patch.at("to").at("transcript"), 1200);
+    EXPECT_EQ(patch.at("status").at("state"), "idle") << "the last page's status";
+    EXPECT_EQ(patch.at("status").at("seq"), 20);
+    EXPECT_FALSE(patch.contains("settings")) << "the reply's own (the last page's) stand";
+    EXPECT_EQ(joined.at("settings").at("model"), "x");
+    EXPECT_FALSE(joined.contains("more"));
+}
+
+}  // namespace wuhu::testing

@@ -17,6 +17,7 @@ namespace wuhu::testing {
 
 struct http_answer {
     int status = 0;  // 0: no answer
+    std::string headers;  // the header lines, as sent
     std::string body;
 };
 
@@ -57,6 +58,7 @@ inline http_answer http_get(const std::string& address, const std::string& path)
         out.status = std::stoi(all.substr(9, 3));
         const auto body = all.find("\r\n\r\n");
         out.body = body == std::string::npos ? "" : all.substr(body + 4);
+        out.headers = all.substr(0, body);
     }
     return out;
 }

@@ -197,6 +197,7 @@ WUHU_STORE_THREADS: {{ .Values.worker.storeThreads | quote }}
 {{ get $limits $key }}: {{ $value | quote }}
 {{- end }}
 WUHU_METRICS_ADDR: {{ printf "0.0.0.0:%v" .Values.worker.metricsPort | quote }}
+WUHU_CONSOLE: {{ .Values.worker.console | quote }}
 {{- if .Values.providers }}
 WUHU_PROVIDERS: "/etc/wuhu/providers.json"
 {{- end }}
