@@ -138,8 +138,18 @@ $('logout').addEventListener('click', async () => {
     location.reload();
 });
 
+// A link connects at once only to a nats-server on the page's own host; one that names another
+// host fills in the form, for the person to see where they connect before they do.
+function ownHost(url) {
+    try {
+        return new URL(url).hostname === location.hostname;
+    } catch {
+        return false;
+    }
+}
+
 const given = params();
-if (given.nats && (given.pass || !given.user)) {
+if (given.nats && ownHost(given.nats) && (given.pass || !given.user)) {
     open(given).catch((e) => {
         showError(e, 'Connecting');
         login();

@@ -11,8 +11,7 @@ import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import fs from "node:fs";
 import path from "node:path";
-import puppeteer from "puppeteer-core";
-import { Fleet, until, sleep } from "./fleet.mjs";
+import { Fleet, launchBrowser, shutDown, sees, sleep, text, until } from "./fleet.mjs";
 
 const shots = process.env.WUHU_CONSOLE_SHOTS || path.join(process.cwd(), "console-shots");
 fs.mkdirSync(shots, { recursive: true });
@@ -31,21 +30,10 @@ let browser;
 
 before(async () => {
   fleet = await Fleet.start({ script });
-  browser = await puppeteer.launch({
-    executablePath: process.env.WUHU_CHROMIUM || "/usr/bin/chromium",
-    headless: true,
-    args: ["--no-sandbox", "--disable-dev-shm-usage"],
-  });
+  browser = await launchBrowser();
 });
 
-after(async () => {
-  if (browser) {
-    await browser.close();
-  }
-  if (fleet) {
-    await fleet.stop();
-  }
-});
+after(() => shutDown(browser, fleet));
 
 async function open(user, hash = "#/fleet", withPass = true, edge = false) {
   const page = await browser.newPage();
@@ -55,18 +43,6 @@ async function open(user, hash = "#/fleet", withPass = true, edge = false) {
   page.errors = errors;
   await page.goto(fleet.consoleUrl(user, { withPass, edge }) + hash);
   return page;
-}
-
-const text = (page, selector) => page.$eval(selector, (el) => el.innerText).catch(() => "");
-
-// Waits until `selector`'s text contains `want`.
-async function sees(page, selector, want, ms = 20000) {
-  let seen = "";
-  try {
-    await until(`${selector} to show "${want}"`, async () => (seen = await text(page, selector)).includes(want), ms);
-  } catch (e) {
-    throw new Error(`${e.message}; it shows: ${seen}${page.errors.length ? `; page errors: ${page.errors}` : ""}`);
-  }
 }
 
 // Saves the page as `name`.png and checks that the page shows each of `keys`.

@@ -8,6 +8,7 @@ import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { connect, StringCodec } from "nats";
+import puppeteer from "puppeteer-core";
 
 const sc = StringCodec();
 export const here = path.dirname(new URL(import.meta.url).pathname);
@@ -254,5 +255,37 @@ cluster {
     this.nats.kill("SIGTERM");
     await done;
     fs.rmSync(this.dir, { recursive: true, force: true });
+  }
+}
+
+// Debian's headless chromium (run.sh finds it), as root.
+export function launchBrowser() {
+  return puppeteer.launch({
+    executablePath: process.env.WUHU_CHROMIUM || "/usr/bin/chromium",
+    headless: true,
+    args: ["--no-sandbox", "--disable-dev-shm-usage"],
+  });
+}
+
+// The text a person reads in `selector` ("" when it is not there).
+export const text = (page, selector) => page.$eval(selector, (el) => el.innerText).catch(() => "");
+
+// Waits until `selector`'s text contains `want`.
+export async function sees(page, selector, want, ms = 20000) {
+  let seen = "";
+  try {
+    await until(`${selector} to show "${want}"`, async () => (seen = await text(page, selector)).includes(want), ms);
+  } catch (e) {
+    throw new Error(`${e.message}; it shows: ${seen}${page.errors && page.errors.length ? `; page errors: ${page.errors}` : ""}`);
+  }
+}
+
+// Closes what a test file started (either may be missing: its start failed).
+export async function shutDown(browser, fleet) {
+  if (browser) {
+    await browser.close();
+  }
+  if (fleet) {
+    await fleet.stop();
   }
 }

@@ -2,7 +2,7 @@
 # The console's tests, as ctest runs them (tests/CMakeLists.txt):
 #
 #   tests/console/run.sh lint               # eslint over console/www and these tests
-#   tests/console/run.sh unit               # its pure modules in node
+#   tests/console/run.sh unit               # its pure modules, and its client, in node
 #   tests/console/run.sh browser <worker>   # its pages in headless Chromium against a real fleet
 #
 # scripts/test installs chromium (apt) and these npm packages (npm install here); a missing
@@ -20,7 +20,7 @@ lint)
     exec "$here/node_modules/.bin/eslint" --max-warnings 0 -c "$here/eslint.config.js" console/www tests/console
     ;;
 unit)
-    exec node --test "$here/model.test.mjs"
+    exec node --test "$here/model.test.mjs" "$here/client.test.mjs"
     ;;
 browser)
     export WUHU_WORKER=${2:?the wuhu-worker binary}

@@ -7,8 +7,7 @@ import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import fs from "node:fs";
 import path from "node:path";
-import puppeteer from "puppeteer-core";
-import { Fleet, until } from "./fleet.mjs";
+import { Fleet, launchBrowser, shutDown, sees, text, until } from "./fleet.mjs";
 
 const shots = process.env.WUHU_CONSOLE_SHOTS || path.join(process.cwd(), "console-shots");
 fs.mkdirSync(shots, { recursive: true });
@@ -22,32 +21,10 @@ before(async () => {
     workers: ["t1"],
     tenants: true,
   });
-  browser = await puppeteer.launch({
-    executablePath: process.env.WUHU_CHROMIUM || "/usr/bin/chromium",
-    headless: true,
-    args: ["--no-sandbox", "--disable-dev-shm-usage"],
-  });
+  browser = await launchBrowser();
 });
 
-after(async () => {
-  if (browser) {
-    await browser.close();
-  }
-  if (fleet) {
-    await fleet.stop();
-  }
-});
-
-const text = (page, selector) => page.$eval(selector, (el) => el.innerText).catch(() => "");
-
-async function sees(page, selector, want, ms = 20000) {
-  let seen = "";
-  try {
-    await until(`${selector} to show "${want}"`, async () => (seen = await text(page, selector)).includes(want), ms);
-  } catch (e) {
-    throw new Error(`${e.message}; it shows: ${seen}`);
-  }
-}
+after(() => shutDown(browser, fleet));
 
 test("a tenant's user sees and commands its own sessions only, through the plain layout", async () => {
   // The operator (the fleet's account) makes s1 for both tenants, and a second one for globex.
