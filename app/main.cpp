@@ -444,14 +444,15 @@ int main(int argc, char** argv) {
         std::map<std::string, wuhu::session::tool_approval> tool_approvals;
         std::vector<wuhu::mcp::server_config> mcp_servers;
         if (!tools_path.empty()) {
-            auto parsed = wuhu::tools::parse_tools(read_file(tools_path));
+            const auto text = read_file(tools_path);  // read once: one version of the file
+            auto parsed = wuhu::tools::parse_tools(text);
             if (!parsed) {
                 log->error("bad tools file {}: {}", tools_path, parsed.error());
                 return 2;
             }
             tool_services = std::move(*parsed);
-            tool_approvals = std::move(*wuhu::tools::parse_approvals(read_file(tools_path)));
-            auto servers = wuhu::mcp::parse_servers(read_file(tools_path), tenancy);
+            tool_approvals = std::move(*wuhu::tools::parse_approvals(text));
+            auto servers = wuhu::mcp::parse_servers(text, tenancy);
             if (!servers) {
                 log->error("bad tools file {}: {}", tools_path, servers.error());
                 return 2;
