@@ -41,6 +41,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <barrier>
 #include <condition_variable>
 #include <cstdio>
 #include <filesystem>
@@ -63,6 +64,9 @@ struct workload {
     int tools = 2;       // K
     int in_flight = 10;  // C
     std::vector<std::string> worker_args;  // more flags for wuhu-worker
+    // The sessions are made by their first turn, inside the timed window (the peers' workload,
+    // issue 36), rather than by a configure before it.
+    bool new_sessions = false;
 };
 
 // A store the worker runs on, and issue 16's figures for it.
@@ -114,6 +118,10 @@ struct run_result {
     double commits = -1, fsyncs = 0, fsync_ms = 0, stored_bytes = 0, wal_bytes = 0,
            written_bytes = 0;
     double creations_per_s = 0, fsyncs_per_creation = 0, commits_per_creation = -1;
+    // --new-sessions: what a new session costs, per process (CPU ms) and in fsyncs and log
+    // commits: its first turn (which makes it) less a later turn.
+    double new_worker_cpu = 0, new_client_cpu = 0, new_nats_cpu = 0, new_pg_cpu = 0;
+    double new_fsyncs = 0, new_commits = -1;
 };
 
 struct counters {
@@ -261,48 +269,58 @@ run_result run(const store_kind& kind, const workload& w, bool metrics, int roun
         return true;
     };
 
-    // 1. Session creation: a configure request creates each session.
+    // 1. Session creation: a configure request creates each session (unless the turns make
+    // them: --new-sessions).
     if (!start_worker()) {
         return out;
     }
-    auto wal_before = wal(true);
-    auto before = snapshot();
-    auto start = clock_type::now();
-    if (!in_parallel([&](const std::string& sid) { return ask(sid, "configure"); })) {
-        return out;
-    }
-    out.creations_per_s = w.sessions / seconds_since(start);
-    auto after = snapshot();
-    const double n_sessions = w.sessions;
-    if (after.commits >= 0) {
-        out.commits_per_creation = (after.commits - before.commits) / n_sessions;
-    }
-    // A persistent store starts the turns with the sessions stored (a worker that stops
-    // checkpoints its files) and loaded again (a subscribe loads each one), so that what the
-    // turns store is what they add.
     double stored_before = 0;
-    if (!memory) {
-        if (!stop_worker()) {
-            return out;
-        }
+    if (w.new_sessions && !memory) {
         stored_before = stored();
     }
-    auto wal_after = wal(false);
-    out.fsyncs_per_creation =
-        (after.fsyncs - before.fsyncs + (wal_after.syncs - wal_before.syncs)) / n_sessions;
-    if (!memory &&
-        (!start_worker() ||
-         !in_parallel([&](const std::string& sid) { return ask(sid, "subscribe"); }))) {
-        return out;
-    }
+    if (!w.new_sessions) {
+        auto wal_before = wal(true);
+        auto before = snapshot();
+        auto start = clock_type::now();
+        if (!in_parallel([&](const std::string& sid) { return ask(sid, "configure"); })) {
+            return out;
+        }
+        out.creations_per_s = w.sessions / seconds_since(start);
+        auto after = snapshot();
+        const double n_sessions = w.sessions;
+        if (after.commits >= 0) {
+            out.commits_per_creation = (after.commits - before.commits) / n_sessions;
+        }
+        // A persistent store starts the turns with the sessions stored (a worker that stops
+        // checkpoints its files) and loaded again (a subscribe loads each one), so that what the
+        // turns store is what they add.
+        if (!memory) {
+            if (!stop_worker()) {
+                return out;
+            }
+            stored_before = stored();
+        }
+        auto wal_after = wal(false);
+        out.fsyncs_per_creation =
+            (after.fsyncs - before.fsyncs + (wal_after.syncs - wal_before.syncs)) / n_sessions;
+        if (!memory && (!start_worker() || !in_parallel([&](const std::string& sid) {
+                return ask(sid, "subscribe");
+            }))) {
+            return out;
+        }
+    }  // !w.new_sessions
 
     // 2. Turns: each thread takes its sessions turn by turn (turn t of every one of them,
     // then turn t + 1).
     std::vector<std::vector<double>> latencies(static_cast<std::size_t>(w.in_flight));
-    wal_before = wal(true);
-    before = snapshot();
-    start = clock_type::now();
+    auto wal_before = wal(true);
+    auto before = snapshot();
+    auto start = clock_type::now();
     std::atomic<bool> ok{true};
+    // --new-sessions: every thread meets the others once after the first turns (which made
+    // the sessions), so that they and the later turns are measured apart.
+    counters first{};
+    std::barrier first_turns(w.in_flight, [&]() noexcept { first = snapshot(); });
     {
         std::vector<std::thread> threads;
         for (int c = 0; c < w.in_flight; ++c) {
@@ -338,6 +356,9 @@ run_result run(const store_kind& kind, const workload& w, bool metrics, int roun
                             std::chrono::duration<double, std::milli>(clock_type::now() - t0)
                                 .count());
                     }
+                    if (t == 0 && w.new_sessions) {
+                        first_turns.arrive_and_wait();  // whether or not they went well
+                    }
                 }
             });
         }
@@ -346,7 +367,7 @@ run_result run(const store_kind& kind, const workload& w, bool metrics, int roun
         }
     }
     const double elapsed = seconds_since(start);
-    after = snapshot();
+    auto after = snapshot();
     if (!ok) {
         return out;
     }
@@ -366,6 +387,22 @@ run_result run(const store_kind& kind, const workload& w, bool metrics, int roun
     if (after.commits >= 0) {
         out.commits = (after.commits - before.commits) / turns;
     }
+    if (w.new_sessions && w.turns > 1) {
+        // A first turn less a later one, per session.
+        const double n = w.sessions;
+        const double later = n * (w.turns - 1);
+        auto cost = [&](double counters::*f) {
+            return (first.*f - before.*f) / n - (after.*f - first.*f) / later;
+        };
+        out.new_worker_cpu = cost(&counters::worker_cpu);
+        out.new_client_cpu = cost(&counters::client_cpu);
+        out.new_nats_cpu = cost(&counters::nats_cpu);
+        out.new_pg_cpu = cost(&counters::pg_cpu);
+        out.new_fsyncs = cost(&counters::fsyncs);
+        if (after.commits >= 0) {
+            out.new_commits = cost(&counters::commits);
+        }
+    }
     out.written_bytes = (after.written - before.written) / turns;
     if (after.fsyncs > before.fsyncs) {
         out.fsync_ms = (after.fsync_ns - before.fsync_ns) / 1e6 / (after.fsyncs - before.fsyncs);
@@ -376,7 +413,7 @@ run_result run(const store_kind& kind, const workload& w, bool metrics, int roun
     }
     // What the turns left stored (SQLite files checkpointed by the worker's stop).
     out.stored_bytes = (stored() - stored_before) / turns;
-    wal_after = wal(false);
+    auto wal_after = wal(false);
     out.fsyncs = (after.fsyncs - before.fsyncs + (wal_after.syncs - wal_before.syncs)) / turns;
     out.wal_bytes = (wal_after.bytes - wal_before.bytes) / turns;
     out.ok = true;
@@ -386,8 +423,8 @@ run_result run(const store_kind& kind, const workload& w, bool metrics, int roun
 
 void print(const store_kind& kind, const workload& w, const run_result& r, double raw,
            double raw_one) {
-    std::printf("\n%s (S=%d T=%d K=%d C=%d)\n", kind.name.c_str(), w.sessions, w.turns, w.tools,
-                w.in_flight);
+    std::printf("\n%s (S=%d T=%d K=%d C=%d%s)\n", kind.name.c_str(), w.sessions, w.turns, w.tools,
+                w.in_flight, w.new_sessions ? ", sessions made inside the timed window" : "");
     std::printf("  turns/s               %8.0f   goal >= %.0f, baseline %.0f (%.2fx)\n",
                 r.turns_per_s, kind.goal_tps, kind.baseline_tps, r.turns_per_s / kind.baseline_tps);
     // A durable commit is a session-log commit (the worker's metric) or, on SQLite FULL, any
@@ -441,6 +478,22 @@ void print(const store_kind& kind, const workload& w, const run_result& r, doubl
                                 : kind.name == "sqlite-full" ? "1000"
                                                              : "";
     const bool issue_workload = w.sessions == 10000 && w.in_flight == 32;
+    if (w.new_sessions) {
+        std::printf("  a new session costs   worker %.2f, client %.2f, nats-server %.2f",
+                    r.new_worker_cpu, r.new_client_cpu, r.new_nats_cpu);
+        if (kind.name == "postgres") {
+            std::printf(", PostgreSQL %.2f", r.new_pg_cpu);
+        }
+        std::printf(" CPU ms; ");
+        if (kind.name != "postgres") {  // PostgreSQL's WAL syncs are read for a whole run only
+            std::printf("%.2f fsyncs, ", r.new_fsyncs);
+        }
+        std::printf("%.2f log commits (its first turn, which made it, less a later turn)\n",
+                    r.new_commits);
+        std::printf("  written KiB per turn  %8.2f   by the worker (/proc/<pid>/io write_bytes)\n",
+                    r.written_bytes / 1024);
+        return;
+    }
     std::printf("  new sessions/s        %8.0f   %s%s%s; %.2f fsyncs and %.2f commits each\n",
                 r.creations_per_s, *creation_goal == '\0' ? "no goal" : "goal >= ",
                 creation_goal,
@@ -465,6 +518,9 @@ int main(int argc, char** argv) {
     app.add_option("-T,--turns", w.turns)->check(CLI::Range(1, 1000));
     app.add_option("-K,--tool-calls", w.tools)->check(CLI::Range(0, 64));
     app.add_option("-C,--in-flight", w.in_flight)->check(CLI::Range(1, 1000));
+    app.add_flag("--new-sessions", w.new_sessions,
+                 "the turns make the sessions, inside the timed window (the peers' workload, "
+                 "issue 36), and a new session's cost is printed");
     app.add_option("--worker-arg", w.worker_args,
                    "a flag for wuhu-worker (repeat: --worker-arg=--store-threads --worker-arg=8)");
     app.add_flag("--metrics-cost", metrics_cost,

@@ -46,15 +46,22 @@ export function sessionPage(fleet, sid, main) {
         pause: h('button', {id: 'pause'}, 'Pause'),
         resume: h('button', {id: 'resume'}, 'Resume'),
     };
-    // An abort keeps its id until it is answered: sent again after a lost reply, it is the same
-    // abort (the fleet answers it again), never one that stops the next turn.
-    let abortId = null;
+    // An abort whose reply was lost keeps its id for 30 s: clicked again meanwhile, it is the
+    // same abort (the fleet answers it again), never one that stops the turn that came next.
+    let lostAbort = null;  // {id, at}
     buttons.abort.addEventListener(
         'click', () => act(buttons.abort, 'Abort', async () => {
-                     abortId = abortId || newId();
-                     await fleet.call(
-                         sid, 'abort', {reason: 'aborted from the console', id: abortId});
-                     abortId = null;
+                     const id =
+                         lostAbort && Date.now() - lostAbort.at < 30000 ? lostAbort.id : newId();
+                     lostAbort = null;
+                     try {
+                         await fleet.call(sid, 'abort', {reason: 'aborted from the console', id});
+                     } catch (e) {
+                         if (e.code === 'no_reply') {
+                             lostAbort = {id, at: Date.now()};
+                         }
+                         throw e;
+                     }
                  }));
     buttons.pause.addEventListener(
         'click', () => act(buttons.pause, 'Pause', () => fleet.call(sid, 'pause')));
