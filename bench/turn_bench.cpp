@@ -325,6 +325,7 @@ run_result run(const store_kind& kind, const workload& w, bool metrics, int roun
         std::vector<std::thread> threads;
         for (int c = 0; c < w.in_flight; ++c) {
             threads.emplace_back([&, c] {
+                bool met = false;  // the others, after the first turns
                 for (int t = 0; t < w.turns && ok; ++t) {
                     for (std::size_t i = static_cast<std::size_t>(c); i < sids.size() && ok;
                          i += static_cast<std::size_t>(w.in_flight)) {
@@ -358,7 +359,12 @@ run_result run(const store_kind& kind, const workload& w, bool metrics, int roun
                     }
                     if (t == 0 && w.new_sessions) {
                         first_turns.arrive_and_wait();  // whether or not they went well
+                        met = true;
                     }
+                }
+                // A thread that never began (another one failed first) leaves the meeting.
+                if (w.new_sessions && !met) {
+                    first_turns.arrive_and_drop();
                 }
             });
         }
@@ -479,17 +485,21 @@ void print(const store_kind& kind, const workload& w, const run_result& r, doubl
                                                              : "";
     const bool issue_workload = w.sessions == 10000 && w.in_flight == 32;
     if (w.new_sessions) {
-        std::printf("  a new session costs   worker %.2f, client %.2f, nats-server %.2f",
-                    r.new_worker_cpu, r.new_client_cpu, r.new_nats_cpu);
-        if (kind.name == "postgres") {
-            std::printf(", PostgreSQL %.2f", r.new_pg_cpu);
+        if (w.turns < 2) {
+            std::printf("  a new session costs   (not measured: it needs -T 2 or more)\n");
+        } else {
+            std::printf("  a new session costs   worker %.2f, client %.2f, nats-server %.2f",
+                        r.new_worker_cpu, r.new_client_cpu, r.new_nats_cpu);
+            if (kind.name == "postgres") {
+                std::printf(", PostgreSQL %.2f", r.new_pg_cpu);
+            }
+            std::printf(" CPU ms; ");
+            if (kind.name != "postgres") {  // PostgreSQL's WAL syncs are read for a whole run only
+                std::printf("%.2f fsyncs, ", r.new_fsyncs);
+            }
+            std::printf("%.2f log commits (its first turn, which made it, less a later turn)\n",
+                        r.new_commits);
         }
-        std::printf(" CPU ms; ");
-        if (kind.name != "postgres") {  // PostgreSQL's WAL syncs are read for a whole run only
-            std::printf("%.2f fsyncs, ", r.new_fsyncs);
-        }
-        std::printf("%.2f log commits (its first turn, which made it, less a later turn)\n",
-                    r.new_commits);
         std::printf("  written KiB per turn  %8.2f   by the worker (/proc/<pid>/io write_bytes)\n",
                     r.written_bytes / 1024);
         return;

@@ -304,6 +304,10 @@ void offer(tools::tool_registry& registry, const server_config& cfg,
                 " has the name of another tool: not offered (rename it)");
             continue;
         }
+        if (held == nullptr && !cfg.tenant.empty() && registry.own(name, "") != nullptr) {
+            log("MCP server " + cfg.where.name + ": its tool " + name +
+                " goes before the fleet's tool " + name + " for the sessions of " + cfg.tenant);
+        }
         if (held == nullptr || held->spec().description != t->spec().description ||
             held->spec().schema != t->spec().schema || held->idempotent() != t->idempotent()) {
             registry.put(t, cfg.tenant);  // new, or changed (the one it replaces is retired)

@@ -72,11 +72,14 @@ http::response<http::string_body> answer(const endpoint_handlers& h,
                          ? "not found: the paths are /metrics, /healthz, /readyz and /console/\n"
                          : "not found: the paths are /metrics, /healthz and /readyz\n";
     }
-    if (req.method() == http::verb::head) {
-        res.content_length(res.body().size());
-        res.body().clear();
-    }
     res.prepare_payload();
+    if (req.method() == http::verb::head) {
+        // The length a GET would have, without its body (prepare_payload would count the
+        // emptied body).
+        const auto length = res.body().size();
+        res.body().clear();
+        res.content_length(length);
+    }
     return res;
 }
 

@@ -36,9 +36,9 @@ nats_start() {
 # (the web console's way in: docs/console.md); exports WUHU_NATS_WS_URL.
 nats_start_ws() {
     local ws conf
-    for _ in 1 2 3; do
+    for _ in $(seq 20); do
         ws=$((20000 + RANDOM % 30000))
-        (exec 3<>"/dev/tcp/127.0.0.1/$ws") 2>/dev/null || break
+        (exec 3<>"/dev/tcp/127.0.0.1/$ws") 2>/dev/null || break  # nobody listens: free
     done
     conf=$(mktemp /tmp/wuhu-nats-ws.XXXXXX)
     printf 'websocket {\n  host: 127.0.0.1\n  port: %s\n  no_tls: true\n}\n' "$ws" >"$conf"

@@ -233,6 +233,24 @@ TEST(MetricsEndpoint, TheConsolesFilesAreServedUnderAPolicyAndNothingElse) {
     }
     EXPECT_EQ(http_get(at, "/metrics").body, "up 1\n");
 
+    // HEAD: the headers a GET gets, its length included, and no body.
+    const int fd = connect_local(at);
+    ASSERT_GE(fd, 0);
+    const std::string head =
+        "HEAD /console/app.js HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    ASSERT_EQ(::send(fd, head.data(), head.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(head.size()));
+    std::string headers;
+    char buf[4096];
+    for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) {
+        headers.append(buf, static_cast<std::size_t>(n));
+    }
+    close(fd);
+    EXPECT_NE(headers.find("Content-Length: " + std::to_string(app.body.size()) + "\r\n"),
+              std::string::npos)
+        << headers;
+    EXPECT_TRUE(headers.ends_with("\r\n\r\n")) << "no body: " << headers;
+
     handlers.files = {};
     metrics::http_endpoint off("127.0.0.1:0", handlers);
     EXPECT_EQ(http_get(off.address(), "/console/").status, 404);
