@@ -102,6 +102,31 @@ std::filesystem::path tools_file(const std::filesystem::path& dir, const std::st
     return p;
 }
 
+// The SDK's server and a worker whose tools file names it ("sdk"; `more` adds to its entry),
+// running `script`, started; `offered`: whether the worker listed the server's tools in time.
+struct worker_of_server {
+    mcp_server server;
+    temp_dir dir;
+    worker_process w;
+    bool offered = false;
+
+    explicit worker_of_server(const std::string& script, const std::string& more = "",
+                              std::vector<std::string> args = {})
+        : w("mcp", script, config(dir, server, more, std::move(args))) {
+        w.start();
+        offered = logged(w, "tools offered", 20s);
+    }
+
+  private:
+    static worker_process::config config(const temp_dir& dir, const mcp_server& server,
+                                         const std::string& more, std::vector<std::string> args) {
+        worker_process::config c;
+        c.args = {"--tools", tools_file(dir.path(), server.url(), more).string()};
+        c.args.insert(c.args.end(), args.begin(), args.end());
+        return c;
+    }
+};
+
 json::value state_of(nats::connection& nc, const std::string& s) {
     return answer_when_up(nc, s + "subscribe", "{}");
 }
@@ -157,20 +182,12 @@ void enqueue(nats::connection& nc, const std::string& s, const std::string& text
 void killed_during(const std::string& first, const std::string& second, const std::string& running,
                    std::int64_t runs_first, std::int64_t runs_second,
                    const std::vector<std::string>& expected) {
-    mcp_server server;
-    temp_dir dir;
-    worker_process::config c;
     // slow is idempotent by the file (the server gives it no annotation).
-    c.args = {
-        "--tools",
-        tools_file(dir.path(), server.url(), R"(, "overrides": {"slow": {"idempotent": true}})")
-            .string(),
-        "--lease-ttl-ms", "2000"};
-    worker_process w(
-        "mcp",
-        R"({"responses":[{"tool_calls":[)" + first + "," + second + R"(]},{"text":"done"}]})", c);
-    w.start();
-    ASSERT_TRUE(logged(w, "tools offered", 20s)) << slurp(w.log());
+    worker_of_server f(
+        R"({"responses":[{"tool_calls":[)" + first + "," + second + R"(]},{"text":"done"}]})",
+        R"(, "overrides": {"slow": {"idempotent": true}})", {"--lease-ttl-ms", "2000"});
+    auto& [server, dir, w, offered] = f;
+    ASSERT_TRUE(offered) << slurp(w.log());
     nats::connection nc(nats_url(), "mcp-client");
     const std::string s = w.prefix() + ".session.k1.";
     enqueue(nc, s, "go");
@@ -212,16 +229,12 @@ TEST(Mcp, AfterASigkillMidCallANonIdempotentToolIsNeverSentTwice) {
 }
 
 TEST(Mcp, AModelCallsAnMcpToolAndTheNextInferenceHasItsResult) {
-    mcp_server server;
-    temp_dir dir;
-    worker_process::config c;
-    c.args = {"--tools", tools_file(dir.path(), server.url()).string()};
-    worker_process w("mcp", R"({"responses":[
+    worker_of_server f(R"({"responses":[
         {"tool_calls":[{"name":"weather","arguments":{"city":"Oslo"}}]},
-        {"text":"it is sunny"}]})",
-                     c);
-    w.start();
-    ASSERT_TRUE(logged(w, "tools offered: charge, slow, stall, weather", 20s)) << slurp(w.log());
+        {"text":"it is sunny"}]})");
+    auto& [server, dir, w, offered] = f;
+    ASSERT_TRUE(offered) << slurp(w.log());
+    ASSERT_TRUE(logged(w, "tools offered: charge, slow, stall, weather", 1s)) << slurp(w.log());
     nats::connection nc(nats_url(), "mcp-client");
     const std::string s = w.prefix() + ".session.m1.";
     enqueue(nc, s, "weather in Oslo?");
@@ -240,19 +253,14 @@ TEST(Mcp, AModelCallsAnMcpToolAndTheNextInferenceHasItsResult) {
 }
 
 TEST(Mcp, ProgressKeepsASlowCallAliveAndSilenceCutsOneOffWithACancellation) {
-    mcp_server server;
-    temp_dir dir;
-    worker_process::config c;
-    c.args = {"--tools", tools_file(dir.path(), server.url()).string()};
     // slow: 4 steps of 1 s, each with progress, past the idle timeout of 1.5 s in all; stall:
     // one progress, then silence.
-    worker_process w("mcp", R"({"responses":[
+    worker_of_server f(R"({"responses":[
         {"tool_calls":[{"name":"slow","arguments":{"steps":4,"interval_ms":1000}}]},
         {"tool_calls":[{"name":"stall","arguments":{}}]},
-        {"text":"done"}]})",
-                     c);
-    w.start();
-    ASSERT_TRUE(logged(w, "tools offered", 20s)) << slurp(w.log());
+        {"text":"done"}]})");
+    auto& [server, dir, w, offered] = f;
+    ASSERT_TRUE(offered) << slurp(w.log());
     nats::connection nc(nats_url(), "mcp-client");
     const std::string s = w.prefix() + ".session.m2.";
     enqueue(nc, s, "work");
@@ -272,15 +280,10 @@ TEST(Mcp, ProgressKeepsASlowCallAliveAndSilenceCutsOneOffWithACancellation) {
 }
 
 TEST(Mcp, AnAbortCancelsTheCallOnTheServer) {
-    mcp_server server;
-    temp_dir dir;
-    worker_process::config c;
-    c.args = {"--tools", tools_file(dir.path(), server.url()).string()};
-    worker_process w("mcp", R"({"responses":[
-        {"tool_calls":[{"name":"stall","arguments":{}}]},{"text":"after"}]})",
-                     c);
-    w.start();
-    ASSERT_TRUE(logged(w, "tools offered", 20s)) << slurp(w.log());
+    worker_of_server f(R"({"responses":[
+        {"tool_calls":[{"name":"stall","arguments":{}}]},{"text":"after"}]})");
+    auto& [server, dir, w, offered] = f;
+    ASSERT_TRUE(offered) << slurp(w.log());
     nats::connection nc(nats_url(), "mcp-client");
     const std::string s = w.prefix() + ".session.m3.";
     enqueue(nc, s, "stall");
@@ -328,15 +331,10 @@ TEST(Mcp, AServerDownAtStartIsWaitedForAndATheToolItAddsLaterIsOffered) {
 }
 
 TEST(Mcp, AServerThatForgotItsSessionIsInitializedAgainAndTheCallRunsOnce) {
-    mcp_server server;
-    temp_dir dir;
-    worker_process::config c;
-    c.args = {"--tools", tools_file(dir.path(), server.url()).string()};
-    worker_process w("mcp", R"({"responses":[
-        {"tool_calls":[{"name":"weather","arguments":{"city":"Rome"}}]},{"text":"ok"}]})",
-                     c);
-    w.start();
-    ASSERT_TRUE(logged(w, "tools offered", 20s)) << slurp(w.log());
+    worker_of_server f(R"({"responses":[
+        {"tool_calls":[{"name":"weather","arguments":{"city":"Rome"}}]},{"text":"ok"}]})");
+    auto& [server, dir, w, offered] = f;
+    ASSERT_TRUE(offered) << slurp(w.log());
     server.signal(SIGUSR2);  // the server forgets every session
     std::this_thread::sleep_for(200ms);
     nats::connection nc(nats_url(), "mcp-client");
