@@ -36,14 +36,16 @@ void passivation::round() {
     // worker holds too many. A session whose timer is due within two sweep rounds stays; a
     // later one is loaded again by the sweep one round before it is due.
     const session::unix_ms keep_timers_until{clock_.now().value + 2 * o.sweep_interval.count()};
-    auto idle = registry_.passivable(now, keep_timers_until);
+    // Only the sessions unused for `after` (none when 0), or, while the worker holds too many,
+    // the least recently used of all: the walk stops at the first session used since.
+    const bool by_age = o.after.count() > 0;
+    auto idle = over > 0 || by_age ? registry_.passivable(over > 0 ? now : now - o.after,
+                                                          keep_timers_until, o.batch)
+                                   : std::vector<worker::session_registry::idle_session>{};
     std::size_t n = 0;
     releasing_ = true;
     for (const auto& [id, used] : idle) {
-        if (n == o.batch) {
-            break;
-        }
-        const bool stale = o.after.count() > 0 && used <= now - o.after;
+        const bool stale = by_age && used <= now - o.after;
         if (!stale && over == 0) {
             break;  // the rest were used more recently still
         }

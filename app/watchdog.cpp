@@ -10,27 +10,33 @@ using steady = std::chrono::steady_clock;
 
 std::optional<double> watchdog::observe(const session::session_id& sid,
                                         const worker::loop_event& e) {
-    auto timed = [&]() -> timing& {
-        auto it = timings_.find(sid.str());
-        if (it == timings_.end()) {
-            it = timings_.emplace(sid.str(), timing{}).first;
-        }
-        return it->second;
-    };
     if (const auto* s = std::get_if<worker::state_event>(&e)) {
-        auto& t = timed();
+        if (s->to == session::loop_state::idle) {
+            // Nothing of an idle session is kept: the count walks the busy ones only.
+            if (auto it = timings_.find(sid.str()); it != timings_.end()) {
+                timings_.erase(it);
+            }
+            return std::nullopt;
+        }
+        auto& t = timings_.try_emplace(sid.str(), timing{.id = sid, .since = {}, .inferring = {}})
+                      .first->second;
         t.state = s->to;
         t.since = steady::now();
         t.stuck_logged = false;
-    } else if (std::holds_alternative<worker::stream_began_event>(e)) {
-        timed().inferring = steady::now();
-    } else if (std::holds_alternative<worker::stream_ended_event>(e)) {
-        auto& t = timed();
-        if (t.inferring != steady::time_point{}) {
-            const double took = std::chrono::duration<double>(steady::now() - t.inferring).count();
-            t.inferring = {};
-            return took;
-        }
+        return std::nullopt;
+    }
+    auto it = timings_.find(sid.str());
+    if (it == timings_.end()) {
+        return std::nullopt;  // idle: a stream begins and ends in a busy state
+    }
+    auto& t = it->second;
+    if (std::holds_alternative<worker::stream_began_event>(e)) {
+        t.inferring = steady::now();
+    } else if (std::holds_alternative<worker::stream_ended_event>(e) &&
+               t.inferring != steady::time_point{}) {
+        const double took = std::chrono::duration<double>(steady::now() - t.inferring).count();
+        t.inferring = {};
+        return took;
     }
     return std::nullopt;
 }
@@ -38,21 +44,18 @@ std::optional<double> watchdog::observe(const session::session_id& sid,
 std::size_t watchdog::stuck(bool log_new) {
     const auto now = steady::now();
     const auto& o = limits_;
-    const std::uint64_t round = ++round_;
     std::size_t n = 0;
-    registry_.each([&](const worker::agent_loop& loop) {
-        auto it = timings_.find(loop.id().str());
-        if (it == timings_.end()) {
-            return true;  // idle since it was loaded
+    for (auto it = timings_.begin(); it != timings_.end();) {
+        if (registry_.find_running(it->second.id) == nullptr) {
+            it = timings_.erase(it);  // no longer loaded
+            continue;
         }
         auto& t = it->second;
-        t.seen = round;
         const auto limit = t.state == session::loop_state::executing_tools ? o.tool_timeout
                            : t.state == session::loop_state::compacting    ? o.summary.total
                                                                            : o.inference.total;
-        // Idle, or waiting for a person (as long as the call's deadline says): not stuck.
-        if (t.state != session::loop_state::idle &&
-            t.state != session::loop_state::awaiting_approval && limit.count() > 0 &&
+        // Waiting for a person (as long as the call's deadline says): not stuck.
+        if (t.state != session::loop_state::awaiting_approval && limit.count() > 0 &&
             now - t.since > limit) {
             ++n;
             if (log_new && !t.stuck_logged) {
@@ -65,9 +68,8 @@ std::size_t watchdog::stuck(bool log_new) {
                     std::chrono::duration_cast<std::chrono::seconds>(limit).count());
             }
         }
-        return true;
-    });
-    std::erase_if(timings_, [round](const auto& kv) { return kv.second.seen != round; });
+        ++it;
+    }
     return n;
 }
 

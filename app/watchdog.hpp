@@ -1,8 +1,9 @@
-// The watchdog of stuck sessions: what the loop events say of each loaded session's timing (its
+// The watchdog of stuck sessions: what the loop events say of each busy session's timing (its
 // loop state and since when, when its inference began), and every second, each session that has
 // just been in one loop state for longer than that state's timeout is logged once (the gauge
-// counts them at each scrape: stuck(false)). A session's record is made once, not once a turn;
-// the records of sessions no longer loaded go at the next count.
+// counts them at each scrape: stuck(false)). Only sessions that are not idle have a record (it
+// goes when the session is idle again), so a count walks the busy sessions, not every loaded
+// one; the records of sessions no longer loaded go at the next count.
 //
 // Executor: the node's (the registry's); not thread-safe.
 #pragma once
@@ -43,11 +44,12 @@ class watchdog {
     asio::awaitable<void> run(runtime::work_gate::pass pass);
 
   private:
+    // A session's, while it is not idle.
     struct timing {
+        session::session_id id;
         session::loop_state state = session::loop_state::idle;
         std::chrono::steady_clock::time_point since, inferring;
         bool stuck_logged = false;
-        std::uint64_t seen = 0;  // the count that last found the session loaded
     };
 
     const worker::session_registry& registry_;
@@ -55,7 +57,6 @@ class watchdog {
     std::shared_ptr<spdlog::logger> log_;
     const bool& stopping_;
     std::map<std::string, timing, std::less<>> timings_;
-    std::uint64_t round_ = 0;
 };
 
 }  // namespace wuhu::app

@@ -10,6 +10,7 @@
 #include <limits>
 #include <map>
 #include <sstream>
+#include <unordered_set>
 
 namespace wuhu::ownership {
 
@@ -256,13 +257,16 @@ result<std::vector<session_id>> postgres_lease::renew(const std::vector<lease>& 
         auto renewed = w.exec_prepared("lease_renew", test_now(),
                                        static_cast<std::int64_t>(ttl.count()), ids, epochs, owner);
         w.commit();
-        std::vector<std::string> kept;
+        // A set: a worker holds thousands of leases, and a search of a list for each was
+        // quadratic.
+        std::unordered_set<std::string_view> kept;
+        kept.reserve(renewed.size());
         for (const auto& r : renewed) {
-            kept.emplace_back(r[0].c_str());
+            kept.insert(std::string_view(r[0].c_str(), r[0].size()));
         }
         std::vector<session_id> lost;
         for (const auto& h : held) {
-            if (h.owner != owner || std::find(kept.begin(), kept.end(), h.id.str()) == kept.end()) {
+            if (h.owner != owner || !kept.contains(h.id.str())) {
                 lost.push_back(h.id);
             }
         }

@@ -22,6 +22,8 @@ struct session_registry::entry {
     // least recently used first).
     std::chrono::steady_clock::time_point used = std::chrono::steady_clock::now();
     std::size_t users = 0;  // handles out (requests using it)
+    bool listed = false;    // in sessions_ and by_use_, at by_use
+    std::list<entry*>::iterator by_use;
 };
 
 struct session_registry::gate {
@@ -68,13 +70,29 @@ void session_registry::release_gate(const session::session_id& id, std::shared_p
     }
 }
 
+void session_registry::touch(entry& e) {
+    e.used = std::chrono::steady_clock::now();
+    if (e.listed) {
+        by_use_.splice(by_use_.end(), by_use_, e.by_use);
+    }
+}
+
+void session_registry::forget(std::map<std::string, std::shared_ptr<entry>>::iterator it) {
+    auto& e = *it->second;
+    if (e.listed) {
+        by_use_.erase(e.by_use);
+        e.listed = false;
+    }
+    sessions_.erase(it);
+}
+
 void session_registry::retire(const session::session_id& id, const boost::system::error_code& why) {
     auto it = sessions_.find(id.str());
     if (it == sessions_.end()) {
         return;
     }
-    auto e = std::move(it->second);
-    sessions_.erase(it);
+    auto e = it->second;
+    forget(it);
     // Requests still waiting on it get `why`; it publishes nothing more. It stays alive until
     // they are answered and its loop has returned (they and the loop's completion share it).
     e->loop->close(why);
@@ -104,7 +122,7 @@ asio::awaitable<boost::system::result<session_registry::handle>> session_registr
         if (!it->second->running || it->second->loop->epoch() != epoch) {
             return handle{};
         }
-        it->second->used = std::chrono::steady_clock::now();
+        touch(*it->second);
         return share(it->second);
     };
     if (!gates_.contains(id.str())) {  // nobody loads or deletes it now
@@ -178,10 +196,12 @@ asio::awaitable<boost::system::result<session_registry::handle>> session_registr
     e->loop = std::make_unique<agent_loop>(ex_, std::move(o.log), *e->prov, tools_, clock_, opts_);
     // Loaded before anyone reads it (a subscribe right after the load sees the stored state).
     e->loop->preload(std::move(o.state));
-    e->sub = e->loop->observe([this, id, used = &e->used](const loop_event& ev) {
-                       *used = std::chrono::steady_clock::now();
-                       events_(id, ev);
-                   }).sub;  // the subscription ends before the entry does
+    e->sub = e->loop
+                 ->observe([this, id, e = e.get()](const loop_event& ev) {
+                     touch(*e);
+                     events_(id, ev);
+                 })
+                 .sub;  // the subscription ends before the entry does
     e->running = true;
     ++running_;
     // The loop is a tracked child: stop() and retire() cancel it through its slot. Its
@@ -196,7 +216,7 @@ asio::awaitable<boost::system::result<session_registry::handle>> session_registr
         asio::post(ex_, [this, keep = std::move(keep), id]() mutable {
             if (auto it = sessions_.find(id.str());
                 !stopped_ && it != sessions_.end() && it->second == keep) {
-                sessions_.erase(it);
+                forget(it);
             }
             // Unless a request still holds it, the entry goes now: its log closes its file
             // (SQLite checkpoints and syncs it), which is store IO, so not on this executor.
@@ -211,7 +231,12 @@ asio::awaitable<boost::system::result<session_registry::handle>> session_registr
     };
     asio::co_spawn(ex_, e->loop->start(),
                    asio::bind_cancellation_slot(e->stop.slot(), std::move(done)));
-    sessions_.insert_or_assign(id.str(), e);
+    if (auto it = sessions_.find(id.str()); it != sessions_.end()) {
+        forget(it);
+    }
+    sessions_.emplace(id.str(), e);
+    e->by_use = by_use_.insert(by_use_.end(), e.get());
+    e->listed = true;
     co_return share(e);
 }
 
@@ -292,23 +317,23 @@ const agent_loop* session_registry::find_running(const session::session_id& id) 
 }
 
 std::vector<session_registry::idle_session> session_registry::passivable(
-    std::chrono::steady_clock::time_point unused_since, session::unix_ms keep_timers_until) const {
+    std::chrono::steady_clock::time_point unused_since, session::unix_ms keep_timers_until,
+    std::size_t limit) const {
     std::vector<idle_session> out;
-    for (const auto& [id, e] : sessions_) {
-        const auto& loop = *e->loop;
+    for (auto it = by_use_.begin();
+         it != by_use_.end() && (*it)->used <= unused_since && out.size() < limit; ++it) {
+        const auto& e = **it;
+        const auto& loop = *e.loop;
         // Not one with work (even paused), or a timer due soon: the recovery sweep would load
         // it again at once.
         const auto* next = session::next_timer(loop.state());
         const auto* deadline = session::next_deadline(loop.state());
-        if (e->running && e->users == 0 && !loop.failed() && loop.quiescent() &&
+        if (e.running && e.users == 0 && !loop.failed() && loop.quiescent() &&
             !loop.state().has_work && (next == nullptr || next->due > keep_timers_until) &&
-            (deadline == nullptr || deadline->deadline > keep_timers_until) &&
-            e->used <= unused_since) {
-            out.push_back(idle_session{loop.id(), e->used});
+            (deadline == nullptr || deadline->deadline > keep_timers_until)) {
+            out.push_back(idle_session{loop.id(), e.used});
         }
     }
-    std::sort(out.begin(), out.end(),
-              [](const auto& a, const auto& b) { return a.used < b.used; });
     return out;
 }
 

@@ -24,6 +24,7 @@
 
 #include <atomic>
 #include <functional>
+#include <list>
 #include <map>
 
 namespace wuhu::worker {
@@ -72,13 +73,16 @@ class session_registry {
     // The loaded sessions that may be passivated (unloaded, their data staying in the store):
     // no request holds them, their loop is idle with no work (even paused) and no timer due
     // by `keep_timers_until`, and neither a request nor their loop has used them since
-    // `unused_since`; least recently used first.
+    // `unused_since`; least recently used first, at most `limit`. Walks the sessions in order of
+    // use, from the least recently used to the first one used since `unused_since`: not every
+    // loaded session.
     struct idle_session {
         session::session_id id;
         std::chrono::steady_clock::time_point used;  // last used
     };
     std::vector<idle_session> passivable(std::chrono::steady_clock::time_point unused_since,
-                                         session::unix_ms keep_timers_until) const;
+                                         session::unix_ms keep_timers_until,
+                                         std::size_t limit) const;
     // Cancels every loop; nothing is loaded or started afterwards.
     void stop();
     std::size_t size() const { return sessions_.size(); }
@@ -106,6 +110,10 @@ class session_registry {
     static handle share(const std::shared_ptr<entry>& e);
     void release_gate(const session::session_id& id, std::shared_ptr<gate>& g);
     void retire(const session::session_id& id, const boost::system::error_code& why);
+    // The entry was used now: last in by_use_ (if it is still in sessions_).
+    void touch(entry& e);
+    // Out of sessions_ (and so of by_use_).
+    void forget(std::map<std::string, std::shared_ptr<entry>>::iterator it);
     asio::awaitable<boost::system::result<handle>> load(session::session_id id,
                                                         session::lease_epoch epoch,
                                                         storage::open_mode mode);
@@ -119,6 +127,7 @@ class session_registry {
     event_forwarder events_;
     runtime::work_gate* work_;  // each running loop holds a pass
     std::map<std::string, std::shared_ptr<entry>> sessions_;
+    std::list<entry*> by_use_;  // sessions_'s entries, the least recently used first
     std::map<std::string, std::shared_ptr<gate>> gates_;
     std::size_t running_ = 0;
     // Counted on the store executor, which may run after the registry is gone.
