@@ -4,6 +4,7 @@
 
 #include "protocol/subjects.hpp"
 #include "providers/replay_provider.hpp"
+#include "runtime/offload.hpp"
 
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -12,6 +13,8 @@
 #include <boost/asio/strand.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
+
+#include <malloc.h>
 
 #include <algorithm>
 
@@ -194,6 +197,10 @@ node::node(storage::session_store& store, ownership::lease_store& leases, nats::
     watchdog_.emplace(*registry_, options_.loop, log_, stopping_);
     asio::co_spawn(io_, watchdog_->run(busy_.enter()),
                    asio::bind_cancellation_slot(stop_watch_.slot(), ended("the watchdog")));
+    if (options_.close_files_after.count() > 0) {
+        asio::co_spawn(io_, close_idle_files(busy_.enter()),
+                       asio::bind_cancellation_slot(stop_files_.slot(), ended("closing files")));
+    }
     for (const auto& server : options_.mcp_servers) {
         auto c = std::make_shared<mcp::client>(io_.get_executor(), server.where);
         tools_.expect_offer();
@@ -211,6 +218,26 @@ node::node(storage::session_store& store, ownership::lease_store& leases, nats::
                 std::move(c), server, tools_, clock_,
                 [log = log_](std::string line) { log->info("{}", line); }, std::move(observe)),
             asio::bind_cancellation_slot(stop_mcp_.back()->slot(), ended("an MCP server's tools")));
+    }
+}
+
+asio::awaitable<void> node::close_idle_files([[maybe_unused]] runtime::work_gate::pass pass) {
+    asio::steady_timer timer(co_await asio::this_coro::executor);
+    for (;;) {
+        timer.expires_after(std::chrono::seconds(1));
+        co_await timer.async_wait(asio::use_awaitable);
+        if (stopping_) {
+            co_return;
+        }
+        auto close = [&store = store_, after = options_.close_files_after]() -> std::size_t {
+            const auto closed = store.close_idle(std::chrono::steady_clock::now() - after);
+            if (closed > 0) {
+                malloc_trim(0);  // what they held goes back to the system, not to the heap
+            }
+            return closed;
+        };
+        auto closing = runtime::run_on<std::size_t>(options_.loop.store_executor, std::move(close));
+        co_await std::move(closing);
     }
 }
 
@@ -272,6 +299,7 @@ void node::stop() {
         stop_sweep_.emit(asio::cancellation_type::terminal);
         stop_passivation_.emit(asio::cancellation_type::terminal);
         stop_watch_.emit(asio::cancellation_type::terminal);
+        stop_files_.emit(asio::cancellation_type::terminal);
         for (auto& s : stop_mcp_) {
             s->emit(asio::cancellation_type::terminal);
         }

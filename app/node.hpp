@@ -81,6 +81,10 @@ struct node_options {
     std::chrono::milliseconds passivate_after{600000};
     std::size_t max_loaded_sessions = 10000;
     std::size_t passivate_batch = 1000;
+    // What a loaded session holds open in the store beyond its data (the SQLite store's file:
+    // a connection, page cache and shared memory) is closed once unused this long, checked
+    // every second (0: never); its next commit opens it again.
+    std::chrono::milliseconds close_files_after{10000};
     worker::loop_options loop;  // its store_executor is the node's pool (none: memory store)
     // Concurrent inferences of this worker, and of each tenant (providers/inference_slots.hpp);
     // both 0: no limit.
@@ -150,6 +154,9 @@ class node {
     std::optional<std::string> unready();
     // Waits for the loops and requests, releases the leases, and ends run() (see above).
     asio::awaitable<void> drain();
+    // Every second until the stop: the store closes what it holds open for sessions unused for
+    // options_.close_files_after.
+    asio::awaitable<void> close_idle_files(runtime::work_gate::pass pass);
     // The completion of a job the node starts.
     std::function<void(std::exception_ptr)> ended(const char* job);
 
@@ -189,6 +196,7 @@ class node {
     asio::cancellation_signal stop_sweep_;
     asio::cancellation_signal stop_passivation_;
     asio::cancellation_signal stop_watch_;
+    asio::cancellation_signal stop_files_;
     std::vector<std::unique_ptr<asio::cancellation_signal>> stop_mcp_;  // one per MCP server
     bool stopping_ = false;  // executor only
     std::atomic<bool> stop_asked_{false};  // /readyz: not ready once the stop began

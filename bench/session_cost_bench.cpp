@@ -14,6 +14,7 @@
 // names their PIDs (WUHU_BENCH_NATS_PID, WUHU_BENCH_PG_PID) for the CPU figures.
 //
 //   session_cost_bench [--stores sqlite-full,postgres] [-N 10000] [-C 32] [--idle-seconds 20]
+//                      [--settle-seconds 20]
 #include "bench/turn_probes.hpp"
 #include "bench/turn_worker.hpp"
 #include "nats/connection.hpp"
@@ -37,6 +38,10 @@ struct workload {
     int sessions = 10000;  // N
     int in_flight = 32;    // C
     double idle_seconds = 20;
+    // After the turns, before the idle window: what the turns left for later (the catalog,
+    // checkpoints) is done, and the SQLite store has closed the files of sessions unused for
+    // 10 s (node_options::close_files_after).
+    double settle_seconds = 20;
     std::vector<std::string> worker_args;
 };
 
@@ -210,7 +215,7 @@ result run(const std::string& store_kind, const workload& w, int round) {
     out.new_pg_cpu = (turned.pg_cpu - before.pg_cpu) / n;
     out.new_fsyncs = (turned.fsyncs - before.fsyncs) / n;
     (void)created;
-    std::this_thread::sleep_for(5s);  // what the turns left for later (catalog, checkpoints)
+    std::this_thread::sleep_for(std::chrono::duration<double>(w.settle_seconds));
 
     // 3. Idle: every session loaded, nothing asked.
     const auto idle_from = snap();
@@ -230,8 +235,7 @@ result run(const std::string& store_kind, const workload& w, int round) {
                      (dir / "worker.log").c_str());
         return out;
     }
-    std::error_code ec;
-    fs::remove_all(dir, ec);
+    removed_at_exit.add(dir);
     out.ok = true;
     return out;
 }
@@ -283,7 +287,11 @@ int main(int argc, char** argv) {
                    "comma-separated: sqlite-full, sqlite-normal, postgres, memory");
     app.add_option("-N,--sessions", w.sessions)->check(CLI::Range(1, 1000000));
     app.add_option("-C,--in-flight", w.in_flight)->check(CLI::Range(1, 1000));
-    app.add_option("--idle-seconds", w.idle_seconds)->check(CLI::Range(1.0, 600.0));
+    app.add_option("--idle-seconds", w.idle_seconds, "the idle window")
+        ->check(CLI::Range(1.0, 600.0));
+    app.add_option("--settle-seconds", w.settle_seconds,
+                   "the wait between the last turn and the idle window")
+        ->check(CLI::Range(0.0, 600.0));
     app.add_option("--runs", runs, "runs of each store: the median run by creations/s")
         ->check(CLI::Range(1, 20));
     app.add_option("--worker-arg", w.worker_args,

@@ -128,22 +128,6 @@ struct counters {
     double worker_cpu, client_cpu, nats_cpu, pg_cpu, commits, fsyncs, fsync_ns, written;
 };
 
-// The data directories, removed when the benchmark ends rather than after each run: on ext4
-// without a journal, the inodes of thousands of files deleted keep the next minutes' file
-// creations scanning past them (the allocator skips recently deleted inodes), which would
-// slow the next store's session creation by a third.
-struct directories_removed_at_exit {
-    std::vector<fs::path> dirs;
-    void add(fs::path dir) { dirs.push_back(std::move(dir)); }
-    ~directories_removed_at_exit() {
-        for (const auto& d : dirs) {
-            std::error_code ec;
-            fs::remove_all(d, ec);
-        }
-    }
-};
-directories_removed_at_exit removed_at_exit;
-
 run_result run(const store_kind& kind, const workload& w, bool metrics, int round) {
     run_result out;
     // What the previous run left dirty is written back now, not by the kernel's threads in

@@ -149,6 +149,22 @@ class fsync_counter {
     void* page_;
 };
 
+// The data directories, removed when the benchmark ends rather than after each run: on ext4
+// without a journal, the inodes of thousands of files deleted keep the next minutes' file
+// creations scanning past them (the allocator skips recently deleted inodes), which would
+// slow the next store's session creation by a third.
+struct directories_removed_at_exit {
+    std::vector<fs::path> dirs;
+    void add(fs::path dir) { dirs.push_back(std::move(dir)); }
+    ~directories_removed_at_exit() {
+        for (const auto& d : dirs) {
+            std::error_code ec;
+            fs::remove_all(d, ec);
+        }
+    }
+};
+inline directories_removed_at_exit removed_at_exit;
+
 // --- PostgreSQL -----------------------------------------------------------------------------
 
 inline std::string pg_dsn() { return env_or("WUHU_BENCH_PG_DSN", "WUHU_TEST_PG_DSN"); }

@@ -57,7 +57,8 @@ result<std::unique_ptr<session_log>> memory_store::do_open(const session_id& id,
         }
     }
     auto it = sessions_.find(id.str());
-    if (it == sessions_.end()) {
+    const bool created = it == sessions_.end();
+    if (created) {
         if (mode == open_mode::existing) {
             return errc::not_found;
         }
@@ -69,7 +70,11 @@ result<std::unique_ptr<session_log>> memory_store::do_open(const session_id& id,
         }
         it->second.epoch = epoch;
     }
-    return std::unique_ptr<session_log>(std::make_unique<memory_log>(*this, id, epoch));
+    auto log = std::make_unique<memory_log>(*this, id, epoch);
+    if (created) {
+        log->opened_new();
+    }
+    return std::unique_ptr<session_log>(std::move(log));
 }
 
 result<void> memory_store::remove(const session_id& id, lease_epoch epoch) {

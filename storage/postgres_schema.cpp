@@ -122,23 +122,31 @@ void prepare_postgres_statements(pqxx::connection& c) {
                 ? "INSERT INTO sessions (session_id, epoch) SELECT $1, $2 "
                   "  WHERE NOT EXISTS (SELECT 1 FROM floor WHERE epoch >= $2) "
                   "  ON CONFLICT (session_id) DO UPDATE SET epoch = EXCLUDED.epoch "
-                  "  WHERE sessions.epoch <= EXCLUDED.epoch RETURNING epoch"
+                  "  WHERE sessions.epoch <= EXCLUDED.epoch RETURNING epoch, xmax = 0 AS made"
                 : "UPDATE sessions SET epoch = $2 WHERE session_id = $1 AND epoch <= $2 "
-                  "  AND NOT EXISTS (SELECT 1 FROM floor WHERE epoch >= $2) RETURNING epoch";
-        c.prepare(std::string("open_") + mode + "_one",
-                  "WITH floor AS (SELECT epoch FROM removed_sessions WHERE session_id = $1 "
-                  "FOR SHARE), opened AS (" + open + "), "
-                  "forgot AS (DELETE FROM removed_sessions WHERE session_id = $1 AND epoch < $2 "
-                  "  AND EXISTS (SELECT 1 FROM opened)) "
-                  "SELECT (SELECT epoch FROM floor), (SELECT count(*) FROM opened), "
-                  "       (SELECT count(*) FROM sessions WHERE session_id = $1), "
-                  // A session that did not exist commits without waiting for its WAL: nobody
-                  // owned it before (no stale owner to fence out), and the commit of its first
-                  // command, which is acknowledged, flushes the WAL this one wrote before it.
-                  "       set_config('synchronous_commit', CASE WHEN "
-                  "         (SELECT count(*) FROM opened) = 1 AND "
-                  "         NOT EXISTS (SELECT 1 FROM sessions WHERE session_id = $1) "
-                  "         THEN 'off' ELSE 'on' END, true)");
+                  "  AND NOT EXISTS (SELECT 1 FROM floor WHERE epoch >= $2) "
+                  "  RETURNING epoch, false AS made";
+        c.prepare(
+            std::string("open_") + mode + "_one",
+            "WITH floor AS (SELECT epoch FROM removed_sessions WHERE session_id = $1 "
+            "FOR SHARE), opened AS (" +
+                open +
+                "), "
+                "forgot AS (DELETE FROM removed_sessions WHERE session_id = $1 AND epoch < $2 "
+                "  AND EXISTS (SELECT 1 FROM opened)) "
+                "SELECT (SELECT epoch FROM floor), (SELECT count(*) FROM opened), "
+                "       (SELECT count(*) FROM sessions WHERE session_id = $1), "
+                // A session that did not exist commits without waiting for its WAL: nobody
+                // owned it before (no stale owner to fence out), and the commit of its first
+                // command, which is acknowledged, flushes the WAL this one wrote before it.
+                "       set_config('synchronous_commit', CASE WHEN "
+                "         (SELECT count(*) FROM opened) = 1 AND "
+                "         NOT EXISTS (SELECT 1 FROM sessions WHERE session_id = $1) "
+                "         THEN 'off' ELSE 'on' END, true), "
+                // Whether the row was inserted now (an update of a row has an xmax): a
+                // new session, with nothing stored (a removal deletes every row with its
+                // session's).
+                "       coalesce((SELECT bool_or(made) FROM opened), false)");
     }
     // Also writes the registers and the index (what the commit leaves, session/summary.hpp:
     // $5-$12, and $14-$16 approvals, cost, tokens), and the ledger's totals ($13, null:

@@ -381,6 +381,7 @@ result<std::unique_ptr<session_log>> postgres_store::do_open(const session_id& i
                                                              lease_epoch epoch, open_mode mode) {
     try {
         auto l = acquire();
+        bool made = false;
         try {
             pqxx::nontransaction n(*l);
             const auto e = static_cast<std::int64_t>(epoch.value);
@@ -396,11 +397,16 @@ result<std::unique_ptr<session_log>> postgres_store::do_open(const session_id& i
                                    !n.exec_prepared("load_session", id.str()).empty();
                 return there ? errc::lease_lost : errc::not_found;
             }
+            made = r[0][4].as<bool>();
         } catch (const pqxx::broken_connection&) {
             l.mark_broken();
             throw;
         }
-        return std::unique_ptr<session_log>(std::make_unique<postgres_log>(*this, id, epoch));
+        auto log = std::make_unique<postgres_log>(*this, id, epoch);
+        if (made) {
+            log->opened_new();
+        }
+        return std::unique_ptr<session_log>(std::move(log));
     } catch (const pqxx::failure&) {
         return errc::unavailable;
     }

@@ -15,8 +15,9 @@ std::shared_ptr<handle> open_files::acquire(const session_id& id, open_mode mode
     {
         std::lock_guard lock(mu_);
         if (auto it = open_.find(id.str()); it != open_.end()) {
-            lru_.splice(lru_.begin(), lru_, it->second.second);
-            return it->second.first;
+            lru_.splice(lru_.begin(), lru_, it->second.at);
+            it->second.used = std::chrono::steady_clock::now();
+            return it->second.h;
         }
     }
     // Opened without the lock: other sessions' files open (and are created, with their
@@ -29,20 +30,21 @@ std::shared_ptr<handle> open_files::acquire(const session_id& id, open_mode mode
     std::lock_guard lock(mu_);
     if (auto it = open_.find(id.str()); it != open_.end()) {
         // Another thread opened it meanwhile: one handle a session (this one closes).
-        lru_.splice(lru_.begin(), lru_, it->second.second);
-        return it->second.first;
+        lru_.splice(lru_.begin(), lru_, it->second.at);
+        it->second.used = std::chrono::steady_clock::now();
+        return it->second.h;
     }
     lru_.push_front(id.str());
-    open_.emplace(id.str(), std::make_pair(h, lru_.begin()));
+    open_.emplace(id.str(), open_file{h, lru_.begin(), std::chrono::steady_clock::now()});
     wal_left_.erase(id.str());  // this handle closes it
     // Close the least recently used files nobody is using.
     for (auto it = std::prev(lru_.end()); open_.size() > max_open_ && it != lru_.begin();) {
         auto victim = open_.find(*it);
         auto prev = std::prev(it);
-        if (victim->second.first.use_count() == 1) {
-            victim->second.first->checkpoint_on_close = false;
+        if (victim->second.h.use_count() == 1) {
+            victim->second.h->checkpoint_on_close = false;
             wal_left_.insert(*it);
-            closing.push_back(std::move(victim->second.first));
+            closing.push_back(std::move(victim->second.h));
             open_.erase(victim);
             lru_.erase(it);
         }
@@ -66,8 +68,8 @@ std::shared_ptr<handle> open_files::acquire_current(const session_id& id, open_m
 
 void open_files::forget(const session_id& id, const std::shared_ptr<handle>& h) {
     std::lock_guard lock(mu_);
-    if (auto it = open_.find(id.str()); it != open_.end() && it->second.first == h) {
-        lru_.erase(it->second.second);
+    if (auto it = open_.find(id.str()); it != open_.end() && it->second.h == h) {
+        lru_.erase(it->second.at);
         open_.erase(it);
     }
 }
@@ -79,9 +81,9 @@ void open_files::close_unused(const session_id& id) {
         std::lock_guard lock(mu_);
         if (auto it = open_.find(id.str()); it == open_.end()) {
             wal_left = wal_left_.erase(id.str()) > 0 && !stopping_;
-        } else if (it->second.first.use_count() == 1) {
-            closing = std::move(it->second.first);
-            lru_.erase(it->second.second);
+        } else if (it->second.h.use_count() == 1) {
+            closing = std::move(it->second.h);
+            lru_.erase(it->second.at);
             open_.erase(it);
         }
     }
@@ -90,6 +92,35 @@ void open_files::close_unused(const session_id& id) {
     } else if (wal_left) {
         tidy_wal(id);
     }
+}
+
+std::size_t open_files::close_idle(std::chrono::steady_clock::time_point unused_since) {
+    std::vector<std::pair<std::string, std::shared_ptr<handle>>> closing;
+    {
+        std::lock_guard lock(mu_);
+        if (stopping_) {
+            return 0;
+        }
+        for (auto it = lru_.rbegin(); it != lru_.rend();) {
+            auto f = open_.find(*it);
+            if (f->second.used > unused_since) {
+                break;  // the rest were used more recently still
+            }
+            if (f->second.h.use_count() != 1) {
+                ++it;  // in use now
+                continue;
+            }
+            closing.emplace_back(*it, std::move(f->second.h));
+            open_.erase(f);
+            it = std::make_reverse_iterator(lru_.erase(std::next(it).base()));
+        }
+    }
+    for (auto& [key, h] : closing) {
+        if (auto id = session_id::parse_key(key)) {
+            retire(*id, std::move(h));
+        }  // (every key here is a session's: ~handle closes it otherwise)
+    }
+    return closing.size();
 }
 
 void open_files::stopping() {

@@ -6,6 +6,7 @@
 
 #include "storage/sqlite_files.hpp"
 
+#include <chrono>
 #include <list>
 #include <map>
 #include <memory>
@@ -36,6 +37,11 @@ class open_files {
     // is not made longer for that), and those left stay for their next connection.
     void stopping();
     std::size_t size() const;
+    // Closes the files no operation has used since `unused_since` (and none uses now), each
+    // with its WAL and shared memory as an unloaded session's: what they held goes back.
+    // Walks the files from the least recently used to the first one used since. Returns how
+    // many it closed.
+    std::size_t close_idle(std::chrono::steady_clock::time_point unused_since);
 
   private:
     // Closes `h`, the last reference to the session's file here, deleting its WAL (see
@@ -49,8 +55,12 @@ class open_files {
     const std::size_t max_open_;
     mutable std::mutex mu_;
     std::list<std::string> lru_;  // most recent first
-    std::map<std::string, std::pair<std::shared_ptr<handle>, std::list<std::string>::iterator>>
-        open_;
+    struct open_file {
+        std::shared_ptr<handle> h;
+        std::list<std::string>::iterator at;  // in lru_
+        std::chrono::steady_clock::time_point used;
+    };
+    std::map<std::string, open_file> open_;
     // Sessions whose file was closed to make room, its WAL left for their next connection:
     // deleted when the session is unloaded first (close_unused), unless the store is stopping.
     std::set<std::string> wal_left_;

@@ -137,6 +137,10 @@ std::size_t sqlite_store::catalog_failures() const {
     return catalog_->failures();
 }
 
+std::size_t sqlite_store::close_idle(std::chrono::steady_clock::time_point unused_since) {
+    return open_->close_idle(unused_since);
+}
+
 void sqlite_store::stopping() {
     open_->stopping();
 }
@@ -154,6 +158,7 @@ result<std::unique_ptr<session_log>> sqlite_store::do_open(const session_id& id,
         if (floor && epoch <= *floor) {
             return errc::lease_lost;  // removed at this epoch or later: create nothing
         }
+        bool created = false;
         for (;;) {
             auto h = open_->acquire_current(id, mode);
             if (!h) {
@@ -195,13 +200,20 @@ result<std::unique_ptr<session_log>> sqlite_store::do_open(const session_id& id,
             if (stored > epoch.value) {
                 return errc::lease_lost;
             }
+            // Never fenced: nothing was ever committed to it (every commit is under an epoch
+            // an open wrote first).
+            created = stored == 0;
             set_meta(*h->db, "epoch", std::to_string(epoch.value));
             tx.commit();
             files_->synced_from_now(*h);
             break;
         }
         catalog_->note_opened(id, epoch, floor.has_value());
-        return std::make_unique<sqlite_log>(*files_, *open_, *catalog_, id, epoch);
+        auto log = std::make_unique<sqlite_log>(*files_, *open_, *catalog_, id, epoch);
+        if (created) {
+            log->opened_new();
+        }
+        return std::unique_ptr<session_log>(std::move(log));
     } catch (const sqlite::error& e) {
         return sqlite::storage_error(e);
     } catch (const std::logic_error&) {

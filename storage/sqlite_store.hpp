@@ -89,6 +89,7 @@ class sqlite_store final : public session_store {
     result<std::vector<catalog_entry>> sessions(const catalog_query& q) override;
     std::filesystem::path path_of(const session_id& id) const;
     std::size_t open_files() const;
+    std::size_t close_idle(std::chrono::steady_clock::time_point unused_since) override;
     // Session files checked, and index rows raised, when the store opened (both 0 unless the
     // machine restarted since the catalog was last used).
     std::size_t files_checked_at_start() const { return checked_at_start_; }

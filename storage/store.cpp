@@ -65,6 +65,7 @@ result<void> session_log::commit(const session_state& before, const action_list&
     if (actions.empty()) {
         return {};
     }
+    created_ = false;  // a later load reads what this stored
     return do_commit(before, actions);
 }
 

@@ -23,10 +23,12 @@
 #include "session/summary.hpp"
 #include "storage/errc.hpp"
 
+#include <chrono>
 #include <limits>
 #include <memory>
 #include <optional>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace wuhu::storage {
@@ -102,8 +104,15 @@ class session_log {
     const session_id& id() const { return id_; }
     lease_epoch epoch() const { return epoch_; }
 
-    // The stored state (empty for a new session).
-    result<session_state> load() { return do_load(); }
+    // The stored state (empty for a new session). The first load of a handle whose open
+    // created the session reads nothing: a session made a moment ago by this open, under this
+    // epoch, is the empty one (issue 36: that read was most of a new session's statements).
+    result<session_state> load() {
+        if (std::exchange(created_, false)) {
+            return session_state{};
+        }
+        return do_load();
+    }
 
     // Backfill for subscribe(since:): the stable patch from `from` to the stored version, read
     // from the store. Registers carry the stored settings and durable status.
@@ -149,6 +158,10 @@ class session_log {
     result<action_list> fire_timer(const session_state& before, const session::queue_item_id& id,
                                    unix_ms at);
 
+    // For a store's open: this handle's open created the session (nothing was stored before
+    // it, at any epoch).
+    void opened_new() { created_ = true; }
+
   protected:
     virtual result<session_state> do_load() = 0;
     virtual result<session::patch> do_since(const session::version_vector& from) = 0;
@@ -159,6 +172,7 @@ class session_log {
     // For wrappers: commit through another log's backend.
     static result<void> forward_commit(session_log& inner, const session_state& before,
                                        const action_list& actions) {
+        inner.created_ = false;  // as commit() does: its next load reads what this stored
         return inner.do_commit(before, actions);
     }
 
@@ -167,6 +181,7 @@ class session_log {
 
     session_id id_;
     lease_epoch epoch_;
+    bool created_ = false;  // until the first load or commit
 };
 
 // open(): a command that may create the session, or a read that must find it.
@@ -220,6 +235,14 @@ class session_store {
     // so that a stop does not wait for it.
     virtual void stopping() {}
 
+    // Gives back what this process holds open for sessions no operation has used since
+    // `unused_since`, loaded or not (the SQLite store's files: a connection, its page cache and
+    // its shared memory each; the next operation opens the file again). Store IO (SQLite
+    // checkpoints each file's WAL): on a store thread. Returns how many it closed.
+    virtual std::size_t close_idle(std::chrono::steady_clock::time_point /*unused_since*/) {
+        return 0;
+    }
+
   protected:
     virtual result<std::unique_ptr<session_log>> do_open(const session_id& id, lease_epoch epoch,
                                                          open_mode mode) = 0;
@@ -244,6 +267,9 @@ class forwarding_store : public session_store {
     std::string_view backend() const override { return target_.backend(); }
     std::size_t index_write_failures() const override { return target_.index_write_failures(); }
     void stopping() override { target_.stopping(); }
+    std::size_t close_idle(std::chrono::steady_clock::time_point unused_since) override {
+        return target_.close_idle(unused_since);
+    }
 
   protected:
     result<std::unique_ptr<session_log>> do_open(const session_id& id, lease_epoch epoch,

@@ -8,11 +8,26 @@
 #include <boost/asio/experimental/awaitable_operators.hpp>
 
 #include <algorithm>
+#include <atomic>
+#include <random>
 
 namespace wuhu::worker {
 
 using namespace boost::asio::experimental::awaitable_operators;
 namespace s = wuhu::session;
+
+namespace {
+
+// A loop's jitter seed: the process's random base and a count (each loop a sequence of its
+// own, without reading the system's entropy once a session).
+std::uint64_t jitter_seed() {
+    static const std::uint64_t base =
+        (static_cast<std::uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+    static std::atomic<std::uint64_t> made{0};
+    return base + 0x632be59bd9b4e019ULL * (made.fetch_add(1, std::memory_order_relaxed) + 1);
+}
+
+}  // namespace
 
 namespace {
 
@@ -76,9 +91,9 @@ struct turn_runner::attempt {
     std::optional<s::diagnostic> billed;  // what the provider billed for no answer (error, aborted)
 };
 
-turn_runner::turn_runner(session_writer& w, providers::provider& p, const tools::tool_registry& tools,
-                         runtime::clock& clk, const loop_options& opts, abort_signal& abort,
-                         event_hub& hub)
+turn_runner::turn_runner(session_writer& w, providers::provider& p,
+                         const tools::tool_registry& tools, runtime::clock& clk,
+                         const loop_options& opts, abort_signal& abort, event_hub& hub)
     : writer_(w),
       provider_(p),
       tools_(tools),
@@ -87,7 +102,7 @@ turn_runner::turn_runner(session_writer& w, providers::provider& p, const tools:
       abort_(abort),
       hub_(hub),
       sink_(std::make_unique<sink>(*this)),
-      rng_(opts.jitter_seed != 0 ? opts.jitter_seed : std::random_device{}()) {}
+      rng_(opts.jitter_seed != 0 ? opts.jitter_seed : jitter_seed()) {}
 
 turn_runner::~turn_runner() = default;
 
@@ -456,7 +471,11 @@ std::optional<s::diagnostic> turn_runner::take_billed(std::string_view why) {
 }
 
 double turn_runner::jitter() {
-    return std::uniform_real_distribution<double>(0.0, 1.0)(rng_);
+    std::uint64_t z = (rng_ += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    return static_cast<double>(z >> 11) * 0x1.0p-53;  // [0, 1)
 }
 
 }  // namespace wuhu::worker

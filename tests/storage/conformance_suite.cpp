@@ -17,6 +17,31 @@ TEST_P(StoreConformance, ANewSessionLoadsEmpty) {
     EXPECT_EQ(log->load().value(), session_state{});
     EXPECT_EQ(log->id().str(), "fresh");
     EXPECT_EQ(log->epoch(), lease_epoch{1});
+    // The first load of the handle that made it reads nothing (issue 36); what the store holds
+    // says the same.
+    EXPECT_EQ(log->load().value(), session_state{}) << "read from the store";
+    EXPECT_EQ(store().read(session_id::parse("fresh").value()).value(), session_state{});
+    EXPECT_EQ(open("fresh", 2)->load().value(), session_state{}) << "opened again, not made";
+}
+
+// Only the open that makes a session skips its first read: a session that exists, opened at a
+// newer epoch (a new owner) or again after its first commit, loads what it stored.
+TEST_P(StoreConformance, OnlyTheOpenThatMakesASessionSkipsItsFirstRead) {
+    const auto at = unix_ms{1};
+    {
+        auto log = open("kept", 1);
+        auto st = log->load().value();
+        ASSERT_TRUE(log->enqueue(st, user_in(lane::follow_up, "f1", "hello"), at));
+    }
+    auto next_owner = open("kept", 2);
+    EXPECT_EQ(next_owner->load().value().in(lane::follow_up).pending.size(), 1u);
+    // Made, committed to before any load: the load reads the commit.
+    auto made = open("made", 1);
+    ASSERT_TRUE(made->enqueue(session_state{}, user_in(lane::steer, "s1", "one"), at));
+    EXPECT_EQ(made->load().value().in(lane::steer).pending.size(), 1u);
+    // Removed, then made again: a new session.
+    ASSERT_TRUE(store().remove(session_id::parse("kept").value(), lease_epoch{2}));
+    EXPECT_EQ(open("kept", 3)->load().value(), session_state{});
 }
 
 TEST_P(StoreConformance, EveryOperationSatisfiesTheInvariant) {

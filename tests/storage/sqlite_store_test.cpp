@@ -296,6 +296,40 @@ TEST(SqliteStore, ClosesIdleFilesToStayUnderTheLimit) {
     EXPECT_LE(t.store.open_files(), 4u);
 }
 
+// Issue 36: what an idle loaded session holds open (a connection, its page cache, its shared
+// memory) goes back once nobody has used it for a while; the session works on, its file opened
+// again by its next operation, and a file in use is never closed under it.
+TEST(SqliteStore, FilesUnusedSinceACutOffAreClosedAndOpenedAgainOnUse) {
+    temp_sqlite_store t(100);
+    const auto files = t.dir.path() / "sessions";
+    auto a = t.store.open(session_id::parse("a").value(), lease_epoch{1}).value();
+    auto b = t.store.open(session_id::parse("b").value(), lease_epoch{1}).value();
+    auto st_a = a->load().value();
+    ASSERT_TRUE(a->enqueue(st_a, user_in(lane::steer, "a1", "one"), unix_ms{1}));
+    const auto cut_off = std::chrono::steady_clock::now();
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    auto st_b = b->load().value();
+    ASSERT_TRUE(b->enqueue(st_b, user_in(lane::steer, "b1", "one"), unix_ms{1}));
+    ASSERT_EQ(t.store.open_files(), 2u);
+    EXPECT_EQ(t.store.close_idle(cut_off), 1u) << "a's file only: b's was used since";
+    EXPECT_EQ(t.store.open_files(), 1u);
+    EXPECT_FALSE(std::filesystem::exists(files / "a.sqlite-wal")) << "checkpointed and deleted";
+    EXPECT_FALSE(std::filesystem::exists(files / "a.sqlite-shm"));
+    // a is still loaded under its lease: its next operations open the file again.
+    st_a = a->load().value();
+    ASSERT_EQ(st_a.in(lane::steer).pending.size(), 1u);
+    ASSERT_TRUE(a->enqueue(st_a, user_in(lane::steer, "a2", "two"), unix_ms{2}));
+    EXPECT_EQ(a->load().value().in(lane::steer).pending.size(), 2u);
+    EXPECT_EQ(t.store.close_idle(std::chrono::steady_clock::now()), 2u);
+    EXPECT_EQ(t.store.open_files(), 0u);
+    // Fenced as before: an older epoch still loses.
+    auto stale = t.store.open(session_id::parse("a").value(), lease_epoch{0});
+    EXPECT_EQ(stale.error(), storage::errc::lease_lost);
+    EXPECT_EQ(t.store.close_idle(std::chrono::steady_clock::now()), 1u) << "the one it read";
+    EXPECT_EQ(t.store.close_idle(std::chrono::steady_clock::now()), 0u);
+    EXPECT_EQ(t.store.open_files(), 0u);
+}
+
 // A file closed to make room keeps its WAL (its frames and the zeros of its working size) for
 // the session's next connection; once the session is unloaded no connection comes, and the
 // WAL is checkpointed and emptied as an unloaded session's is: nothing of ~150 KiB a session
