@@ -67,6 +67,10 @@ struct workload {
     // The sessions are made by their first turn, inside the timed window (the peers' workload,
     // issue 36), rather than by a configure before it.
     bool new_sessions = false;
+    // --new-sessions: the peers' turns/s on the same workload, by store (an in-memory agent
+    // loop persisting every message to SQLite FULL and NORMAL), printed beside Wuhu's with
+    // issue 36's goal; by default the figures issue 36 measured on this machine.
+    std::map<std::string, double> peers{{"sqlite-full", 680}, {"sqlite-normal", 2315}};
 };
 
 // A store the worker runs on, and issue 16's figures for it.
@@ -469,6 +473,20 @@ void print(const store_kind& kind, const workload& w, const run_result& r, doubl
                                                              : "";
     const bool issue_workload = w.sessions == 10000 && w.in_flight == 32;
     if (w.new_sessions) {
+        // Issue 36's goals on the peers' workload.
+        if (const auto peer = w.peers.find(kind.name); peer != w.peers.end()) {
+            const double goal = kind.name == "sqlite-full" ? 1.2 : 0.8;
+            std::printf(
+                "  the peers' loop       %8.0f   turns/s persisting to SQLite %s (given): "
+                "ratio %.2f, goal >= %.1f\n",
+                peer->second, kind.name == "sqlite-full" ? "FULL" : "NORMAL",
+                r.turns_per_s / peer->second, goal);
+        } else if (kind.name == "postgres") {
+            std::printf(
+                "  issue 36's goal       turns/s >= 500 (%s) and PostgreSQL < 1 CPU ms a "
+                "turn (%s)\n",
+                r.turns_per_s >= 500 ? "met" : "not met", r.pg_cpu < 1.0 ? "met" : "not met");
+        }
         if (w.turns < 2) {
             std::printf("  a new session costs   (not measured: it needs -T 2 or more)\n");
         } else {
@@ -515,6 +533,10 @@ int main(int argc, char** argv) {
     app.add_flag("--new-sessions", w.new_sessions,
                  "the turns make the sessions, inside the timed window (the peers' workload, "
                  "issue 36), and a new session's cost is printed");
+    std::vector<std::string> peers;
+    app.add_option("--peer", peers,
+                   "--new-sessions: a peer's turns/s on this workload, as STORE=TPS "
+                   "(sqlite-full, sqlite-normal; default issue 36's 680 and 2315)");
     app.add_option("--worker-arg", w.worker_args,
                    "a flag for wuhu-worker (repeat: --worker-arg=--store-threads --worker-arg=8)");
     app.add_flag("--metrics-cost", metrics_cost,
@@ -527,6 +549,17 @@ int main(int argc, char** argv) {
                    "runs of each store: each run's turns/s, then the figures of the median run")
         ->check(CLI::Range(1, 20));
     CLI11_PARSE(app, argc, argv);
+    for (const auto& p : peers) {
+        const auto eq = p.find('=');
+        const auto store = p.substr(0, eq);
+        double tps = 0;
+        if (eq == std::string::npos || (store != "sqlite-full" && store != "sqlite-normal") ||
+            std::sscanf(p.c_str() + eq + 1, "%lf", &tps) != 1 || tps <= 0) {
+            std::fprintf(stderr, "turn_bench: --peer takes sqlite-full=TPS or sqlite-normal=TPS\n");
+            return 2;
+        }
+        w.peers[store] = tps;
+    }
     if (env_or("WUHU_BENCH_NATS_URL", "WUHU_TEST_NATS_URL").empty()) {
         std::fprintf(stderr, "turn_bench: set WUHU_BENCH_NATS_URL (scripts/bench does)\n");
         return 2;

@@ -2,36 +2,135 @@
 // signal and a FIFO async mutex. Neither is thread-safe: use them from their executor only.
 #pragma once
 
+#include <boost/asio/any_completion_handler.hpp>
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/append.hpp>
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/associated_cancellation_slot.hpp>
+#include <boost/asio/async_result.hpp>
 #include <boost/asio/awaitable.hpp>
-#include <boost/asio/experimental/channel.hpp>
+#include <boost/asio/error.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
+
+#include <cstddef>
+#include <iterator>
+#include <list>
+#include <utility>
 
 namespace wuhu::runtime {
 
 namespace asio = boost::asio;
 
+namespace detail {
+
+// The coroutines suspended on one of the primitives below, first come first served. Each
+// completes once, through its own executor and never inside the call that completes it: woken
+// (no error), or cancelled through its cancellation slot (operation_aborted). Nothing is
+// allocated while nobody waits: the channels these were built on held a 512-byte buffer each
+// from their construction, four of them in every loaded session (issue 36).
+class waiters {
+  public:
+    using signature = void(boost::system::error_code);
+
+    explicit waiters(asio::any_io_executor ex) : ex_(std::move(ex)) {}
+    waiters(const waiters&) = delete;
+    waiters& operator=(const waiters&) = delete;
+    ~waiters() {
+        while (!queue_.empty()) {
+            finish(queue_.begin(), asio::error::operation_aborted, true);
+        }
+    }
+
+    // Suspends until wake_one() reaches this waiter, or its cancellation.
+    template <class Token>
+    auto wait(Token&& token) {
+        return asio::async_initiate<Token, signature>(
+            [this](auto h) {
+                queue_.emplace_back(std::move(h));
+                const auto it = std::prev(queue_.end());
+                if (auto slot = asio::get_associated_cancellation_slot(*it); slot.is_connected()) {
+                    slot.assign([this, it](asio::cancellation_type) {
+                        finish(it, asio::error::operation_aborted, false);
+                    });
+                }
+            },
+            token);
+    }
+
+    // Completes the first waiter without an error; false when none waits.
+    bool wake_one() {
+        if (queue_.empty()) {
+            return false;
+        }
+        finish(queue_.begin(), {}, true);
+        return true;
+    }
+
+  private:
+    using handler = asio::any_completion_handler<signature>;
+
+    // `clear_slot`: the waiter's cancellation handler goes (not from inside that handler).
+    void finish(std::list<handler>::iterator it, boost::system::error_code ec, bool clear_slot) {
+        handler h = std::move(*it);
+        queue_.erase(it);
+        if (auto slot = asio::get_associated_cancellation_slot(h);
+            clear_slot && slot.is_connected()) {
+            slot.clear();
+        }
+        // Through ex_, then the handler's own executor (a coroutine's, or its strand).
+        asio::post(ex_, asio::append(std::move(h), ec));
+    }
+
+    asio::any_io_executor ex_;
+    std::list<handler> queue_;
+};
+
+// Resumes through the executor, as a woken waiter does: what was free or pending is taken at
+// once, but the caller goes on only after what was queued before it (the commands of a burst
+// each reach a session's section, and count as waiting, before the first one runs), as the
+// channels these were built on did.
+inline asio::awaitable<void> yield() {
+    auto ex = co_await asio::this_coro::executor;
+    auto posted = asio::post(ex, asio::use_awaitable);
+    co_await std::move(posted);
+}
+
+}  // namespace detail
+
 // notify() wakes one wait(); notifications that arrive while nobody waits coalesce into one.
 class async_event {
   public:
-    explicit async_event(asio::any_io_executor ex) : ch_(std::move(ex), 1) {}
-    void notify() { ch_.try_send(boost::system::error_code{}); }
-    // Forgets a pending notification.
-    void reset() {
-        while (ch_.try_receive([](boost::system::error_code) {})) {
+    explicit async_event(asio::any_io_executor ex) : waiters_(std::move(ex)) {}
+    void notify() {
+        if (!waiters_.wake_one()) {
+            pending_ = true;
         }
     }
-    asio::awaitable<void> wait() { co_await ch_.async_receive(asio::use_awaitable); }
+    // Forgets a pending notification.
+    void reset() { pending_ = false; }
+    asio::awaitable<void> wait() {
+        if (std::exchange(pending_, false)) {
+            co_await detail::yield();
+        } else {
+            co_await waiters_.wait(asio::use_awaitable);
+        }
+    }
     // As wait(), but a cancelled wait completes too, without an exception: for the losing
     // side of a race (`||`), whose outcome nobody reads. (An exception a turn per race lost
     // cost a tenth of the worker's serving thread.)
     asio::awaitable<void> wait_or_cancelled() {
-        co_await ch_.async_receive(asio::as_tuple(asio::use_awaitable));
+        if (std::exchange(pending_, false)) {
+            co_await detail::yield();
+        } else {
+            co_await waiters_.wait(asio::as_tuple(asio::use_awaitable));
+        }
     }
 
   private:
-    asio::experimental::channel<void(boost::system::error_code)> ch_;
+    detail::waiters waiters_;
+    bool pending_ = false;
 };
 
 // A mutex for coroutines: lock() suspends until the holder unlocks; waiters go in FIFO order.
@@ -53,17 +152,25 @@ class async_mutex {
         async_mutex* m_;
     };
 
-    explicit async_mutex(asio::any_io_executor ex) : ch_(std::move(ex), 1) {
-        ch_.try_send(boost::system::error_code{});
-    }
+    explicit async_mutex(asio::any_io_executor ex) : waiters_(std::move(ex)) {}
     asio::awaitable<guard> lock() {
-        co_await ch_.async_receive(asio::use_awaitable);
+        if (std::exchange(locked_, true)) {
+            co_await waiters_.wait(asio::use_awaitable);  // unlock() handed it over
+        } else {
+            co_await detail::yield();
+        }
         co_return guard(this);
     }
 
   private:
-    void unlock() { ch_.try_send(boost::system::error_code{}); }
-    asio::experimental::channel<void(boost::system::error_code)> ch_;
+    // Handed to the first waiter (it stays locked), or unlocked when none waits.
+    void unlock() {
+        if (!waiters_.wake_one()) {
+            locked_ = false;
+        }
+    }
+    detail::waiters waiters_;
+    bool locked_ = false;
 };
 
 // A counting semaphore for coroutines: at most `n` holders at once; waiters go in FIFO order.
@@ -77,7 +184,7 @@ class async_semaphore {
         guard& operator=(guard&&) = delete;
         ~guard() {
             if (s_ != nullptr) {
-                s_->ch_.try_send(boost::system::error_code{});
+                s_->release();
             }
         }
 
@@ -85,18 +192,25 @@ class async_semaphore {
         async_semaphore* s_;
     };
 
-    async_semaphore(asio::any_io_executor ex, std::size_t n) : ch_(std::move(ex), n) {
-        for (std::size_t i = 0; i < n; ++i) {
-            ch_.try_send(boost::system::error_code{});
-        }
-    }
+    async_semaphore(asio::any_io_executor ex, std::size_t n) : waiters_(std::move(ex)), free_(n) {}
     asio::awaitable<guard> acquire() {
-        co_await ch_.async_receive(asio::use_awaitable);
+        if (free_ > 0) {
+            --free_;
+            co_await detail::yield();
+        } else {
+            co_await waiters_.wait(asio::use_awaitable);  // release() handed its unit over
+        }
         co_return guard(this);
     }
 
   private:
-    asio::experimental::channel<void(boost::system::error_code)> ch_;
+    void release() {
+        if (!waiters_.wake_one()) {
+            ++free_;
+        }
+    }
+    detail::waiters waiters_;
+    std::size_t free_;
 };
 
 }  // namespace wuhu::runtime
