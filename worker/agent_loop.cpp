@@ -282,7 +282,7 @@ asio::awaitable<boost::system::result<command_reply>> agent_loop::abort_turn(abo
     if (!a.id.empty()) {
         answered_aborts_.emplace_back(a.id, reply.aborted);
         if (answered_aborts_.size() > max_answered_aborts) {
-            answered_aborts_.pop_front();
+            answered_aborts_.erase(answered_aborts_.begin());
         }
     }
     co_return reply;

@@ -33,7 +33,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -175,7 +174,9 @@ class agent_loop final : private session_writer {
     std::size_t commands_waiting_ = 0;     // send()s in or waiting for the section
     session::entry_seq compaction_tried_;  // the response whose compaction was last tried
     static constexpr std::size_t max_answered_aborts = 64;
-    std::deque<std::pair<std::string, abort_outcome>> answered_aborts_;
+    // A vector (at most 64, the oldest dropped first): libstdc++'s deque allocates 576 bytes
+    // when it is made, in every loaded session.
+    std::vector<std::pair<std::string, abort_outcome>> answered_aborts_;
     bool loaded_ = false;
     bool returned_ = false;  // start() has returned: nothing takes a pending abort any more
     // The calls this loop started with the newest response (worker/writer.hpp).
