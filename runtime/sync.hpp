@@ -10,7 +10,9 @@
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/error.hpp>
+#include <boost/asio/execution/outstanding_work.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/prefer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
@@ -48,11 +50,20 @@ class waiters {
     auto wait(Token&& token) {
         return asio::async_initiate<Token, signature>(
             [this](auto h) {
-                queue_.emplace_back(std::move(h));
+                // A waiter counts as outstanding work of the executor, as an operation on an
+                // I/O object does: its io_context does not run out of work while it waits.
+                queue_.push_back(
+                    waiter{handler(std::move(h)),
+                           asio::prefer(ex_, asio::execution::outstanding_work.tracked)});
                 const auto it = std::prev(queue_.end());
-                if (auto slot = asio::get_associated_cancellation_slot(*it); slot.is_connected()) {
-                    slot.assign([this, it](asio::cancellation_type) {
-                        finish(it, asio::error::operation_aborted, false);
+                if (auto slot = asio::get_associated_cancellation_slot(it->h);
+                    slot.is_connected()) {
+                    // Once: the handler stays in the slot until the posted completion runs, and
+                    // a signal may be emitted again meanwhile (a stop, then an unload).
+                    slot.assign([this, it, armed = true](asio::cancellation_type) mutable {
+                        if (std::exchange(armed, false)) {
+                            finish(it, asio::error::operation_aborted, false);
+                        }
                     });
                 }
             },
@@ -70,21 +81,28 @@ class waiters {
 
   private:
     using handler = asio::any_completion_handler<signature>;
+    struct waiter {
+        handler h;
+        asio::any_io_executor work;  // outstanding work while it waits
+    };
 
     // `clear_slot`: the waiter's cancellation handler goes (not from inside that handler).
-    void finish(std::list<handler>::iterator it, boost::system::error_code ec, bool clear_slot) {
-        handler h = std::move(*it);
+    void finish(std::list<waiter>::iterator it, boost::system::error_code ec, bool clear_slot) {
+        handler h = std::move(it->h);
+        const auto work = std::move(it->work);
         queue_.erase(it);
         if (auto slot = asio::get_associated_cancellation_slot(h);
             clear_slot && slot.is_connected()) {
             slot.clear();
         }
-        // Through ex_, then the handler's own executor (a coroutine's, or its strand).
+        // Through ex_, then the handler's own executor (a coroutine's, or its strand). The
+        // waiter's work ends after the post, which counts as work itself (in between, an
+        // io_context with nothing else to do would stop).
         asio::post(ex_, asio::append(std::move(h), ec));
     }
 
     asio::any_io_executor ex_;
-    std::list<handler> queue_;
+    std::list<waiter> queue_;
 };
 
 // Resumes through the executor, as a woken waiter does: what was free or pending is taken at

@@ -101,7 +101,11 @@ std::size_t open_files::close_idle(std::chrono::steady_clock::time_point unused_
         if (stopping_) {
             return 0;
         }
-        for (auto it = lru_.rbegin(); it != lru_.rend();) {
+        // At most 256 a call (a checkpoint and a few fsyncs each): the files of a burst of
+        // sessions that went idle together close over some seconds, and the store thread that
+        // closes them goes back to commits in between.
+        constexpr std::size_t at_most = 256;
+        for (auto it = lru_.rbegin(); it != lru_.rend() && closing.size() < at_most;) {
             auto f = open_.find(*it);
             if (f->second.used > unused_since) {
                 break;  // the rest were used more recently still

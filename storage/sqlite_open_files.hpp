@@ -39,8 +39,8 @@ class open_files {
     std::size_t size() const;
     // Closes the files no operation has used since `unused_since` (and none uses now), each
     // with its WAL and shared memory as an unloaded session's: what they held goes back.
-    // Walks the files from the least recently used to the first one used since. Returns how
-    // many it closed.
+    // Walks the files from the least recently used to the first one used since; at most 256
+    // a call (the caller calls again). Returns how many it closed.
     std::size_t close_idle(std::chrono::steady_clock::time_point unused_since);
 
   private:

@@ -238,7 +238,8 @@ class session_store {
     // Gives back what this process holds open for sessions no operation has used since
     // `unused_since`, loaded or not (the SQLite store's files: a connection, its page cache and
     // its shared memory each; the next operation opens the file again). Store IO (SQLite
-    // checkpoints each file's WAL): on a store thread. Returns how many it closed.
+    // checkpoints each file's WAL): on a store thread. Returns how many it closed, which may be
+    // fewer than there are (a call is bounded; call again).
     virtual std::size_t close_idle(std::chrono::steady_clock::time_point /*unused_since*/) {
         return 0;
     }

@@ -330,6 +330,23 @@ TEST(SqliteStore, FilesUnusedSinceACutOffAreClosedAndOpenedAgainOnUse) {
     EXPECT_EQ(t.store.open_files(), 0u);
 }
 
+// A call closes at most 256 files: a burst of sessions that went idle together is closed over
+// several calls, and the store thread goes back to commits in between.
+TEST(SqliteStore, ACallClosesAtMost256IdleFiles) {
+    temp_sqlite_store t(400);
+    std::vector<std::unique_ptr<storage::session_log>> logs;
+    for (int i = 0; i < 300; ++i) {
+        logs.push_back(
+            t.store.open(session_id::parse("s" + std::to_string(i)).value(), lease_epoch{1})
+                .value());
+    }
+    ASSERT_EQ(t.store.open_files(), 300u);
+    const auto now = std::chrono::steady_clock::now();
+    EXPECT_EQ(t.store.close_idle(now), 256u);
+    EXPECT_EQ(t.store.close_idle(now), 44u);
+    EXPECT_EQ(t.store.open_files(), 0u);
+}
+
 // A file closed to make room keeps its WAL (its frames and the zeros of its working size) for
 // the session's next connection; once the session is unloaded no connection comes, and the
 // WAL is checkpointed and emptied as an unloaded session's is: nothing of ~150 KiB a session
