@@ -137,13 +137,8 @@ result run(const std::string& store_kind, const workload& w, int round) {
 
     worker_process worker(dir, nats_url, store, store_kind == "sqlite-normal" ? "normal" : "full",
                           true, prefix, fsyncs);
-    const auto ready_by = clock_type::now() + 20s;
-    while (!requests.request(session_subject + "warmup.subscribe", "{}", 500ms)) {
-        if (clock_type::now() > ready_by) {
-            std::fprintf(stderr, "session_cost_bench: the worker did not come up; see %s\n",
-                         (dir / "worker.log").c_str());
-            return out;
-        }
+    if (!worker.wait_until_up(requests, session_subject, dir, "session_cost_bench")) {
+        return out;
     }
     auto snap = [&] {
         return sample{cpu_ms(worker.pid()),       cpu_ms(nats_pid),

@@ -195,15 +195,7 @@ run_result run(const store_kind& kind, const workload& w, bool metrics, int roun
     auto start_worker = [&]() -> bool {
         worker.emplace(dir, nats_url, store, kind.name == "sqlite-normal" ? "normal" : "full",
                        metrics, prefix, fsyncs);
-        const auto ready_by = clock_type::now() + 20s;
-        while (!requests.request(session_subject + "warmup.subscribe", "{}", 500ms)) {
-            if (clock_type::now() > ready_by) {
-                std::fprintf(stderr, "turn_bench: the worker did not come up; see %s\n",
-                             (dir / "worker.log").c_str());
-                return false;
-            }
-        }
-        return true;
+        return worker->wait_until_up(requests, session_subject, dir, "turn_bench");
     };
     auto stop_worker = [&] {
         if (!worker->stop()) {

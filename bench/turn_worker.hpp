@@ -4,6 +4,7 @@
 #pragma once
 
 #include "bench/turn_probes.hpp"
+#include "nats/connection.hpp"
 #include "tests/support/http_get.hpp"
 
 #include <arpa/inet.h>
@@ -92,6 +93,21 @@ class worker_process {
         return WIFEXITED(status) && WEXITSTATUS(status) == 0;
     }
     pid_t pid() const { return pid_; }
+    // Waits up to 20 s until the worker answers a request (a subscribe of an unknown session,
+    // `<session_subject>warmup.subscribe`); false, said on stderr by `who`, when it does not.
+    bool wait_until_up(wuhu::nats::connection& requests, const std::string& session_subject,
+                       const fs::path& dir, const char* who) const {
+        using namespace std::chrono_literals;
+        const auto ready_by = clock_type::now() + 20s;
+        while (!requests.request(session_subject + "warmup.subscribe", "{}", 500ms)) {
+            if (clock_type::now() > ready_by) {
+                std::fprintf(stderr, "%s: the worker did not come up; see %s\n", who,
+                             (dir / "worker.log").c_str());
+                return false;
+            }
+        }
+        return true;
+    }
     // The worker's store commits so far (-1: no metrics).
     double commits() const {
         if (metrics_addr_.empty()) {

@@ -71,9 +71,7 @@ result<std::unique_ptr<session_log>> memory_store::do_open(const session_id& id,
         it->second.epoch = epoch;
     }
     auto log = std::make_unique<memory_log>(*this, id, epoch);
-    if (created) {
-        log->opened_new();
-    }
+    log->set_created(created);
     return std::unique_ptr<session_log>(std::move(log));
 }
 

@@ -403,9 +403,7 @@ result<std::unique_ptr<session_log>> postgres_store::do_open(const session_id& i
             throw;
         }
         auto log = std::make_unique<postgres_log>(*this, id, epoch);
-        if (made) {
-            log->opened_new();
-        }
+        log->set_created(made);
         return std::unique_ptr<session_log>(std::move(log));
     } catch (const pqxx::failure&) {
         return errc::unavailable;

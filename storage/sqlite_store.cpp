@@ -210,9 +210,7 @@ result<std::unique_ptr<session_log>> sqlite_store::do_open(const session_id& id,
         }
         catalog_->note_opened(id, epoch, floor.has_value());
         auto log = std::make_unique<sqlite_log>(*files_, *open_, *catalog_, id, epoch);
-        if (created) {
-            log->opened_new();
-        }
+        log->set_created(created);
         return std::unique_ptr<session_log>(std::move(log));
     } catch (const sqlite::error& e) {
         return sqlite::storage_error(e);

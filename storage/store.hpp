@@ -158,9 +158,9 @@ class session_log {
     result<action_list> fire_timer(const session_state& before, const session::queue_item_id& id,
                                    unix_ms at);
 
-    // For a store's open: this handle's open created the session (nothing was stored before
-    // it, at any epoch).
-    void opened_new() { created_ = true; }
+    // For a store's open: whether this handle's open created the session (nothing was stored
+    // before it, at any epoch).
+    void set_created(bool created) { created_ = created; }
 
   protected:
     virtual result<session_state> do_load() = 0;
