@@ -37,6 +37,7 @@ class waiters {
     using signature = void(boost::system::error_code);
 
     explicit waiters(asio::any_io_executor ex) : ex_(std::move(ex)) {}
+    const asio::any_io_executor& get_executor() const { return ex_; }
     waiters(const waiters&) = delete;
     waiters& operator=(const waiters&) = delete;
     ~waiters() {
@@ -128,6 +129,7 @@ class async_event {
     }
     // Forgets a pending notification.
     void reset() { pending_ = false; }
+    const asio::any_io_executor& get_executor() const { return waiters_.get_executor(); }
     asio::awaitable<void> wait() {
         if (std::exchange(pending_, false)) {
             co_await detail::yield();

@@ -8,7 +8,11 @@
 #include "session/rules.hpp"
 #include "session/text.hpp"
 
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/this_coro.hpp>
 
 #include <algorithm>
 
@@ -28,19 +32,26 @@ constexpr std::chrono::milliseconds tools_first_offer_wait{10'000};
 agent_loop::agent_loop(asio::any_io_executor ex, std::unique_ptr<storage::session_log> log,
                        providers::provider& p, const tools::tool_registry& tools,
                        runtime::clock& clk, loop_options opts)
+    : agent_loop(std::move(ex), std::move(log), p, tools, clk,
+                 std::make_shared<const loop_options>(std::move(opts))) {}
+
+agent_loop::agent_loop(asio::any_io_executor ex, std::unique_ptr<storage::session_log> log,
+                       providers::provider& p, const tools::tool_registry& tools,
+                       runtime::clock& clk, std::shared_ptr<const loop_options> opts)
     : log_(std::move(log)),
       tools_(tools),
       clock_(clk),
       opts_(std::move(opts)),
-      defaults_(opts_.defaults_for(log_->id().tenant())),
+      defaults_(opts_->defaults_for(log_->id().tenant())),
       hub_(std::make_shared<event_hub>()),
       section_(ex),
       wake_(ex),
       timers_changed_(ex),
+      timers_ended_(ex),
       abort_(ex),
-      turns_(*this, p, tools, clk, opts_, abort_, *hub_),
-      tools_run_(*this, tools, clk, opts_.tool_timeout, opts_.tool_result_linger,
-                 opts_.max_entry_bytes, abort_) {}
+      turns_(*this, p, tools, clk, *opts_, abort_, *hub_),
+      tools_run_(*this, tools, clk, opts_->tool_timeout, opts_->tool_result_linger,
+                 opts_->max_entry_bytes, abort_) {}
 
 agent_loop::~agent_loop() = default;
 
@@ -114,8 +125,8 @@ asio::awaitable<boost::system::error_code> agent_loop::persist(operation op) {
             auto r = log_->commit(state_, w.actions);
             return r ? boost::system::error_code{} : r.error();
         };
-        auto task = runtime::run_on<boost::system::error_code>(opts_.store_executor,
-                                                               std::move(commit));
+        auto task =
+            runtime::run_on<boost::system::error_code>(opts_->store_executor, std::move(commit));
         w.failed = co_await std::move(task);
     }
     if (w.refused) {
@@ -160,10 +171,11 @@ void agent_loop::apply_committed(const s::action_list& actions) {
     const bool waited = std::any_of(state_.tool_calls.begin(), state_.tool_calls.end(),
                                     [](const auto& t) { return s::awaits_decision(t); });
     s::apply_actions(actions, state_);
+    bool timers = false;  // changed: an earlier one, or the one waited for is gone
     for (const auto& a : actions) {
         if (std::holds_alternative<s::timer_scheduled>(a) ||
             std::holds_alternative<s::timer_cleared>(a)) {
-            timers_changed_.notify();  // an earlier one, or the one it waits for is gone
+            timers = true;
         } else if (const auto* e = std::get_if<s::entry_appended>(&a)) {
             if (std::holds_alternative<s::assistant_message>(e->e.body)) {
                 ++step_;
@@ -171,7 +183,7 @@ void agent_loop::apply_committed(const s::action_list& actions) {
             if (std::holds_alternative<s::approval_requested>(e->e.body) ||
                 std::holds_alternative<s::approval_decided>(e->e.body) ||
                 (waited && std::holds_alternative<s::tool_result>(e->e.body))) {
-                timers_changed_.notify();  // a deadline came, or went
+                timers = true;  // a deadline came, or went
             }
         }
     }
@@ -180,6 +192,10 @@ void agent_loop::apply_committed(const s::action_list& actions) {
         stamp(*p.state);
     }
     hub_->emit(committed_event{actions, std::move(p)});
+    if (timers) {
+        timers_changed_.notify();
+        watch_timers();
+    }
 }
 
 void agent_loop::stamp(s::status& st) {
@@ -223,7 +239,7 @@ asio::awaitable<boost::system::result<command_reply>> agent_loop::send(command c
         auto task = abort_turn(std::move(*a));
         co_return co_await std::move(task);
     }
-    if (opts_.max_waiting_commands > 0 && commands_waiting_ >= opts_.max_waiting_commands) {
+    if (opts_->max_waiting_commands > 0 && commands_waiting_ >= opts_->max_waiting_commands) {
         co_return s::errc::overloaded;  // nothing is held for it: the client retries later
     }
     command_reply reply;
@@ -343,7 +359,7 @@ agent_loop::written agent_loop::run_command(command& c, command_reply& reply, bo
     std::visit(
         s::overloaded{
             [&](enqueue_command& x) {
-                if (const auto full = s::lane_room(state_, x.in, opts_.lanes);
+                if (const auto full = s::lane_room(state_, x.in, opts_->lanes);
                     full != s::errc::ok) {
                     return take(full);
                 }
@@ -419,11 +435,11 @@ agent_loop::written agent_loop::decide(s::decision_input in, command_reply& repl
     }
     // A person's text is held to the entry limit as a tool's output is (a reject's result
     // carries a sentence more: cut to leave room for it).
-    if (opts_.max_entry_bytes > 0) {
-        in.message =
-            s::cut_to(std::move(in.message),
-                      opts_.max_entry_bytes - std::min<std::size_t>(opts_.max_entry_bytes / 2, 256),
-                      "message");
+    if (opts_->max_entry_bytes > 0) {
+        in.message = s::cut_to(
+            std::move(in.message),
+            opts_->max_entry_bytes - std::min<std::size_t>(opts_->max_entry_bytes / 2, 256),
+            "message");
     }
     auto r = s::plan_decide(state_, std::move(in), clock_.now());
     if (!r) {
@@ -466,16 +482,28 @@ asio::awaitable<void> agent_loop::start() {
     // ones waiting, and every later one, are answered `closed` (the request is routed again).
     // (Not in a destructor of the frame: a frame destroyed without being resumed, as by an
     // io_context that goes first, may outlive the loop.)
+    std::exception_ptr ended;
     try {
         auto running = run();
         co_await std::move(running);
     } catch (...) {
-        returned_ = true;
-        abort_.close();
-        throw;
+        ended = std::current_exception();
     }
     returned_ = true;
     abort_.close();
+    if (timer_child_) {
+        // The timer loop is a child too: start() returns after it (cancelled, it ends at its
+        // next wait). A cancelled coroutine would refuse to wait: its cancellation is spent.
+        co_await asio::this_coro::reset_cancellation_state();
+        timers_stop_.emit(asio::cancellation_type::terminal);
+        timers_changed_.notify();
+        while (timer_child_) {
+            co_await timers_ended_.wait();
+        }
+    }
+    if (ended) {
+        std::rethrow_exception(ended);
+    }
 }
 
 asio::awaitable<void> agent_loop::run() {
@@ -489,19 +517,16 @@ asio::awaitable<void> agent_loop::run() {
         } else if (!state_.paused && s::awaiting_approval(state_)) {
             set_loop(s::loop_state::awaiting_approval);  // loaded waiting: say so
         }
-        try {
-            co_await (work_loop() && timer_loop());
-        } catch (const asio::multiple_exceptions& e) {
-            // Both children were cancelled: report the first (operation_aborted) as one.
-            std::rethrow_exception(e.first_exception());
-        }
+        running_ = true;
+        watch_timers();
+        co_await work_loop();
     }
     if (failed_) {
         set_loop(s::loop_state::idle);
     }
 }
 
-// Both children return when the session fails (close() wakes every wait), so `&&` completes.
+// Returns when the session fails (close() wakes its wait).
 asio::awaitable<void> agent_loop::work_loop() {
     while (!failed_) {
         waiting_ = true;
@@ -528,14 +553,35 @@ asio::awaitable<void> agent_loop::work_loop() {
     }
 }
 
+void agent_loop::watch_timers() {
+    if (timer_child_ || !running_ || returned_ || failed_ ||
+        (s::next_timer(state_) == nullptr && s::next_deadline(state_) == nullptr)) {
+        return;  // one watches them already (or will: see the completion), or none to watch
+    }
+    timer_child_ = true;
+    auto ended = [this](const std::exception_ptr&) {
+        // Posted: the next child binds timers_stop_'s slot, which this one's coroutine holds
+        // until it has gone. A timer scheduled while this one was ending is watched by it.
+        asio::post(timers_ended_.get_executor(), [this] {
+            timer_child_ = false;
+            watch_timers();
+            if (!timer_child_) {
+                timers_ended_.notify();  // last: start() may return, and the loop go
+            }
+        });
+    };
+    asio::co_spawn(timers_ended_.get_executor(), timer_loop(),
+                   asio::bind_cancellation_slot(timers_stop_.slot(), std::move(ended)));
+}
+
 asio::awaitable<void> agent_loop::timer_loop() {
-    // The session's timers and the deadlines of the calls that wait for a person.
-    while (!failed_) {
+    // The session's timers and the deadlines of the calls that wait for a person, while there
+    // are any: an idle session without them holds no coroutine for them.
+    while (!failed_ && !returned_) {
         const s::timer* next = s::next_timer(state_);
         const s::tool_call_state* waiting = s::next_deadline(state_);
         if (next == nullptr && waiting == nullptr) {
-            co_await timers_changed_.wait();
-            continue;
+            co_return;
         }
         const bool deadline =
             waiting != nullptr && (next == nullptr || waiting->deadline < next->due);

@@ -30,6 +30,7 @@
 #include "worker/writer.hpp"
 
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -43,6 +44,11 @@ namespace asio = boost::asio;
 
 class agent_loop final : private session_writer {
   public:
+    // `opts` may be shared by the loops of a worker (a registry's: one copy, not one a
+    // session).
+    agent_loop(asio::any_io_executor ex, std::unique_ptr<storage::session_log> log,
+               providers::provider& p, const tools::tool_registry& tools, runtime::clock& clk,
+               std::shared_ptr<const loop_options> opts);
     agent_loop(asio::any_io_executor ex, std::unique_ptr<storage::session_log> log,
                providers::provider& p, const tools::tool_registry& tools, runtime::clock& clk,
                loop_options opts = {});
@@ -90,6 +96,9 @@ class agent_loop final : private session_writer {
     session::budget limits() const override;
     const std::optional<inflight_message>& inflight() const { return turns_.inflight(); }
     bool loaded() const { return loaded_; }
+    // The timer loop runs: only while the session has timers or deadlines (an idle session
+    // without them holds one coroutine, the work loop's, waiting for a wake-up).
+    bool watching_timers() const { return timer_child_; }
     bool failed() const override { return failed_; }
     boost::system::error_code failure() const { return failure_; }
     // True when the loop has nothing to do: idle, and has_work is clear (or the session is
@@ -145,6 +154,9 @@ class agent_loop final : private session_writer {
     // start()'s body.
     asio::awaitable<void> run();
     asio::awaitable<void> work_loop();
+    // Starts the timer loop, a child of start(), unless it runs, or the session has neither
+    // timers nor deadlines (the loop returns when none are left).
+    void watch_timers();
     asio::awaitable<void> timer_loop();
     // A decision's plan; edited arguments are checked against the tool's schema first.
     written decide(session::decision_input in, command_reply& reply, bool& wake);
@@ -158,13 +170,15 @@ class agent_loop final : private session_writer {
     bool tools_awaited_ = false;  // the MCP servers' first offer (work_loop)
     const tools::tool_registry& tools_;
     runtime::clock& clock_;
-    loop_options opts_;
+    std::shared_ptr<const loop_options> opts_;
     session::budget defaults_;  // the budget of the session's tenant, with the fleet's
     std::shared_ptr<event_hub> hub_;
 
     runtime::async_mutex section_;
     runtime::async_event wake_;
     runtime::async_event timers_changed_;
+    runtime::async_event timers_ended_;  // the timer loop's child has completed
+    asio::cancellation_signal timers_stop_;
     abort_signal abort_;
 
     session::session_state state_;
@@ -179,6 +193,8 @@ class agent_loop final : private session_writer {
     std::vector<std::pair<std::string, abort_outcome>> answered_aborts_;
     bool loaded_ = false;
     bool returned_ = false;  // start() has returned: nothing takes a pending abort any more
+    bool running_ = false;   // start() has recovered the session and runs its loops
+    bool timer_child_ = false;  // the timer loop runs (from its spawn to its completion)
     // The calls this loop started with the newest response (worker/writer.hpp).
     std::vector<session::tool_call_id> started_here_;
     // The work loop waits for a wake-up (read by commands on the store executor).

@@ -40,7 +40,7 @@ session_registry::session_registry(asio::any_io_executor ex, storage::session_st
       providers_(std::move(providers)),
       tools_(tools),
       clock_(clk),
-      opts_(opts),
+      opts_(std::make_shared<const loop_options>(std::move(opts))),
       events_(std::move(events)),
       work_(work) {}
 
@@ -182,7 +182,7 @@ asio::awaitable<boost::system::result<session_registry::handle>> session_registr
     if (loads_) {
         loading.emplace(co_await loads_->acquire());
     }
-    auto task = runtime::run_on<opened>(opts_.store_executor, std::move(open));
+    auto task = runtime::run_on<opened>(opts_->store_executor, std::move(open));
     opened o = co_await std::move(task);
     loading.reset();
     if (o.ec) {
@@ -220,12 +220,12 @@ asio::awaitable<boost::system::result<session_registry::handle>> session_registr
             }
             // Unless a request still holds it, the entry goes now: its log closes its file
             // (SQLite checkpoints and syncs it), which is store IO, so not on this executor.
-            if (opts_.store_executor && !stopped_) {
+            if (opts_->store_executor && !stopped_) {
                 auto free = [freed = freed_, keep = std::move(keep)]() mutable {
                     keep.reset();
                     freed->fetch_add(1, std::memory_order_relaxed);
                 };
-                asio::post(*opts_.store_executor, std::move(free));
+                asio::post(*opts_->store_executor, std::move(free));
             }
         });
     };
@@ -257,7 +257,7 @@ asio::awaitable<boost::system::result<void>> session_registry::remove(session::s
         }
         auto rm = [&store = store_, id, epoch]() { return store.remove(id, epoch); };
         auto task =
-            runtime::run_on<boost::system::result<void>>(opts_.store_executor, std::move(rm));
+            runtime::run_on<boost::system::result<void>>(opts_->store_executor, std::move(rm));
         out = co_await std::move(task);
     }
     release_gate(id, g);
@@ -276,7 +276,7 @@ asio::awaitable<boost::system::result<std::vector<storage::catalog_entry>>>
 session_registry::catalog(storage::catalog_query q) {
     using listing = boost::system::result<std::vector<storage::catalog_entry>>;
     auto list = [&store = store_, q = std::move(q)]() { return store.sessions(q); };
-    auto task = runtime::run_on<listing>(opts_.store_executor, std::move(list));
+    auto task = runtime::run_on<listing>(opts_->store_executor, std::move(list));
     auto out = co_await std::move(task);
     co_return out;
 }
@@ -284,7 +284,7 @@ session_registry::catalog(storage::catalog_query q) {
 asio::awaitable<boost::system::result<bool>> session_registry::exists(session::session_id id) {
     auto check = [&store = store_, id]() { return store.exists(id); };
     auto task =
-        runtime::run_on<boost::system::result<bool>>(opts_.store_executor, std::move(check));
+        runtime::run_on<boost::system::result<bool>>(opts_->store_executor, std::move(check));
     auto out = co_await std::move(task);
     co_return out;
 }
@@ -293,7 +293,7 @@ asio::awaitable<boost::system::result<std::optional<session::session_state>>>
 session_registry::read(session::session_id id) {
     using out_t = boost::system::result<std::optional<session::session_state>>;
     auto reading = [&store = store_, id]() { return store.read(id); };
-    auto task = runtime::run_on<out_t>(opts_.store_executor, std::move(reading));
+    auto task = runtime::run_on<out_t>(opts_->store_executor, std::move(reading));
     auto out = co_await std::move(task);
     co_return out;
 }

@@ -123,7 +123,7 @@ class session_registry {
     provider_factory providers_;
     const tools::tool_registry& tools_;
     runtime::clock& clock_;
-    loop_options opts_;
+    std::shared_ptr<const loop_options> opts_;  // shared by the loops
     event_forwarder events_;
     runtime::work_gate* work_;  // each running loop holds a pass
     std::map<std::string, std::shared_ptr<entry>> sessions_;

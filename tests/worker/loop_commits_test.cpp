@@ -63,6 +63,59 @@ TEST(DurableTimers, ScheduleCallbackMaterializesIntoTheSystemLaneLaterExactlyOnc
     EXPECT_EQ(h.state().find_item("timer-cb1")->in, lane::system);
 }
 
+// Issue 36: an idle loaded session holds one coroutine (the timer loop, with its race of a
+// sleep and a wake-up, cost ~3 KiB a session). The timer loop runs while there are timers, and
+// starts again for a timer scheduled after the last one fired.
+TEST(DurableTimers, TheTimerLoopRunsOnlyWhileTheSessionHasTimers) {
+    loop_harness h(R"({"responses":[
+        {"tool_calls":[{"id":"cb1","name":"schedule_callback","arguments":{"delay_ms":60000,"content":"first"}}]},
+        {"text":"scheduled"},
+        {"text":"got the first"},
+        {"tool_calls":[{"id":"cb2","name":"schedule_callback","arguments":{"delay_ms":30000,"content":"second"}}]},
+        {"text":"scheduled again"},
+        {"text":"got the second"}]})");
+    h.start();
+    h.settle();
+    EXPECT_FALSE(h.loop().watching_timers());
+    h.follow_up("f1", "remind me");
+    h.settle();
+    ASSERT_EQ(h.state().timers.size(), 1u);
+    EXPECT_TRUE(h.loop().watching_timers());
+    ASSERT_TRUE(h.run_until([&] { return h.state().timers.empty() && h.loop().quiescent(); }));
+    h.poll();
+    EXPECT_FALSE(h.loop().watching_timers());
+    h.follow_up("f2", "again");
+    h.settle();
+    ASSERT_EQ(h.state().timers.size(), 1u);
+    EXPECT_TRUE(h.loop().watching_timers());
+    ASSERT_TRUE(h.run_until([&] { return h.state().timers.empty() && h.loop().quiescent(); }));
+    auto texts = h.transcript_texts();
+    EXPECT_EQ(std::count(texts.begin(), texts.end(), "system:first"), 1);
+    EXPECT_EQ(std::count(texts.begin(), texts.end(), "system:second"), 1);
+    EXPECT_EQ(texts.back(), "assistant:got the second");
+    h.poll();
+    EXPECT_FALSE(h.loop().watching_timers());
+}
+
+// start() returns after its timer loop: cancelled with a timer pending, it ends the timer loop
+// first (the loop object may go as soon as start() returns), and the timer stays stored.
+TEST(DurableTimers, ACancelledStartReturnsAfterItsTimerLoopAndTheTimerStaysStored) {
+    loop_harness h(R"({"responses":[
+        {"tool_calls":[{"id":"cb1","name":"schedule_callback","arguments":{"delay_ms":60000,"content":"later"}}]},
+        {"text":"scheduled"}]})");
+    h.start();
+    h.follow_up("f1", "remind me");
+    h.settle();
+    ASSERT_TRUE(h.loop().watching_timers());
+    h.stop();
+    EXPECT_FALSE(h.loop().watching_timers());
+    EXPECT_EQ(h.clock().sleepers(), 0u);
+    auto log = h.store().open(session_id::parse("s1").value(), lease_epoch{2}).value();
+    auto stored = log->load();
+    ASSERT_TRUE(stored);
+    EXPECT_EQ(stored->timers.size(), 1u);
+}
+
 // Issue 31, defect 12: a delay past what 64-bit milliseconds hold overflowed the clock's
 // arithmetic (the timer's due time, the sleep's deadline). Now a wait past a year is an error
 // result the model sees, and nothing is scheduled.

@@ -78,10 +78,12 @@ class loop_harness {
     storage::session_store* store_;
     std::unique_ptr<providers::scripted_provider> provider_;
     tools::tool_registry tools_;
+    // Before the loop: a test may end with the loop's coroutine waiting, and the loop's waits
+    // then hold this signal's slot until the loop is gone.
+    asio::cancellation_signal stop_;
     std::unique_ptr<worker::agent_loop> loop_;
     worker::subscription sub_;
     std::vector<loop_event> events_;
-    asio::cancellation_signal stop_;
     bool finished_ = false;
 };
 
