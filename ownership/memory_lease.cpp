@@ -34,19 +34,39 @@ unix_ms plus(unix_ms t, std::chrono::milliseconds d) {
 }
 }  // namespace
 
+lease memory_lease::effective(const row& r) const {
+    lease l = r.l;
+    if (auto g = generations_.find({l.owner, r.generation}); g != generations_.end()) {
+        l.expires = std::max(l.expires, g->second);
+    }
+    return l;
+}
+
 result<acquisition> memory_lease::acquire(const session_id& id, std::string_view owner,
                                           std::chrono::milliseconds ttl) {
     std::lock_guard lock(mu_);
-    const auto now = now_();
+    return take(id, owner, ttl, now_());
+}
+
+result<acquisition> memory_lease::take(const session_id& id, std::string_view owner,
+                                       std::chrono::milliseconds ttl, unix_ms now) {
     auto it = leases_.find(id.str());
-    if (it != leases_.end() && it->second.expires > now && it->second.owner != owner) {
-        return acquisition{held_elsewhere{it->second.owner, it->second.expires, it->second.epoch}};
+    if (it != leases_.end() && it->second.l.owner != owner) {
+        if (const auto cur = effective(it->second); cur.expires > now) {
+            return acquisition{held_elsewhere{cur.owner, cur.expires, cur.epoch}};
+        }
     }
-    std::string previous = it != leases_.end() && it->second.owner != owner
-                               ? it->second.owner  // whose lease had expired
+    std::string previous = it != leases_.end() && it->second.l.owner != owner
+                               ? it->second.l.owner  // whose lease had expired
                                : std::string();
+    if (stamped_.current(owner) == 0) {
+        // The owner's first generation: live only once a renewal has extended it.
+        stamped_.begin(owner, ++last_generation_);
+        generations_[{std::string(owner), last_generation_}] = unix_ms{0};
+    }
     lease l{id, std::string(owner), lease_epoch{++last_epoch_}, plus(now, ttl), {}};
-    leases_.insert_or_assign(id.str(), l);
+    leases_.insert_or_assign(id.str(), row{l, stamped_.current(owner)});
+    stamped_.add(l);
     l.taken_from = std::move(previous);
     return acquisition{l};
 }
@@ -54,12 +74,14 @@ result<acquisition> memory_lease::acquire(const session_id& id, std::string_view
 result<std::vector<lease>> memory_lease::claim(const std::vector<session_id>& candidates,
                                                std::string_view owner,
                                                std::chrono::milliseconds ttl, std::size_t limit) {
+    std::lock_guard lock(mu_);
+    const auto now = now_();
     std::vector<lease> out;
     for (const auto& id : candidates) {
         if (out.size() == limit) {
             break;
         }
-        auto got = acquire(id, owner, ttl);
+        auto got = take(id, owner, ttl, now);
         if (got && std::holds_alternative<lease>(*got)) {
             out.push_back(std::get<lease>(*got));
         }
@@ -72,22 +94,46 @@ result<std::vector<session_id>> memory_lease::renew(const std::vector<lease>& he
     std::lock_guard lock(mu_);
     const auto now = now_();
     std::vector<session_id> lost;
+    if (held.empty()) {
+        return lost;
+    }
+    const auto& owner = held.front().owner;
+    if (stamped_.covers(held)) {
+        // Exactly the current generation's leases: its row is renewed, if it is still live.
+        auto g = generations_.find({owner, stamped_.current(owner)});
+        if (g != generations_.end() && g->second > now) {
+            g->second = plus(now, ttl);
+            return lost;
+        }
+    }
+    // Lease by lease, into a new generation; the old one's row expires on its own.
+    const auto next = ++last_generation_;
+    std::vector<lease> renewed;
     for (const auto& h : held) {
         auto it = leases_.find(h.id.str());
-        if (it == leases_.end() || it->second.owner != h.owner || it->second.epoch != h.epoch ||
-            it->second.expires <= now) {
+        if (h.owner != owner || it == leases_.end() || it->second.l.owner != h.owner ||
+            it->second.l.epoch != h.epoch || effective(it->second).expires <= now) {
             lost.push_back(h.id);
             continue;
         }
-        it->second.expires = plus(now, ttl);
+        it->second.l.expires = plus(now, ttl);
+        it->second.generation = next;
+        renewed.push_back(it->second.l);
     }
+    std::erase_if(generations_, [&](const auto& g) {
+        return g.first.first == owner && g.second <= now;  // dead: no lease lives by it
+    });
+    generations_[{owner, next}] = plus(now, ttl);
+    stamped_.begin(owner, next, renewed);
     return lost;
 }
 
 result<void> memory_lease::release(const lease& held) {
     std::lock_guard lock(mu_);
     auto it = leases_.find(held.id.str());
-    if (it != leases_.end() && it->second.owner == held.owner && it->second.epoch == held.epoch) {
+    if (it != leases_.end() && it->second.l.owner == held.owner &&
+        it->second.l.epoch == held.epoch) {
+        stamped_.drop(it->second.l);
         leases_.erase(it);
     }
     return {};
@@ -96,22 +142,23 @@ result<void> memory_lease::release(const lease& held) {
 result<std::optional<lease>> memory_lease::owner_of(const session_id& id) {
     std::lock_guard lock(mu_);
     auto it = leases_.find(id.str());
-    if (it == leases_.end() || it->second.expires <= now_()) {
+    if (it == leases_.end()) {
         return std::optional<lease>{};
     }
-    return std::optional<lease>{it->second};
+    auto l = effective(it->second);
+    return l.expires > now_() ? std::optional<lease>{std::move(l)} : std::optional<lease>{};
 }
 
 result<std::vector<lease>> memory_lease::live(const lease_query& q) {
     std::lock_guard lock(mu_);
     const auto now = now_();
     std::vector<lease> out;
-    for (const auto& [id, l] : leases_) {
+    for (const auto& [id, r] : leases_) {
         if (out.size() == q.limit) {
             break;
         }
-        if (l.expires > now && matches(q, l)) {
-            out.push_back(l);
+        if (auto l = effective(r); l.expires > now && matches(q, l)) {
+            out.push_back(std::move(l));
         }
     }
     return out;
@@ -121,9 +168,9 @@ result<std::vector<std::string>> memory_lease::owners() {
     std::lock_guard lock(mu_);
     const auto now = now_();
     std::set<std::string> out;
-    for (const auto& [id, l] : leases_) {
-        if (l.expires > now) {
-            out.insert(l.owner);
+    for (const auto& [id, r] : leases_) {
+        if (effective(r).expires > now) {
+            out.insert(r.l.owner);
         }
     }
     return std::vector<std::string>(out.begin(), out.end());
@@ -131,7 +178,8 @@ result<std::vector<std::string>> memory_lease::owners() {
 
 result<void> memory_lease::remove(const session_id& id, lease_epoch epoch) {
     std::lock_guard lock(mu_);
-    if (auto it = leases_.find(id.str()); it != leases_.end() && it->second.epoch <= epoch) {
+    if (auto it = leases_.find(id.str()); it != leases_.end() && it->second.l.epoch <= epoch) {
+        stamped_.drop(it->second.l);
         leases_.erase(it);
     }
     return {};

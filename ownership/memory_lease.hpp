@@ -1,6 +1,7 @@
 // In-memory leases, for tests: one process, the given clock.
 #pragma once
 
+#include "ownership/generations.hpp"
 #include "ownership/lease.hpp"
 
 #include <map>
@@ -27,10 +28,22 @@ class memory_lease final : public lease_store {
     std::string_view backend() const override { return "memory"; }
 
   private:
+    struct row {
+        lease l;  // l.expires: its own expiry
+        std::int64_t generation = 0;
+    };
+    // The row's lease with its effective expiry (ownership/generations.hpp).
+    lease effective(const row& r) const;
+    result<acquisition> take(const session_id& id, std::string_view owner,
+                             std::chrono::milliseconds ttl, unix_ms now);
+
     wall_clock now_;
     std::mutex mu_;
     std::uint64_t last_epoch_ = 0;
-    std::map<std::string, lease> leases_;
+    std::int64_t last_generation_ = 0;
+    std::map<std::string, row> leases_;
+    std::map<std::pair<std::string, std::int64_t>, unix_ms> generations_;  // their expiry
+    generations stamped_;
 };
 
 }  // namespace wuhu::ownership

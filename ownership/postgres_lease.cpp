@@ -46,10 +46,26 @@ const char* const migrations[] = {
     // PostgreSQL's CPU renewing 10,000 idle leases).
     R"(DROP INDEX leases_expires;
        ALTER TABLE leases SET (fillfactor = 70);)",
+    // Renewal per worker (ownership/generations.hpp): a lease names its owner's generation,
+    // live while the lease's own expiry or the generation's is in the future; a renewal writes
+    // the generation's row alone.
+    R"(CREATE SEQUENCE lease_generation;
+       ALTER TABLE leases ADD COLUMN generation bigint NOT NULL DEFAULT 0;
+       CREATE TABLE lease_generations (
+           owner text COLLATE "C" NOT NULL,
+           generation bigint NOT NULL,
+           expires bigint NOT NULL,
+           PRIMARY KEY (owner, generation)) WITH (fillfactor = 50);)",
 };
 
 // The database's clock in ms, unless a test clock is bound as $1.
 constexpr const char* now_ms = "COALESCE($1::bigint, (extract(epoch FROM clock_timestamp()) * 1000)::bigint)";
+
+// The effective expiry of the lease row `l`: the later of its own and its generation's.
+std::string expires_of(const std::string& l) {
+    return "GREATEST(" + l + ".expires, COALESCE((SELECT g.expires FROM lease_generations g " +
+           "WHERE g.owner = " + l + ".owner AND g.generation = " + l + ".generation), 0))";
+}
 
 lease row_lease(const pqxx::row& r) {
     return lease{session_id::parse_key(r[0].c_str()).value(), r[1].c_str(),
@@ -63,45 +79,70 @@ void prepare(pqxx::connection& c, const std::string& schema) {
         n.exec0("SET synchronous_commit TO on");
     }
     const std::string now = now_ms;
-    c.prepare("lease_current",
-              "SELECT owner, expires, expires > " + now + ", epoch" +
-                  " FROM leases WHERE session_id = $2 FOR UPDATE");
+    const auto e = expires_of("l");
+    c.prepare("lease_current", "SELECT owner, " + e + ", " + e + " > " + now + ", epoch" +
+                                   " FROM leases l WHERE session_id = $2 FOR UPDATE");
     // Conditional: only a missing, expired or own lease is replaced.
     c.prepare("lease_take",
-              "INSERT INTO leases (session_id, owner, epoch, expires) "
-              "VALUES ($2, $3, nextval('lease_epoch'), " + now + " + $4) "
-              "ON CONFLICT (session_id) DO UPDATE SET owner = EXCLUDED.owner, "
-              "epoch = EXCLUDED.epoch, expires = EXCLUDED.expires "
-              "WHERE leases.expires <= " + now + " OR leases.owner = $3 "
-              "RETURNING epoch, expires");
+              "INSERT INTO leases (session_id, owner, epoch, expires, generation) "
+              "VALUES ($2, $3, nextval('lease_epoch'), " +
+                  now +
+                  " + $4, $5) "
+                  "ON CONFLICT (session_id) DO UPDATE SET owner = EXCLUDED.owner, "
+                  "epoch = EXCLUDED.epoch, expires = EXCLUDED.expires, "
+                  "generation = EXCLUDED.generation "
+                  "WHERE " +
+                  expires_of("leases") + " <= " + now +
+                  " OR leases.owner = $3 "
+                  "RETURNING epoch, expires");
+    // An owner's generations: its first, live only once a renewal extends it; the next, made by
+    // a renewal lease by lease; the renewal of its current one; and the dead ones dropped.
+    c.prepare("lease_generation_first",
+              "INSERT INTO lease_generations (owner, generation, expires) "
+              "VALUES ($1, nextval('lease_generation'), 0) RETURNING generation");
+    c.prepare("lease_generation_next",
+              "INSERT INTO lease_generations (owner, generation, expires) "
+              "VALUES ($2, nextval('lease_generation'), " +
+                  now + " + $3) RETURNING generation");
+    c.prepare("lease_generation_renew", "UPDATE lease_generations SET expires = " + now +
+                                            " + $2 "
+                                            "WHERE owner = $3 AND generation = $4 AND expires > " +
+                                            now);
+    c.prepare("lease_generations_dead",
+              "DELETE FROM lease_generations WHERE owner = $2 AND expires <= " + now);
     // The sweep's claim: expired (or own) leases, skipping rows another worker has locked, then
     // sessions with no lease row at all.
     c.prepare("lease_claim_lock",
-              "SELECT session_id, owner FROM leases WHERE session_id = ANY($2::text[]) "
-              "AND (expires <= " + now + " OR owner = $3) LIMIT $4 FOR UPDATE SKIP LOCKED");
+              "SELECT session_id, owner FROM leases l WHERE session_id = ANY($2::text[]) "
+              "AND (" +
+                  e + " <= " + now + " OR owner = $3) LIMIT $4 FOR UPDATE SKIP LOCKED");
     c.prepare("lease_claim_take",
               "UPDATE leases SET owner = $3, epoch = nextval('lease_epoch'), "
-              "expires = " + now + " + $4 WHERE session_id = ANY($2::text[]) "
-              "RETURNING session_id, epoch, expires");
+              "expires = " +
+                  now +
+                  " + $4, generation = $5 WHERE session_id = ANY($2::text[]) "
+                  "RETURNING session_id, epoch, expires");
     c.prepare("lease_claim_new",
-              "INSERT INTO leases (session_id, owner, epoch, expires) "
-              "SELECT c.id, $3, nextval('lease_epoch'), " + now + " + $4 "
-              "FROM unnest($2::text[]) AS c(id) "
-              "WHERE NOT EXISTS (SELECT 1 FROM leases l WHERE l.session_id = c.id) "
-              // In id order: two workers inserting the same new rows wait on each other in
-              // the same order, never in a cycle (a deadlock).
-              "ORDER BY c.id LIMIT $5 "
-              "ON CONFLICT (session_id) DO NOTHING RETURNING session_id, epoch, expires");
-    c.prepare("lease_renew",
-              "UPDATE leases l SET expires = " + now + " + $2 "
-              "FROM unnest($3::text[], $4::bigint[]) AS h(id, epoch) "
-              "WHERE l.session_id = h.id AND l.epoch = h.epoch AND l.owner = $5 "
-              "AND l.expires > " + now + " RETURNING l.session_id");
+              "INSERT INTO leases (session_id, owner, epoch, expires, generation) "
+              "SELECT c.id, $3, nextval('lease_epoch'), " +
+                  now +
+                  " + $4, $6 "
+                  "FROM unnest($2::text[]) AS c(id) "
+                  "WHERE NOT EXISTS (SELECT 1 FROM leases l WHERE l.session_id = c.id) "
+                  // In id order: two workers inserting the same new rows wait on each other in
+                  // the same order, never in a cycle (a deadlock).
+                  "ORDER BY c.id LIMIT $5 "
+                  "ON CONFLICT (session_id) DO NOTHING RETURNING session_id, epoch, expires");
+    c.prepare("lease_renew", "UPDATE leases l SET expires = " + now +
+                                 " + $2, generation = $6 "
+                                 "FROM unnest($3::text[], $4::bigint[]) AS h(id, epoch) "
+                                 "WHERE l.session_id = h.id AND l.epoch = h.epoch AND l.owner = $5 "
+                                 "AND " +
+                                 e + " > " + now + " RETURNING l.session_id");
     c.prepare("lease_release",
               "DELETE FROM leases WHERE session_id = $1 AND owner = $2 AND epoch = $3");
-    c.prepare("lease_owner",
-              "SELECT session_id, owner, epoch, expires FROM leases "
-              "WHERE session_id = $2 AND expires > " + now);
+    c.prepare("lease_owner", "SELECT session_id, owner, epoch, " + e +
+                                 " FROM leases l WHERE session_id = $2 AND " + e + " > " + now);
     // The owners in order by the owner index, one probe each (a loose index scan), each kept
     // if one of its leases is live: not a scan of every lease.
     c.prepare("lease_owners",
@@ -109,9 +150,10 @@ void prepare(pqxx::connection& c, const std::string& schema) {
               "SELECT (SELECT min(owner) FROM leases WHERE owner > o.owner) FROM o "
               "WHERE o.owner IS NOT NULL) "
               "SELECT owner FROM o WHERE owner IS NOT NULL AND EXISTS (SELECT 1 FROM leases l "
-              "WHERE l.owner = o.owner AND l.expires > " +
-                  now + ") ORDER BY owner");
-    c.prepare("lease_remove", "DELETE FROM leases WHERE session_id = $1 AND epoch <= $2");
+              "WHERE l.owner = o.owner AND " +
+                  e + " > " + now + ") ORDER BY owner");
+    c.prepare("lease_remove",
+              "DELETE FROM leases WHERE session_id = $1 AND epoch <= $2 RETURNING owner, epoch");
 }
 
 // A PostgreSQL array literal of ids or numbers, every element double-quoted: an unquoted
@@ -161,6 +203,18 @@ std::optional<std::int64_t> postgres_lease::test_now() const {
     return std::nullopt;
 }
 
+void postgres_lease::record(const std::string& owner, std::int64_t g, bool made,
+                            std::span<const acquisition> got) {
+    if (made) {
+        stamped_.begin(owner, g);
+    }
+    for (const auto& a : got) {
+        if (const auto* l = std::get_if<lease>(&a)) {
+            stamped_.add(*l);
+        }
+    }
+}
+
 template <class F>
 auto postgres_lease::with_connection(F&& f) {
     using out = decltype(f(std::declval<pqxx::connection&>()));
@@ -182,9 +236,23 @@ auto postgres_lease::with_connection(F&& f) {
 
 namespace {
 
-// acquire() inside `w`: reads the session's lease and takes it unless another owner's is live.
+// The owner's current generation, made in `w` if it has none (`made`: record it once `w`
+// commits).
+std::int64_t generation_of(pqxx::work& w, const generations& stamped, const std::string& me,
+                           bool& made) {
+    made = false;
+    if (const auto g = stamped.current(me); g != 0) {
+        return g;
+    }
+    made = true;
+    return w.exec_prepared1("lease_generation_first", me)[0].as<std::int64_t>();
+}
+
+// acquire() inside `w`: reads the session's lease and takes it unless another owner's is live;
+// a lease it takes is stamped with `generation`.
 result<acquisition> take(pqxx::work& w, const session_id& id, const std::string& me,
-                         std::chrono::milliseconds ttl, std::optional<std::int64_t> now) {
+                         std::chrono::milliseconds ttl, std::optional<std::int64_t> now,
+                         std::int64_t generation) {
     std::string previous;
     auto cur = w.exec_prepared("lease_current", now, id.str());
     if (!cur.empty() && cur[0][0].c_str() != me) {
@@ -196,7 +264,7 @@ result<acquisition> take(pqxx::work& w, const session_id& id, const std::string&
         previous = cur[0][0].c_str();  // its lease expired: a take-over
     }
     auto took = w.exec_prepared("lease_take", now, id.str(), me,
-                                static_cast<std::int64_t>(ttl.count()));
+                                static_cast<std::int64_t>(ttl.count()), generation);
     if (took.empty()) {
         // Another worker inserted the first lease between the read and the write.
         auto other = w.exec_prepared("lease_current", now, id.str());
@@ -217,9 +285,13 @@ result<acquisition> postgres_lease::acquire(const session_id& id, std::string_vi
                                             std::chrono::milliseconds ttl) {
     return with_connection([&](pqxx::connection& c) -> result<acquisition> {
         pqxx::work w(c);
-        auto got = take(w, id, std::string(owner), ttl, test_now());
+        const std::string me(owner);
+        bool made = false;
+        const auto g = generation_of(w, stamped_, me, made);
+        auto got = take(w, id, me, ttl, test_now(), g);
         if (got) {
             w.commit();
+            record(me, g, made, {&*got, 1});
         }
         return got;
     });
@@ -241,11 +313,18 @@ std::vector<result<acquisition>> postgres_lease::acquire_all(const std::vector<s
         pqxx::work w(c);
         const auto now = test_now();
         const std::string me(owner);
+        bool made = false;
+        const auto g = generation_of(w, stamped_, me, made);
         answers out(ids.size(), result<acquisition>(storage::errc::unavailable));
+        std::vector<acquisition> got;
         for (const auto i : order) {
-            out[i] = take(w, ids[i], me, ttl, now);
+            out[i] = take(w, ids[i], me, ttl, now, g);
+            if (out[i]) {
+                got.push_back(*out[i]);
+            }
         }
         w.commit();
+        record(me, g, made, got);
         return out;
     });
     if (!all) {
@@ -263,11 +342,27 @@ result<std::vector<session_id>> postgres_lease::renew(const std::vector<lease>& 
         // One owner's leases (lease_store::renew); a lease of another owner in the batch is
         // not renewed, and so reported lost.
         const std::string& owner = held.front().owner;
+        const auto now = test_now();
+        const auto ms = static_cast<std::int64_t>(ttl.count());
+        std::vector<session_id> lost;
+        if (stamped_.covers(held)) {
+            // Exactly the current generation's leases: one row, if it is still live.
+            pqxx::work w(c);
+            const auto r =
+                w.exec_prepared0("lease_generation_renew", now, ms, owner, stamped_.current(owner));
+            w.commit();
+            if (r.affected_rows() == 1) {
+                return lost;
+            }
+        }
+        // Lease by lease, into a new generation; the old one's row expires on its own.
         const auto ids = array_of(held, [](const lease& l) { return l.id.str(); });
         const auto epochs = array_of(held, [](const lease& l) { return l.epoch.value; });
         pqxx::work w(c);
-        auto renewed = w.exec_prepared("lease_renew", test_now(),
-                                       static_cast<std::int64_t>(ttl.count()), ids, epochs, owner);
+        w.exec_prepared0("lease_generations_dead", now, owner);
+        const auto next =
+            w.exec_prepared1("lease_generation_next", now, owner, ms)[0].as<std::int64_t>();
+        auto renewed = w.exec_prepared("lease_renew", now, ms, ids, epochs, owner, next);
         w.commit();
         // A set: a worker holds thousands of leases, and a search of a list for each was
         // quadratic.
@@ -276,12 +371,15 @@ result<std::vector<session_id>> postgres_lease::renew(const std::vector<lease>& 
         for (const auto& r : renewed) {
             kept.insert(std::string_view(r[0].c_str(), r[0].size()));
         }
-        std::vector<session_id> lost;
+        std::vector<lease> still;
         for (const auto& h : held) {
             if (h.owner != owner || !kept.contains(h.id.str())) {
                 lost.push_back(h.id);
+            } else {
+                still.push_back(h);
             }
         }
+        stamped_.begin(owner, next, still);
         return lost;
     });
 }
@@ -299,6 +397,8 @@ result<std::vector<lease>> postgres_lease::claim(const std::vector<session_id>& 
         const auto ids = array_of(candidates, [](const session_id& id) { return id.str(); });
         const auto ms = static_cast<std::int64_t>(ttl.count());
         pqxx::work w(c);
+        bool made = false;
+        const auto g = generation_of(w, stamped_, me, made);
         std::vector<lease> out;
         std::map<std::string, std::string> previous;  // the expired leases' owners
         std::vector<session_id> locked;
@@ -316,14 +416,16 @@ result<std::vector<lease>> postgres_lease::claim(const std::vector<session_id>& 
         };
         if (!locked.empty()) {
             add(w.exec_prepared("lease_claim_take", now,
-                                array_of(locked, [](const session_id& id) { return id.str(); }),
-                                me, ms));
+                                array_of(locked, [](const session_id& id) { return id.str(); }), me,
+                                ms, g));
         }
         if (out.size() < limit) {
             add(w.exec_prepared("lease_claim_new", now, ids, me, ms,
-                                static_cast<std::int64_t>(limit - out.size())));
+                                static_cast<std::int64_t>(limit - out.size()), g));
         }
         w.commit();
+        std::vector<acquisition> got(out.begin(), out.end());
+        record(me, g, made, got);
         return out;
     });
 }
@@ -331,9 +433,12 @@ result<std::vector<lease>> postgres_lease::claim(const std::vector<session_id>& 
 result<void> postgres_lease::release(const lease& held) {
     return with_connection([&](pqxx::connection& c) -> result<void> {
         pqxx::work w(c);
-        w.exec_prepared0("lease_release", held.id.str(), held.owner,
-                         static_cast<std::int64_t>(held.epoch.value));
+        const auto r = w.exec_prepared0("lease_release", held.id.str(), held.owner,
+                                        static_cast<std::int64_t>(held.epoch.value));
         w.commit();
+        if (r.affected_rows() == 1) {
+            stamped_.drop(held);
+        }
         return {};
     });
 }
@@ -370,8 +475,9 @@ result<std::vector<lease>> postgres_lease::live(const lease_query& q) {
         }
         // $1 now, $2 ids, $3 owner, $4 after, $5 limit; the conditions an index serves are
         // spelled out only when set.
-        std::string sql = "SELECT session_id, owner, epoch, expires FROM leases WHERE expires > " +
-                          std::string(now_ms);
+        const auto e = expires_of("l");
+        std::string sql = "SELECT session_id, owner, epoch, " + e + " FROM leases l WHERE " + e +
+                          " > " + std::string(now_ms);
         sql += q.ids ? " AND session_id = ANY($2::text[])" : " AND $2::text IS NULL";
         sql += q.owner ? " AND owner = $3" : " AND $3::text IS NULL";
         sql += after ? " AND session_id > $4" : " AND $4::text IS NULL";
@@ -402,8 +508,12 @@ result<std::vector<std::string>> postgres_lease::owners() {
 result<void> postgres_lease::remove(const session_id& id, lease_epoch epoch) {
     return with_connection([&](pqxx::connection& c) -> result<void> {
         pqxx::work w(c);
-        w.exec_prepared0("lease_remove", id.str(), static_cast<std::int64_t>(epoch.value));
+        const auto gone =
+            w.exec_prepared("lease_remove", id.str(), static_cast<std::int64_t>(epoch.value));
         w.commit();
+        for (const auto& r : gone) {
+            stamped_.drop(lease{id, r[0].c_str(), lease_epoch{r[1].as<std::uint64_t>()}, {}, {}});
+        }
         return {};
     });
 }

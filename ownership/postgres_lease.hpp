@@ -13,11 +13,13 @@
 // second per worker); a broken connection is opened again on the next call. Thread-safe.
 #pragma once
 
+#include "ownership/generations.hpp"
 #include "ownership/lease.hpp"
 #include "storage/postgres_store.hpp"
 
 #include <memory>
 #include <mutex>
+#include <span>
 
 namespace wuhu::ownership {
 
@@ -61,9 +63,13 @@ class postgres_lease final : public lease_store {
     auto with_connection(F&& f);
     // Now in ms: the test clock's, or NULL (the SQL then reads the database's clock).
     std::optional<std::int64_t> test_now() const;
+    // After a commit that stamped `got` with generation `g` of `owner` (`made`: g is new).
+    void record(const std::string& owner, std::int64_t g, bool made,
+                std::span<const acquisition> got);
 
     postgres_lease_options options_;
     std::mutex mu_;
+    generations stamped_;  // this worker's (ownership/generations.hpp), under mu_
     struct connection;  // a libpqxx connection with its prepared statements
     std::unique_ptr<connection> c_;
 };

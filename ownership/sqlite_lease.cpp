@@ -22,7 +22,20 @@ const char* const lease_migrations[] = {
            last INTEGER NOT NULL);
        INSERT OR IGNORE INTO lease_epoch VALUES (1, 0);
        CREATE INDEX IF NOT EXISTS leases_owner ON leases (owner, id);)",
+    // Renewal per worker (ownership/generations.hpp): a lease names its owner's generation,
+    // live while the lease's own expiry or the generation's is in the future.
+    R"(ALTER TABLE leases ADD COLUMN generation INTEGER NOT NULL DEFAULT 0;
+       CREATE TABLE lease_generations (owner TEXT NOT NULL, generation INTEGER NOT NULL,
+           expires INTEGER NOT NULL, PRIMARY KEY (owner, generation)) WITHOUT ROWID;
+       CREATE TABLE lease_generation (one INTEGER PRIMARY KEY CHECK (one = 1),
+           last INTEGER NOT NULL);
+       INSERT INTO lease_generation VALUES (1, 0);)",
 };
+
+// The lease's effective expiry: the later of its own and its generation's.
+#define WUHU_LEASE_EXPIRES(l)                                                                   \
+    "max(" l ".expires, coalesce((SELECT g.expires FROM lease_generations g WHERE g.owner = " l \
+    ".owner AND g.generation = " l ".generation), 0))"
 
 // Runs `f` and maps an SQLite failure to storage::errc::unavailable: the outcome is unknown,
 // and the caller treats the lease as not held.
@@ -120,7 +133,8 @@ result<std::vector<lease>> sqlite_lease::claim(const std::vector<session_id>& ca
 
 result<acquisition> sqlite_lease::take(const session_id& id, std::string_view owner,
                                std::chrono::milliseconds ttl, unix_ms now) {
-    auto& cur = db_->prepare("SELECT owner, expires, epoch FROM leases WHERE id = ?1");
+    auto& cur = db_->prepare(
+        "SELECT owner, " WUHU_LEASE_EXPIRES("l") ", epoch FROM leases l WHERE id = ?1");
     cur.bind(1, id.str());
     std::string previous;
     if (cur.step() && cur.text(0) != owner) {
@@ -137,22 +151,55 @@ result<acquisition> sqlite_lease::take(const session_id& id, std::string_view ow
     next.step();
     const lease_epoch epoch{static_cast<std::uint64_t>(next.int64(0))};
     next.reset();
+    bool made = false;
+    const auto generation = generation_of(owner, made);
     // Conditional: only a missing, expired or own lease is replaced.
     const unix_ms expires{now.value + ttl.count()};
     db_->prepare(
-           "INSERT INTO leases (id, owner, epoch, expires) VALUES (?1, ?2, ?3, ?4) "
+           "INSERT INTO leases (id, owner, epoch, expires, generation) VALUES (?1, ?2, ?3, ?4, ?6) "
            "ON CONFLICT (id) DO UPDATE SET owner = excluded.owner, epoch = excluded.epoch, "
-           "expires = excluded.expires WHERE leases.expires <= ?5 OR leases.owner = ?2")
+           "expires = excluded.expires, generation = excluded.generation "
+           "WHERE " WUHU_LEASE_EXPIRES("leases") " <= ?5 OR leases.owner = ?2")
         .bind(1, id.str())
         .bind(2, owner)
         .bind(3, static_cast<std::int64_t>(epoch.value))
         .bind(4, expires.value)
         .bind(5, now.value)
+        .bind(6, generation)
         .run();
     if (sqlite3_changes(db_->raw()) != 1) {
         return storage::errc::conflict;  // cannot happen inside the transaction
     }
-    return acquisition{lease{id, std::string(owner), epoch, expires, std::move(previous)}};
+    lease got{id, std::string(owner), epoch, expires, std::move(previous)};
+    // Recorded now: the callers commit or throw (then the store is left, and the digest no
+    // longer matching costs one renewal lease by lease).
+    if (made) {
+        stamped_.begin(owner, generation);
+    }
+    stamped_.add(got);
+    return acquisition{std::move(got)};
+}
+
+std::int64_t sqlite_lease::next_generation() {
+    auto& next = db_->prepare("UPDATE lease_generation SET last = last + 1 RETURNING last");
+    next.step();
+    const auto g = next.int64(0);
+    next.reset();
+    return g;
+}
+
+std::int64_t sqlite_lease::generation_of(std::string_view owner, bool& made) {
+    made = false;
+    if (const auto g = stamped_.current(owner); g != 0) {
+        return g;
+    }
+    const auto g = next_generation();
+    db_->prepare("INSERT INTO lease_generations (owner, generation, expires) VALUES (?1, ?2, 0)")
+        .bind(1, owner)
+        .bind(2, g)
+        .run();
+    made = true;
+    return g;
 }
 
 result<std::vector<session_id>> sqlite_lease::renew(const std::vector<lease>& held,
@@ -166,20 +213,54 @@ result<std::vector<session_id>> sqlite_lease::renew(const std::vector<lease>& he
         sql::transaction tx(*db_);
         const auto now = now_();
         const unix_ms expires{now.value + ttl.count()};
+        const auto& owner = held.front().owner;
+        if (stamped_.covers(held)) {
+            // Exactly the current generation's leases: one row, if it is still live.
+            db_->prepare(
+                   "UPDATE lease_generations SET expires = ?1 WHERE owner = ?2 AND "
+                   "generation = ?3 AND expires > ?4")
+                .bind(1, expires.value)
+                .bind(2, owner)
+                .bind(3, stamped_.current(owner))
+                .bind(4, now.value)
+                .run();
+            if (sqlite3_changes(db_->raw()) == 1) {
+                tx.commit();
+                return lost;
+            }
+        }
+        // Lease by lease, into a new generation; the old one's row expires on its own.
+        const auto next = next_generation();
+        std::vector<lease> renewed;
         for (const auto& h : held) {
-            db_->prepare("UPDATE leases SET expires = ?1 WHERE id = ?2 AND owner = ?3 AND "
-                         "epoch = ?4 AND expires > ?5")
+            db_->prepare(
+                   "UPDATE leases SET expires = ?1, generation = ?6 WHERE id = ?2 AND "
+                   "owner = ?3 AND epoch = ?4 AND " WUHU_LEASE_EXPIRES("leases") " > ?5")
                 .bind(1, expires.value)
                 .bind(2, h.id.str())
                 .bind(3, h.owner)
                 .bind(4, static_cast<std::int64_t>(h.epoch.value))
                 .bind(5, now.value)
+                .bind(6, next)
                 .run();
-            if (sqlite3_changes(db_->raw()) != 1) {
+            if (h.owner != owner || sqlite3_changes(db_->raw()) != 1) {
                 lost.push_back(h.id);
+            } else {
+                renewed.push_back(h);
             }
         }
+        db_->prepare("DELETE FROM lease_generations WHERE owner = ?1 AND expires <= ?2")
+            .bind(1, owner)
+            .bind(2, now.value)
+            .run();
+        db_->prepare(
+               "INSERT INTO lease_generations (owner, generation, expires) VALUES (?1, ?2, ?3)")
+            .bind(1, owner)
+            .bind(2, next)
+            .bind(3, expires.value)
+            .run();
         tx.commit();
+        stamped_.begin(owner, next, renewed);
         return lost;
     });
 }
@@ -192,6 +273,9 @@ result<void> sqlite_lease::release(const lease& held) {
             .bind(2, held.owner)
             .bind(3, static_cast<std::int64_t>(held.epoch.value))
             .run();
+        if (sqlite3_changes(db_->raw()) == 1) {
+            stamped_.drop(held);
+        }
         return {};
     });
 }
@@ -199,8 +283,8 @@ result<void> sqlite_lease::release(const lease& held) {
 result<std::optional<lease>> sqlite_lease::owner_of(const session_id& id) {
     std::lock_guard lock(mu_);
     return guarded([&]() -> result<std::optional<lease>> {
-        auto& q = db_->prepare(
-            "SELECT id, owner, epoch, expires FROM leases WHERE id = ?1 AND expires > ?2");
+        auto& q = db_->prepare("SELECT id, owner, epoch, " WUHU_LEASE_EXPIRES(
+            "l") " AS e FROM leases l WHERE id = ?1 AND e > ?2");
         q.bind(1, id.str()).bind(2, now_().value);
         std::optional<lease> out;
         if (q.step()) {
@@ -232,8 +316,8 @@ result<std::vector<lease>> sqlite_lease::live(const lease_query& q) {
             auto ids = *q.ids;
             std::sort(ids.begin(), ids.end());
             ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-            auto& st = db_->prepare(
-                "SELECT id, owner, epoch, expires FROM leases WHERE id = ?1 AND expires > ?2");
+            auto& st = db_->prepare("SELECT id, owner, epoch, " WUHU_LEASE_EXPIRES(
+                "l") " AS e FROM leases l WHERE id = ?1 AND e > ?2");
             for (const auto& id : ids) {
                 st.bind(1, id.str()).bind(2, now_().value);
                 take(st);
@@ -242,15 +326,13 @@ result<std::vector<lease>> sqlite_lease::live(const lease_query& q) {
         }
         const auto& after = range.after;
         if (q.owner) {
-            auto& st = db_->prepare(
-                "SELECT id, owner, epoch, expires FROM leases WHERE owner = ?3 AND expires > ?1 "
-                "AND id > ?2 ORDER BY id");
+            auto& st = db_->prepare("SELECT id, owner, epoch, " WUHU_LEASE_EXPIRES(
+                "l") " AS e FROM leases l WHERE owner = ?3 AND e > ?1 AND id > ?2 ORDER BY id");
             st.bind(1, now_().value).bind(2, after).bind(3, *q.owner);
             take(st);
         } else {
-            auto& st = db_->prepare(
-                "SELECT id, owner, epoch, expires FROM leases WHERE expires > ?1 AND id > ?2 "
-                "ORDER BY id");
+            auto& st = db_->prepare("SELECT id, owner, epoch, " WUHU_LEASE_EXPIRES(
+                "l") " AS e FROM leases l WHERE e > ?1 AND id > ?2 ORDER BY id");
             st.bind(1, now_().value).bind(2, after);
             take(st);
         }
@@ -261,8 +343,8 @@ result<std::vector<lease>> sqlite_lease::live(const lease_query& q) {
 result<std::vector<std::string>> sqlite_lease::owners() {
     std::lock_guard lock(mu_);
     return guarded([&]() -> result<std::vector<std::string>> {
-        auto& st = db_->prepare(
-            "SELECT DISTINCT owner FROM leases WHERE expires > ?1 ORDER BY owner");
+        auto& st = db_->prepare("SELECT DISTINCT owner FROM leases l WHERE " WUHU_LEASE_EXPIRES(
+            "l") " > ?1 ORDER BY owner");
         st.bind(1, now_().value);
         std::vector<std::string> out;
         while (st.step()) {
@@ -276,10 +358,17 @@ result<std::vector<std::string>> sqlite_lease::owners() {
 result<void> sqlite_lease::remove(const session_id& id, lease_epoch epoch) {
     std::lock_guard lock(mu_);
     return guarded([&]() -> result<void> {
-        db_->prepare("DELETE FROM leases WHERE id = ?1 AND epoch <= ?2")
-            .bind(1, id.str())
-            .bind(2, static_cast<std::int64_t>(epoch.value))
-            .run();
+        auto& gone =
+            db_->prepare("DELETE FROM leases WHERE id = ?1 AND epoch <= ?2 RETURNING owner, epoch");
+        gone.bind(1, id.str()).bind(2, static_cast<std::int64_t>(epoch.value));
+        if (gone.step()) {
+            stamped_.drop(lease{id,
+                                std::string(gone.text(0)),
+                                lease_epoch{static_cast<std::uint64_t>(gone.int64(1))},
+                                {},
+                                {}});
+        }
+        gone.reset();
         return {};
     });
 }

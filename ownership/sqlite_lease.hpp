@@ -4,6 +4,7 @@
 // next epoch comes from one counter row, so an epoch is never handed out twice.
 #pragma once
 
+#include "ownership/generations.hpp"
 #include "ownership/lease.hpp"
 
 #include <filesystem>
@@ -46,10 +47,15 @@ class sqlite_lease final : public lease_store {
     // acquire() inside the caller's transaction. REQUIRES: mu_ held, a transaction open.
     result<acquisition> take(const session_id& id, std::string_view owner, std::chrono::milliseconds ttl,
                      unix_ms now);
+    // The owner's current generation, made (not live until renewed) if it has none; `made` says
+    // so, to record once the transaction commits. REQUIRES: mu_ held, a transaction open.
+    std::int64_t generation_of(std::string_view owner, bool& made);
+    std::int64_t next_generation();
 
     wall_clock now_;
     std::mutex mu_;
     std::unique_ptr<storage::sqlite::db> db_;
+    generations stamped_;  // this worker's (ownership/generations.hpp)
 };
 
 }  // namespace wuhu::ownership

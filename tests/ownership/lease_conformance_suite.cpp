@@ -100,6 +100,96 @@ TEST_P(LeaseConformance, RenewExtendsEveryHeldLeaseInOneCall) {
         std::holds_alternative<held_elsewhere>(store().acquire(sid("a"), "w2", 1s).value()));
 }
 
+// Issue 36: renewal per worker (ownership/generations.hpp). Renewals of exactly what a worker
+// holds keep every lease live round after round, with the effective expiry each reports; once
+// they stop, every lease expires a ttl after the last one, and another worker may take them.
+TEST_P(LeaseConformance, RenewingEveryHeldLeaseKeepsThemLiveRoundAfterRound) {
+    std::vector<lease> held;
+    for (const char* s : {"a", "b", "c"}) {
+        held.push_back(granted(store().acquire(sid(s), "w1", 9s)));
+    }
+    for (int round = 0; round < 10; ++round) {
+        b_->now += 3'000;
+        ASSERT_TRUE(store().renew(held, 9s).value().empty()) << "round " << round;
+        for (const auto& l : held) {
+            auto now = store().owner_of(l.id).value();
+            ASSERT_TRUE(now.has_value()) << l.id.str() << " in round " << round;
+            EXPECT_EQ(now->epoch, l.epoch);
+            EXPECT_EQ(now->expires, unix_ms{b_->now + 9'000}) << "its effective expiry";
+        }
+        EXPECT_EQ(store().live({}).value().size(), 3u);
+        EXPECT_EQ(store().owners().value(), std::vector<std::string>{"w1"});
+    }
+    b_->now += 9'000;  // no renewal for a ttl
+    EXPECT_TRUE(store().live({}).value().empty());
+    EXPECT_TRUE(store().owners().value().empty());
+    EXPECT_EQ(granted(store().acquire(sid("b"), "w2", 9s)).taken_from, "w1");
+    EXPECT_EQ(store().claim({sid("a"), sid("c")}, "w2", 9s, 10).value().size(), 2u);
+    EXPECT_EQ(store().renew(held, 9s).value().size(), 3u) << "all lost";
+}
+
+// A lease its owner stops renewing (the keeper dropped it past its deadline) expires within a
+// ttl, though the owner goes on renewing the others: it is not kept live by the others' rounds.
+TEST_P(LeaseConformance, ALeaseItsOwnerNoLongerRenewsExpiresWhileItRenewsTheOthers) {
+    auto a = granted(store().acquire(sid("a"), "w1", 9s));
+    auto b = granted(store().acquire(sid("b"), "w1", 9s));
+    auto c = granted(store().acquire(sid("c"), "w1", 9s));
+    for (int round = 0; round < 3; ++round) {
+        b_->now += 3'000;
+        ASSERT_TRUE(store().renew({a, b, c}, 9s).value().empty());
+    }
+    for (int round = 0; round < 4; ++round) {  // 12 s: c is no longer renewed
+        b_->now += 3'000;
+        ASSERT_TRUE(store().renew({a, b}, 9s).value().empty()) << "round " << round;
+    }
+    EXPECT_FALSE(store().owner_of(sid("c")).value().has_value());
+    EXPECT_EQ(granted(store().acquire(sid("c"), "w2", 9s)).taken_from, "w1");
+    EXPECT_EQ(store().owner_of(sid("a")).value()->epoch, a.epoch);
+    EXPECT_EQ(store().owner_of(sid("b")).value()->epoch, b.epoch);
+    EXPECT_EQ(store().renew({a, b, c}, 9s).value(), std::vector<session_id>{sid("c")});
+}
+
+// One lease renewed alone (the keeper checks one past its deadline) renews that one and leaves
+// the others live as they were; the next renewal of all of them finds every one still held.
+TEST_P(LeaseConformance, OneLeaseRenewedAloneLeavesTheOthersLiveUntilTheNextRound) {
+    auto a = granted(store().acquire(sid("a"), "w1", 9s));
+    auto b = granted(store().acquire(sid("b"), "w1", 9s));
+    b_->now += 3'000;
+    ASSERT_TRUE(store().renew({a, b}, 9s).value().empty());
+    b_->now += 3'000;
+    ASSERT_TRUE(store().renew({a, b}, 9s).value().empty());
+    b_->now += 3'000;
+    ASSERT_TRUE(store().renew({a}, 9s).value().empty());
+    EXPECT_EQ(store().owner_of(sid("b")).value()->expires, unix_ms{b_->now + 6'000})
+        << "b keeps the expiry of the last round";
+    EXPECT_EQ(store().owner_of(sid("a")).value()->expires, unix_ms{b_->now + 9'000});
+    b_->now += 3'000;
+    ASSERT_TRUE(store().renew({a, b}, 9s).value().empty());
+    b_->now += 8'000;
+    EXPECT_EQ(store().owner_of(sid("a")).value()->epoch, a.epoch);
+    EXPECT_EQ(store().owner_of(sid("b")).value()->epoch, b.epoch);
+}
+
+// Acquisitions and releases between rounds: what is acquired is renewed with the others, what
+// is released is free at once, and neither changes how the others are kept.
+TEST_P(LeaseConformance, LeasesTakenAndGivenUpBetweenRenewalsAreKeptOrFreedAsTheyShouldBe) {
+    std::vector<lease> held{granted(store().acquire(sid("a"), "w1", 9s)),
+                            granted(store().acquire(sid("b"), "w1", 9s))};
+    b_->now += 3'000;
+    ASSERT_TRUE(store().renew(held, 9s).value().empty());
+    held.push_back(granted(store().acquire(sid("c"), "w1", 9s)));
+    ASSERT_TRUE(store().release(held.front()));
+    held.erase(held.begin());
+    EXPECT_FALSE(store().owner_of(sid("a")).value().has_value()) << "released: free at once";
+    for (int round = 0; round < 5; ++round) {
+        b_->now += 3'000;
+        ASSERT_TRUE(store().renew(held, 9s).value().empty()) << "round " << round;
+    }
+    EXPECT_EQ(store().owner_of(sid("c")).value()->epoch, held.back().epoch);
+    EXPECT_EQ(store().owner_of(sid("b")).value()->expires, unix_ms{b_->now + 9'000});
+    EXPECT_EQ(granted(store().acquire(sid("a"), "w2", 9s)).owner, "w2");
+}
+
 // Defect: PostgreSQL read an unquoted NULL in an array literal as a NULL element, and "null"
 // is a valid session id: such a session's lease was never renewed (its owner lost it at every
 // renewal), never claimed, and never listed. Every bulk operation treats it like any other.

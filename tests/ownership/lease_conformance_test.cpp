@@ -84,6 +84,42 @@ TEST(SqliteLease, ACatalogWhoseLeaseTablesTheStoreMadeKeepsItsLeasesAndEpochs) {
     EXPECT_EQ(granted(again.acquire(sid("third"), "w2", 10s)).epoch, lease_epoch{9});
 }
 
+// Issue 36: once a renewal has gone lease by lease, the next renewals of the same leases write
+// the worker's generation row alone: every lease row keeps its own expiry, and the leases stay
+// live by the generation's.
+TEST(SqliteLease, RenewingEveryHeldLeaseWritesOneRowAndNoLeaseRow) {
+    temp_dir dir;
+    std::atomic<std::int64_t> now{1'000'000};
+    ownership::sqlite_lease leases(dir.path(), [&] { return unix_ms{now.load()}; });
+    std::vector<lease> held;
+    for (int i = 0; i < 100; ++i) {
+        held.push_back(granted(leases.acquire(sid(("s" + std::to_string(i)).c_str()), "w1", 9s)));
+    }
+    now += 3'000;
+    ASSERT_TRUE(leases.renew(held, 9s).value().empty());  // the first: lease by lease
+    storage::sqlite::db raw((dir.path() / "catalog.sqlite").string(), "FULL", 1000);
+    auto rows = [&](const char* sql) {
+        std::string out;
+        auto& q = raw.prepare(sql);
+        while (q.step()) {
+            out += std::string(q.text(0)) + "=" + std::to_string(q.int64(1)) + ";";
+        }
+        q.reset();
+        return out;
+    };
+    const auto before = rows("SELECT id, expires FROM leases ORDER BY id");
+    for (int round = 0; round < 5; ++round) {
+        now += 3'000;
+        ASSERT_TRUE(leases.renew(held, 9s).value().empty());
+        EXPECT_EQ(rows("SELECT owner, expires FROM lease_generations WHERE expires > 0"),
+                  "w1=" + std::to_string(now + 9'000) + ";")
+            << "one live generation, renewed in round " << round;
+    }
+    EXPECT_EQ(rows("SELECT id, expires FROM leases ORDER BY id"), before)
+        << "no lease row was written";
+    EXPECT_EQ(leases.owner_of(sid("s42")).value()->expires, unix_ms{now + 9'000});
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, LeaseConformance, ::testing::Values("memory", "sqlite"),
                          [](const auto& info) { return info.param; });
 

@@ -5,6 +5,10 @@
 #include "tests/ownership/lease_conformance.hpp"
 #include "tests/support/pg_env.hpp"
 
+#include <pqxx/pqxx>
+
+#include <atomic>
+
 namespace wuhu::testing {
 
 namespace {
@@ -61,6 +65,42 @@ TEST(PostgresLease, TheFirstEpochIsAboveEveryEpochTheSessionStoreRecorded) {
     const auto l = granted(leases.acquire(sid("old"), "w1", 10s));
     EXPECT_GT(l.epoch, lease_epoch{239});
     EXPECT_TRUE(store.open(sid("old"), l.epoch)) << "the session accepts its new owner";
+}
+
+// Issue 36: once a renewal has gone lease by lease, the next renewals of the same leases write
+// one row, the worker's generation, and no lease row (a row's ctid changes with every version
+// written, a HOT update's too); the leases stay live by it.
+TEST(PostgresLease, RenewingEveryHeldLeaseWritesOneRowAndNoLeaseRow) {
+    schema_guard s;
+    std::atomic<std::int64_t> now{1'000'000};
+    ownership::postgres_lease leases({pg_dsn(), s.name, [&] { return unix_ms{now.load()}; }});
+    std::vector<lease> held;
+    for (int i = 0; i < 100; ++i) {
+        held.push_back(granted(leases.acquire(sid(("s" + std::to_string(i)).c_str()), "w1", 9s)));
+    }
+    now += 3'000;
+    ASSERT_TRUE(leases.renew(held, 9s).value().empty());  // the first: lease by lease
+    pqxx::connection c(pg_dsn());
+    auto versions = [&](const std::string& table) {
+        pqxx::nontransaction n(c);
+        std::string out;
+        for (const auto& r :
+             n.exec("SELECT ctid::text FROM " + s.name + "." + table + " ORDER BY ctid")) {
+            out += r[0].c_str();
+        }
+        return out;
+    };
+    const auto before = versions("leases");
+    auto generation = versions("lease_generations");
+    for (int round = 0; round < 5; ++round) {
+        now += 3'000;
+        ASSERT_TRUE(leases.renew(held, 9s).value().empty());
+        const auto after = versions("lease_generations");
+        EXPECT_NE(after, generation) << "the generation's row is written, round " << round;
+        generation = after;
+    }
+    EXPECT_EQ(versions("leases"), before) << "no lease row was written";
+    EXPECT_EQ(leases.owner_of(sid("s42")).value()->expires, unix_ms{now + 9'000});
 }
 
 // Expiry is the database's clock: a lease of 300 ms is live, then gone, whatever the host's.
