@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <string>
 #include <string_view>
@@ -48,7 +49,8 @@ class generations {
     }
     // `l` was stamped with its owner's current generation.
     void add(const lease& l) {
-        if (auto it = by_owner_.find(l.owner); it != by_owner_.end()) {
+        if (auto it = by_owner_.find(l.owner);
+            it != by_owner_.end() && it->second.count != doubted) {
             it->second.digest ^= key(l);
             ++it->second.count;
         }
@@ -56,9 +58,17 @@ class generations {
     // `l` was released or removed by this store: out of its generation (if it was in it; if not,
     // the digest no longer matches and the next renewal goes lease by lease).
     void drop(const lease& l) {
-        if (auto it = by_owner_.find(l.owner); it != by_owner_.end() && it->second.count > 0) {
+        if (auto it = by_owner_.find(l.owner);
+            it != by_owner_.end() && it->second.count > 0 && it->second.count != doubted) {
             it->second.digest ^= key(l);
             --it->second.count;
+        }
+    }
+    // An operation failed and may have committed all the same (a lease stamped, or a renewal
+    // into a new generation): until the next one begins, no digest matches.
+    void doubt() {
+        for (auto& [owner, s] : by_owner_) {
+            s.count = doubted;
         }
     }
     // `held` (all of one owner) is exactly what the owner's current generation holds.
@@ -82,6 +92,7 @@ class generations {
     }
 
   private:
+    static constexpr std::size_t doubted = std::numeric_limits<std::size_t>::max();
     struct standing {
         std::int64_t generation = 0;
         std::uint64_t digest = 0;

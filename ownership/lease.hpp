@@ -101,6 +101,9 @@ class lease_store {
     // that owner's at that epoch and has not expired. Returns the ids that are not (lost: the
     // caller must drop them). An expired lease is lost even if nobody took it: any worker may
     // have claimed it since, and its owner has stopped serving it (the stop margin).
+    // The real backends renew per worker (ownership/generations.hpp): when `held` is exactly
+    // what this store stamped with the owner's current generation, one row is written whatever
+    // the number of leases; a lease left out of `held` expires within a ttl all the same.
     virtual result<std::vector<session_id>> renew(const std::vector<lease>& held,
                                                   std::chrono::milliseconds ttl) = 0;
     // The recovery sweep's acquire: in one transaction, takes up to `limit` of `candidates`

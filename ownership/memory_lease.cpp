@@ -37,7 +37,7 @@ unix_ms plus(unix_ms t, std::chrono::milliseconds d) {
 lease memory_lease::effective(const row& r) const {
     lease l = r.l;
     if (auto g = generations_.find({l.owner, r.generation}); g != generations_.end()) {
-        l.expires = std::max(l.expires, g->second);
+        l.expires = std::max(l.expires, g->second.expires);
     }
     return l;
 }
@@ -62,7 +62,15 @@ result<acquisition> memory_lease::take(const session_id& id, std::string_view ow
     if (stamped_.current(owner) == 0) {
         // The owner's first generation: live only once a renewal has extended it.
         stamped_.begin(owner, ++last_generation_);
-        generations_[{std::string(owner), last_generation_}] = unix_ms{0};
+        generations_[{std::string(owner), last_generation_}] = generation{unix_ms{0}};
+    }
+    if (it != leases_.end() && it->second.l.owner == owner &&
+        it->second.generation != stamped_.current(owner)) {
+        // An own lease of another of the owner's generations: renewed in one write no more.
+        if (auto g = generations_.find({std::string(owner), it->second.generation});
+            g != generations_.end()) {
+            g->second.spoiled = true;
+        }
     }
     lease l{id, std::string(owner), lease_epoch{++last_epoch_}, plus(now, ttl), {}};
     leases_.insert_or_assign(id.str(), row{l, stamped_.current(owner)});
@@ -101,8 +109,8 @@ result<std::vector<session_id>> memory_lease::renew(const std::vector<lease>& he
     if (stamped_.covers(held)) {
         // Exactly the current generation's leases: its row is renewed, if it is still live.
         auto g = generations_.find({owner, stamped_.current(owner)});
-        if (g != generations_.end() && g->second > now) {
-            g->second = plus(now, ttl);
+        if (g != generations_.end() && g->second.expires > now && !g->second.spoiled) {
+            g->second.expires = plus(now, ttl);
             return lost;
         }
     }
@@ -121,9 +129,9 @@ result<std::vector<session_id>> memory_lease::renew(const std::vector<lease>& he
         renewed.push_back(it->second.l);
     }
     std::erase_if(generations_, [&](const auto& g) {
-        return g.first.first == owner && g.second <= now;  // dead: no lease lives by it
+        return g.second.expires <= now;  // dead: no lease lives by it
     });
-    generations_[{owner, next}] = plus(now, ttl);
+    generations_[{owner, next}] = generation{plus(now, ttl)};
     stamped_.begin(owner, next, renewed);
     return lost;
 }

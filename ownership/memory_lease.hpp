@@ -42,7 +42,11 @@ class memory_lease final : public lease_store {
     std::uint64_t last_epoch_ = 0;
     std::int64_t last_generation_ = 0;
     std::map<std::string, row> leases_;
-    std::map<std::pair<std::string, std::int64_t>, unix_ms> generations_;  // their expiry
+    struct generation {
+        unix_ms expires;
+        bool spoiled = false;  // another run of the owner took one of its leases afresh
+    };
+    std::map<std::pair<std::string, std::int64_t>, generation> generations_;
     generations stamped_;
 };
 

@@ -48,13 +48,17 @@ const char* const migrations[] = {
        ALTER TABLE leases SET (fillfactor = 70);)",
     // Renewal per worker (ownership/generations.hpp): a lease names its owner's generation,
     // live while the lease's own expiry or the generation's is in the future; a renewal writes
-    // the generation's row alone.
+    // the generation's row alone. `expires` is renamed: a worker of an earlier release, which
+    // read it as the whole truth, fails every lease operation (so it serves nothing and takes
+    // nothing) rather than take leases that live by their generation.
     R"(CREATE SEQUENCE lease_generation;
+       ALTER TABLE leases RENAME COLUMN expires TO own_expires;
        ALTER TABLE leases ADD COLUMN generation bigint NOT NULL DEFAULT 0;
        CREATE TABLE lease_generations (
            owner text COLLATE "C" NOT NULL,
            generation bigint NOT NULL,
            expires bigint NOT NULL,
+           spoiled boolean NOT NULL DEFAULT false,
            PRIMARY KEY (owner, generation)) WITH (fillfactor = 50);)",
 };
 
@@ -63,7 +67,7 @@ constexpr const char* now_ms = "COALESCE($1::bigint, (extract(epoch FROM clock_t
 
 // The effective expiry of the lease row `l`: the later of its own and its generation's.
 std::string expires_of(const std::string& l) {
-    return "GREATEST(" + l + ".expires, COALESCE((SELECT g.expires FROM lease_generations g " +
+    return "GREATEST(" + l + ".own_expires, COALESCE((SELECT g.expires FROM lease_generations g " +
            "WHERE g.owner = " + l + ".owner AND g.generation = " + l + ".generation), 0))";
 }
 
@@ -80,23 +84,32 @@ void prepare(pqxx::connection& c, const std::string& schema) {
     }
     const std::string now = now_ms;
     const auto e = expires_of("l");
-    c.prepare("lease_current", "SELECT owner, " + e + ", " + e + " > " + now + ", epoch" +
-                                   " FROM leases l WHERE session_id = $2 FOR UPDATE");
+    // The lease row, locked, and its generation's row, read with a share lock: a renewal of that
+    // generation in flight commits (or not) before the take decides, as the renewal of a lease
+    // row did when the row itself was renewed.
+    c.prepare("lease_current", "SELECT owner, own_expires, own_expires > " + now +
+                                   ", epoch, generation FROM leases WHERE session_id = $2 "
+                                   "FOR UPDATE");
+    c.prepare("lease_generation_share", "SELECT expires, expires > " + now +
+                                            " FROM lease_generations WHERE owner = $2 AND "
+                                            "generation = $3 FOR SHARE");
     // Conditional: only a missing, expired or own lease is replaced.
     c.prepare("lease_take",
-              "INSERT INTO leases (session_id, owner, epoch, expires, generation) "
+              "INSERT INTO leases (session_id, owner, epoch, own_expires, generation) "
               "VALUES ($2, $3, nextval('lease_epoch'), " +
                   now +
                   " + $4, $5) "
                   "ON CONFLICT (session_id) DO UPDATE SET owner = EXCLUDED.owner, "
-                  "epoch = EXCLUDED.epoch, expires = EXCLUDED.expires, "
+                  "epoch = EXCLUDED.epoch, own_expires = EXCLUDED.own_expires, "
                   "generation = EXCLUDED.generation "
                   "WHERE " +
                   expires_of("leases") + " <= " + now +
                   " OR leases.owner = $3 "
-                  "RETURNING epoch, expires");
+                  "RETURNING epoch, own_expires");
     // An owner's generations: its first, live only once a renewal extends it; the next, made by
-    // a renewal lease by lease; the renewal of its current one; and the dead ones dropped.
+    // a renewal lease by lease; the renewal of its current one (not once spoiled: another run of
+    // the same worker id took one of its leases afresh); one spoiled; and the dead ones dropped
+    // (any owner's: they keep nothing live), skipping rows another transaction holds.
     c.prepare("lease_generation_first",
               "INSERT INTO lease_generations (owner, generation, expires) "
               "VALUES ($1, nextval('lease_generation'), 0) RETURNING generation");
@@ -107,23 +120,39 @@ void prepare(pqxx::connection& c, const std::string& schema) {
     c.prepare("lease_generation_renew", "UPDATE lease_generations SET expires = " + now +
                                             " + $2 "
                                             "WHERE owner = $3 AND generation = $4 AND expires > " +
-                                            now);
+                                            now + " AND NOT spoiled");
+    c.prepare("lease_generations_spoil",
+              "UPDATE lease_generations SET spoiled = true WHERE owner = $1 "
+              "AND generation = ANY($2::bigint[]) AND generation <> $3");
     c.prepare("lease_generations_dead",
-              "DELETE FROM lease_generations WHERE owner = $2 AND expires <= " + now);
-    // The sweep's claim: expired (or own) leases, skipping rows another worker has locked, then
+              "DELETE FROM lease_generations WHERE ctid IN (SELECT ctid FROM lease_generations "
+              "WHERE expires <= " +
+                  now + " FOR UPDATE SKIP LOCKED)");
+    // The sweep's claim: expired (or own) leases, skipping rows another worker has locked; the
+    // generations of the others' locked, and the ones a renewal kept live meanwhile left; then
     // sessions with no lease row at all.
     c.prepare("lease_claim_lock",
-              "SELECT session_id, owner FROM leases l WHERE session_id = ANY($2::text[]) "
-              "AND (" +
-                  e + " <= " + now + " OR owner = $3) LIMIT $4 FOR UPDATE SKIP LOCKED");
+              "SELECT session_id, owner, generation FROM leases l WHERE "
+              "session_id = ANY($2::text[]) AND (" +
+                  e + " <= " + now +
+                  " OR owner = $3) "
+                  "LIMIT $4 FOR UPDATE SKIP LOCKED");
+    c.prepare("lease_claim_share",
+              "SELECT 1 FROM lease_generations g WHERE (g.owner, g.generation) IN "
+              "(SELECT l.owner, l.generation FROM leases l WHERE l.session_id = ANY($1::text[]) "
+              "AND l.owner <> $2) ORDER BY g.owner, g.generation FOR SHARE");
+    c.prepare("lease_claim_live",
+              "SELECT session_id FROM leases l WHERE session_id = ANY($2::text[]) "
+              "AND owner <> $3 AND " +
+                  e + " > " + now);
     c.prepare("lease_claim_take",
               "UPDATE leases SET owner = $3, epoch = nextval('lease_epoch'), "
-              "expires = " +
+              "own_expires = " +
                   now +
-                  " + $4, generation = $5 WHERE session_id = ANY($2::text[]) "
-                  "RETURNING session_id, epoch, expires");
+                  " + $4, generation = $5 "
+                  "WHERE session_id = ANY($2::text[]) RETURNING session_id, epoch, own_expires");
     c.prepare("lease_claim_new",
-              "INSERT INTO leases (session_id, owner, epoch, expires, generation) "
+              "INSERT INTO leases (session_id, owner, epoch, own_expires, generation) "
               "SELECT c.id, $3, nextval('lease_epoch'), " +
                   now +
                   " + $4, $6 "
@@ -132,8 +161,8 @@ void prepare(pqxx::connection& c, const std::string& schema) {
                   // In id order: two workers inserting the same new rows wait on each other in
                   // the same order, never in a cycle (a deadlock).
                   "ORDER BY c.id LIMIT $5 "
-                  "ON CONFLICT (session_id) DO NOTHING RETURNING session_id, epoch, expires");
-    c.prepare("lease_renew", "UPDATE leases l SET expires = " + now +
+                  "ON CONFLICT (session_id) DO NOTHING RETURNING session_id, epoch, own_expires");
+    c.prepare("lease_renew", "UPDATE leases l SET own_expires = " + now +
                                  " + $2, generation = $6 "
                                  "FROM unnest($3::text[], $4::bigint[]) AS h(id, epoch) "
                                  "WHERE l.session_id = h.id AND l.epoch = h.epoch AND l.owner = $5 "
@@ -230,6 +259,8 @@ auto postgres_lease::with_connection(F&& f) {
         return out(f(c_->c));
     } catch (const pqxx::failure&) {
         c_.reset();  // opened again on the next call
+        // Whatever it was, it may have committed: the next renewal goes lease by lease.
+        stamped_.doubt();
         return out(storage::errc::unavailable);
     }
 }
@@ -248,32 +279,59 @@ std::int64_t generation_of(pqxx::work& w, const generations& stamped, const std:
     return w.exec_prepared1("lease_generation_first", me)[0].as<std::int64_t>();
 }
 
+// A session's lease row, locked, with its effective expiry: its generation's row is read with a
+// share lock, so a renewal of that generation in flight is waited for.
+struct current_lease {
+    std::string owner;
+    unix_ms expires;
+    bool live = false;
+    lease_epoch epoch;
+    std::int64_t generation = 0;
+};
+
+std::optional<current_lease> current(pqxx::work& w, const session_id& id,
+                                     std::optional<std::int64_t> now) {
+    auto cur = w.exec_prepared("lease_current", now, id.str());
+    if (cur.empty()) {
+        return std::nullopt;
+    }
+    current_lease c{cur[0][0].c_str(), unix_ms{cur[0][1].as<std::int64_t>()}, cur[0][2].as<bool>(),
+                    lease_epoch{cur[0][3].as<std::uint64_t>()}, cur[0][4].as<std::int64_t>()};
+    auto g = w.exec_prepared("lease_generation_share", now, c.owner, c.generation);
+    if (!g.empty()) {
+        c.expires = std::max(c.expires, unix_ms{g[0][0].as<std::int64_t>()});
+        c.live = c.live || g[0][1].as<bool>();
+    }
+    return c;
+}
+
 // acquire() inside `w`: reads the session's lease and takes it unless another owner's is live;
-// a lease it takes is stamped with `generation`.
+// a lease it takes is stamped with `generation`. Taking an own lease stamped by another of the
+// owner's generations spoils that one: a run of the same worker id that renews it stops renewing
+// in one write, and so learns that it lost this lease.
 result<acquisition> take(pqxx::work& w, const session_id& id, const std::string& me,
                          std::chrono::milliseconds ttl, std::optional<std::int64_t> now,
                          std::int64_t generation) {
     std::string previous;
-    auto cur = w.exec_prepared("lease_current", now, id.str());
-    if (!cur.empty() && cur[0][0].c_str() != me) {
-        if (cur[0][2].as<bool>()) {
-            return acquisition{
-                held_elsewhere{cur[0][0].c_str(), unix_ms{cur[0][1].as<std::int64_t>()},
-                               lease_epoch{cur[0][3].as<std::uint64_t>()}}};
+    const auto cur = current(w, id, now);
+    if (cur && cur->owner != me) {
+        if (cur->live) {
+            return acquisition{held_elsewhere{cur->owner, cur->expires, cur->epoch}};
         }
-        previous = cur[0][0].c_str();  // its lease expired: a take-over
+        previous = cur->owner;  // its lease expired: a take-over
+    } else if (cur && cur->generation != generation) {
+        w.exec_prepared0("lease_generations_spoil", me, "{" + std::to_string(cur->generation) + "}",
+                         generation);
     }
     auto took = w.exec_prepared("lease_take", now, id.str(), me,
                                 static_cast<std::int64_t>(ttl.count()), generation);
     if (took.empty()) {
         // Another worker inserted the first lease between the read and the write.
-        auto other = w.exec_prepared("lease_current", now, id.str());
-        if (other.empty()) {
+        const auto other = current(w, id, now);
+        if (!other) {
             return storage::errc::conflict;
         }
-        return acquisition{
-            held_elsewhere{other[0][0].c_str(), unix_ms{other[0][1].as<std::int64_t>()},
-                           lease_epoch{other[0][3].as<std::uint64_t>()}}};
+        return acquisition{held_elsewhere{other->owner, other->expires, other->epoch}};
     }
     return acquisition{lease{id, me, lease_epoch{took[0][0].as<std::uint64_t>()},
                              unix_ms{took[0][1].as<std::int64_t>()}, std::move(previous)}};
@@ -359,10 +417,10 @@ result<std::vector<session_id>> postgres_lease::renew(const std::vector<lease>& 
         const auto ids = array_of(held, [](const lease& l) { return l.id.str(); });
         const auto epochs = array_of(held, [](const lease& l) { return l.epoch.value; });
         pqxx::work w(c);
-        w.exec_prepared0("lease_generations_dead", now, owner);
         const auto next =
             w.exec_prepared1("lease_generation_next", now, owner, ms)[0].as<std::int64_t>();
         auto renewed = w.exec_prepared("lease_renew", now, ms, ids, epochs, owner, next);
+        w.exec_prepared0("lease_generations_dead", now);
         w.commit();
         // A set: a worker holds thousands of leases, and a search of a list for each was
         // quadratic.
@@ -401,11 +459,35 @@ result<std::vector<lease>> postgres_lease::claim(const std::vector<session_id>& 
         const auto g = generation_of(w, stamped_, me, made);
         std::vector<lease> out;
         std::map<std::string, std::string> previous;  // the expired leases' owners
-        std::vector<session_id> locked;
+        std::vector<session_id> locked, others;
+        std::vector<std::int64_t> own_generations;
         for (const auto& r : w.exec_prepared("lease_claim_lock", now, ids, me,
                                              static_cast<std::int64_t>(limit))) {
             locked.push_back(session_id::parse_key(r[0].c_str()).value());
-            previous[r[0].c_str()] = r[1].c_str() == me ? std::string() : r[1].c_str();
+            const bool own = r[1].c_str() == me;
+            previous[r[0].c_str()] = own ? std::string() : r[1].c_str();
+            if (!own) {
+                others.push_back(locked.back());
+            } else if (r[2].as<std::int64_t>() != g) {
+                own_generations.push_back(r[2].as<std::int64_t>());
+            }
+        }
+        auto text_ids = [](const std::vector<session_id>& xs) {
+            return array_of(xs, [](const session_id& id) { return id.str(); });
+        };
+        if (!others.empty()) {
+            // The others' generations, share-locked (a renewal in flight commits first), then
+            // read again: the leases a renewal kept live are not taken.
+            w.exec_prepared("lease_claim_share", text_ids(others), me);
+            std::unordered_set<std::string> live;
+            for (const auto& r : w.exec_prepared("lease_claim_live", now, text_ids(others), me)) {
+                live.insert(r[0].c_str());
+            }
+            std::erase_if(locked, [&](const session_id& id) { return live.contains(id.str()); });
+        }
+        if (!own_generations.empty()) {
+            w.exec_prepared0("lease_generations_spoil", me,
+                             array_of(own_generations, [](std::int64_t x) { return x; }), g);
         }
         auto add = [&](const pqxx::result& rows) {
             for (const auto& r : rows) {
@@ -415,9 +497,7 @@ result<std::vector<lease>> postgres_lease::claim(const std::vector<session_id>& 
             }
         };
         if (!locked.empty()) {
-            add(w.exec_prepared("lease_claim_take", now,
-                                array_of(locked, [](const session_id& id) { return id.str(); }), me,
-                                ms, g));
+            add(w.exec_prepared("lease_claim_take", now, text_ids(locked), me, ms, g));
         }
         if (out.size() < limit) {
             add(w.exec_prepared("lease_claim_new", now, ids, me, ms,

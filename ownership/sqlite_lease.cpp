@@ -23,27 +23,34 @@ const char* const lease_migrations[] = {
        INSERT OR IGNORE INTO lease_epoch VALUES (1, 0);
        CREATE INDEX IF NOT EXISTS leases_owner ON leases (owner, id);)",
     // Renewal per worker (ownership/generations.hpp): a lease names its owner's generation,
-    // live while the lease's own expiry or the generation's is in the future.
-    R"(ALTER TABLE leases ADD COLUMN generation INTEGER NOT NULL DEFAULT 0;
+    // live while the lease's own expiry or the generation's is in the future. `expires` is
+    // renamed: a worker of an earlier release, which read it as the whole truth, fails every
+    // lease operation (it serves and takes nothing) rather than take leases that live by their
+    // generation.
+    R"(ALTER TABLE leases RENAME COLUMN expires TO own_expires;
+       ALTER TABLE leases ADD COLUMN generation INTEGER NOT NULL DEFAULT 0;
        CREATE TABLE lease_generations (owner TEXT NOT NULL, generation INTEGER NOT NULL,
-           expires INTEGER NOT NULL, PRIMARY KEY (owner, generation)) WITHOUT ROWID;
+           expires INTEGER NOT NULL, spoiled INTEGER NOT NULL DEFAULT 0,
+           PRIMARY KEY (owner, generation)) WITHOUT ROWID;
        CREATE TABLE lease_generation (one INTEGER PRIMARY KEY CHECK (one = 1),
            last INTEGER NOT NULL);
        INSERT INTO lease_generation VALUES (1, 0);)",
 };
 
 // The lease's effective expiry: the later of its own and its generation's.
-#define WUHU_LEASE_EXPIRES(l)                                                                   \
-    "max(" l ".expires, coalesce((SELECT g.expires FROM lease_generations g WHERE g.owner = " l \
+#define WUHU_LEASE_EXPIRES(l)                                                              \
+    "max(" l                                                                               \
+    ".own_expires, coalesce((SELECT g.expires FROM lease_generations g WHERE g.owner = " l \
     ".owner AND g.generation = " l ".generation), 0))"
 
 // Runs `f` and maps an SQLite failure to storage::errc::unavailable: the outcome is unknown,
 // and the caller treats the lease as not held.
 template <class F>
-auto guarded(F&& f) -> decltype(f()) {
+auto guarded(generations& stamped, F&& f) -> decltype(f()) {
     try {
         return f();
     } catch (const sql::error&) {
+        stamped.doubt();  // it may have stamped what the next renewal must go through
         return storage::errc::unavailable;
     }
 }
@@ -73,11 +80,14 @@ sqlite_lease::~sqlite_lease() = default;
 result<acquisition> sqlite_lease::acquire(const session_id& id, std::string_view owner,
                                           std::chrono::milliseconds ttl) {
     std::lock_guard lock(mu_);
-    return guarded([&]() -> result<acquisition> {
+    return guarded(stamped_, [&]() -> result<acquisition> {
         sql::transaction tx(*db_);
-        auto got = take(id, owner, ttl, now_());
+        bool made = false;
+        const auto g = generation_of(owner, made);
+        auto got = take(id, owner, ttl, now_(), g);
         if (got) {
             tx.commit();
+            record(owner, g, made, {&*got, 1});
         }
         return got;
     });
@@ -87,15 +97,22 @@ std::vector<result<acquisition>> sqlite_lease::acquire_all(const std::vector<ses
                                                           std::string_view owner,
                                                           std::chrono::milliseconds ttl) {
     std::lock_guard lock(mu_);
-    auto all = guarded([&]() -> result<std::vector<result<acquisition>>> {
+    auto all = guarded(stamped_, [&]() -> result<std::vector<result<acquisition>>> {
         sql::transaction tx(*db_);
         const auto now = now_();
+        bool made = false;
+        const auto g = generation_of(owner, made);
         std::vector<result<acquisition>> out;
+        std::vector<acquisition> got;
         out.reserve(ids.size());
         for (const auto& id : ids) {
-            out.push_back(take(id, owner, ttl, now));
+            out.push_back(take(id, owner, ttl, now, g));
+            if (out.back()) {
+                got.push_back(*out.back());
+            }
         }
         tx.commit();
+        record(owner, g, made, got);
         return out;
     });
     if (!all) {
@@ -108,17 +125,19 @@ result<std::vector<lease>> sqlite_lease::claim(const std::vector<session_id>& ca
                                                std::string_view owner,
                                                std::chrono::milliseconds ttl, std::size_t limit) {
     std::lock_guard lock(mu_);
-    return guarded([&]() -> result<std::vector<lease>> {
+    return guarded(stamped_, [&]() -> result<std::vector<lease>> {
         // The catalog's write lock (BEGIN IMMEDIATE) serializes the workers of the host: each
         // claims from what the one before left.
         sql::transaction tx(*db_);
         const auto now = now_();
+        bool made = false;
+        const auto g = generation_of(owner, made);
         std::vector<lease> out;
         for (const auto& id : candidates) {
             if (out.size() == limit) {
                 break;
             }
-            auto got = take(id, owner, ttl, now);
+            auto got = take(id, owner, ttl, now, g);
             if (!got) {
                 return got.error();
             }
@@ -127,38 +146,57 @@ result<std::vector<lease>> sqlite_lease::claim(const std::vector<session_id>& ca
             }
         }
         tx.commit();
+        std::vector<acquisition> got(out.begin(), out.end());
+        record(owner, g, made, got);
         return out;
     });
 }
 
 result<acquisition> sqlite_lease::take(const session_id& id, std::string_view owner,
-                               std::chrono::milliseconds ttl, unix_ms now) {
+                                       std::chrono::milliseconds ttl, unix_ms now,
+                                       std::int64_t generation) {
     auto& cur = db_->prepare(
-        "SELECT owner, " WUHU_LEASE_EXPIRES("l") ", epoch FROM leases l WHERE id = ?1");
+        "SELECT owner, " WUHU_LEASE_EXPIRES("l") ", epoch, generation FROM leases l WHERE id = ?1");
     cur.bind(1, id.str());
     std::string previous;
-    if (cur.step() && cur.text(0) != owner) {
-        if (cur.int64(1) > now.value) {
-            held_elsewhere other{std::string(cur.text(0)), unix_ms{cur.int64(1)},
-                                 lease_epoch{static_cast<std::uint64_t>(cur.int64(2))}};
-            cur.reset();
-            return acquisition{std::move(other)};
+    std::int64_t spoiled = 0;
+    if (cur.step()) {
+        if (cur.text(0) != owner) {
+            if (cur.int64(1) > now.value) {
+                held_elsewhere other{std::string(cur.text(0)), unix_ms{cur.int64(1)},
+                                     lease_epoch{static_cast<std::uint64_t>(cur.int64(2))}};
+                cur.reset();
+                return acquisition{std::move(other)};
+            }
+            previous = cur.text(0);  // its lease expired: a take-over
+        } else if (cur.int64(3) != generation) {
+            spoiled = cur.int64(3);
         }
-        previous = cur.text(0);  // its lease expired: a take-over
     }
     cur.reset();
+    if (spoiled != 0) {
+        // An own lease stamped by another of the owner's generations (another run of the same
+        // worker id): that generation is renewed in one write no more, so its run learns, lease
+        // by lease, that it lost this one.
+        db_->prepare(
+               "UPDATE lease_generations SET spoiled = 1 WHERE owner = ?1 AND "
+               "generation = ?2")
+            .bind(1, owner)
+            .bind(2, spoiled)
+            .run();
+    }
     auto& next = db_->prepare("UPDATE lease_epoch SET last = last + 1 RETURNING last");
     next.step();
     const lease_epoch epoch{static_cast<std::uint64_t>(next.int64(0))};
     next.reset();
-    bool made = false;
-    const auto generation = generation_of(owner, made);
     // Conditional: only a missing, expired or own lease is replaced.
     const unix_ms expires{now.value + ttl.count()};
     db_->prepare(
-           "INSERT INTO leases (id, owner, epoch, expires, generation) VALUES (?1, ?2, ?3, ?4, ?6) "
-           "ON CONFLICT (id) DO UPDATE SET owner = excluded.owner, epoch = excluded.epoch, "
-           "expires = excluded.expires, generation = excluded.generation "
+           "INSERT INTO leases (id, owner, epoch, own_expires, generation) "
+           "VALUES (?1, ?2, ?3, ?4, ?6) "
+           "ON CONFLICT (id) DO UPDATE SET owner = excluded.owner, "
+           "epoch = excluded.epoch, own_expires = excluded.own_expires, "
+           "generation = excluded.generation "
            "WHERE " WUHU_LEASE_EXPIRES("leases") " <= ?5 OR leases.owner = ?2")
         .bind(1, id.str())
         .bind(2, owner)
@@ -170,14 +208,19 @@ result<acquisition> sqlite_lease::take(const session_id& id, std::string_view ow
     if (sqlite3_changes(db_->raw()) != 1) {
         return storage::errc::conflict;  // cannot happen inside the transaction
     }
-    lease got{id, std::string(owner), epoch, expires, std::move(previous)};
-    // Recorded now: the callers commit or throw (then the store is left, and the digest no
-    // longer matching costs one renewal lease by lease).
+    return acquisition{lease{id, std::string(owner), epoch, expires, std::move(previous)}};
+}
+
+void sqlite_lease::record(std::string_view owner, std::int64_t g, bool made,
+                          std::span<const acquisition> got) {
     if (made) {
-        stamped_.begin(owner, generation);
+        stamped_.begin(owner, g);
     }
-    stamped_.add(got);
-    return acquisition{std::move(got)};
+    for (const auto& a : got) {
+        if (const auto* l = std::get_if<lease>(&a)) {
+            stamped_.add(*l);
+        }
+    }
 }
 
 std::int64_t sqlite_lease::next_generation() {
@@ -205,7 +248,7 @@ std::int64_t sqlite_lease::generation_of(std::string_view owner, bool& made) {
 result<std::vector<session_id>> sqlite_lease::renew(const std::vector<lease>& held,
                                                     std::chrono::milliseconds ttl) {
     std::lock_guard lock(mu_);
-    return guarded([&]() -> result<std::vector<session_id>> {
+    return guarded(stamped_, [&]() -> result<std::vector<session_id>> {
         std::vector<session_id> lost;
         if (held.empty()) {
             return lost;
@@ -218,7 +261,7 @@ result<std::vector<session_id>> sqlite_lease::renew(const std::vector<lease>& he
             // Exactly the current generation's leases: one row, if it is still live.
             db_->prepare(
                    "UPDATE lease_generations SET expires = ?1 WHERE owner = ?2 AND "
-                   "generation = ?3 AND expires > ?4")
+                   "generation = ?3 AND expires > ?4 AND spoiled = 0")
                 .bind(1, expires.value)
                 .bind(2, owner)
                 .bind(3, stamped_.current(owner))
@@ -234,7 +277,7 @@ result<std::vector<session_id>> sqlite_lease::renew(const std::vector<lease>& he
         std::vector<lease> renewed;
         for (const auto& h : held) {
             db_->prepare(
-                   "UPDATE leases SET expires = ?1, generation = ?6 WHERE id = ?2 AND "
+                   "UPDATE leases SET own_expires = ?1, generation = ?6 WHERE id = ?2 AND "
                    "owner = ?3 AND epoch = ?4 AND " WUHU_LEASE_EXPIRES("leases") " > ?5")
                 .bind(1, expires.value)
                 .bind(2, h.id.str())
@@ -249,10 +292,8 @@ result<std::vector<session_id>> sqlite_lease::renew(const std::vector<lease>& he
                 renewed.push_back(h);
             }
         }
-        db_->prepare("DELETE FROM lease_generations WHERE owner = ?1 AND expires <= ?2")
-            .bind(1, owner)
-            .bind(2, now.value)
-            .run();
+        // Dead generations (any owner's: they keep nothing live) go.
+        db_->prepare("DELETE FROM lease_generations WHERE expires <= ?1").bind(1, now.value).run();
         db_->prepare(
                "INSERT INTO lease_generations (owner, generation, expires) VALUES (?1, ?2, ?3)")
             .bind(1, owner)
@@ -267,7 +308,7 @@ result<std::vector<session_id>> sqlite_lease::renew(const std::vector<lease>& he
 
 result<void> sqlite_lease::release(const lease& held) {
     std::lock_guard lock(mu_);
-    return guarded([&]() -> result<void> {
+    return guarded(stamped_, [&]() -> result<void> {
         db_->prepare("DELETE FROM leases WHERE id = ?1 AND owner = ?2 AND epoch = ?3")
             .bind(1, held.id.str())
             .bind(2, held.owner)
@@ -282,7 +323,7 @@ result<void> sqlite_lease::release(const lease& held) {
 
 result<std::optional<lease>> sqlite_lease::owner_of(const session_id& id) {
     std::lock_guard lock(mu_);
-    return guarded([&]() -> result<std::optional<lease>> {
+    return guarded(stamped_, [&]() -> result<std::optional<lease>> {
         auto& q = db_->prepare("SELECT id, owner, epoch, " WUHU_LEASE_EXPIRES(
             "l") " AS e FROM leases l WHERE id = ?1 AND e > ?2");
         q.bind(1, id.str()).bind(2, now_().value);
@@ -297,7 +338,7 @@ result<std::optional<lease>> sqlite_lease::owner_of(const session_id& id) {
 
 result<std::vector<lease>> sqlite_lease::live(const lease_query& q) {
     std::lock_guard lock(mu_);
-    return guarded([&]() -> result<std::vector<lease>> {
+    return guarded(stamped_, [&]() -> result<std::vector<lease>> {
         std::vector<lease> out;
         const auto range = storage::range_of(q.tenant, q.after);
         auto take = [&](sql::stmt& st) {
@@ -342,7 +383,7 @@ result<std::vector<lease>> sqlite_lease::live(const lease_query& q) {
 
 result<std::vector<std::string>> sqlite_lease::owners() {
     std::lock_guard lock(mu_);
-    return guarded([&]() -> result<std::vector<std::string>> {
+    return guarded(stamped_, [&]() -> result<std::vector<std::string>> {
         auto& st = db_->prepare("SELECT DISTINCT owner FROM leases l WHERE " WUHU_LEASE_EXPIRES(
             "l") " > ?1 ORDER BY owner");
         st.bind(1, now_().value);
@@ -357,7 +398,7 @@ result<std::vector<std::string>> sqlite_lease::owners() {
 
 result<void> sqlite_lease::remove(const session_id& id, lease_epoch epoch) {
     std::lock_guard lock(mu_);
-    return guarded([&]() -> result<void> {
+    return guarded(stamped_, [&]() -> result<void> {
         auto& gone =
             db_->prepare("DELETE FROM leases WHERE id = ?1 AND epoch <= ?2 RETURNING owner, epoch");
         gone.bind(1, id.str()).bind(2, static_cast<std::int64_t>(epoch.value));

@@ -310,7 +310,8 @@ TEST_F(tenancy_fixture, EveryPathThatBuildsASubjectRefusesWhatIsNoToken) {
                              .count();
         storage::sqlite::db catalog((dir_.path() / "catalog.sqlite").string(), "FULL", 5000);
         auto& row = catalog.prepare(
-            "INSERT OR REPLACE INTO leases (id, owner, epoch, expires) VALUES (?1, ?2, 99, ?3)");
+            "INSERT OR REPLACE INTO leases (id, owner, epoch, own_expires) VALUES (?1, ?2, 99, "
+            "?3)");
         row.bind(1, std::string_view("acme.victim"))
             .bind(2, std::string_view("w9\r\nPUB probe.injected 5\r\nhello"))
             .bind(3, static_cast<std::int64_t>(now + 60000));

@@ -190,6 +190,29 @@ TEST_P(LeaseConformance, LeasesTakenAndGivenUpBetweenRenewalsAreKeptOrFreedAsThe
     EXPECT_EQ(granted(store().acquire(sid("a"), "w2", 9s)).owner, "w2");
 }
 
+// Another run of the same worker id (a restarted process, while the first still renews) takes
+// a lease afresh: the first run learns at its next renewal that it lost that one, and keeps the
+// others.
+TEST_P(LeaseConformance, AnotherRunOfTheSameWorkerIdTakingALeaseAfreshIsReportedLostToTheFirst) {
+    auto second = b_->another();
+    ownership::lease_store& rerun = second ? *second : store();
+    auto a = granted(store().acquire(sid("a"), "w1", 9s));
+    auto b = granted(store().acquire(sid("b"), "w1", 9s));
+    for (int round = 0; round < 2; ++round) {
+        b_->now += 3'000;
+        ASSERT_TRUE(store().renew({a, b}, 9s).value().empty());
+    }
+    auto again = granted(rerun.acquire(sid("a"), "w1", 9s));
+    EXPECT_GT(again.epoch, a.epoch);
+    b_->now += 3'000;
+    EXPECT_EQ(store().renew({a, b}, 9s).value(), std::vector<session_id>{sid("a")});
+    b_->now += 3'000;
+    EXPECT_TRUE(store().renew({b}, 9s).value().empty());
+    EXPECT_TRUE(rerun.renew({again}, 9s).value().empty());
+    EXPECT_EQ(store().owner_of(sid("a")).value()->epoch, again.epoch);
+    EXPECT_EQ(store().owner_of(sid("b")).value()->epoch, b.epoch);
+}
+
 // Defect: PostgreSQL read an unquoted NULL in an array literal as a NULL element, and "null"
 // is a valid session id: such a session's lease was never renewed (its owner lost it at every
 // renewal), never claimed, and never listed. Every bulk operation treats it like any other.

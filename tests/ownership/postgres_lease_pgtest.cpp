@@ -8,6 +8,7 @@
 #include <pqxx/pqxx>
 
 #include <atomic>
+#include <future>
 
 namespace wuhu::testing {
 
@@ -101,6 +102,59 @@ TEST(PostgresLease, RenewingEveryHeldLeaseWritesOneRowAndNoLeaseRow) {
     }
     EXPECT_EQ(versions("leases"), before) << "no lease row was written";
     EXPECT_EQ(leases.owner_of(sid("s42")).value()->expires, unix_ms{now + 9'000});
+}
+
+// A renewal of a worker's generation in flight (its transaction not yet committed) when another
+// worker sees its leases expired: the other waits for it (a share lock on the generation's
+// row), then finds them live, and takes nothing, by acquire or by claim. Without the lock, the
+// renewal committed after the other had taken the lease: two owners, and the first one's
+// renewals went on succeeding.
+TEST(PostgresLease, ARenewalInFlightIsWaitedForBeforeAnotherWorkerTakesItsLeases) {
+    schema_guard s;
+    std::atomic<std::int64_t> now{1'000'000};
+    auto clock = [&] { return unix_ms{now.load()}; };
+    ownership::postgres_lease first({pg_dsn(), s.name, clock});
+    ownership::postgres_lease second({pg_dsn(), s.name, clock});
+    std::vector<lease> held{granted(first.acquire(sid("a"), "w1", 9s)),
+                            granted(first.acquire(sid("b"), "w1", 9s))};
+    for (int round = 0; round < 2; ++round) {
+        now += 3'000;
+        ASSERT_TRUE(first.renew(held, 9s).value().empty());
+    }
+    // The generation expires at now + 9 s; its renewal, begun before that, commits after.
+    pqxx::connection renewing(pg_dsn());
+    pqxx::work w(renewing);
+    w.exec0("UPDATE " + s.name +
+            ".lease_generations SET expires = expires + 9000 "
+            "WHERE owner = 'w1' AND expires > 0");
+    now += 9'000;
+    auto acquiring =
+        std::async(std::launch::async, [&] { return second.acquire(sid("a"), "w2", 9s); });
+    auto claiming =
+        std::async(std::launch::async, [&] { return second.claim({sid("b")}, "w2", 9s, 10); });
+    EXPECT_EQ(acquiring.wait_for(300ms), std::future_status::timeout) << "it waits for the renewal";
+    w.commit();
+    const auto acquired = acquiring.get();
+    ASSERT_TRUE(acquired.has_value());
+    EXPECT_TRUE(std::holds_alternative<held_elsewhere>(*acquired)) << "a is still w1's";
+    const auto claimed = claiming.get();
+    ASSERT_TRUE(claimed.has_value());
+    EXPECT_TRUE(claimed->empty()) << "b is still w1's";
+    EXPECT_EQ(first.owner_of(sid("a")).value()->owner, "w1");
+    EXPECT_EQ(first.owner_of(sid("b")).value()->owner, "w1");
+}
+
+// A worker of an earlier release reads a lease's own expiry as the whole truth: once the tables
+// are migrated, its statements fail (it serves and takes nothing) instead of taking leases that
+// live by their generation.
+TEST(PostgresLease, AWorkerOfAnEarlierReleaseCanNeitherReadNorTakeLeasesOnceMigrated) {
+    schema_guard s;
+    ownership::postgres_lease leases({pg_dsn(), s.name, {}});
+    granted(leases.acquire(sid("a"), "w1", 9s));
+    pqxx::connection c(pg_dsn());
+    pqxx::nontransaction n(c);
+    EXPECT_THROW(n.exec("SELECT session_id, owner, epoch, expires FROM " + s.name + ".leases"),
+                 pqxx::sql_error);
 }
 
 // Expiry is the database's clock: a lease of 300 ms is live, then gone, whatever the host's.
