@@ -84,15 +84,20 @@ void prepare(pqxx::connection& c, const std::string& schema) {
     }
     const std::string now = now_ms;
     const auto e = expires_of("l");
-    // The lease row, locked, and its generation's row, read with a share lock: a renewal of that
-    // generation in flight commits (or not) before the take decides, as the renewal of a lease
-    // row did when the row itself was renewed.
+    // The lease row, locked, then its generation's row. Another owner's generation that has
+    // expired is closed first (spoiled: written, so a renewal of it that is waiting for the row
+    // checks again and fails, and its owner renews lease by lease and learns what it lost; one
+    // that renewed it first leaves it live, and nothing is closed), then read.
     c.prepare("lease_current", "SELECT owner, own_expires, own_expires > " + now +
                                    ", epoch, generation FROM leases WHERE session_id = $2 "
                                    "FOR UPDATE");
-    c.prepare("lease_generation_share", "SELECT expires, expires > " + now +
-                                            " FROM lease_generations WHERE owner = $2 AND "
-                                            "generation = $3 FOR SHARE");
+    c.prepare("lease_generation_close",
+              "UPDATE lease_generations SET spoiled = true WHERE owner = $2 AND generation = $3 "
+              "AND expires <= " +
+                  now);
+    c.prepare("lease_generation_read", "SELECT expires, expires > " + now +
+                                           " FROM lease_generations WHERE owner = $2 AND "
+                                           "generation = $3");
     // Conditional: only a missing, expired or own lease is replaced.
     c.prepare("lease_take",
               "INSERT INTO leases (session_id, owner, epoch, own_expires, generation) "
@@ -137,10 +142,11 @@ void prepare(pqxx::connection& c, const std::string& schema) {
                   e + " <= " + now +
                   " OR owner = $3) "
                   "LIMIT $4 FOR UPDATE SKIP LOCKED");
-    c.prepare("lease_claim_share",
-              "SELECT 1 FROM lease_generations g WHERE (g.owner, g.generation) IN "
-              "(SELECT l.owner, l.generation FROM leases l WHERE l.session_id = ANY($1::text[]) "
-              "AND l.owner <> $2) ORDER BY g.owner, g.generation FOR SHARE");
+    c.prepare("lease_claim_close",
+              "UPDATE lease_generations g SET spoiled = true WHERE (g.owner, g.generation) IN "
+              "(SELECT l.owner, l.generation FROM leases l WHERE l.session_id = ANY($2::text[]) "
+              "AND l.owner <> $3) AND g.expires <= " +
+                  now);
     c.prepare("lease_claim_live",
               "SELECT session_id FROM leases l WHERE session_id = ANY($2::text[]) "
               "AND owner <> $3 AND " +
@@ -279,8 +285,10 @@ std::int64_t generation_of(pqxx::work& w, const generations& stamped, const std:
     return w.exec_prepared1("lease_generation_first", me)[0].as<std::int64_t>();
 }
 
-// A session's lease row, locked, with its effective expiry: its generation's row is read with a
-// share lock, so a renewal of that generation in flight is waited for.
+// A session's lease row, locked, with its effective expiry. Another owner's lease whose own
+// expiry has passed may be taken if its generation has expired too: that generation is closed
+// first (lease_generation_close), so the take and a renewal of the generation in flight are
+// ordered by the generation's row.
 struct current_lease {
     std::string owner;
     unix_ms expires;
@@ -289,7 +297,7 @@ struct current_lease {
     std::int64_t generation = 0;
 };
 
-std::optional<current_lease> current(pqxx::work& w, const session_id& id,
+std::optional<current_lease> current(pqxx::work& w, const session_id& id, const std::string& me,
                                      std::optional<std::int64_t> now) {
     auto cur = w.exec_prepared("lease_current", now, id.str());
     if (cur.empty()) {
@@ -297,7 +305,10 @@ std::optional<current_lease> current(pqxx::work& w, const session_id& id,
     }
     current_lease c{cur[0][0].c_str(), unix_ms{cur[0][1].as<std::int64_t>()}, cur[0][2].as<bool>(),
                     lease_epoch{cur[0][3].as<std::uint64_t>()}, cur[0][4].as<std::int64_t>()};
-    auto g = w.exec_prepared("lease_generation_share", now, c.owner, c.generation);
+    if (!c.live && c.owner != me) {
+        w.exec_prepared0("lease_generation_close", now, c.owner, c.generation);
+    }
+    auto g = w.exec_prepared("lease_generation_read", now, c.owner, c.generation);
     if (!g.empty()) {
         c.expires = std::max(c.expires, unix_ms{g[0][0].as<std::int64_t>()});
         c.live = c.live || g[0][1].as<bool>();
@@ -313,7 +324,7 @@ result<acquisition> take(pqxx::work& w, const session_id& id, const std::string&
                          std::chrono::milliseconds ttl, std::optional<std::int64_t> now,
                          std::int64_t generation) {
     std::string previous;
-    const auto cur = current(w, id, now);
+    const auto cur = current(w, id, me, now);
     if (cur && cur->owner != me) {
         if (cur->live) {
             return acquisition{held_elsewhere{cur->owner, cur->expires, cur->epoch}};
@@ -327,7 +338,7 @@ result<acquisition> take(pqxx::work& w, const session_id& id, const std::string&
                                 static_cast<std::int64_t>(ttl.count()), generation);
     if (took.empty()) {
         // Another worker inserted the first lease between the read and the write.
-        const auto other = current(w, id, now);
+        const auto other = current(w, id, me, now);
         if (!other) {
             return storage::errc::conflict;
         }
@@ -476,9 +487,9 @@ result<std::vector<lease>> postgres_lease::claim(const std::vector<session_id>& 
             return array_of(xs, [](const session_id& id) { return id.str(); });
         };
         if (!others.empty()) {
-            // The others' generations, share-locked (a renewal in flight commits first), then
-            // read again: the leases a renewal kept live are not taken.
-            w.exec_prepared("lease_claim_share", text_ids(others), me);
+            // The others' expired generations closed (as by a take: current()), then read
+            // again: the leases a renewal kept live are not taken.
+            w.exec_prepared0("lease_claim_close", now, text_ids(others), me);
             std::unordered_set<std::string> live;
             for (const auto& r : w.exec_prepared("lease_claim_live", now, text_ids(others), me)) {
                 live.insert(r[0].c_str());

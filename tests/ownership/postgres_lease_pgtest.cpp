@@ -105,10 +105,10 @@ TEST(PostgresLease, RenewingEveryHeldLeaseWritesOneRowAndNoLeaseRow) {
 }
 
 // A renewal of a worker's generation in flight (its transaction not yet committed) when another
-// worker sees its leases expired: the other waits for it (a share lock on the generation's
-// row), then finds them live, and takes nothing, by acquire or by claim. Without the lock, the
-// renewal committed after the other had taken the lease: two owners, and the first one's
-// renewals went on succeeding.
+// worker sees its leases expired: the other waits for it (it closes an expired generation by
+// writing its row), then finds them live, and takes nothing, by acquire or by claim. Without
+// that, the renewal committed after the other had taken the lease: two owners, and the first
+// one's renewals went on succeeding.
 TEST(PostgresLease, ARenewalInFlightIsWaitedForBeforeAnotherWorkerTakesItsLeases) {
     schema_guard s;
     std::atomic<std::int64_t> now{1'000'000};
@@ -142,6 +142,29 @@ TEST(PostgresLease, ARenewalInFlightIsWaitedForBeforeAnotherWorkerTakesItsLeases
     EXPECT_TRUE(claimed->empty()) << "b is still w1's";
     EXPECT_EQ(first.owner_of(sid("a")).value()->owner, "w1");
     EXPECT_EQ(first.owner_of(sid("b")).value()->owner, "w1");
+}
+
+// The other order: a worker takes a lease once its owner's generation has expired, and the
+// owner's renewal of that generation is evaluated at a moment before the expiry (its clock a
+// little behind, as a statement begun before the take). The take closed the generation, so
+// the renewal does not extend it: it goes lease by lease and reports the lease lost.
+TEST(PostgresLease, ARenewalAfterAnotherWorkerTookALeaseOfTheExpiredGenerationReportsItLost) {
+    schema_guard s;
+    std::atomic<std::int64_t> now{1'000'000};
+    ownership::postgres_lease first({pg_dsn(), s.name, [&] { return unix_ms{now.load()}; }});
+    ownership::postgres_lease second(
+        {pg_dsn(), s.name, [&] { return unix_ms{now.load() + 2'000}; }});
+    std::vector<lease> held{granted(first.acquire(sid("a"), "w1", 9s)),
+                            granted(first.acquire(sid("b"), "w1", 9s))};
+    for (int round = 0; round < 2; ++round) {
+        now += 3'000;
+        ASSERT_TRUE(first.renew(held, 9s).value().empty());
+    }
+    now += 8'000;  // the generation expires in 1 s by the first's clock; 1 s ago by the second's
+    EXPECT_EQ(granted(second.acquire(sid("a"), "w2", 9s)).taken_from, "w1");
+    EXPECT_EQ(first.renew(held, 9s).value(), std::vector<session_id>{sid("a")});
+    EXPECT_EQ(first.owner_of(sid("a")).value()->owner, "w2");
+    EXPECT_EQ(first.owner_of(sid("b")).value()->epoch, held[1].epoch);
 }
 
 // A worker of an earlier release reads a lease's own expiry as the whole truth: once the tables
