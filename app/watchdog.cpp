@@ -46,8 +46,11 @@ std::size_t watchdog::stuck(bool log_new) {
     const auto& o = limits_;
     std::size_t n = 0;
     for (auto it = timings_.begin(); it != timings_.end();) {
-        if (registry_.find_running(it->second.id) == nullptr) {
-            it = timings_.erase(it);  // no longer loaded
+        // No longer loaded, or the loop loaded now is idle: the record is a loop's that was
+        // retired while busy (its idle event never came), reloaded within a count.
+        if (const auto* loop = registry_.find_running(it->second.id);
+            loop == nullptr || loop->current() == session::loop_state::idle) {
+            it = timings_.erase(it);
             continue;
         }
         auto& t = it->second;

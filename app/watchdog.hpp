@@ -3,7 +3,8 @@
 // just been in one loop state for longer than that state's timeout is logged once (the gauge
 // counts them at each scrape: stuck(false)). Only sessions that are not idle have a record (it
 // goes when the session is idle again), so a count walks the busy sessions, not every loaded
-// one; the records of sessions no longer loaded go at the next count.
+// one; the records of sessions no longer loaded, or whose loop loaded now is idle (a busy loop
+// retired and reloaded within a count), go at the next count.
 //
 // Executor: the node's (the registry's); not thread-safe.
 #pragma once

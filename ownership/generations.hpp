@@ -25,6 +25,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -45,6 +46,19 @@ class generations {
         for (const auto& l : leases) {
             s.digest ^= key(l);
             ++s.count;
+        }
+    }
+    // After a commit that stamped what `got` took with generation `g` of `owner` (`made`: the
+    // commit made g, the owner's first).
+    void record(std::string_view owner, std::int64_t g, bool made,
+                std::span<const acquisition> got) {
+        if (made) {
+            begin(owner, g);
+        }
+        for (const auto& a : got) {
+            if (const auto* l = std::get_if<lease>(&a)) {
+                add(*l);
+            }
         }
     }
     // `l` was stamped with its owner's current generation.

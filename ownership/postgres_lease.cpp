@@ -238,18 +238,6 @@ std::optional<std::int64_t> postgres_lease::test_now() const {
     return std::nullopt;
 }
 
-void postgres_lease::record(const std::string& owner, std::int64_t g, bool made,
-                            std::span<const acquisition> got) {
-    if (made) {
-        stamped_.begin(owner, g);
-    }
-    for (const auto& a : got) {
-        if (const auto* l = std::get_if<lease>(&a)) {
-            stamped_.add(*l);
-        }
-    }
-}
-
 template <class F>
 auto postgres_lease::with_connection(F&& f) {
     using out = decltype(f(std::declval<pqxx::connection&>()));
@@ -285,10 +273,10 @@ std::int64_t generation_of(pqxx::work& w, const generations& stamped, const std:
     return w.exec_prepared1("lease_generation_first", me)[0].as<std::int64_t>();
 }
 
-// A session's lease row, locked, with its effective expiry. Another owner's lease whose own
-// expiry has passed may be taken if its generation has expired too: that generation is closed
-// first (lease_generation_close), so the take and a renewal of the generation in flight are
-// ordered by the generation's row.
+// A session's lease row, locked; another owner's with its effective expiry (an own lease is
+// taken whatever its expiry). Another owner's lease whose own expiry has passed may be taken if
+// its generation has expired too: that generation is closed first (lease_generation_close), so
+// the take and a renewal of the generation in flight are ordered by the generation's row.
 struct current_lease {
     std::string owner;
     unix_ms expires;
@@ -305,7 +293,10 @@ std::optional<current_lease> current(pqxx::work& w, const session_id& id, const 
     }
     current_lease c{cur[0][0].c_str(), unix_ms{cur[0][1].as<std::int64_t>()}, cur[0][2].as<bool>(),
                     lease_epoch{cur[0][3].as<std::uint64_t>()}, cur[0][4].as<std::int64_t>()};
-    if (!c.live && c.owner != me) {
+    if (c.owner == me) {
+        return c;  // taken whatever its expiry: its generation is not read
+    }
+    if (!c.live) {
         w.exec_prepared0("lease_generation_close", now, c.owner, c.generation);
     }
     auto g = w.exec_prepared("lease_generation_read", now, c.owner, c.generation);
@@ -360,7 +351,7 @@ result<acquisition> postgres_lease::acquire(const session_id& id, std::string_vi
         auto got = take(w, id, me, ttl, test_now(), g);
         if (got) {
             w.commit();
-            record(me, g, made, {&*got, 1});
+            stamped_.record(me, g, made, {&*got, 1});
         }
         return got;
     });
@@ -393,7 +384,7 @@ std::vector<result<acquisition>> postgres_lease::acquire_all(const std::vector<s
             }
         }
         w.commit();
-        record(me, g, made, got);
+        stamped_.record(me, g, made, got);
         return out;
     });
     if (!all) {
@@ -516,7 +507,7 @@ result<std::vector<lease>> postgres_lease::claim(const std::vector<session_id>& 
         }
         w.commit();
         std::vector<acquisition> got(out.begin(), out.end());
-        record(me, g, made, got);
+        stamped_.record(me, g, made, got);
         return out;
     });
 }

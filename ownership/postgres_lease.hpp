@@ -19,7 +19,6 @@
 
 #include <memory>
 #include <mutex>
-#include <span>
 
 namespace wuhu::ownership {
 
@@ -63,9 +62,6 @@ class postgres_lease final : public lease_store {
     auto with_connection(F&& f);
     // Now in ms: the test clock's, or NULL (the SQL then reads the database's clock).
     std::optional<std::int64_t> test_now() const;
-    // After a commit that stamped `got` with generation `g` of `owner` (`made`: g is new).
-    void record(const std::string& owner, std::int64_t g, bool made,
-                std::span<const acquisition> got);
 
     postgres_lease_options options_;
     std::mutex mu_;

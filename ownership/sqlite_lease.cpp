@@ -87,7 +87,7 @@ result<acquisition> sqlite_lease::acquire(const session_id& id, std::string_view
         auto got = take(id, owner, ttl, now_(), g);
         if (got) {
             tx.commit();
-            record(owner, g, made, {&*got, 1});
+            stamped_.record(owner, g, made, {&*got, 1});
         }
         return got;
     });
@@ -112,7 +112,7 @@ std::vector<result<acquisition>> sqlite_lease::acquire_all(const std::vector<ses
             }
         }
         tx.commit();
-        record(owner, g, made, got);
+        stamped_.record(owner, g, made, got);
         return out;
     });
     if (!all) {
@@ -147,7 +147,7 @@ result<std::vector<lease>> sqlite_lease::claim(const std::vector<session_id>& ca
         }
         tx.commit();
         std::vector<acquisition> got(out.begin(), out.end());
-        record(owner, g, made, got);
+        stamped_.record(owner, g, made, got);
         return out;
     });
 }
@@ -209,18 +209,6 @@ result<acquisition> sqlite_lease::take(const session_id& id, std::string_view ow
         return storage::errc::conflict;  // cannot happen inside the transaction
     }
     return acquisition{lease{id, std::string(owner), epoch, expires, std::move(previous)}};
-}
-
-void sqlite_lease::record(std::string_view owner, std::int64_t g, bool made,
-                          std::span<const acquisition> got) {
-    if (made) {
-        stamped_.begin(owner, g);
-    }
-    for (const auto& a : got) {
-        if (const auto* l = std::get_if<lease>(&a)) {
-            stamped_.add(*l);
-        }
-    }
 }
 
 std::int64_t sqlite_lease::next_generation() {

@@ -10,7 +10,6 @@
 #include <filesystem>
 #include <memory>
 #include <mutex>
-#include <span>
 
 namespace wuhu::storage::sqlite {
 class db;
@@ -49,9 +48,6 @@ class sqlite_lease final : public lease_store {
     // REQUIRES: mu_ held, a transaction open.
     result<acquisition> take(const session_id& id, std::string_view owner,
                              std::chrono::milliseconds ttl, unix_ms now, std::int64_t generation);
-    // After a commit that stamped `got` with generation `g` of `owner` (`made`: g is new).
-    void record(std::string_view owner, std::int64_t g, bool made,
-                std::span<const acquisition> got);
     // The owner's current generation, made (not live until renewed) if it has none; `made` says
     // so, to record once the transaction commits. REQUIRES: mu_ held, a transaction open.
     std::int64_t generation_of(std::string_view owner, bool& made);

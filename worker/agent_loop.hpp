@@ -5,13 +5,15 @@
 // its own transitions) through one helper, persist(): in a serialized section (an async mutex
 // on the loop's executor), the session's rules plan the change there (a refusal or a change of
 // nothing is answered without the store), the store commits the planned actions (on the store
-// executor), then the loop applies them with the pure reducer and emits them. Inference and tool execution run
-// outside the section, so send() stays fast while the session is inferring.
+// executor), then the loop applies them with the pure reducer and emits them. Inference and tool
+// execution run outside the section, so send() stays fast while the session is inferring.
 //
 // Thread/executor: every member function must be called on `ex` (a strand, or a
 // single-threaded io_context); start() and send() are coroutines to spawn there.
-// Lifetime: start() runs until cancelled (structured: inference, tools and the timer loop are
-// its children) or until the session fails; the loop must outlive it.
+// Lifetime: start() runs until cancelled or until the session fails; the loop must outlive it.
+// It is structured: inference and tools are its children, and so is the timer loop, which runs
+// only while the session has timers or deadlines (watch_timers()): start() cancels it, and
+// waits for it, before it returns.
 //
 // Invariants:
 //   state() == the stored state (the store is written first)

@@ -1,15 +1,21 @@
 // The metrics' watchdog (app/watchdog.cpp): a session in one loop state longer than that state's
 // timeout is counted in wuhu_loop_stuck_sessions and logged once; it is no longer counted once
 // it moves on. A worker in-process against a real nats-server (scripts/test starts it).
+#include "app/watchdog.hpp"
 #include "console/console.hpp"
 #include "metrics/http_endpoint.hpp"
+#include "storage/memory_store.hpp"
 #include "tests/broker/worker_node.hpp"
 #include "tests/support/env.hpp"
 #include "tests/support/http_get.hpp"
 #include "tests/support/temp_dir.hpp"
 
 #include <gtest/gtest.h>
+#include <spdlog/sinks/null_sink.h>
 #include <spdlog/sinks/ostream_sink.h>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
 
 #include <sstream>
 #include <thread>
@@ -65,6 +71,61 @@ TEST(MetricsWatchdog, ASessionPastItsStatesTimeoutIsCountedAndLoggedOnce) {
     const std::string line = "session slow has been inferring for";
     ASSERT_NE(text.find(line), std::string::npos) << text;
     EXPECT_EQ(text.find(line, text.find(line) + 1), std::string::npos) << "logged once: " << text;
+}
+
+namespace asio = boost::asio;
+
+namespace {
+
+// Loads `id` in `r` (its loop starts) and keeps the handle in `out`.
+asio::awaitable<void> load_into(worker::session_registry& r, session::session_id id,
+                                std::optional<worker::session_registry::handle>& out) {
+    auto got = co_await r.get(id, session::lease_epoch{1});
+    if (got) {
+        out = *got;
+    }
+}
+
+}  // namespace
+
+// Defect (session 47's review): a loop retired while busy (its session unloaded in the middle of
+// a turn) sends no idle event, and one reloaded within a second, idle, left the old loop's busy
+// record: the session counted as stuck until it next went idle. A count drops a record whose
+// session's loop is idle now.
+TEST(MetricsWatchdog, TheBusyRecordOfARetiredLoopIsDroppedWhenTheLoopLoadedNowIsIdle) {
+    asio::io_context io;
+    storage::memory_store store;
+    tools::tool_registry tools;
+    runtime::manual_clock clk{session::unix_ms{1'000'000}};
+    worker::loop_options limits;
+    limits.inference.total = 1ms;
+    const auto script = providers::parse_script(R"({"responses":[]})").value();
+    worker::session_registry registry(
+        io.get_executor(), store,
+        [&] { return std::make_unique<providers::scripted_provider>(script, clk); }, tools, clk,
+        limits, [](const session::session_id&, const worker::loop_event&) {});
+    const auto id = session::session_id::parse("s1").value();
+    std::optional<worker::session_registry::handle> loaded;
+    asio::co_spawn(io, load_into(registry, id, loaded), asio::detached);
+    for (int i = 0; i < 1000 && !loaded; ++i) {
+        io.poll();
+        io.restart();
+    }
+    ASSERT_TRUE(loaded.has_value());
+    ASSERT_EQ((*loaded)->current(), session::loop_state::idle);
+    const bool stopping = false;
+    app::watchdog dog(registry, limits, spdlog::null_logger_mt("watchdog-retired"), stopping);
+    // What the retired loop said last: it began inferring (the loop now loaded is idle).
+    dog.observe(id,
+                worker::state_event{session::loop_state::idle, session::loop_state::inferring, {}});
+    std::this_thread::sleep_for(5ms);  // past the inference's 1 ms limit
+    EXPECT_EQ(dog.stuck(false), 0u);
+    loaded.reset();
+    registry.stop();
+    for (int i = 0; i < 100; ++i) {
+        io.poll();
+        io.restart();
+    }
 }
 
 }  // namespace wuhu::testing
