@@ -47,13 +47,15 @@ std::size_t session_files_allowed() {
 
 }  // namespace
 
-std::unique_ptr<storage::session_store> open_store(
-    const std::string& url, std::size_t pool, const std::string& synchronous,
-    const std::string& pg_schema, const storage::pg_timeouts& timeouts) {
+std::unique_ptr<storage::session_store> open_store(const std::string& url, std::size_t pool,
+                                                   const std::string& synchronous,
+                                                   std::size_t sqlite_open_files,
+                                                   const std::string& pg_schema,
+                                                   const storage::pg_timeouts& timeouts) {
     if (auto dir = sqlite_dir(url); !dir.empty()) {
         storage::sqlite_options o{dir};
         o.synchronous = synchronous == "normal" ? "NORMAL" : "FULL";
-        o.max_open_files = session_files_allowed();
+        o.max_open_files = std::min(sqlite_open_files, session_files_allowed());
         return std::make_unique<storage::sqlite_store>(o);
     }
     if (url == "memory") {

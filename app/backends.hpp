@@ -12,11 +12,12 @@
 
 namespace wuhu::app {
 
-// sqlite:///<data-dir> (its session files open at once: a share of the open-file limit, which
-// is raised to the hard one), postgresql://... (`pool` connections, `pg_schema`), or memory.
-// `synchronous`: full or normal (SQLite).
+// sqlite:///<data-dir> (at most `sqlite_open_files` session files open at once, and no more
+// than a share of the open-file limit, which is raised to the hard one), postgresql://...
+// (`pool` connections, `pg_schema`), or memory. `synchronous`: full or normal (SQLite).
 std::unique_ptr<storage::session_store> open_store(const std::string& url, std::size_t pool,
                                                    const std::string& synchronous,
+                                                   std::size_t sqlite_open_files,
                                                    const std::string& pg_schema,
                                                    const storage::pg_timeouts& timeouts);
 

@@ -98,6 +98,13 @@ int main(int argc, char** argv) {
                    "(docs/storage.md)")
         ->envname("WUHU_SQLITE_SYNCHRONOUS")
         ->check(CLI::IsMember({"full", "normal"}, CLI::ignore_case));
+    std::size_t sqlite_open_files = 512;
+    app.add_option("--sqlite-open-files", sqlite_open_files,
+                   "the most session files kept open (each ~35 KiB of SQLite's memory and 3 "
+                   "descriptors; the least recently used idle one is closed past it): a few "
+                   "times the sessions at work at once (docs/operations.md)")
+        ->envname("WUHU_SQLITE_OPEN_FILES")
+        ->check(CLI::Range(std::size_t{16}, std::size_t{2000}));
     app.add_option("--script", script_path,
                    "scripted provider script, see docs/scripted-provider.md")
         ->envname("WUHU_SCRIPT");
@@ -466,7 +473,8 @@ int main(int argc, char** argv) {
             throw std::invalid_argument(
                 "--worker-id cannot be session, admin, events, tools or worker with --tenancy");
         }
-        auto store = wuhu::app::open_store(store_url, pool, synchronous, pg_schema, pg_timeouts);
+        auto store = wuhu::app::open_store(store_url, pool, synchronous, sqlite_open_files,
+                                           pg_schema, pg_timeouts);
         if (tenancy && !default_tenant.empty()) {
             // The default tenant's sessions are kept without a tenant: sessions already kept
             // as that tenant's (<tenant>.<id>) would be hidden behind them, and share their

@@ -189,4 +189,29 @@ TEST(Passivation, PastTheLimitTheLeastRecentlyUsedIdleSessionsGoFirst) {
     EXPECT_EQ(w.stop(), 0);
 }
 
+// Issue 36: `--sqlite-open-files` bounds the session files a worker keeps open (three
+// descriptors each) whatever it has loaded: 200 sessions made and kept loaded, at most 16
+// files open at any time, and every session still answers (its file opened again on use).
+TEST(Passivation, TheWorkerKeepsAtMostSqliteOpenFilesSessionFilesOpen) {
+    worker_process::config c;
+    c.args = {"--sqlite-open-files", "16"};
+    worker_process w("openfiles", R"({"responses":[{"text":"ok"}]})", c);
+    w.start();
+    nats::connection nc(nats_url(), "openfiles-client");
+    ASSERT_EQ(answer_when_up(nc, w.prefix() + ".session.warmup.subscribe").at("ok"), true);
+    const auto start_fds = open_files(w.pid());
+    std::size_t peak_fds = start_fds;
+    ASSERT_EQ(
+        touch(nc, w, "f", 200, 20, [&] { peak_fds = std::max(peak_fds, open_files(w.pid())); }),
+        200);
+    // 16 files of three descriptors, and one opened before the least recently used closes.
+    EXPECT_LE(peak_fds, start_fds + 17 * 3) << "started with " << start_fds;
+    EXPECT_GT(peak_fds, start_fds + 3) << "the sessions' files were opened";
+    for (const char* sid : {"f0", "f99", "f199"}) {
+        const auto st = answer_when_up(nc, w.prefix() + ".session." + sid + ".subscribe");
+        EXPECT_EQ(st.at("ok"), true) << sid << ": " << json::serialize(st);
+    }
+    EXPECT_EQ(w.stop(), 0);
+}
+
 }  // namespace wuhu::testing

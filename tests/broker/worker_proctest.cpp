@@ -251,27 +251,45 @@ TEST(WorkerProcess, BadFlagsAndVariablesAreUsageErrors) {
     temp_dir dir;
     const std::string data = "sqlite://" + (dir.path() / "data").string();
     const std::vector<std::vector<std::string>> bad = {
-        {"--worker-id", "a.b"},   {"--worker-id", "w 1"},   {"--prefix", "wuhu.>"},
-        {"--lease-ttl-ms", "10"}, {"--store-threads", "0"}, {"--no-such-flag"},
+        {"--worker-id", "a.b"},
+        {"--worker-id", "w 1"},
+        {"--prefix", "wuhu.>"},
+        {"--lease-ttl-ms", "10"},
+        {"--store-threads", "0"},
+        {"--no-such-flag"},
         // The in-memory lease with a persistent store, unless forced: a restarted worker's
         // epochs would start again at 1, and its sessions would refuse it.
-        {"--lease", "memory"},    {"--lease", "postgres"},  {"--lease", "bogus"},
+        {"--lease", "memory"},
+        {"--lease", "postgres"},
+        {"--lease", "bogus"},
         // A lease that could lapse between two renewals before its owner stops serving it.
         {"--lease-ttl-ms", "1000", "--lease-renew-ms", "900"},
         {"--lease-ttl-ms", "1000", "--lease-stop-margin-ms", "700"},
         {"--sweep-batch", "0"},
-        {"--sqlite-synchronous", "off"}, {"--sqlite-synchronous", "extra"},
+        {"--sqlite-synchronous", "off"},
+        {"--sqlite-synchronous", "extra"},
+        {"--sqlite-open-files", "0"},
+        {"--sqlite-open-files", "2001"},
         // Issue 29: every value that becomes a subject token is checked at start.
-        {"--worker-id", "w1\r\nPUB x 0"}, {"--worker-id", "w\t1"}, {"--worker-id", "*"},
-        {"--worker-id", std::string(65, 'w')}, {"--prefix", "wuhu\r\n"},
-        {"--tenancy", "--worker-id", "session"}, {"--tenancy", "--worker-id", "events"},
+        {"--worker-id", "w1\r\nPUB x 0"},
+        {"--worker-id", "w\t1"},
+        {"--worker-id", "*"},
+        {"--worker-id", std::string(65, 'w')},
+        {"--prefix", "wuhu\r\n"},
+        {"--tenancy", "--worker-id", "session"},
+        {"--tenancy", "--worker-id", "events"},
         {"--default-tenant", "acme"},
-        {"--tenancy", "--default-tenant", "worker"}, {"--tenancy", "--default-tenant", "a.b"},
-        {"--tenancy", "--default-tenant", "a\r\nb"}, {"--nats-inbox-prefix", "_INBOX x"},
-        {"--nats-inbox-prefix", "_INBOX.>"}, {"--nats-user", "u", "--nats-token", "t"},
+        {"--tenancy", "--default-tenant", "worker"},
+        {"--tenancy", "--default-tenant", "a.b"},
+        {"--tenancy", "--default-tenant", "a\r\nb"},
+        {"--nats-inbox-prefix", "_INBOX x"},
+        {"--nats-inbox-prefix", "_INBOX.>"},
+        {"--nats-user", "u", "--nats-token", "t"},
         // Issue 31: timeouts and the retry policy.
-        {"--inference-timeout", "-1"}, {"--inference-idle-timeout", "soon"},
-        {"--retry-max-attempts", "0"}, {"--tool-timeout", "8d"},
+        {"--inference-timeout", "-1"},
+        {"--inference-idle-timeout", "soon"},
+        {"--retry-max-attempts", "0"},
+        {"--tool-timeout", "8d"},
     };
     for (auto args : bad) {
         args.insert(args.end(), {"--store", data});
