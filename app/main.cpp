@@ -100,7 +100,7 @@ int main(int argc, char** argv) {
         ->check(CLI::IsMember({"full", "normal"}, CLI::ignore_case));
     std::size_t sqlite_open_files = 512;
     app.add_option("--sqlite-open-files", sqlite_open_files,
-                   "the most session files kept open (each ~35 KiB of SQLite's memory and 3 "
+                   "the most session files kept open (each ~35 KiB of SQLite's heap and 3 "
                    "descriptors; the least recently used idle one is closed past it): a few "
                    "times the sessions at work at once (docs/operations.md)")
         ->envname("WUHU_SQLITE_OPEN_FILES")

@@ -182,6 +182,12 @@ void open_files::retire(const session_id& id, std::shared_ptr<handle> h) {
 // deleted now with the shared memory, as any unloaded session's are (retire), rather than left
 // on disk for as long as the session stays unused.
 void open_files::tidy_wal(const session_id& id) {
+    {
+        std::lock_guard lock(mu_);
+        if (stopping_) {
+            return;  // left for the next start (a stop is not made longer for it)
+        }
+    }
     std::shared_ptr<handle> h;
     try {
         h = files_.open_once(id);

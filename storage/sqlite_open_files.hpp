@@ -15,7 +15,7 @@
 
 namespace wuhu::storage::sqlite {
 
-// Thread-safe. `mu_` guards the four fields below it, and is never held while a file opens,
+// Thread-safe. `mu_` guards the fields below it, and is never held while a file opens,
 // closes, syncs or checkpoints: other sessions' files open (and are created, with their fsyncs)
 // at the same time.
 class open_files {

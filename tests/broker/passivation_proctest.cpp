@@ -191,7 +191,8 @@ TEST(Passivation, PastTheLimitTheLeastRecentlyUsedIdleSessionsGoFirst) {
 
 // Issue 36: `--sqlite-open-files` bounds the session files a worker keeps open (three
 // descriptors each) whatever it has loaded: 200 sessions made and kept loaded, at most 16
-// files open at any time, and every session still answers (its file opened again on use).
+// files open after each batch of 20 (never the 200), and every session still answers (its
+// file opened again on use).
 TEST(Passivation, TheWorkerKeepsAtMostSqliteOpenFilesSessionFilesOpen) {
     worker_process::config c;
     c.args = {"--sqlite-open-files", "16"};

@@ -430,6 +430,25 @@ TEST(SqliteStore, TheWalOfAFileClosedToMakeRoomIsTidiedOnceItsSessionIsUnusedFor
     // a is loaded still: its next operations open the file, and find what the WAL held.
     ASSERT_TRUE(send(*a, "a2"));
     EXPECT_EQ(a->load().value().in(lane::steer).pending.size(), 2u);
+    // A WAL another connection has open (another process's, or an operation's that opened
+    // the file meanwhile) stays, with its frames, however the tidy goes.
+    ASSERT_TRUE(send(*b, "b2"));
+    ASSERT_TRUE(send(*c, "c2"));
+    ASSERT_TRUE(send(*a, "a3"));  // a2 is in a's WAL once b's file or c's closes a's
+    ASSERT_TRUE(send(*b, "b3"));
+    ASSERT_TRUE(send(*c, "c3"));
+    ASSERT_TRUE(std::filesystem::exists(files / "a.sqlite-wal")) << "a's closed to make room";
+    {
+        storage::sqlite::db other((files / "a.sqlite").string(), "FULL", 5000,
+                                  storage::sqlite::if_missing::fail);
+        auto& q = other.prepare("SELECT count(*) FROM meta");
+        ASSERT_TRUE(q.step());
+        q.reset();
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        EXPECT_EQ(t.store.close_idle(std::chrono::steady_clock::now()), 3u);
+        EXPECT_TRUE(std::filesystem::exists(files / "a.sqlite-wal")) << "another has it open";
+    }
+    EXPECT_EQ(a->load().value().in(lane::steer).pending.size(), 3u);
 }
 
 // An unloaded session leaves its file alone on disk: its WAL and its shared memory (32 KiB
