@@ -46,8 +46,6 @@ agent_loop::agent_loop(asio::any_io_executor ex, std::unique_ptr<storage::sessio
       hub_(std::make_shared<event_hub>()),
       section_(ex),
       wake_(ex),
-      timers_changed_(ex),
-      timers_ended_(ex),
       abort_(ex),
       turns_(*this, p, tools, clk, *opts_, abort_, *hub_),
       tools_run_(*this, tools, clk, opts_->tool_timeout, opts_->tool_result_linger,
@@ -98,7 +96,9 @@ void agent_loop::close(boost::system::error_code why) {
     failure_ = why;
     wake_.notify();
     abort_.close();
-    timers_changed_.notify();
+    if (timers_) {
+        timers_->changed.notify();
+    }
 }
 
 asio::awaitable<void> agent_loop::close_after_pending(boost::system::error_code why) {
@@ -193,7 +193,9 @@ void agent_loop::apply_committed(const s::action_list& actions) {
     }
     hub_->emit(committed_event{actions, std::move(p)});
     if (timers) {
-        timers_changed_.notify();
+        if (timers_) {
+            timers_->changed.notify();
+        }
         watch_timers();
     }
 }
@@ -272,10 +274,10 @@ asio::awaitable<void> agent_loop::start() {
         // The timer loop is a child too: start() returns after it (cancelled, it ends at its
         // next wait). A cancelled coroutine would refuse to wait: its cancellation is spent.
         co_await asio::this_coro::reset_cancellation_state();
-        timers_stop_.emit(asio::cancellation_type::terminal);
-        timers_changed_.notify();
+        timers_->stop.emit(asio::cancellation_type::terminal);
+        timers_->changed.notify();
         while (timer_child_) {
-            co_await timers_ended_.wait();
+            co_await timers_->ended.wait();
         }
     }
     if (ended) {
@@ -335,20 +337,23 @@ void agent_loop::watch_timers() {
         (s::next_timer(state_) == nullptr && s::next_deadline(state_) == nullptr)) {
         return;  // one watches them already (or will: see the completion), or none to watch
     }
+    if (!timers_) {
+        timers_ = std::make_unique<timer_watch>(wake_.get_executor());
+    }
     timer_child_ = true;
     auto ended = [this](const std::exception_ptr&) {
-        // Posted: the next child binds timers_stop_'s slot, which this one's coroutine holds
-        // until it has gone. A timer scheduled while this one was ending is watched by it.
-        asio::post(timers_ended_.get_executor(), [this] {
+        // Posted: the next child binds the stop signal's slot, which this one's coroutine
+        // holds until it has gone. A timer scheduled while this one was ending is watched by it.
+        asio::post(timers_->ended.get_executor(), [this] {
             timer_child_ = false;
             watch_timers();
             if (!timer_child_) {
-                timers_ended_.notify();  // last: start() may return, and the loop go
+                timers_->ended.notify();  // last: start() may return, and the loop go
             }
         });
     };
-    asio::co_spawn(timers_ended_.get_executor(), timer_loop(),
-                   asio::bind_cancellation_slot(timers_stop_.slot(), std::move(ended)));
+    asio::co_spawn(timers_->ended.get_executor(), timer_loop(),
+                   asio::bind_cancellation_slot(timers_->stop.slot(), std::move(ended)));
 }
 
 asio::awaitable<void> agent_loop::timer_loop() {
@@ -365,9 +370,9 @@ asio::awaitable<void> agent_loop::timer_loop() {
         s::transition fire = deadline ? s::transition{s::approval_deadline{waiting->call.id}}
                                       : s::transition{s::fire_timer{next->id}};
         const s::unix_ms due = deadline ? waiting->deadline : next->due;
-        timers_changed_.reset();
+        timers_->changed.reset();
         if (due > clock_.now()) {
-            auto r = co_await (clock_.sleep_until(due) || timers_changed_.wait());
+            auto r = co_await (clock_.sleep_until(due) || timers_->changed.wait());
             if (r.index() == 1) {
                 continue;  // a timer was added (or the loop closed): maybe an earlier one
             }

@@ -178,9 +178,15 @@ class agent_loop final : private session_writer {
 
     runtime::async_mutex section_;
     runtime::async_event wake_;
-    runtime::async_event timers_changed_;
-    runtime::async_event timers_ended_;  // the timer loop's child has completed
-    asio::cancellation_signal timers_stop_;
+    // What the timer loop's child waits on and is stopped by: made when the first one is
+    // spawned (watch_timers) and kept; a session that never has timers holds 8 bytes for it.
+    struct timer_watch {
+        explicit timer_watch(const asio::any_io_executor& ex) : changed(ex), ended(ex) {}
+        runtime::async_event changed;
+        runtime::async_event ended;  // the timer loop's child has completed
+        asio::cancellation_signal stop;
+    };
+    std::unique_ptr<timer_watch> timers_;
     abort_signal abort_;
 
     session::session_state state_;

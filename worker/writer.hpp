@@ -78,7 +78,7 @@ class abort_signal {
         std::vector<std::shared_ptr<waiter>> waiters;
     };
 
-    explicit abort_signal(asio::any_io_executor ex) : ex_(ex), event_(std::move(ex)) {}
+    explicit abort_signal(asio::any_io_executor ex) : event_(std::move(ex)) {}
 
     // Around a wait an abort stops: one fired before (pending) stops it at once.
     void arm(session::abort_stage stage) {
@@ -91,14 +91,15 @@ class abort_signal {
     }
     void disarm() { armed_ = session::abort_stage::none; }
     bool armed() const { return armed_ != session::abort_stage::none; }
-    bool pending() const { return pending_.has_value(); }
-    const request* pending_request() const { return pending_ ? &*pending_ : nullptr; }
+    bool pending() const { return pending_ != nullptr; }
+    const request* pending_request() const { return pending_.get(); }
     // A request joins the pending abort, or fires a new one; the armed wait ends. The waiter
     // gets the outcome when the abort is settled.
     std::shared_ptr<waiter> fire(std::string reason, std::string id) {
-        auto w = std::make_shared<waiter>(ex_);
+        auto w = std::make_shared<waiter>(event_.get_executor());
         if (!pending_) {
-            pending_ = request{std::move(reason), std::move(id), session::abort_stage::none, {}};
+            pending_ = std::make_unique<request>(
+                request{std::move(reason), std::move(id), session::abort_stage::none, {}});
             event_.notify();
         }
         pending_->waiters.push_back(w);
@@ -115,7 +116,7 @@ class abort_signal {
         if (!pending_) {
             return;
         }
-        auto req = std::exchange(pending_, std::nullopt);
+        const auto req = std::move(pending_);
         for (auto& w : req->waiters) {
             w->out = out;
             w->done.notify();
@@ -126,7 +127,7 @@ class abort_signal {
         closed_ = true;
         event_.notify();
         if (pending_) {
-            auto req = std::exchange(pending_, std::nullopt);
+            const auto req = std::move(pending_);
             for (auto& w : req->waiters) {
                 w->done.notify();
             }
@@ -137,11 +138,11 @@ class abort_signal {
     asio::awaitable<void> wait() { return event_.wait_or_cancelled(); }
 
   private:
-    asio::any_io_executor ex_;
     runtime::async_event event_;
     session::abort_stage armed_ = session::abort_stage::none;
     bool closed_ = false;  // every later wait() returns at once
-    std::optional<request> pending_;
+    // Allocated while an abort is pending only: a loaded session holds 8 bytes for it.
+    std::unique_ptr<request> pending_;
 };
 
 }  // namespace wuhu::worker
