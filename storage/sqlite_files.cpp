@@ -196,9 +196,11 @@ std::shared_ptr<handle> session_files::open_file(const std::filesystem::path& pa
                           ? name_new_file(*prepared, path)
                           : new_file::unsupported;
     const bool from_image = made == new_file::linked;
-    // Another process's file is opened as any existing one: it may be in use already.
-    const bool fresh =
-        missing && made != new_file::made_elsewhere && options_.synchronous != "NORMAL";
+    // Another process's file is opened as any existing one: it may be in use already. At
+    // NORMAL too: there the first command's commit syncs nothing either (SQLite syncs the WAL,
+    // and the directory with its first sync, at the first checkpoint), and a fence synced
+    // alone cost the WAL's header and the directory two fsyncs a new session.
+    const bool fresh = missing && made != new_file::made_elsewhere;
     auto h = std::make_shared<handle>();
     h->db = std::make_unique<db>(
         path.string(), fresh ? "OFF" : options_.synchronous, options_.busy_timeout_ms,
@@ -236,8 +238,9 @@ std::shared_ptr<handle> session_files::open_file(const std::filesystem::path& pa
 
 // A new session's fence is committed without a sync: the session had no owner to fence out,
 // and the commit of its first command, which is acknowledged, syncs the WAL with every frame
-// before it (and the directory that names the file and its WAL, the WAL's first sync). A crash
-// before then leaves a file at an older epoch, which the next owner's open fences again.
+// before it (and the directory that names the file and its WAL, the WAL's first sync); at
+// NORMAL the first checkpoint does. A crash before then leaves a file at an older epoch, which
+// the next owner's open fences again.
 void session_files::synced_from_now(handle& h) {
     if (h.fence_unsynced) {
         h.fence_unsynced = false;
