@@ -39,6 +39,17 @@ class generations {
         auto it = by_owner_.find(owner);
         return it == by_owner_.end() ? 0 : it->second.generation;
     }
+    // The owner's current generation, or one `make()` makes in the caller's transaction when
+    // it has none (`made`: record it once that transaction commits).
+    template <class Make>
+    std::int64_t current_or(std::string_view owner, bool& made, Make&& make) const {
+        made = false;
+        if (const auto g = current(owner); g != 0) {
+            return g;
+        }
+        made = true;
+        return make();
+    }
     // `g` is the owner's generation now, holding exactly `leases`.
     void begin(std::string_view owner, std::int64_t g, const std::vector<lease>& leases = {}) {
         auto& s = by_owner_[std::string(owner)];

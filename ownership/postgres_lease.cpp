@@ -265,12 +265,9 @@ namespace {
 // commits).
 std::int64_t generation_of(pqxx::work& w, const generations& stamped, const std::string& me,
                            bool& made) {
-    made = false;
-    if (const auto g = stamped.current(me); g != 0) {
-        return g;
-    }
-    made = true;
-    return w.exec_prepared1("lease_generation_first", me)[0].as<std::int64_t>();
+    return stamped.current_or(me, made, [&] {
+        return w.exec_prepared1("lease_generation_first", me)[0].as<std::int64_t>();
+    });
 }
 
 // A session's lease row, locked; another owner's with its effective expiry (an own lease is

@@ -220,17 +220,15 @@ std::int64_t sqlite_lease::next_generation() {
 }
 
 std::int64_t sqlite_lease::generation_of(std::string_view owner, bool& made) {
-    made = false;
-    if (const auto g = stamped_.current(owner); g != 0) {
+    return stamped_.current_or(owner, made, [&] {
+        const auto g = next_generation();
+        db_->prepare(
+               "INSERT INTO lease_generations (owner, generation, expires) VALUES (?1, ?2, 0)")
+            .bind(1, owner)
+            .bind(2, g)
+            .run();
         return g;
-    }
-    const auto g = next_generation();
-    db_->prepare("INSERT INTO lease_generations (owner, generation, expires) VALUES (?1, ?2, 0)")
-        .bind(1, owner)
-        .bind(2, g)
-        .run();
-    made = true;
-    return g;
+    });
 }
 
 result<std::vector<session_id>> sqlite_lease::renew(const std::vector<lease>& held,
