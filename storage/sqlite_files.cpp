@@ -180,9 +180,9 @@ std::shared_ptr<handle> session_files::open_file(const std::filesystem::path& pa
                                                  std::filesystem::path* prepared) {
     // A new file is written whole from new_file_, synced, and then given its name; its WAL's
     // header, a first frame and the fencing commit are written without a sync
-    // (synced_from_now). The first commit of a command syncs the WAL with all of them, and
-    // SQLite syncs the directory (which names the file) with the first sync of every WAL it
-    // opens. No rollback journal is made and deleted on the way (an inode allocated and
+    // (synced_from_now). The first commit of a command syncs the WAL with all of them (at
+    // NORMAL, the first checkpoint), and SQLite syncs the directory (which names the file) with
+    // the first sync of every WAL it opens. No rollback journal is made and deleted on the way (an inode allocated and
     // freed per session, which ext4's allocator pays for later). Nothing in the file is
     // acknowledged before that commit: a crash before it leaves a session nobody was told
     // about, or one at an older epoch, which its next owner fences again.
