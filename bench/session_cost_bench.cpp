@@ -40,9 +40,9 @@ struct workload {
     double idle_seconds = 20;
     // After the turns, before the idle window, at least: what the turns left for later (the
     // catalog, checkpoints) is done, and the SQLite store has closed the files of sessions
-    // unused for 10 s (node_options::close_files_after) and tidied the WALs of those it closed
-    // to make room, 256 a second. Then until the worker is quiet: a second with no fsync and
-    // under 2% of a core.
+    // unused for 10 s (node_options::close_files_after), 256 a second. Then until the worker is
+    // quiet: three seconds in a row with no fsync and under 2% of a core each (at most 15
+    // minutes in all).
     double settle_seconds = 20;
     std::vector<std::string> worker_args;
 };
@@ -214,14 +214,12 @@ result run(const std::string& store_kind, const workload& w, int round) {
     (void)created;
     const auto settle_start = clock_type::now();
     std::this_thread::sleep_for(std::chrono::duration<double>(w.settle_seconds));
-    for (auto last = snap(); seconds_since(settle_start) < 600;) {
+    int quiet = 0;
+    for (auto last = snap(); quiet < 3 && seconds_since(settle_start) < 900;) {
         std::this_thread::sleep_for(1s);
         const auto now = snap();
-        const bool quiet = now.fsyncs == last.fsyncs && now.worker_cpu - last.worker_cpu < 20;
+        quiet = now.fsyncs == last.fsyncs && now.worker_cpu - last.worker_cpu < 20 ? quiet + 1 : 0;
         last = now;
-        if (quiet) {
-            break;
-        }
     }
     out.settled_after_s = seconds_since(settle_start);
 

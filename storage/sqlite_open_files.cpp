@@ -34,17 +34,16 @@ std::shared_ptr<handle> open_files::acquire(const session_id& id, open_mode mode
         it->second.used = std::chrono::steady_clock::now();
         return it->second.h;
     }
-    const auto now = std::chrono::steady_clock::now();
     lru_.push_front(id.str());
-    open_.emplace(id.str(), open_file{h, lru_.begin(), now});
-    take_left_wal(id.str());  // this handle closes it
+    open_.emplace(id.str(), open_file{h, lru_.begin(), std::chrono::steady_clock::now()});
+    wal_left_.erase(id.str());  // this handle closes it
     // Close the least recently used files nobody is using.
     for (auto it = std::prev(lru_.end()); open_.size() > max_open_ && it != lru_.begin();) {
         auto victim = open_.find(*it);
         auto prev = std::prev(it);
         if (victim->second.h.use_count() == 1) {
             victim->second.h->checkpoint_on_close = false;
-            leave_wal(*it, now);
+            wal_left_.insert(*it);
             closing.push_back(std::move(victim->second.h));
             open_.erase(victim);
             lru_.erase(it);
@@ -81,7 +80,7 @@ void open_files::close_unused(const session_id& id) {
     {
         std::lock_guard lock(mu_);
         if (auto it = open_.find(id.str()); it == open_.end()) {
-            wal_left = take_left_wal(id.str()) && !stopping_;
+            wal_left = wal_left_.erase(id.str()) > 0 && !stopping_;
         } else if (it->second.h.use_count() == 1) {
             closing = std::move(it->second.h);
             lru_.erase(it->second.at);
@@ -97,7 +96,6 @@ void open_files::close_unused(const session_id& id) {
 
 std::size_t open_files::close_idle(std::chrono::steady_clock::time_point unused_since) {
     std::vector<std::pair<std::string, std::shared_ptr<handle>>> closing;
-    std::vector<std::string> tidying;
     {
         std::lock_guard lock(mu_);
         if (stopping_) {
@@ -120,51 +118,19 @@ std::size_t open_files::close_idle(std::chrono::steady_clock::time_point unused_
             open_.erase(f);
             it = std::make_reverse_iterator(lru_.erase(std::next(it).base()));
         }
-        // The WALs files closed to make room left, unused since: a burst of sessions more
-        // than the open files leaves one of ~150 KiB (its working size) for each of them, on
-        // disk for as long as they stay loaded unused.
-        while (!wal_order_.empty() && closing.size() + tidying.size() < at_most &&
-               wal_order_.front().second <= unused_since) {
-            tidying.push_back(wal_order_.front().first);
-            take_left_wal(tidying.back());
-        }
     }
     for (auto& [key, h] : closing) {
         if (auto id = session_id::parse_key(key)) {
             retire(*id, std::move(h));
         }  // (every key here is a session's: ~handle closes it otherwise)
     }
-    // Its session may be opened meanwhile by another thread: the two connections then share
-    // the file as any two would, and the WAL stays for the open one (close_deleting_wal).
-    for (const auto& key : tidying) {
-        if (auto id = session_id::parse_key(key)) {
-            tidy_wal(*id);
-        }
-    }
-    return closing.size() + tidying.size();
-}
-
-void open_files::leave_wal(const std::string& key, std::chrono::steady_clock::time_point now) {
-    if (wal_left_.count(key) == 0) {
-        wal_left_.emplace(key, wal_order_.emplace(wal_order_.end(), key, now));
-    }
-}
-
-bool open_files::take_left_wal(const std::string& key) {
-    auto it = wal_left_.find(key);
-    if (it == wal_left_.end()) {
-        return false;
-    }
-    wal_order_.erase(it->second);
-    wal_left_.erase(it);
-    return true;
+    return closing.size();
 }
 
 void open_files::stopping() {
     std::lock_guard lock(mu_);
     stopping_ = true;
     wal_left_.clear();  // their next connection reads them back
-    wal_order_.clear();
 }
 
 void open_files::retire(const session_id& id, std::shared_ptr<handle> h) {
@@ -182,12 +148,6 @@ void open_files::retire(const session_id& id, std::shared_ptr<handle> h) {
 // deleted now with the shared memory, as any unloaded session's are (retire), rather than left
 // on disk for as long as the session stays unused.
 void open_files::tidy_wal(const session_id& id) {
-    {
-        std::lock_guard lock(mu_);
-        if (stopping_) {
-            return;  // left for the next start (a stop is not made longer for it)
-        }
-    }
     std::shared_ptr<handle> h;
     try {
         h = files_.open_once(id);

@@ -1,7 +1,7 @@
 // The session files a SQLite store has open (internal to storage/): one connection a session,
 // shared by the operations of this process, at most `max_open_files` of them (the least
 // recently used idle one is closed first, its WAL left for its next connection), and each
-// closed with its WAL and shared memory once its session is unloaded or unused for a while.
+// closed with its WAL and shared memory once its session is unloaded.
 #pragma once
 
 #include "storage/sqlite_files.hpp"
@@ -11,11 +11,12 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 
 namespace wuhu::storage::sqlite {
 
-// Thread-safe. `mu_` guards the fields below it, and is never held while a file opens,
+// Thread-safe. `mu_` guards the four fields below it, and is never held while a file opens,
 // closes, syncs or checkpoints: other sessions' files open (and are created, with their fsyncs)
 // at the same time.
 class open_files {
@@ -38,10 +39,8 @@ class open_files {
     std::size_t size() const;
     // Closes the files no operation has used since `unused_since` (and none uses now), each
     // with its WAL and shared memory as an unloaded session's: what they held goes back.
-    // Walks the files from the least recently used to the first one used since; then
-    // checkpoints and deletes the WALs left by files closed to make room before
-    // `unused_since` (and not opened again since). At most 256 of both a call (the caller
-    // calls again). Returns how many it closed or tidied.
+    // Walks the files from the least recently used to the first one used since; at most 256
+    // a call (the caller calls again). Returns how many it closed.
     std::size_t close_idle(std::chrono::steady_clock::time_point unused_since);
 
   private:
@@ -62,14 +61,9 @@ class open_files {
         std::chrono::steady_clock::time_point used;
     };
     std::map<std::string, open_file> open_;
-    // Sessions whose file was closed to make room, its WAL left for their next connection,
-    // oldest first with when: deleted when the session is unloaded first (close_unused), or
-    // once unused for a while (close_idle), unless the store is stopping.
-    using left_wals = std::list<std::pair<std::string, std::chrono::steady_clock::time_point>>;
-    left_wals wal_order_;
-    std::map<std::string, left_wals::iterator> wal_left_;
-    void leave_wal(const std::string& key, std::chrono::steady_clock::time_point now);
-    bool take_left_wal(const std::string& key);  // true if it was left
+    // Sessions whose file was closed to make room, its WAL left for their next connection:
+    // deleted when the session is unloaded first (close_unused), unless the store is stopping.
+    std::set<std::string> wal_left_;
     bool stopping_ = false;
 };
 

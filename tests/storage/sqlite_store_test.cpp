@@ -396,61 +396,6 @@ TEST(SqliteStore, AFileClosedToMakeRoomLeavesNoWalOnceItsSessionIsUnloaded) {
     EXPECT_GE(std::filesystem::file_size(files / "a.sqlite-wal"), working_size);
 }
 
-// Issue 36: a burst of sessions more than the open files closes most of their files to make
-// room, each leaving its WAL (~150 KiB, its working size) and shared memory; a session that
-// stays loaded unused gets them checkpointed and deleted by the idle closing as an open idle
-// file would, not only once it is unloaded. Left alone while the session is used again, and
-// what the WAL held is in the file.
-TEST(SqliteStore, TheWalOfAFileClosedToMakeRoomIsTidiedOnceItsSessionIsUnusedForAWhile) {
-    temp_sqlite_store t(2);
-    const auto files = t.dir.path() / "sessions";
-    auto send = [](storage::session_log& log, const std::string& item) {
-        auto st = log.load().value();
-        return log.enqueue(st, user_in(lane::steer, item, "text"), unix_ms{1}).has_value();
-    };
-    auto a = t.store.open(session_id::parse("a").value(), lease_epoch{1}).value();
-    ASSERT_TRUE(send(*a, "a1"));
-    auto b = t.store.open(session_id::parse("b").value(), lease_epoch{1}).value();
-    ASSERT_TRUE(send(*b, "b1"));
-    auto c = t.store.open(session_id::parse("c").value(), lease_epoch{1}).value();
-    ASSERT_TRUE(send(*c, "c1"));
-    ASSERT_LE(t.store.open_files(), 2u);
-    ASSERT_TRUE(std::filesystem::exists(files / "a.sqlite-wal")) << "a's closed to make room";
-    const auto before = std::chrono::steady_clock::now() - std::chrono::hours(1);
-    EXPECT_EQ(t.store.close_idle(before), 0u) << "nothing unused since an hour ago";
-    EXPECT_TRUE(std::filesystem::exists(files / "a.sqlite-wal"));
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    const auto now = std::chrono::steady_clock::now();
-    EXPECT_EQ(t.store.close_idle(now), 3u) << "b's and c's files, a's WAL";
-    EXPECT_EQ(t.store.open_files(), 0u);
-    for (const char* left : {"a.sqlite-wal", "a.sqlite-shm", "b.sqlite-wal", "c.sqlite-wal"}) {
-        EXPECT_FALSE(std::filesystem::exists(files / left)) << left;
-    }
-    EXPECT_EQ(t.store.close_idle(std::chrono::steady_clock::now()), 0u) << "tidied once";
-    // a is loaded still: its next operations open the file, and find what the WAL held.
-    ASSERT_TRUE(send(*a, "a2"));
-    EXPECT_EQ(a->load().value().in(lane::steer).pending.size(), 2u);
-    // A WAL another connection has open (another process's, or an operation's that opened
-    // the file meanwhile) stays, with its frames, however the tidy goes.
-    ASSERT_TRUE(send(*b, "b2"));
-    ASSERT_TRUE(send(*c, "c2"));
-    ASSERT_TRUE(send(*a, "a3"));  // a2 is in a's WAL once b's file or c's closes a's
-    ASSERT_TRUE(send(*b, "b3"));
-    ASSERT_TRUE(send(*c, "c3"));
-    ASSERT_TRUE(std::filesystem::exists(files / "a.sqlite-wal")) << "a's closed to make room";
-    {
-        storage::sqlite::db other((files / "a.sqlite").string(), "FULL", 5000,
-                                  storage::sqlite::if_missing::fail);
-        auto& q = other.prepare("SELECT count(*) FROM meta");
-        ASSERT_TRUE(q.step());
-        q.reset();
-        std::this_thread::sleep_for(std::chrono::milliseconds(2));
-        EXPECT_EQ(t.store.close_idle(std::chrono::steady_clock::now()), 3u);
-        EXPECT_TRUE(std::filesystem::exists(files / "a.sqlite-wal")) << "another has it open";
-    }
-    EXPECT_EQ(a->load().value().in(lane::steer).pending.size(), 3u);
-}
-
 // An unloaded session leaves its file alone on disk: its WAL and its shared memory (32 KiB
 // written, more than a short session's file) go with the file's last connection, as they do
 // with SQLite's own last connection. While another connection has the file open (another
