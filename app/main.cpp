@@ -565,7 +565,8 @@ int main(int argc, char** argv) {
         options.nats_connected = [&nats] { return nats.connected(); };
         wuhu::app::node node(
             *store, *leases, nats,
-            [&script](wuhu::runtime::clock& clk) {
+            [script = std::make_shared<const wuhu::providers::script>(std::move(script))](
+                wuhu::runtime::clock& clk) {
                 return std::make_unique<wuhu::providers::scripted_provider>(script, clk);
             },
             options, log);

@@ -31,7 +31,7 @@ asio::awaitable<inference_slots::slot> inference_slots::acquire(std::string tena
         ++running_[tenant];
         co_return slot(this, std::move(tenant));
     }
-    auto w = std::make_shared<waiter>(co_await asio::this_coro::executor);
+    auto w = std::make_shared<waiter>();
     lines_[tenant].push_back(w);
     // Leaves the line when cancelled; a slot granted but never taken goes to the next.
     struct leaving {

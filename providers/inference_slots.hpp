@@ -61,7 +61,6 @@ class inference_slots {
 
   private:
     struct waiter {
-        explicit waiter(asio::any_io_executor ex) : ready(std::move(ex)) {}
         runtime::async_event ready;
         bool granted = false;
     };

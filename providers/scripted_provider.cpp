@@ -146,29 +146,29 @@ asio::awaitable<inference_outcome> scripted_provider::infer(inference_request re
         requests_.push_back(req);
     }
     const int attempt = attempts_[req.step]++;
-    if (req.step >= script_.responses.size()) {
+    if (req.step >= script_->responses.size()) {
         std::string text = "(the script has no response for step " + std::to_string(req.step) + ")";
         sink.text(text);
         session::assistant_message m;
         m.text = std::move(text);
-        m.model = script_.model;
+        m.model = script_->model;
         m.usage = {session::estimate_tokens(req.context), 0, session::estimate_tokens(m.text)};
         co_return m;
     }
-    const scripted_response& r = script_.responses[req.step];
+    const scripted_response& r = script_->responses[req.step];
     co_await clock_.sleep(r.delay);
     if (attempt < static_cast<int>(r.fail_first.size())) {
         const auto& failure = r.fail_first[static_cast<std::size_t>(attempt)];
         if (failure.usage) {
-            sink.usage(reported_usage{*failure.usage, script_.model, 0});
+            sink.usage(reported_usage{*failure.usage, script_->model, 0});
         }
         co_return failure.error;
     }
     if (r.early_usage) {
-        sink.usage(reported_usage{*r.early_usage, script_.model, 0});
+        sink.usage(reported_usage{*r.early_usage, script_->model, 0});
     }
     session::assistant_message m;
-    m.model = script_.model;
+    m.model = script_->model;
     for (std::size_t i = 0; i < r.chunks.size(); ++i) {
         if (i > 0) {
             co_await clock_.sleep(r.chunk_delay);
@@ -191,14 +191,14 @@ asio::awaitable<inference_outcome> scripted_provider::infer(inference_request re
 
 asio::awaitable<summary_outcome> scripted_provider::summarize(summary_request req) {
     const auto& segment = req.segment;
-    co_await clock_.sleep(script_.summary_delay);
+    co_await clock_.sleep(script_->summary_delay);
     std::size_t i = summaries_++;
     summary_answer out;
-    out.text = i < script_.summaries.size() ? script_.summaries[i]
-                                            : "Summary " + std::to_string(i + 1) + " of " +
-                                                  std::to_string(segment.size()) + " messages.";
+    out.text = i < script_->summaries.size() ? script_->summaries[i]
+                                             : "Summary " + std::to_string(i + 1) + " of " +
+                                                   std::to_string(segment.size()) + " messages.";
     out.usage = {session::estimate_tokens(segment), 0, session::estimate_tokens(out.text)};
-    out.model = script_.model;
+    out.model = script_->model;
     co_return out;
 }
 

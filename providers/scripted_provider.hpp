@@ -11,6 +11,7 @@
 #include "session/codec.hpp"
 
 #include <map>
+#include <memory>
 #include <optional>
 
 namespace wuhu::providers {
@@ -55,7 +56,12 @@ session::decoded<script> parse_script(std::string_view json_text);
 
 class scripted_provider final : public provider {
   public:
-    scripted_provider(script s, runtime::clock& clk) : script_(std::move(s)), clock_(clk) {}
+    scripted_provider(script s, runtime::clock& clk)
+        : scripted_provider(std::make_shared<const script>(std::move(s)), clk) {}
+    // One script for many providers (a worker's sessions each have one: a copy each cost a
+    // loaded session ~0.3 KiB).
+    scripted_provider(std::shared_ptr<const script> s, runtime::clock& clk)
+        : script_(std::move(s)), clock_(clk) {}
 
     asio::awaitable<inference_outcome> infer(inference_request req, stream_sink& sink) override;
     asio::awaitable<summary_outcome> summarize(summary_request req) override;
@@ -69,7 +75,7 @@ class scripted_provider final : public provider {
     const std::vector<inference_request>& requests() const { return requests_; }
 
   private:
-    script script_;
+    std::shared_ptr<const script> script_;
     runtime::clock& clock_;
     std::map<std::uint64_t, int> attempts_;
     std::vector<inference_request> requests_;

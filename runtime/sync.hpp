@@ -7,6 +7,7 @@
 #include <boost/asio/append.hpp>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>
+#include <boost/asio/associated_executor.hpp>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/error.hpp>
@@ -31,13 +32,13 @@ namespace detail {
 // completes once, through its own executor and never inside the call that completes it: woken
 // (no error), or cancelled through its cancellation slot (operation_aborted). Nothing is
 // allocated while nobody waits: the channels these were built on held a 512-byte buffer each
-// from their construction, four of them in every loaded session (issue 36).
+// from their construction, four of them in every loaded session (issue 36); nor is an
+// executor kept (56 bytes each): a waiter completes through its own.
 class waiters {
   public:
     using signature = void(boost::system::error_code);
 
-    explicit waiters(asio::any_io_executor ex) : ex_(std::move(ex)) {}
-    const asio::any_io_executor& get_executor() const { return ex_; }
+    waiters() = default;
     waiters(const waiters&) = delete;
     waiters& operator=(const waiters&) = delete;
     ~waiters() {
@@ -51,11 +52,11 @@ class waiters {
     auto wait(Token&& token) {
         return asio::async_initiate<Token, signature>(
             [this](auto h) {
-                // A waiter counts as outstanding work of the executor, as an operation on an
+                // A waiter counts as outstanding work of its executor, as an operation on an
                 // I/O object does: its io_context does not run out of work while it waits.
-                queue_.push_back(
-                    waiter{handler(std::move(h)),
-                           asio::prefer(ex_, asio::execution::outstanding_work.tracked)});
+                auto work = asio::prefer(asio::get_associated_executor(h),
+                                         asio::execution::outstanding_work.tracked);
+                queue_.push_back(waiter{handler(std::move(h)), std::move(work)});
                 const auto it = std::prev(queue_.end());
                 if (auto slot = asio::get_associated_cancellation_slot(it->h);
                     slot.is_connected()) {
@@ -84,7 +85,7 @@ class waiters {
     using handler = asio::any_completion_handler<signature>;
     struct waiter {
         handler h;
-        asio::any_io_executor work;  // outstanding work while it waits
+        asio::any_io_executor work;  // its executor, outstanding work while it waits
     };
 
     // `clear_slot`: the waiter's cancellation handler goes (not from inside that handler).
@@ -96,13 +97,12 @@ class waiters {
             clear_slot && slot.is_connected()) {
             slot.clear();
         }
-        // Through ex_, then the handler's own executor (a coroutine's, or its strand). The
-        // waiter's work ends after the post, which counts as work itself (in between, an
-        // io_context with nothing else to do would stop).
-        asio::post(ex_, asio::append(std::move(h), ec));
+        // Through the handler's own executor (a coroutine's, or its strand). The waiter's work
+        // ends after the post, which counts as work itself (in between, an io_context with
+        // nothing else to do would stop).
+        asio::post(work, asio::append(std::move(h), ec));
     }
 
-    asio::any_io_executor ex_;
     std::list<waiter> queue_;
 };
 
@@ -121,7 +121,7 @@ inline asio::awaitable<void> yield() {
 // notify() wakes one wait(); notifications that arrive while nobody waits coalesce into one.
 class async_event {
   public:
-    explicit async_event(asio::any_io_executor ex) : waiters_(std::move(ex)) {}
+    async_event() = default;
     void notify() {
         if (!waiters_.wake_one()) {
             pending_ = true;
@@ -129,7 +129,6 @@ class async_event {
     }
     // Forgets a pending notification.
     void reset() { pending_ = false; }
-    const asio::any_io_executor& get_executor() const { return waiters_.get_executor(); }
     asio::awaitable<void> wait() {
         if (std::exchange(pending_, false)) {
             co_await detail::yield();
@@ -172,7 +171,7 @@ class async_mutex {
         async_mutex* m_;
     };
 
-    explicit async_mutex(asio::any_io_executor ex) : waiters_(std::move(ex)) {}
+    async_mutex() = default;
     asio::awaitable<guard> lock() {
         if (std::exchange(locked_, true)) {
             co_await waiters_.wait(asio::use_awaitable);  // unlock() handed it over
@@ -212,7 +211,7 @@ class async_semaphore {
         async_semaphore* s_;
     };
 
-    async_semaphore(asio::any_io_executor ex, std::size_t n) : waiters_(std::move(ex)), free_(n) {}
+    explicit async_semaphore(std::size_t n) : free_(n) {}
     asio::awaitable<guard> acquire() {
         if (free_ > 0) {
             --free_;

@@ -38,16 +38,15 @@ agent_loop::agent_loop(asio::any_io_executor ex, std::unique_ptr<storage::sessio
 agent_loop::agent_loop(asio::any_io_executor ex, std::unique_ptr<storage::session_log> log,
                        providers::provider& p, const tools::tool_registry& tools,
                        runtime::clock& clk, std::shared_ptr<const loop_options> opts)
-    : log_(std::move(log)),
+    : ex_(std::move(ex)),
+      log_(std::move(log)),
       tools_(tools),
       clock_(clk),
       opts_(std::move(opts)),
       defaults_(opts_->defaults_for(log_->id().tenant())),
       hub_(std::make_shared<event_hub>()),
-      section_(ex),
-      wake_(ex),
-      abort_(ex),
-      turns_(*this, p, tools, clk, *opts_, abort_, *hub_),
+      provider_(p),
+      jitter_(turn_runner::seed(*opts_)),
       tools_run_(*this, tools, clk, opts_->tool_timeout, opts_->tool_result_linger,
                  opts_->max_entry_bytes, abort_) {}
 
@@ -57,6 +56,20 @@ bool agent_loop::quiescent() const {
     return loaded_ && !abort_.armed() && !abort_.pending() &&
            (loop_ == s::loop_state::idle || loop_ == s::loop_state::awaiting_approval) &&
            (!state_.has_work || state_.paused || failed_ || s::awaiting_approval(state_));
+}
+
+const std::optional<inflight_message>& agent_loop::inflight() const {
+    static const std::optional<inflight_message> none;
+    return turns_ ? turns_->inflight() : none;
+}
+
+turn_runner& agent_loop::turns() {
+    if (!turns_) {
+        session_writer& writer = *this;  // a private base: named here, not in make_unique
+        turns_ = std::make_unique<turn_runner>(writer, provider_, tools_, clock_, *opts_, abort_,
+                                               *hub_, jitter_);
+    }
+    return *turns_;
 }
 
 observation agent_loop::observe(event_sink sink) {
@@ -261,10 +274,44 @@ asio::awaitable<void> agent_loop::start() {
     // ones waiting, and every later one, are answered `closed` (the request is routed again).
     // (Not in a destructor of the frame: a frame destroyed without being resumed, as by an
     // io_context that goes first, may outlive the loop.)
+    // One coroutine for the session's life (run() and the work loop were two more, and their
+    // frames stayed for as long as an idle session is loaded).
     std::exception_ptr ended;
     try {
-        auto running = run();
-        co_await std::move(running);
+        // Loads the session and terminalizes an orphaned turn before any command runs.
+        operation recover = [this] { return recover_orphan(); };
+        auto recovering = persist(std::move(recover));
+        if (!co_await std::move(recovering)) {
+            if (state_.has_work) {
+                wake_.notify();
+            } else if (!state_.paused && s::awaiting_approval(state_)) {
+                set_loop(s::loop_state::awaiting_approval);  // loaded waiting: say so
+            }
+            running_ = true;
+            watch_timers();
+            // The work loop, until the session fails (close() wakes its wait).
+            while (!failed_) {
+                waiting_ = true;
+                co_await wake_.wait();
+                if (!std::exchange(tools_awaited_, true) && !tools_.settled()) {
+                    auto settling = tools_settled();
+                    co_await std::move(settling);
+                }
+                {
+                    // In the section: a command that saw the loop waiting (and drained its item
+                    // with its enqueue) has committed, and the ones after it see the loop
+                    // running, before the loop reads the state.
+                    auto guard = co_await section_.lock();
+                    waiting_ = false;
+                }
+                if (!failed_) {
+                    co_await run_until_idle();
+                }
+            }
+        }
+        if (failed_) {
+            set_loop(s::loop_state::idle);
+        }
     } catch (...) {
         ended = std::current_exception();
     }
@@ -285,50 +332,13 @@ asio::awaitable<void> agent_loop::start() {
     }
 }
 
-asio::awaitable<void> agent_loop::run() {
-    // Loads the session and terminalizes an orphaned turn before any command runs.
-    operation recover = [this] { return recover_orphan(); };
-    auto recovering = persist(std::move(recover));
-    const auto ec = co_await std::move(recovering);
-    if (!ec) {
-        if (state_.has_work) {
-            wake_.notify();
-        } else if (!state_.paused && s::awaiting_approval(state_)) {
-            set_loop(s::loop_state::awaiting_approval);  // loaded waiting: say so
-        }
-        running_ = true;
-        watch_timers();
-        co_await work_loop();
-    }
-    if (failed_) {
-        set_loop(s::loop_state::idle);
-    }
-}
-
-// Returns when the session fails (close() wakes its wait).
-asio::awaitable<void> agent_loop::work_loop() {
-    while (!failed_) {
-        waiting_ = true;
-        co_await wake_.wait();
-        if (!std::exchange(tools_awaited_, true) && !tools_.settled()) {
-            // The worker's MCP servers are making their first offer (at start): the loop's
-            // first step waits for it, so that a call of one of their tools is not taken for
-            // a call of an unknown one.
-            const auto give_up = clock_.now().value + tools_first_offer_wait.count();
-            while (!tools_.settled() && clock_.now().value < give_up) {
-                co_await clock_.sleep(std::chrono::milliseconds(50));
-            }
-        }
-        {
-            // In the section: a command that saw the loop waiting (and drained its item with
-            // its enqueue) has committed, and the ones after it see the loop running, before
-            // the loop reads the state.
-            auto guard = co_await section_.lock();
-            waiting_ = false;
-        }
-        if (!failed_) {
-            co_await run_until_idle();
-        }
+asio::awaitable<void> agent_loop::tools_settled() {
+    // The worker's MCP servers are making their first offer (at start): the loop's first step
+    // waits for it, so that a call of one of their tools is not taken for a call of an unknown
+    // one.
+    const auto give_up = clock_.now().value + tools_first_offer_wait.count();
+    while (!tools_.settled() && clock_.now().value < give_up) {
+        co_await clock_.sleep(std::chrono::milliseconds(50));
     }
 }
 
@@ -338,13 +348,13 @@ void agent_loop::watch_timers() {
         return;  // one watches them already (or will: see the completion), or none to watch
     }
     if (!timers_) {
-        timers_ = std::make_unique<timer_watch>(wake_.get_executor());
+        timers_ = std::make_unique<timer_watch>();
     }
     timer_child_ = true;
     auto ended = [this](const std::exception_ptr&) {
         // Posted: the next child binds the stop signal's slot, which this one's coroutine
         // holds until it has gone. A timer scheduled while this one was ending is watched by it.
-        asio::post(timers_->ended.get_executor(), [this] {
+        asio::post(ex_, [this] {
             timer_child_ = false;
             watch_timers();
             if (!timer_child_) {
@@ -352,7 +362,7 @@ void agent_loop::watch_timers() {
             }
         });
     };
-    asio::co_spawn(timers_->ended.get_executor(), timer_loop(),
+    asio::co_spawn(ex_, timer_loop(),
                    asio::bind_cancellation_slot(timers_->stop.slot(), std::move(ended)));
 }
 
@@ -411,9 +421,10 @@ asio::awaitable<void> agent_loop::run_until_idle() {
             case s::step_kind::pause:
             case s::step_kind::idle:
                 set_loop(s::loop_state::idle);
+                turns_.reset();
                 co_return;
             case s::step_kind::compact: {
-                auto task = turns_.compact(step.upto);
+                auto task = turns().compact(step.upto);
                 co_await std::move(task);
                 break;
             }
@@ -443,7 +454,7 @@ asio::awaitable<void> agent_loop::run_until_idle() {
                 break;
             }
             case s::step_kind::infer:
-                co_await turns_.infer();
+                co_await turns().infer();
                 break;
             case s::step_kind::budget_spent: {
                 // Recorded with the session paused: the next step is the pause.
@@ -463,12 +474,14 @@ asio::awaitable<void> agent_loop::run_until_idle() {
                 if (co_await std::move(task)) {
                     set_loop(s::loop_state::awaiting_approval);
                 }
+                turns_.reset();
                 co_return;
             }
         }
         at = s::after(step, at);
         compaction_tried_ = at.compaction_tried;
     }
+    turns_.reset();
 }
 
 }  // namespace wuhu::worker

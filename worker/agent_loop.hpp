@@ -96,7 +96,7 @@ class agent_loop final : private session_writer {
     // The session's budget with its tenant's and the fleet's defaults (session/ledger.hpp
     // `effective`, loop_options::defaults_for).
     session::budget limits() const override;
-    const std::optional<inflight_message>& inflight() const { return turns_.inflight(); }
+    const std::optional<inflight_message>& inflight() const;
     bool loaded() const { return loaded_; }
     // The timer loop runs: only while the session has timers or deadlines (an idle session
     // without them holds one coroutine, the work loop's, waiting for a wake-up).
@@ -153,9 +153,8 @@ class agent_loop final : private session_writer {
     // the session (the rules never refuse the loop's own transitions).
     written plan_now(session::transition t);
 
-    // start()'s body.
-    asio::awaitable<void> run();
-    asio::awaitable<void> work_loop();
+    // The loop's first step waits for the worker's MCP servers' first offer (a while at most).
+    asio::awaitable<void> tools_settled();
     // Starts the timer loop, a child of start(), unless it runs, or the session has neither
     // timers nor deadlines (the loop returns when none are left).
     void watch_timers();
@@ -163,13 +162,17 @@ class agent_loop final : private session_writer {
     // A decision's plan; edited arguments are checked against the tool's schema first.
     written decide(session::decision_input in, command_reply& reply, bool& wake);
     asio::awaitable<void> run_until_idle();
+    // The runner of the turn at work: made by its first inference or compaction, dropped when
+    // the loop stops (an idle session holds none).
+    turn_runner& turns();
 
     void apply_committed(const session::action_list& actions);
     // Stamps a status about to be published (session::status: epoch, seq).
     void stamp(session::status& st);
 
+    asio::any_io_executor ex_;  // the timer loop's
     std::unique_ptr<storage::session_log> log_;
-    bool tools_awaited_ = false;  // the MCP servers' first offer (work_loop)
+    bool tools_awaited_ = false;  // the MCP servers' first offer (start)
     const tools::tool_registry& tools_;
     runtime::clock& clock_;
     std::shared_ptr<const loop_options> opts_;
@@ -181,7 +184,6 @@ class agent_loop final : private session_writer {
     // What the timer loop's child waits on and is stopped by: made when the first one is
     // spawned (watch_timers) and kept; a session that never has timers holds 8 bytes for it.
     struct timer_watch {
-        explicit timer_watch(const asio::any_io_executor& ex) : changed(ex), ended(ex) {}
         runtime::async_event changed;
         runtime::async_event ended;  // the timer loop's child has completed
         asio::cancellation_signal stop;
@@ -210,7 +212,9 @@ class agent_loop final : private session_writer {
     bool failed_ = false;
     boost::system::error_code failure_;
     // The runners write through this loop (a session_writer): declared last, built last.
-    turn_runner turns_;
+    providers::provider& provider_;
+    std::uint64_t jitter_;                // the retry jitter's state (turn_runner::seed)
+    std::unique_ptr<turn_runner> turns_;  // while a turn is at work (turns())
     tool_runner tools_run_;
 };
 

@@ -22,12 +22,12 @@ struct session_registry::entry {
     // least recently used first).
     std::chrono::steady_clock::time_point used = std::chrono::steady_clock::now();
     std::size_t users = 0;  // handles out (requests using it)
+    runtime::work_gate::pass pass;  // while its loop runs (the node's busy gate)
     bool listed = false;    // in sessions_ and by_use_, at by_use
     std::list<entry*>::iterator by_use;
 };
 
 struct session_registry::gate {
-    explicit gate(asio::any_io_executor ex) : mu(std::move(ex)) {}
     runtime::async_mutex mu;
 };
 
@@ -58,7 +58,7 @@ session_registry::handle session_registry::share(const std::shared_ptr<entry>& e
 std::shared_ptr<session_registry::gate> session_registry::gate_of(const session::session_id& id) {
     auto& g = gates_[id.str()];
     if (!g) {
-        g = std::make_shared<gate>(ex_);
+        g = std::make_shared<gate>();
     }
     return g;
 }
@@ -152,7 +152,7 @@ asio::awaitable<boost::system::result<session_registry::handle>> session_registr
 }
 
 void session_registry::limit_loads(std::size_t n) {
-    loads_ = n > 0 ? std::make_unique<runtime::async_semaphore>(ex_, n) : nullptr;
+    loads_ = n > 0 ? std::make_unique<runtime::async_semaphore>(n) : nullptr;
 }
 
 asio::awaitable<boost::system::result<session_registry::handle>> session_registry::load(
@@ -207,13 +207,14 @@ asio::awaitable<boost::system::result<session_registry::handle>> session_registr
     // The loop is a tracked child: stop() and retire() cancel it through its slot. Its
     // completion frees the registry's part of it (a failed session is reloaded from the store
     // on its next use) once the handler has returned.
-    auto pass = std::make_shared<runtime::work_gate::pass>(work_ != nullptr ? work_->enter()
-                                                                   : runtime::work_gate::pass());
-    auto done = [this, keep = e, id, pass](std::exception_ptr) mutable {
+    // Its handler is small (its frame holds it and a copy while it completes).
+    e->pass = work_ != nullptr ? work_->enter() : runtime::work_gate::pass();
+    auto done = [this, keep = e](std::exception_ptr) mutable {
         keep->running = false;
         --running_;
-        auto left = std::move(*pass);
-        asio::post(ex_, [this, keep = std::move(keep), id]() mutable {
+        auto left = std::move(keep->pass);
+        asio::post(ex_, [this, keep = std::move(keep)]() mutable {
+            const auto& id = keep->loop->id();
             if (auto it = sessions_.find(id.str());
                 !stopped_ && it != sessions_.end() && it->second == keep) {
                 forget(it);

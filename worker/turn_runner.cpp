@@ -16,18 +16,15 @@ namespace wuhu::worker {
 using namespace boost::asio::experimental::awaitable_operators;
 namespace s = wuhu::session;
 
-namespace {
-
-// A loop's jitter seed: the process's random base and a count (each loop a sequence of its
-// own, without reading the system's entropy once a session).
-std::uint64_t jitter_seed() {
+std::uint64_t turn_runner::seed(const loop_options& opts) {
+    if (opts.jitter_seed != 0) {
+        return opts.jitter_seed;
+    }
     static const std::uint64_t base =
         (static_cast<std::uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
     static std::atomic<std::uint64_t> made{0};
     return base + 0x632be59bd9b4e019ULL * (made.fetch_add(1, std::memory_order_relaxed) + 1);
 }
-
-}  // namespace
 
 namespace {
 
@@ -93,7 +90,8 @@ struct turn_runner::attempt {
 
 turn_runner::turn_runner(session_writer& w, providers::provider& p,
                          const tools::tool_registry& tools, runtime::clock& clk,
-                         const loop_options& opts, abort_signal& abort, event_hub& hub)
+                         const loop_options& opts, abort_signal& abort, event_hub& hub,
+                         std::uint64_t& rng)
     : writer_(w),
       provider_(p),
       tools_(tools),
@@ -102,7 +100,7 @@ turn_runner::turn_runner(session_writer& w, providers::provider& p,
       abort_(abort),
       hub_(hub),
       sink_(std::make_unique<sink>(*this)),
-      rng_(opts.jitter_seed != 0 ? opts.jitter_seed : jitter_seed()) {}
+      rng_(rng) {}
 
 turn_runner::~turn_runner() = default;
 
@@ -264,7 +262,7 @@ asio::awaitable<turn_runner::attempt> turn_runner::infer_once() {
     billed_.reset();
     hub_.emit(stream_began_event{step, inflight_->epoch});
     // An answer that streams past the entry limit (or without end) is stopped there.
-    runtime::async_event cut(co_await asio::this_coro::executor);
+    runtime::async_event cut;
     cut_ = &cut;
     streamed_ = 0;
     began_stream();

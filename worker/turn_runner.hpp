@@ -26,8 +26,15 @@ using std::chrono::milliseconds;
 
 class turn_runner {
   public:
+    // `rng`: the retry jitter's state, the loop's (a loop makes a runner for each turn, and
+    // its jitter goes on from the last one's: seed() once a loop).
     turn_runner(session_writer& w, providers::provider& p, const tools::tool_registry& tools,
-                runtime::clock& clk, const loop_options& opts, abort_signal& abort, event_hub& hub);
+                runtime::clock& clk, const loop_options& opts, abort_signal& abort, event_hub& hub,
+                std::uint64_t& rng);
+    // A loop's first jitter state: loop_options::jitter_seed, or the process's random base
+    // and a count (each loop a sequence of its own, without reading the system's entropy once
+    // a session).
+    static std::uint64_t seed(const loop_options& opts);
     ~turn_runner();
     turn_runner(const turn_runner&) = delete;
     turn_runner& operator=(const turn_runner&) = delete;
@@ -90,9 +97,9 @@ class turn_runner {
     std::optional<session::unix_ms> last_byte_;  // of the stream watched now
     std::vector<session::llm_message> context_;  // projection built by fits(), if still current
     session::version_vector context_version_;
-    // The retry jitter's generator (splitmix64): 8 bytes a session, where a Mersenne twister
-    // held 2.5 KB in every loaded session.
-    std::uint64_t rng_;
+    // The retry jitter's generator (splitmix64), the loop's: 8 bytes a session, where a
+    // Mersenne twister held 2.5 KB in every loaded session.
+    std::uint64_t& rng_;
 };
 
 }  // namespace wuhu::worker

@@ -66,7 +66,6 @@ class abort_signal {
   public:
     // One request waiting for the outcome (shared: the request may be cancelled first).
     struct waiter {
-        explicit waiter(asio::any_io_executor ex) : done(std::move(ex)) {}
         runtime::async_event done;
         std::optional<abort_outcome> out;  // nullopt: the loop closed first
     };
@@ -77,8 +76,6 @@ class abort_signal {
         session::abort_stage stopped = session::abort_stage::none;  // none: between steps
         std::vector<std::shared_ptr<waiter>> waiters;
     };
-
-    explicit abort_signal(asio::any_io_executor ex) : event_(std::move(ex)) {}
 
     // Around a wait an abort stops: one fired before (pending) stops it at once.
     void arm(session::abort_stage stage) {
@@ -96,7 +93,7 @@ class abort_signal {
     // A request joins the pending abort, or fires a new one; the armed wait ends. The waiter
     // gets the outcome when the abort is settled.
     std::shared_ptr<waiter> fire(std::string reason, std::string id) {
-        auto w = std::make_shared<waiter>(event_.get_executor());
+        auto w = std::make_shared<waiter>();
         if (!pending_) {
             pending_ = std::make_unique<request>(
                 request{std::move(reason), std::move(id), session::abort_stage::none, {}});

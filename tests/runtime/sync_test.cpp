@@ -72,7 +72,7 @@ asio::awaitable<void> take(async_semaphore& sem, int& holding, async_event& rele
 
 TEST(AsyncEvent, NotificationsWhileNobodyWaitsCoalesceIntoOne) {
     asio::io_context io;
-    async_event ev(io.get_executor());
+    async_event ev;
     ev.notify();
     ev.notify();
     ending first, second;
@@ -88,7 +88,7 @@ TEST(AsyncEvent, NotificationsWhileNobodyWaitsCoalesceIntoOne) {
 
 TEST(AsyncEvent, ResetForgetsAPendingNotification) {
     asio::io_context io;
-    async_event ev(io.get_executor());
+    async_event ev;
     ev.notify();
     ev.reset();
     ending w;
@@ -104,7 +104,7 @@ TEST(AsyncEvent, ResetForgetsAPendingNotification) {
 // in between must not complete it (or touch the list) again.
 TEST(AsyncEvent, AWaitCancelledTwiceEndsOnceAndTheEventWorksOn) {
     asio::io_context io;
-    async_event ev(io.get_executor());
+    async_event ev;
     asio::cancellation_signal stop;
     ending cancelled, other;
     asio::co_spawn(io, wait_on(ev), asio::bind_cancellation_slot(stop.slot(), on_end(cancelled)));
@@ -125,7 +125,7 @@ TEST(AsyncEvent, AWaitCancelledTwiceEndsOnceAndTheEventWorksOn) {
 // while a coroutine waits, and the wake-up from another thread reaches it.
 TEST(AsyncEvent, AWaiterKeepsRunFromReturning) {
     asio::io_context io;
-    async_event ev(io.get_executor());
+    async_event ev;
     ending w;
     asio::co_spawn(io, wait_on(ev), on_end(w));
     std::thread runner([&] { io.run(); });
@@ -138,10 +138,9 @@ TEST(AsyncEvent, AWaiterKeepsRunFromReturning) {
 
 TEST(AsyncMutex, WaitersGetTheLockInTheOrderTheyCameAndACancelledOneNever) {
     asio::io_context io;
-    async_mutex mu(io.get_executor());
+    async_mutex mu;
     std::vector<std::string> order;
-    async_event release_a(io.get_executor()), release_b(io.get_executor()),
-        release_c(io.get_executor());
+    async_event release_a, release_b, release_c;
     asio::cancellation_signal stop_b;
     ending a, b, c;
     asio::co_spawn(io, hold(mu, order, "a", release_a), on_end(a));
@@ -162,7 +161,7 @@ TEST(AsyncMutex, WaitersGetTheLockInTheOrderTheyCameAndACancelledOneNever) {
     EXPECT_EQ(c.ec, boost::system::error_code{});
     // Free again: a new holder gets it.
     ending d;
-    async_event release_d(io.get_executor());
+    async_event release_d;
     asio::co_spawn(io, hold(mu, order, "d", release_d), on_end(d));
     poll(io);
     EXPECT_EQ(order.back(), "d");
@@ -173,9 +172,9 @@ TEST(AsyncMutex, WaitersGetTheLockInTheOrderTheyCameAndACancelledOneNever) {
 
 TEST(AsyncSemaphore, AtMostNHoldersAtOnce) {
     asio::io_context io;
-    async_semaphore sem(io.get_executor(), 2);
+    async_semaphore sem(2);
     int holding = 0;
-    async_event release(io.get_executor());
+    async_event release;
     std::vector<ending> ends(4);
     for (auto& e : ends) {
         asio::co_spawn(io, take(sem, holding, release), on_end(e));

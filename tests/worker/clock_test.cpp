@@ -167,8 +167,8 @@ TEST(Clock, TheLosingSidesOfARaceEndWithoutAnException) {
         EXPECT_FALSE(sleep.returned);
         EXPECT_TRUE(sleep.threw);
     }
-    auto waited = cancelled([](asio::any_io_executor ex) -> asio::awaitable<void> {
-        worker::abort_signal abort(ex);
+    auto waited = cancelled([](asio::any_io_executor) -> asio::awaitable<void> {
+        worker::abort_signal abort;
         abort.arm(session::abort_stage::inference);
         co_await abort.wait();
     });
@@ -178,16 +178,16 @@ TEST(Clock, TheLosingSidesOfARaceEndWithoutAnException) {
 
 // A fired abort still wins its race, and a race an answer wins returns the answer.
 TEST(Clock, AnAbortOrAnAnswerStillWinsItsRace) {
-    run([](asio::any_io_executor ex) -> asio::awaitable<void> {
+    run([](asio::any_io_executor) -> asio::awaitable<void> {
         runtime::manual_clock clock(session::unix_ms{1000});
-        worker::abort_signal abort(ex);
+        worker::abort_signal abort;
         abort.arm(session::abort_stage::inference);
         auto answered =
             co_await (answer_soon() || abort.wait() || clock.timeout(milliseconds(50)));
         EXPECT_EQ(answered.index(), 0u);
         EXPECT_EQ(std::get<0>(answered), 42);
         EXPECT_EQ(clock.sleepers(), 0u);
-        worker::abort_signal stop(ex);
+        worker::abort_signal stop;
         stop.arm(session::abort_stage::inference);
         EXPECT_TRUE(stop.fire("stop", "") != nullptr);
         auto aborted = co_await (clock.timeout(milliseconds(50)) || stop.wait());
