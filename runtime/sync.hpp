@@ -50,23 +50,20 @@ class waiters {
     // Suspends until wake_one() reaches this waiter, or its cancellation.
     template <class Token>
     auto wait(Token&& token) {
+        return asio::async_initiate<Token, signature>([this](auto h) { enqueue(std::move(h)); },
+                                                      token);
+    }
+    // The same, unless `pending` is set when the wait begins (not when it is made): then it
+    // is cleared and the wait completes at once, through the waiter's executor.
+    template <class Token>
+    auto wait_unless(bool& pending, Token&& token) {
         return asio::async_initiate<Token, signature>(
-            [this](auto h) {
-                // A waiter counts as outstanding work of its executor, as an operation on an
-                // I/O object does: its io_context does not run out of work while it waits.
-                auto work = asio::prefer(asio::get_associated_executor(h),
-                                         asio::execution::outstanding_work.tracked);
-                queue_.push_back(waiter{handler(std::move(h)), std::move(work)});
-                const auto it = std::prev(queue_.end());
-                if (auto slot = asio::get_associated_cancellation_slot(it->h);
-                    slot.is_connected()) {
-                    // Once: the handler stays in the slot until the posted completion runs, and
-                    // a signal may be emitted again meanwhile (a stop, then an unload).
-                    slot.assign([this, it, armed = true](asio::cancellation_type) mutable {
-                        if (std::exchange(armed, false)) {
-                            finish(it, asio::error::operation_aborted, false);
-                        }
-                    });
+            [this, &pending](auto h) {
+                if (std::exchange(pending, false)) {
+                    const auto ex = asio::get_associated_executor(h);
+                    asio::post(ex, asio::append(std::move(h), boost::system::error_code()));
+                } else {
+                    enqueue(std::move(h));
                 }
             },
             token);
@@ -87,6 +84,25 @@ class waiters {
         handler h;
         asio::any_io_executor work;  // its executor, outstanding work while it waits
     };
+
+    template <class Handler>
+    void enqueue(Handler h) {
+        // A waiter counts as outstanding work of its executor, as an operation on an I/O
+        // object does: its io_context does not run out of work while it waits.
+        auto work = asio::prefer(asio::get_associated_executor(h),
+                                 asio::execution::outstanding_work.tracked);
+        queue_.push_back(waiter{handler(std::move(h)), std::move(work)});
+        const auto it = std::prev(queue_.end());
+        if (auto slot = asio::get_associated_cancellation_slot(it->h); slot.is_connected()) {
+            // Once: the handler stays in the slot until the posted completion runs, and a
+            // signal may be emitted again meanwhile (a stop, then an unload).
+            slot.assign([this, it, armed = true](asio::cancellation_type) mutable {
+                if (std::exchange(armed, false)) {
+                    finish(it, asio::error::operation_aborted, false);
+                }
+            });
+        }
+    }
 
     // `clear_slot`: the waiter's cancellation handler goes (not from inside that handler).
     void finish(std::list<waiter>::iterator it, boost::system::error_code ec, bool clear_slot) {
@@ -129,22 +145,15 @@ class async_event {
     }
     // Forgets a pending notification.
     void reset() { pending_ = false; }
-    asio::awaitable<void> wait() {
-        if (std::exchange(pending_, false)) {
-            co_await detail::yield();
-        } else {
-            co_await waiters_.wait(asio::use_awaitable);
-        }
-    }
+    // A pending notification is taken when the wait begins, and it completes through the
+    // executor as a woken one does. Not a coroutine of its own: an idle session's work loop
+    // waits here, and a frame more would stay with each.
+    asio::awaitable<void> wait() { return waiters_.wait_unless(pending_, asio::use_awaitable); }
     // As wait(), but a cancelled wait completes too, without an exception: for the losing
     // side of a race (`||`), whose outcome nobody reads. (An exception a turn per race lost
     // cost a tenth of the worker's serving thread.)
     asio::awaitable<void> wait_or_cancelled() {
-        if (std::exchange(pending_, false)) {
-            co_await detail::yield();
-        } else {
-            co_await waiters_.wait(asio::as_tuple(asio::use_awaitable));
-        }
+        co_await waiters_.wait_unless(pending_, asio::as_tuple(asio::use_awaitable));
     }
 
   private:

@@ -100,6 +100,28 @@ TEST(AsyncEvent, ResetForgetsAPendingNotification) {
     EXPECT_EQ(w.ec, boost::system::error_code{});
 }
 
+// A wait takes a pending notification when it begins, not when it is made: one that arrives in
+// between (as in a race `a || ev.wait()`, whose waits begin after the expression is made) wakes
+// it.
+asio::awaitable<void> made_then_notified(async_event& ev) {
+    auto waiting = ev.wait();
+    ev.notify();  // nobody waits yet: pending
+    co_await std::move(waiting);
+}
+
+TEST(AsyncEvent, ANotificationBetweenMakingAWaitAndBeginningItWakesIt) {
+    asio::io_context io;
+    async_event ev;
+    ending w;
+    asio::co_spawn(io, made_then_notified(ev), on_end(w));
+    poll(io);
+    EXPECT_EQ(w.ec, boost::system::error_code{});
+    ending next;
+    asio::co_spawn(io, wait_on(ev), on_end(next));
+    poll(io);
+    EXPECT_FALSE(next.ec) << "the notification was taken by the first wait";
+}
+
 // A waiter's cancellation handler stays in its slot until its completion runs; a second signal
 // in between must not complete it (or touch the list) again.
 TEST(AsyncEvent, AWaitCancelledTwiceEndsOnceAndTheEventWorksOn) {
