@@ -1,7 +1,5 @@
 #include "providers/inference_slots.hpp"
 
-#include <boost/asio/this_coro.hpp>
-
 #include <algorithm>
 
 namespace wuhu::providers {

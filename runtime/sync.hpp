@@ -1,5 +1,6 @@
 // Coroutine synchronisation for one executor (a session's strand): a coalescing wake-up
 // signal and a FIFO async mutex. Neither is thread-safe: use them from their executor only.
+// They keep no executor: each waiter completes through its own (a coroutine's).
 #pragma once
 
 #include <boost/asio/any_completion_handler.hpp>
@@ -20,6 +21,7 @@
 #include <cstddef>
 #include <iterator>
 #include <list>
+#include <type_traits>
 #include <utility>
 
 namespace wuhu::runtime {
@@ -59,6 +61,7 @@ class waiters {
     auto wait_unless(bool& pending, Token&& token) {
         return asio::async_initiate<Token, signature>(
             [this, &pending](auto h) {
+                static_assert(has_executor<decltype(h)>, "a wait completes through its executor");
                 if (std::exchange(pending, false)) {
                     const auto ex = asio::get_associated_executor(h);
                     asio::post(ex, asio::append(std::move(h), boost::system::error_code()));
@@ -85,8 +88,14 @@ class waiters {
         asio::any_io_executor work;  // its executor, outstanding work while it waits
     };
 
+    // A handler without an executor of its own would complete on another thread.
+    template <class Handler>
+    static constexpr bool has_executor =
+        !std::is_same_v<asio::associated_executor_t<Handler>, asio::system_executor>;
+
     template <class Handler>
     void enqueue(Handler h) {
+        static_assert(has_executor<Handler>, "a waiter completes through its own executor");
         // A waiter counts as outstanding work of its executor, as an operation on an I/O
         // object does: its io_context does not run out of work while it waits.
         auto work = asio::prefer(asio::get_associated_executor(h),

@@ -99,7 +99,7 @@ class agent_loop final : private session_writer {
     const std::optional<inflight_message>& inflight() const;
     bool loaded() const { return loaded_; }
     // The timer loop runs: only while the session has timers or deadlines (an idle session
-    // without them holds one coroutine, the work loop's, waiting for a wake-up).
+    // without them holds one coroutine, start()'s, waiting in its work loop for a wake-up).
     bool watching_timers() const { return timer_child_; }
     bool failed() const override { return failed_; }
     boost::system::error_code failure() const { return failure_; }
@@ -211,7 +211,8 @@ class agent_loop final : private session_writer {
     std::atomic<bool> waiting_{false};
     bool failed_ = false;
     boost::system::error_code failure_;
-    // The runners write through this loop (a session_writer): declared last, built last.
+    // The runners write through this loop (a session_writer): declared last, the tool runner
+    // built last; the turn runner is made by turns().
     providers::provider& provider_;
     std::uint64_t jitter_;                // the retry jitter's state (turn_runner::seed)
     std::unique_ptr<turn_runner> turns_;  // while a turn is at work (turns())
