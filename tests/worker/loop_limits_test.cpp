@@ -35,6 +35,30 @@ TEST(Retry, TransientErrorsAreRetriedWithCappedExponentialBackoff) {
     EXPECT_EQ(session::backoff({}, 30, 0.999), milliseconds(29985));  // capped at 30 s
 }
 
+// The retry jitter's sequence is the loop's, not a turn's: a turn's runner is made for each turn
+// (an idle session holds none), and one seeded afresh each time would wait alike in every turn.
+TEST(Retry, TheJitterGoesOnFromOneTurnToTheNext) {
+    loop_harness h(R"({"responses":[{"text":"one","fail_first":[{"kind":"transient"}]},
+                                     {"text":"two","fail_first":[{"kind":"transient"}]}]})");
+    h.start();
+    auto t0 = h.clock().now();
+    h.follow_up("f1", "hi");
+    h.settle();
+    const auto first = h.clock().now().value - t0.value;
+    t0 = h.clock().now();
+    h.follow_up("f2", "again");
+    h.settle();
+    const auto second = h.clock().now().value - t0.value;
+    EXPECT_EQ(h.provider().attempts(0), 2);
+    EXPECT_EQ(h.provider().attempts(1), 2);
+    EXPECT_EQ(h.transcript_texts().back(), "assistant:two");
+    for (const auto waited : {first, second}) {
+        EXPECT_GE(waited, 250);  // one wait of 250-500 ms each (base 500 ms, equal jitter)
+        EXPECT_LT(waited, 500);
+    }
+    EXPECT_NE(first, second) << "the second turn's wait repeated the first one's jitter";
+}
+
 TEST(Retry, GivesUpAfterMaxAttemptsWithAVisibleError) {
     auto opts = loop_harness::default_options();
     opts.retry.max_attempts = 2;
