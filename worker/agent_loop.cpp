@@ -306,6 +306,7 @@ asio::awaitable<void> agent_loop::start() {
                 }
                 if (!failed_) {
                     co_await run_until_idle();
+                    turns_.reset();  // the loop stopped: an idle session holds no turn runner
                 }
             }
         }
@@ -421,7 +422,6 @@ asio::awaitable<void> agent_loop::run_until_idle() {
             case s::step_kind::pause:
             case s::step_kind::idle:
                 set_loop(s::loop_state::idle);
-                turns_.reset();
                 co_return;
             case s::step_kind::compact: {
                 auto task = turns().compact(step.upto);
@@ -474,14 +474,12 @@ asio::awaitable<void> agent_loop::run_until_idle() {
                 if (co_await std::move(task)) {
                     set_loop(s::loop_state::awaiting_approval);
                 }
-                turns_.reset();
                 co_return;
             }
         }
         at = s::after(step, at);
         compaction_tried_ = at.compaction_tried;
     }
-    turns_.reset();
 }
 
 }  // namespace wuhu::worker
