@@ -42,7 +42,9 @@ void keeper::tell(lease_event e, const lease& l) const {
 void keeper::keep(const lease& l, std::chrono::steady_clock::time_point began) {
     lease kept = l;
     kept.taken_from.clear();  // a fact of the acquisition, not of the lease
-    held_.insert_or_assign(l.id.str(), held_lease{std::move(kept), deadline(began)});
+    const auto until = deadline(began);
+    held_.insert_or_assign(l.id.str(), held_lease{std::move(kept), until});
+    earliest_ = std::min(earliest_, until);
 }
 
 result<bool> keeper::still_held(const session_id& id) {
@@ -228,13 +230,10 @@ bool keeper::serving(const session_id& id) const {
 
 std::optional<std::chrono::steady_clock::time_point> keeper::next_deadline() const {
     std::lock_guard lock(mu_);
-    std::optional<std::chrono::steady_clock::time_point> first;
-    for (const auto& [id, h] : held_) {
-        if (!first || h.serve_until < *first) {
-            first = h.serve_until;
-        }
+    if (held_.empty()) {
+        return std::nullopt;
     }
-    return first;
+    return earliest_;
 }
 
 void keeper::expire_overdue() {
@@ -242,11 +241,13 @@ void keeper::expire_overdue() {
     std::vector<lease> gone;
     {
         std::lock_guard lock(mu_);
+        earliest_ = std::chrono::steady_clock::time_point::max();
         for (auto it = held_.begin(); it != held_.end();) {
             if (now >= it->second.serve_until) {
                 gone.push_back(it->second.l);
                 it = held_.erase(it);
             } else {
+                earliest_ = std::min(earliest_, it->second.serve_until);
                 ++it;
             }
         }
@@ -290,6 +291,7 @@ result<std::vector<session_id>> keeper::renew() {
             }
         }
         const auto until = deadline(began);
+        earliest_ = std::chrono::steady_clock::time_point::max();
         auto r = all.begin();
         for (auto& [id, h] : held_) {
             while (r != all.end() && r->id.str() < id) {
@@ -298,6 +300,7 @@ result<std::vector<session_id>> keeper::renew() {
             if (r != all.end() && r->id.str() == id && r->epoch == h.l.epoch) {
                 h.serve_until = std::max(h.serve_until, until);
             }
+            earliest_ = std::min(earliest_, h.serve_until);
         }
     }
     for (const auto& l : gone) {

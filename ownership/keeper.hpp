@@ -87,7 +87,9 @@ class keeper {
     result<std::vector<session_id>> renew();
     // Whether the session's lease is held and within its deadline (no store IO).
     bool serving(const session_id& id) const;
-    // The earliest deadline of a held lease (nullopt: none held).
+    // No held lease's deadline is earlier (nullopt: none held); it may be earlier than every
+    // one, after a lease went: the renewal loop then wakes for an expire_overdue() that finds
+    // none past its deadline.
     std::optional<std::chrono::steady_clock::time_point> next_deadline() const;
     // Forgets the leases past their deadline and reports them lost (no store IO: the store
     // may not answer, and by the time it would, another worker may own them).
@@ -137,8 +139,13 @@ class keeper {
     lease_settings settings_;
     steady_clock clock_;
     listener listener_;
-    mutable std::mutex mu_;  // guards held_
+    mutable std::mutex mu_;  // guards held_ and earliest_
     std::map<std::string, held_lease> held_;
+    // No held lease's serve_until is earlier (next_deadline() without a walk of 100,000
+    // leases): lowered by keep(), made exact again by the walks of renew() and
+    // expire_overdue(); a lease that goes leaves it early, which wakes the renewal loop for an
+    // expire_overdue() that finds nothing and sets it right.
+    std::chrono::steady_clock::time_point earliest_ = std::chrono::steady_clock::time_point::max();
 };
 
 }  // namespace wuhu::ownership
