@@ -371,6 +371,34 @@ TEST(Keeper, AnOwnerThatCannotRenewStopsServingAtTheDeadlineAndGivesTheLeaseUp) 
     EXPECT_EQ(events, (std::vector<std::string>{"acquired s", "lost s"}));
 }
 
+// The renewal loop wakes at next_deadline(), which the keeper keeps without a walk of its
+// leases: never later than a held lease's deadline, exact again after a renewal.
+TEST(Keeper, TheNextDeadlineIsNeverLaterThanAHeldLeasesAndExactAfterARenewal) {
+    keeper_world w;
+    auto w1 = w.make("w1");
+    const auto t0 = w.steady;
+    ASSERT_TRUE(here(w1->place(sid("s1"))));
+    w.advance(500ms);
+    ASSERT_TRUE(here(w1->place(sid("s2"))));
+    EXPECT_EQ(w1->next_deadline(), t0 + 2'400ms) << "s1's";
+    w1->release(sid("s1"));
+    ASSERT_TRUE(w1->next_deadline());
+    EXPECT_LE(*w1->next_deadline(), t0 + 2'900ms) << "never later than s2's";
+    ASSERT_TRUE(w1->renew());
+    EXPECT_EQ(w1->next_deadline(), t0 + 2'900ms) << "exact after a renewal";
+    w.advance(1'000ms);
+    ASSERT_TRUE(w1->renew());
+    EXPECT_EQ(w1->next_deadline(), t0 + 3'900ms);
+    w.advance(500ms);
+    ASSERT_TRUE(here(w1->place(sid("s3"))));
+    EXPECT_EQ(w1->next_deadline(), t0 + 3'900ms) << "s2's, earlier than s3's";
+    w1->release(sid("s2"));
+    w1->expire_overdue();
+    EXPECT_EQ(w1->next_deadline(), t0 + 4'400ms) << "exact after an expiry walk: s3's";
+    w1->release(sid("s3"));
+    EXPECT_FALSE(w1->next_deadline()) << "nothing held";
+}
+
 TEST(Keeper, LocateTakesNothingAndEventsNameTakeOversAndReleases) {
     keeper_world w;
     std::vector<std::string> events;
