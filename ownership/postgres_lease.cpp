@@ -111,6 +111,16 @@ void prepare(pqxx::connection& c, const std::string& schema) {
                   expires_of("leases") + " <= " + now +
                   " OR leases.owner = $3 "
                   "RETURNING epoch, own_expires");
+    // The leases of sessions that have no lease row (every new session, every one loaded after
+    // its last owner released it), in one statement for a whole burst: in id order, as every
+    // statement that locks several rows; a session with a row is left to lease_current and
+    // lease_take.
+    c.prepare("lease_take_new",
+              "INSERT INTO leases (session_id, owner, epoch, own_expires, generation) "
+              "SELECT c.id, $3, nextval('lease_epoch'), " +
+                  now +
+                  " + $4, $5 FROM unnest($2::text[]) AS c(id) ORDER BY c.id COLLATE \"C\" "
+                  "ON CONFLICT (session_id) DO NOTHING RETURNING session_id, epoch, own_expires");
     // An owner's generations: its first, live only once a renewal extends it; the next, made by
     // a renewal lease by lease; the renewal of its current one (not once spoiled: another run of
     // the same worker id took one of its leases afresh); one spoiled; and the dead ones dropped
@@ -336,6 +346,38 @@ result<acquisition> take(pqxx::work& w, const session_id& id, const std::string&
                              unix_ms{took[0][1].as<std::int64_t>()}, std::move(previous)}};
 }
 
+// take() of each of `ids` (in id order) inside `w`: first one statement for those with no
+// lease row, then lease by lease for the others (and for an id given twice).
+std::vector<result<acquisition>> take_all(pqxx::work& w, const std::vector<const session_id*>& ids,
+                                          const std::string& me, std::chrono::milliseconds ttl,
+                                          std::optional<std::int64_t> now,
+                                          std::int64_t generation) {
+    const auto ms = static_cast<std::int64_t>(ttl.count());
+    std::map<std::string, lease, std::less<>> fresh;
+    for (const auto& r : w.exec_prepared(
+             "lease_take_new", now, array_of(ids, [](const session_id* id) { return id->str(); }),
+             me, ms, generation)) {
+        auto id = session_id::parse_key(r[0].c_str()).value();
+        auto key = id.str();
+        fresh.emplace(std::move(key), lease{std::move(id),
+                                            me,
+                                            lease_epoch{r[1].as<std::uint64_t>()},
+                                            unix_ms{r[2].as<std::int64_t>()},
+                                            {}});
+    }
+    std::vector<result<acquisition>> out;
+    out.reserve(ids.size());
+    for (const auto* id : ids) {
+        if (auto it = fresh.find(id->str()); it != fresh.end()) {
+            out.emplace_back(acquisition{std::move(it->second)});
+            fresh.erase(it);
+        } else {
+            out.push_back(take(w, *id, me, ttl, now, generation));
+        }
+    }
+    return out;
+}
+
 }  // namespace
 
 result<acquisition> postgres_lease::acquire(const session_id& id, std::string_view owner,
@@ -345,7 +387,7 @@ result<acquisition> postgres_lease::acquire(const session_id& id, std::string_vi
         const std::string me(owner);
         bool made = false;
         const auto g = generation_of(w, stamped_, me, made);
-        auto got = take(w, id, me, ttl, test_now(), g);
+        auto got = std::move(take_all(w, {&id}, me, ttl, test_now(), g).front());
         if (got) {
             w.commit();
             stamped_.record(me, g, made, {&*got, 1});
@@ -366,18 +408,23 @@ std::vector<result<acquisition>> postgres_lease::acquire_all(const std::vector<s
     }
     std::sort(order.begin(), order.end(),
               [&](std::size_t a, std::size_t b) { return ids[a].str() < ids[b].str(); });
+    std::vector<const session_id*> sorted;
+    sorted.reserve(ids.size());
+    for (const auto i : order) {
+        sorted.push_back(&ids[i]);
+    }
     auto all = with_connection([&](pqxx::connection& c) -> result<answers> {
         pqxx::work w(c);
-        const auto now = test_now();
         const std::string me(owner);
         bool made = false;
         const auto g = generation_of(w, stamped_, me, made);
+        auto taken = take_all(w, sorted, me, ttl, test_now(), g);
         answers out(ids.size(), result<acquisition>(storage::errc::unavailable));
         std::vector<acquisition> got;
-        for (const auto i : order) {
-            out[i] = take(w, ids[i], me, ttl, now, g);
-            if (out[i]) {
-                got.push_back(*out[i]);
+        for (std::size_t k = 0; k < order.size(); ++k) {
+            out[order[k]] = std::move(taken[k]);
+            if (out[order[k]]) {
+                got.push_back(*out[order[k]]);
             }
         }
         w.commit();

@@ -386,6 +386,26 @@ TEST_P(LeaseConformance, AcquireAllAnswersEachSessionAsAcquireWould) {
     EXPECT_TRUE(store().acquire_all({}, "w1", 10s).empty());
 }
 
+// A session given twice in one burst, free or released before it: the second is an own
+// lease taken afresh, as a second acquire() would take it.
+TEST_P(LeaseConformance, AcquireAllOfASessionTwiceTakesItAsTwoAcquiresWould) {
+    auto before = granted(store().acquire(sid("released"), "w1", 10s));
+    ASSERT_TRUE(store().release(before).has_value());
+    auto got = store().acquire_all({sid("twice"), sid("released"), sid("twice")}, "w1", 10s);
+    ASSERT_EQ(got.size(), 3u);
+    auto first = granted(got[0]);
+    auto released = granted(got[1]);
+    auto second = granted(got[2]);
+    EXPECT_EQ(first.id, sid("twice"));
+    EXPECT_EQ(second.id, sid("twice"));
+    EXPECT_GT(second.epoch, first.epoch);
+    EXPECT_GT(released.epoch, before.epoch);
+    EXPECT_EQ(released.taken_from, "");
+    second.taken_from.clear();
+    EXPECT_EQ(store().owner_of(sid("twice")).value(), second);
+    EXPECT_EQ(store().owner_of(sid("released")).value(), released);
+}
+
 // Bursts from two handles (two processes for SQLite) for the same sessions: each session is
 // won once, whoever wins it.
 TEST_P(LeaseConformance, RacingBurstsNeverBothWin) {
