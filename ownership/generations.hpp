@@ -101,11 +101,6 @@ class generations {
         if (held.empty()) {
             return false;
         }
-        auto it = by_owner_.find(held.front().owner);
-        if (it == by_owner_.end() || it->second.generation == 0 ||
-            it->second.count != held.size()) {
-            return false;
-        }
         std::uint64_t d = 0;
         for (const auto& l : held) {
             if (l.owner != held.front().owner) {
@@ -113,7 +108,23 @@ class generations {
             }
             d ^= key(l);
         }
-        return d == it->second.digest;
+        return covers(held.front().owner, held.size(), d);
+    }
+    // The owner's current generation holds `count` leases whose keys xor to `digest`.
+    bool covers(std::string_view owner, std::size_t count, std::uint64_t digest) const {
+        auto it = by_owner_.find(owner);
+        return count > 0 && it != by_owner_.end() && it->second.generation != 0 &&
+               it->second.count == count && it->second.digest == digest;
+    }
+
+    // splitmix64's finalizer over the id's hash and the epoch: xor of these is an order-free
+    // digest of a set (a caller that keeps the set keeps its digest so: ownership/keeper.hpp).
+    static std::uint64_t key(const lease& l) {
+        std::uint64_t z =
+            std::hash<std::string_view>{}(l.id.str()) ^ (l.epoch.value * 0x9e3779b97f4a7c15ULL);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+        return z ^ (z >> 31);
     }
 
   private:
@@ -123,15 +134,6 @@ class generations {
         std::uint64_t digest = 0;
         std::size_t count = 0;
     };
-    // splitmix64's finalizer over the id's hash and the epoch: xor of these is an order-free
-    // digest of a set.
-    static std::uint64_t key(const lease& l) {
-        std::uint64_t z =
-            std::hash<std::string_view>{}(l.id.str()) ^ (l.epoch.value * 0x9e3779b97f4a7c15ULL);
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-        return z ^ (z >> 31);
-    }
     std::map<std::string, standing, std::less<>> by_owner_;
 };
 

@@ -1,5 +1,7 @@
 #include "ownership/keeper.hpp"
 
+#include "ownership/generations.hpp"
+
 #include "session/overloaded.hpp"
 
 #include <algorithm>
@@ -43,8 +45,21 @@ void keeper::keep(const lease& l, std::chrono::steady_clock::time_point began) {
     lease kept = l;
     kept.taken_from.clear();  // a fact of the acquisition, not of the lease
     const auto until = deadline(began);
-    held_.insert_or_assign(l.id.str(), held_lease{std::move(kept), until});
+    digest_ ^= generations::key(kept);
+    if (auto it = held_.find(l.id.str()); it != held_.end()) {
+        digest_ ^= generations::key(it->second.l);
+        it->second = held_lease{std::move(kept), until, rounds_};
+    } else {
+        held_.emplace(l.id.str(), held_lease{std::move(kept), until, rounds_});
+    }
     earliest_ = std::min(earliest_, until);
+    kept_in_round_ = std::min(kept_in_round_, until);
+}
+
+std::map<std::string, keeper::held_lease>::iterator keeper::drop(
+    std::map<std::string, held_lease>::iterator it) {
+    digest_ ^= generations::key(it->second.l);
+    return held_.erase(it);
 }
 
 result<bool> keeper::still_held(const session_id& id) {
@@ -56,7 +71,7 @@ result<bool> keeper::still_held(const session_id& id) {
         if (it == held_.end()) {
             return false;
         }
-        if (began < it->second.serve_until) {
+        if (began < until(it->second)) {
             return true;
         }
         overdue = it->second.l;
@@ -76,7 +91,7 @@ result<bool> keeper::still_held(const session_id& id) {
         it->second.serve_until = std::max(it->second.serve_until, deadline(began));
         return true;
     }
-    held_.erase(it);
+    drop(it);
     lock.unlock();
     tell(lease_event::lost, mine);
     return false;
@@ -85,7 +100,7 @@ result<bool> keeper::still_held(const session_id& id) {
 std::optional<keeper::placement> keeper::here_now(const session_id& id) const {
     std::lock_guard lock(mu_);
     auto it = held_.find(id.str());
-    if (it == held_.end() || clock_() >= it->second.serve_until) {
+    if (it == held_.end() || clock_() >= until(it->second)) {
         return std::nullopt;
     }
     return placement{here{it->second.l.epoch}};
@@ -225,7 +240,7 @@ std::vector<session_id> keeper::held_ids() const {
 bool keeper::serving(const session_id& id) const {
     std::lock_guard lock(mu_);
     auto it = held_.find(id.str());
-    return it != held_.end() && clock_() < it->second.serve_until;
+    return it != held_.end() && clock_() < until(it->second);
 }
 
 std::optional<std::chrono::steady_clock::time_point> keeper::next_deadline() const {
@@ -243,11 +258,11 @@ void keeper::expire_overdue() {
         std::lock_guard lock(mu_);
         earliest_ = std::chrono::steady_clock::time_point::max();
         for (auto it = held_.begin(); it != held_.end();) {
-            if (now >= it->second.serve_until) {
+            if (const auto u = until(it->second); now >= u) {
                 gone.push_back(it->second.l);
-                it = held_.erase(it);
+                it = drop(it);
             } else {
-                earliest_ = std::min(earliest_, it->second.serve_until);
+                earliest_ = std::min(earliest_, u);
                 ++it;
             }
         }
@@ -258,6 +273,37 @@ void keeper::expire_overdue() {
 }
 
 result<std::vector<session_id>> keeper::renew() {
+    std::uint64_t round = 0;
+    std::size_t count = 0;
+    std::uint64_t digest = 0;
+    {
+        std::lock_guard lock(mu_);
+        round = ++rounds_;
+        kept_in_round_ = time_point::max();
+        count = held_.size();
+        digest = digest_;
+    }
+    const auto began = clock_();
+    if (count > 0) {
+        // The whole generation, if the store stamped exactly what is held: no lease named.
+        auto whole = store_.renew_generation(worker_id_, count, digest, settings_.ttl);
+        if (!whole) {
+            expire_overdue();
+            return whole.error();
+        }
+        if (*whole) {
+            std::lock_guard lock(mu_);
+            if (round > covered_.round) {
+                covered_ = {round, deadline(began)};
+            }
+            if (round == rounds_) {
+                // Exact: the leases kept before the round are served until covered_.until (or
+                // later), the ones kept since until kept_in_round_ or later.
+                earliest_ = std::min(covered_.until, kept_in_round_);
+            }
+            return std::vector<session_id>{};
+        }
+    }
     std::vector<lease> all;
     {
         std::lock_guard lock(mu_);
@@ -266,7 +312,6 @@ result<std::vector<session_id>> keeper::renew() {
             all.push_back(h.l);
         }
     }
-    const auto began = clock_();
     auto lost = store_.renew(all, settings_.ttl);
     if (!lost) {
         // Stop serving what can no longer be renewed in time: its lease may expire any moment
@@ -287,10 +332,10 @@ result<std::vector<session_id>> keeper::renew() {
             if (it != held_.end() && was != all.end() && was->id == id &&
                 it->second.l.epoch == was->epoch) {
                 gone.push_back(it->second.l);
-                held_.erase(it);
+                drop(it);
             }
         }
-        const auto until = deadline(began);
+        const auto renewed_until = deadline(began);
         earliest_ = std::chrono::steady_clock::time_point::max();
         auto r = all.begin();
         for (auto& [id, h] : held_) {
@@ -298,9 +343,9 @@ result<std::vector<session_id>> keeper::renew() {
                 ++r;
             }
             if (r != all.end() && r->id.str() == id && r->epoch == h.l.epoch) {
-                h.serve_until = std::max(h.serve_until, until);
+                h.serve_until = std::max(h.serve_until, renewed_until);
             }
-            earliest_ = std::min(earliest_, h.serve_until);
+            earliest_ = std::min(earliest_, until(h));
         }
     }
     for (const auto& l : gone) {
@@ -316,8 +361,8 @@ std::optional<lease> keeper::forget(const session_id& id, lease_event why,
         std::lock_guard lock(mu_);
         if (auto it = held_.find(id.str());
             it != held_.end() && (!epoch || it->second.l.epoch == *epoch)) {
-            out = std::move(it->second.l);
-            held_.erase(it);
+            out = it->second.l;
+            drop(it);
         }
     }
     if (out) {
@@ -331,6 +376,7 @@ std::vector<lease> keeper::forget_all() {
     {
         std::lock_guard lock(mu_);
         all.swap(held_);
+        digest_ = 0;
     }
     std::vector<lease> out;
     out.reserve(all.size());
@@ -357,7 +403,7 @@ result<void> keeper::remove(const session_id& id, lease_epoch epoch) {
     {
         std::lock_guard lock(mu_);
         if (auto it = held_.find(id.str()); it != held_.end() && it->second.l.epoch <= epoch) {
-            held_.erase(it);
+            drop(it);
         }
     }
     return store_.remove(id, epoch);

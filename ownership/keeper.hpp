@@ -27,6 +27,8 @@
 #include "ownership/errc.hpp"
 #include "ownership/lease.hpp"
 
+#include <algorithm>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -118,10 +120,21 @@ class keeper {
     lease_store& store() { return store_; }
 
   private:
+    using time_point = std::chrono::steady_clock::time_point;
     struct held_lease {
         lease l;
-        std::chrono::steady_clock::time_point serve_until;
+        time_point serve_until;   // from its acquisition, or its renewal alone
+        std::uint64_t round = 0;  // renewal rounds begun before it was kept
     };
+    // Until when a held lease may be served: its own deadline, or a later one of the last
+    // renewal of the whole generation that covered it (begun after the lease was kept).
+    // REQUIRES: mu_ held.
+    time_point until(const held_lease& h) const {
+        return h.round < covered_.round ? std::max(h.serve_until, covered_.until) : h.serve_until;
+    }
+    // Forgets a held lease. REQUIRES: mu_ held.
+    std::map<std::string, held_lease>::iterator drop(
+        std::map<std::string, held_lease>::iterator it);
     // Whether the held lease may be served now, renewing it first if its deadline passed; a
     // lost one is forgotten (and reported).
     result<bool> still_held(const session_id& id);
@@ -146,6 +159,19 @@ class keeper {
     // expire_overdue(); a lease that goes leaves it early, which wakes the renewal loop for an
     // expire_overdue() that finds nothing and sets it right.
     std::chrono::steady_clock::time_point earliest_ = std::chrono::steady_clock::time_point::max();
+    // A renewal round that finds the held leases exactly what the store stamped with this
+    // worker's current generation renews them without naming them (lease_store::
+    // renew_generation) and without a walk: the keeper keeps their count and digest
+    // (generations::key) as it keeps and forgets leases, and records the round's deadline
+    // once for every lease kept before the round began (until()). 100,000 held leases cost a
+    // round no more than one.
+    std::uint64_t digest_ = 0;
+    std::uint64_t rounds_ = 0;  // renewal rounds begun
+    struct {
+        std::uint64_t round = 0;  // the leases kept before this round began...
+        time_point until{};       // ...may be served until then
+    } covered_;
+    time_point kept_in_round_ = time_point::max();  // the earliest deadline kept since it began
 };
 
 }  // namespace wuhu::ownership

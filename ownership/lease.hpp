@@ -106,6 +106,13 @@ class lease_store {
     // the number of leases; a lease left out of `held` expires within a ttl all the same.
     virtual result<std::vector<session_id>> renew(const std::vector<lease>& held,
                                                   std::chrono::milliseconds ttl) = 0;
+    // renew() of every lease `owner` holds, without naming them: true when this store stamped
+    // exactly `count` leases with the owner's current generation, their keys
+    // (generations::key) xored to `digest`, and its row, still live, was extended (one write);
+    // false when they are not, or the generation is no longer live: the caller then names them
+    // to renew(). By default false.
+    virtual result<bool> renew_generation(std::string_view owner, std::size_t count,
+                                          std::uint64_t digest, std::chrono::milliseconds ttl);
     // The recovery sweep's acquire: in one transaction, takes up to `limit` of `candidates`
     // whose lease is missing, expired or `owner`'s own (an earlier run's), each at a new epoch
     // (lease::taken_from set as by acquire()). Sessions another owner holds live, or another

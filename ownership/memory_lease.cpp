@@ -22,6 +22,11 @@ std::vector<result<acquisition>> lease_store::acquire_all(const std::vector<sess
     return out;
 }
 
+result<bool> lease_store::renew_generation(std::string_view, std::size_t, std::uint64_t,
+                                           std::chrono::milliseconds) {
+    return false;
+}
+
 bool matches(const lease_query& q, const lease& l) {
     return (!q.owner || l.owner == *q.owner) && (!q.after || l.id > *q.after) &&
            storage::in_scope(q.tenant, l.id) &&
@@ -106,13 +111,8 @@ result<std::vector<session_id>> memory_lease::renew(const std::vector<lease>& he
         return lost;
     }
     const auto& owner = held.front().owner;
-    if (stamped_.covers(held)) {
-        // Exactly the current generation's leases: its row is renewed, if it is still live.
-        auto g = generations_.find({owner, stamped_.current(owner)});
-        if (g != generations_.end() && g->second.expires > now && !g->second.spoiled) {
-            g->second.expires = plus(now, ttl);
-            return lost;
-        }
+    if (stamped_.covers(held) && renew_current(owner, now, ttl)) {
+        return lost;
     }
     // Lease by lease, into a new generation; the old one's row expires on its own.
     const auto next = ++last_generation_;
@@ -134,6 +134,23 @@ result<std::vector<session_id>> memory_lease::renew(const std::vector<lease>& he
     generations_[{owner, next}] = generation{plus(now, ttl)};
     stamped_.begin(owner, next, renewed);
     return lost;
+}
+
+result<bool> memory_lease::renew_generation(std::string_view owner, std::size_t count,
+                                            std::uint64_t digest, std::chrono::milliseconds ttl) {
+    std::lock_guard lock(mu_);
+    return stamped_.covers(owner, count, digest) && renew_current(owner, now_(), ttl);
+}
+
+bool memory_lease::renew_current(std::string_view owner, unix_ms now,
+                                 std::chrono::milliseconds ttl) {
+    // Exactly the current generation's leases: its row is renewed, if it is still live.
+    auto g = generations_.find({std::string(owner), stamped_.current(owner)});
+    if (g == generations_.end() || g->second.expires <= now || g->second.spoiled) {
+        return false;
+    }
+    g->second.expires = plus(now, ttl);
+    return true;
 }
 
 result<void> memory_lease::release(const lease& held) {

@@ -17,6 +17,8 @@ class memory_lease final : public lease_store {
                                 std::chrono::milliseconds ttl) override;
     result<std::vector<session_id>> renew(const std::vector<lease>& held,
                                           std::chrono::milliseconds ttl) override;
+    result<bool> renew_generation(std::string_view owner, std::size_t count, std::uint64_t digest,
+                                  std::chrono::milliseconds ttl) override;
     result<std::vector<lease>> claim(const std::vector<session_id>& candidates,
                                      std::string_view owner, std::chrono::milliseconds ttl,
                                      std::size_t limit) override;
@@ -36,6 +38,8 @@ class memory_lease final : public lease_store {
     lease effective(const row& r) const;
     result<acquisition> take(const session_id& id, std::string_view owner,
                              std::chrono::milliseconds ttl, unix_ms now);
+    // Extends the owner's current generation if it is live. REQUIRES: mu_ held.
+    bool renew_current(std::string_view owner, unix_ms now, std::chrono::milliseconds ttl);
 
     wall_clock now_;
     std::mutex mu_;

@@ -437,6 +437,29 @@ std::vector<result<acquisition>> postgres_lease::acquire_all(const std::vector<s
     return std::move(*all);
 }
 
+namespace {
+
+// Extends the owner's current generation, if it is still live (exactly its leases: one row).
+bool renew_current(pqxx::connection& c, const generations& stamped, std::string_view owner,
+                   std::optional<std::int64_t> now, std::chrono::milliseconds ttl) {
+    pqxx::work w(c);
+    const auto r =
+        w.exec_prepared0("lease_generation_renew", now, static_cast<std::int64_t>(ttl.count()),
+                         std::string(owner), stamped.current(owner));
+    w.commit();
+    return r.affected_rows() == 1;
+}
+
+}  // namespace
+
+result<bool> postgres_lease::renew_generation(std::string_view owner, std::size_t count,
+                                              std::uint64_t digest, std::chrono::milliseconds ttl) {
+    return with_connection([&](pqxx::connection& c) -> result<bool> {
+        return stamped_.covers(owner, count, digest) &&
+               renew_current(c, stamped_, owner, test_now(), ttl);
+    });
+}
+
 result<std::vector<session_id>> postgres_lease::renew(const std::vector<lease>& held,
                                                       std::chrono::milliseconds ttl) {
     if (held.empty()) {
@@ -449,15 +472,8 @@ result<std::vector<session_id>> postgres_lease::renew(const std::vector<lease>& 
         const auto now = test_now();
         const auto ms = static_cast<std::int64_t>(ttl.count());
         std::vector<session_id> lost;
-        if (stamped_.covers(held)) {
-            // Exactly the current generation's leases: one row, if it is still live.
-            pqxx::work w(c);
-            const auto r =
-                w.exec_prepared0("lease_generation_renew", now, ms, owner, stamped_.current(owner));
-            w.commit();
-            if (r.affected_rows() == 1) {
-                return lost;
-            }
+        if (stamped_.covers(held) && renew_current(c, stamped_, owner, now, ttl)) {
+            return lost;
         }
         // Lease by lease, into a new generation; the old one's row expires on its own.
         const auto ids = array_of(held, [](const lease& l) { return l.id.str(); });

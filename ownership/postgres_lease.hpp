@@ -44,6 +44,8 @@ class postgres_lease final : public lease_store {
                                                  std::chrono::milliseconds ttl) override;
     result<std::vector<session_id>> renew(const std::vector<lease>& held,
                                           std::chrono::milliseconds ttl) override;
+    result<bool> renew_generation(std::string_view owner, std::size_t count, std::uint64_t digest,
+                                  std::chrono::milliseconds ttl) override;
     result<std::vector<lease>> claim(const std::vector<session_id>& candidates,
                                      std::string_view owner, std::chrono::milliseconds ttl,
                                      std::size_t limit) override;

@@ -231,6 +231,36 @@ std::int64_t sqlite_lease::generation_of(std::string_view owner, bool& made) {
     });
 }
 
+bool sqlite_lease::renew_current(std::string_view owner, unix_ms now, unix_ms expires) {
+    // Exactly the current generation's leases: one row, if it is still live.
+    db_->prepare(
+           "UPDATE lease_generations SET expires = ?1 WHERE owner = ?2 AND "
+           "generation = ?3 AND expires > ?4 AND spoiled = 0")
+        .bind(1, expires.value)
+        .bind(2, owner)
+        .bind(3, stamped_.current(owner))
+        .bind(4, now.value)
+        .run();
+    return sqlite3_changes(db_->raw()) == 1;
+}
+
+result<bool> sqlite_lease::renew_generation(std::string_view owner, std::size_t count,
+                                            std::uint64_t digest, std::chrono::milliseconds ttl) {
+    std::lock_guard lock(mu_);
+    return guarded(stamped_, [&]() -> result<bool> {
+        if (!stamped_.covers(owner, count, digest)) {
+            return false;
+        }
+        sql::transaction tx(*db_);
+        const auto now = now_();
+        if (!renew_current(owner, now, unix_ms{now.value + ttl.count()})) {
+            return false;
+        }
+        tx.commit();
+        return true;
+    });
+}
+
 result<std::vector<session_id>> sqlite_lease::renew(const std::vector<lease>& held,
                                                     std::chrono::milliseconds ttl) {
     std::lock_guard lock(mu_);
@@ -243,20 +273,9 @@ result<std::vector<session_id>> sqlite_lease::renew(const std::vector<lease>& he
         const auto now = now_();
         const unix_ms expires{now.value + ttl.count()};
         const auto& owner = held.front().owner;
-        if (stamped_.covers(held)) {
-            // Exactly the current generation's leases: one row, if it is still live.
-            db_->prepare(
-                   "UPDATE lease_generations SET expires = ?1 WHERE owner = ?2 AND "
-                   "generation = ?3 AND expires > ?4 AND spoiled = 0")
-                .bind(1, expires.value)
-                .bind(2, owner)
-                .bind(3, stamped_.current(owner))
-                .bind(4, now.value)
-                .run();
-            if (sqlite3_changes(db_->raw()) == 1) {
-                tx.commit();
-                return lost;
-            }
+        if (stamped_.covers(held) && renew_current(owner, now, expires)) {
+            tx.commit();
+            return lost;
         }
         // Lease by lease, into a new generation; the old one's row expires on its own.
         const auto next = next_generation();

@@ -33,6 +33,8 @@ class sqlite_lease final : public lease_store {
                                                  std::chrono::milliseconds ttl) override;
     result<std::vector<session_id>> renew(const std::vector<lease>& held,
                                           std::chrono::milliseconds ttl) override;
+    result<bool> renew_generation(std::string_view owner, std::size_t count, std::uint64_t digest,
+                                  std::chrono::milliseconds ttl) override;
     result<std::vector<lease>> claim(const std::vector<session_id>& candidates,
                                      std::string_view owner, std::chrono::milliseconds ttl,
                                      std::size_t limit) override;
@@ -52,6 +54,9 @@ class sqlite_lease final : public lease_store {
     // so, to record once the transaction commits. REQUIRES: mu_ held, a transaction open.
     std::int64_t generation_of(std::string_view owner, bool& made);
     std::int64_t next_generation();
+    // Extends the owner's current generation to `expires` if it is live at `now`.
+    // REQUIRES: mu_ held, a transaction open.
+    bool renew_current(std::string_view owner, unix_ms now, unix_ms expires);
 
     wall_clock now_;
     std::mutex mu_;

@@ -1,4 +1,5 @@
 // The lease conformance suite (tests/ownership/lease_conformance.hpp).
+#include "ownership/generations.hpp"
 #include "tests/ownership/lease_conformance.hpp"
 
 #include <algorithm>
@@ -126,6 +127,41 @@ TEST_P(LeaseConformance, RenewingEveryHeldLeaseKeepsThemLiveRoundAfterRound) {
     EXPECT_EQ(granted(store().acquire(sid("b"), "w2", 9s)).taken_from, "w1");
     EXPECT_EQ(store().claim({sid("a"), sid("c")}, "w2", 9s, 10).value().size(), 2u);
     EXPECT_EQ(store().renew(held, 9s).value().size(), 3u) << "all lost";
+}
+
+// renew_generation() renews the owner's leases without naming them, only when it is told
+// exactly what this store stamped with the owner's generation (their count and digest).
+TEST_P(LeaseConformance, RenewingTheGenerationKeepsExactlyItsLeasesLiveWithoutNamingThem) {
+    using ownership::generations;
+    auto a = granted(store().acquire(sid("a"), "w1", 9s));
+    auto b = granted(store().acquire(sid("b"), "w1", 9s));
+    const auto both = generations::key(a) ^ generations::key(b);
+    EXPECT_FALSE(store().renew_generation("w1", 2, both, 9s).value())
+        << "a generation is live only once renewed lease by lease";
+    ASSERT_TRUE(store().renew({a, b}, 9s).value().empty());
+    b_->now += 6'000;
+    EXPECT_FALSE(store().renew_generation("w1", 1, both, 9s).value()) << "a count that differs";
+    EXPECT_FALSE(store().renew_generation("w1", 2, generations::key(a), 9s).value())
+        << "a digest that differs";
+    EXPECT_FALSE(store().renew_generation("w2", 2, both, 9s).value()) << "another owner";
+    ASSERT_TRUE(store().renew_generation("w1", 2, both, 9s).value());
+    b_->now += 6'000;  // past the leases' own expiry, within the generation's
+    for (const auto& l : {a, b}) {
+        auto now = store().owner_of(l.id).value();
+        ASSERT_TRUE(now.has_value()) << l.id.str();
+        EXPECT_EQ(now->epoch, l.epoch);
+        EXPECT_EQ(now->expires, unix_ms{b_->now + 3'000}) << "the generation's expiry";
+    }
+    ASSERT_TRUE(store().release(b).has_value());
+    auto c = granted(store().acquire(sid("c"), "w1", 9s));
+    ASSERT_TRUE(
+        store().renew_generation("w1", 2, generations::key(a) ^ generations::key(c), 9s).value())
+        << "a release and an acquisition of this store keep its digest";
+    b_->now += 9'000;  // no renewal for a ttl
+    EXPECT_TRUE(store().live({}).value().empty());
+    EXPECT_FALSE(
+        store().renew_generation("w1", 2, generations::key(a) ^ generations::key(c), 9s).value())
+        << "an expired generation is not renewed";
 }
 
 // A lease its owner stops renewing (the keeper dropped it past its deadline) expires within a

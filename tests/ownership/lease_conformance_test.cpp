@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <set>
 #include <thread>
@@ -223,6 +224,9 @@ struct keeper_world {
     std::atomic<std::int64_t> wall{1'000'000};
     std::chrono::steady_clock::time_point steady{};
     bool failing = false;
+    std::size_t named = 0;                // leases named to renew()
+    std::size_t generations_renewed = 0;  // renewals of a whole generation
+    std::function<void()> after_generation_renewal;
 
     struct flaky final : ownership::lease_store {
         explicit flaky(keeper_world& w)
@@ -239,7 +243,21 @@ struct keeper_world {
             if (world.failing) {
                 return storage::errc::unavailable;
             }
+            world.named += held.size();
             return inner.renew(held, ttl);
+        }
+        ownership::result<bool> renew_generation(std::string_view owner, std::size_t count,
+                                                 std::uint64_t digest,
+                                                 std::chrono::milliseconds ttl) override {
+            if (world.failing) {
+                return storage::errc::unavailable;
+            }
+            auto renewed = inner.renew_generation(owner, count, digest, ttl);
+            world.generations_renewed += renewed && *renewed;
+            if (world.after_generation_renewal) {
+                world.after_generation_renewal();
+            }
+            return renewed;
         }
         ownership::result<std::vector<lease>> claim(const std::vector<session_id>& candidates,
                                                     std::string_view owner,
@@ -397,6 +415,67 @@ TEST(Keeper, TheNextDeadlineIsNeverLaterThanAHeldLeasesAndExactAfterARenewal) {
     EXPECT_EQ(w1->next_deadline(), t0 + 4'400ms) << "exact after an expiry walk: s3's";
     w1->release(sid("s3"));
     EXPECT_FALSE(w1->next_deadline()) << "nothing held";
+}
+
+// Renewal per worker, on the worker's side too: once the store stamped exactly the held
+// leases with the worker's generation, a round names none of them (no walk of 100,000 leases),
+// and every lease held before the round began is served until the round's deadline.
+TEST(Keeper, ARoundRenewingTheWholeGenerationNamesNoLeaseAndServesEveryOneItCovers) {
+    keeper_world w;
+    auto w1 = w.make("w1");
+    const auto t0 = w.steady;
+    ASSERT_TRUE(here(w1->place(sid("s1"))));
+    ASSERT_TRUE(here(w1->place(sid("s2"))));
+    w.advance(1'000ms);
+    ASSERT_TRUE(w1->renew());
+    EXPECT_EQ(w.named, 2u) << "the first round names them: the generation is not live yet";
+    w.advance(1'000ms);
+    ASSERT_TRUE(w1->renew());
+    EXPECT_EQ(w.named, 2u) << "none named";
+    EXPECT_EQ(w.generations_renewed, 1u);
+    EXPECT_EQ(w1->next_deadline(), t0 + 4'400ms);
+    w.advance(1'900ms);  // past the first round's deadline (3.4 s), before this one's
+    EXPECT_TRUE(w1->serving(sid("s1")));
+    EXPECT_TRUE(w1->here_now(sid("s2")));
+    w1->release(sid("s2"));
+    ASSERT_TRUE(here(w1->place(sid("s3"))));
+    ASSERT_TRUE(w1->renew());
+    EXPECT_EQ(w.named, 2u) << "a release and an acquisition keep the digest matching";
+    EXPECT_EQ(w.generations_renewed, 2u);
+    w.advance(2'300ms);  // t0 + 6.2 s
+    EXPECT_TRUE(w1->serving(sid("s1")));
+    EXPECT_TRUE(w1->serving(sid("s3")));
+    w.advance(200ms);  // past the last round's deadline (t0 + 6.3 s)
+    EXPECT_FALSE(w1->serving(sid("s1")));
+    w1->expire_overdue();
+    EXPECT_EQ(w1->held(), 0u);
+}
+
+// A lease whose acquisition began before a round, but was kept while the round ran, is not
+// the round's: it is served until its own deadline, which the next deadline then is.
+TEST(Keeper, ALeaseKeptWhileARoundRanIsServedOnlyUntilItsOwnDeadline) {
+    keeper_world w;
+    auto w1 = w.make("w1");
+    const auto t0 = w.steady;
+    ASSERT_TRUE(here(w1->place(sid("s1"))));
+    w.advance(1'000ms);
+    ASSERT_TRUE(w1->renew());  // the generation is live from now
+    w.advance(1'000ms);        // t0 + 2 s
+    w.after_generation_renewal = [&] {
+        w.after_generation_renewal = nullptr;
+        w.steady -= 500ms;  // this acquisition began half a second before the round
+        ASSERT_TRUE(here(w1->place(sid("late"))));
+        w.steady += 500ms;
+    };
+    ASSERT_TRUE(w1->renew());
+    EXPECT_EQ(w.generations_renewed, 1u);
+    EXPECT_EQ(w1->next_deadline(), t0 + 3'900ms) << "late's own: 1.5 s + 2.4 s";
+    w.advance(1'950ms);  // t0 + 3.95 s
+    EXPECT_FALSE(w1->serving(sid("late")));
+    EXPECT_TRUE(w1->serving(sid("s1"))) << "the round's: t0 + 4.4 s";
+    w1->expire_overdue();
+    EXPECT_EQ(w1->held_ids(), std::vector<session_id>{sid("s1")});
+    EXPECT_EQ(w1->next_deadline(), t0 + 4'400ms);
 }
 
 TEST(Keeper, LocateTakesNothingAndEventsNameTakeOversAndReleases) {
