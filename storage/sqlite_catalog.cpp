@@ -53,10 +53,22 @@ constexpr const char* rows_after = WUHU_INDEX_ROW "WHERE id > ?1 ORDER BY id";
 constexpr const char* working_after = WUHU_INDEX_ROW "WHERE has_work = 1 AND id > ?1 ORDER BY id";
 constexpr const char* by_cost_after =
     WUHU_INDEX_ROW "WHERE cost < ?2 OR (cost = ?2 AND id > ?1) ORDER BY cost DESC, id";
-constexpr const char* needing_owner_after =
-    WUHU_INDEX_ROW "WHERE has_work = 1 AND paused = 0 AND id > ?1 UNION " WUHU_INDEX_ROW
-                   "WHERE next_timer <= ?2 AND id > ?1 ORDER BY id";
+// Each half searches its partial index: the catalog has no statistics (ANALYZE), and without
+// them SQLite walked the primary key for the timers' half, every session's row each sweep
+// round (0.16% of a core for 100,000 idle sessions).
+constexpr const char* needing_owner_after = WUHU_INDEX_ROW
+    "INDEXED BY sessions_has_work WHERE has_work = 1 AND paused = 0 AND id > ?1 "
+    "UNION " WUHU_INDEX_ROW
+    "INDEXED BY sessions_next_timer WHERE next_timer <= ?2 AND id > ?1 ORDER BY id";
 #undef WUHU_INDEX_ROW
+
+}  // namespace
+
+std::string_view needing_owner_statement() {
+    return needing_owner_after;
+}
+
+namespace {
 
 // A count kept in an INTEGER column (a signed 64-bit one): clamped.
 std::int64_t as_int64(std::uint64_t n) {

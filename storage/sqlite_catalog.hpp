@@ -14,10 +14,15 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 namespace wuhu::storage::sqlite {
+
+// The statement that finds the sessions needing an owner (catalog_query::needing_owner_by,
+// the recovery sweep's every round): for a test of its plan.
+std::string_view needing_owner_statement();
 
 // Thread-safe. `mu_` guards the connection and the rows not yet written (`unwritten_`).
 class catalog {

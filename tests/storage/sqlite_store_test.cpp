@@ -1,7 +1,8 @@
 // The SQLite store: the conformance suite, new session files, the WAL, the catalog, open-file
 // limits, what an unloaded session leaves.
-#include "storage/sqlite_db.hpp"
 #include "storage/sqlite_store.hpp"
+#include "storage/sqlite_catalog.hpp"
+#include "storage/sqlite_db.hpp"
 #include "tests/storage/conformance.hpp"
 #include "tests/storage/temp_sqlite_store.hpp"
 #include "tests/support/temp_dir.hpp"
@@ -476,6 +477,38 @@ TEST(SqliteStore, TheCatalogListsSessionsAndHasWork) {
     ASSERT_TRUE(t.store.remove(session_id::parse("busy").value(), lease_epoch{1}));
     EXPECT_TRUE(t.store.sessions(needing).value().empty());
     EXPECT_FALSE(std::filesystem::exists(t.store.path_of(session_id::parse("busy").value())));
+}
+
+// Defect (issue 36): the catalog has no statistics, and without them SQLite answered the
+// recovery sweep's query (every round, every worker) by walking the primary key for its
+// timers' half: every session's row, 100,000 of them each round on a worker that idles. Each
+// half must search its partial index.
+TEST(SqliteStore, TheSweepsQuerySearchesThePartialIndexesNotEverySession) {
+    temp_sqlite_store t;
+    for (const char* id : {"a", "b", "c"}) {
+        ASSERT_TRUE(t.store.open(session_id::parse(id).value(), lease_epoch{1}));
+    }
+    storage::catalog_query needing;
+    needing.needing_owner_by = unix_ms{0};
+    ASSERT_TRUE(t.store.sessions(needing));  // the catalog is there, with its rows
+    storage::sqlite::db catalog((t.dir.path() / "catalog.sqlite").string(), "NORMAL", 5000,
+                                storage::sqlite::if_missing::fail);
+    const std::string plan_of =
+        "EXPLAIN QUERY PLAN " + std::string(storage::sqlite::needing_owner_statement());
+    auto& plan = catalog.prepare(plan_of.c_str());
+    std::vector<std::string> searches;
+    while (plan.step()) {
+        const std::string detail(plan.text(3));
+        EXPECT_EQ(detail.find("SCAN"), std::string::npos) << detail;
+        EXPECT_EQ(detail.find("autoindex"), std::string::npos) << detail;
+        if (detail.starts_with("SEARCH")) {
+            searches.push_back(detail);
+        }
+    }
+    ASSERT_EQ(searches.size(), 2u);
+    EXPECT_NE(searches[0].find("USING INDEX sessions_has_work"), std::string::npos) << searches[0];
+    EXPECT_NE(searches[1].find("USING INDEX sessions_next_timer"), std::string::npos)
+        << searches[1];
 }
 
 // Issue 16: the catalog's rows are written without waiting for an fsync, so a power loss may
