@@ -96,10 +96,14 @@ void prepare(pqxx::connection& c, const std::string& schema) {
                   expires_of("leases") + " <= " + now +
                   " OR leases.owner = $3 "
                   "RETURNING epoch, own_expires");
-    // The leases of sessions that have no lease row (every new session, every one loaded after
-    // its last owner released it), in one statement for a whole burst: in id order, as every
-    // statement that locks several rows; a session with a row is left to lease_current and
-    // lease_take.
+    // A burst's acquisitions: first the lease rows the burst's sessions have, locked in id order
+    // (as the sweep's claim does before it inserts), then the leases of the sessions that have
+    // no row (every new session, every one loaded after its last owner released it) inserted by
+    // one statement, in id order; the sessions with a row go on to lease_current and
+    // lease_take. Two bursts, or a burst and a claim, never wait for each other in a cycle.
+    c.prepare("lease_lock_existing",
+              "SELECT session_id FROM leases WHERE session_id = ANY($1::text[]) "
+              "ORDER BY session_id FOR UPDATE");
     c.prepare("lease_take_new",
               "INSERT INTO leases (session_id, owner, epoch, own_expires, generation) "
               "SELECT c.id, $3, nextval('lease_epoch'), " +

@@ -481,6 +481,43 @@ TEST_P(LeaseConformance, RacingBurstsNeverBothWin) {
     }
 }
 
+// A burst of placements and another worker's sweep claiming the same sessions at once, some
+// with an expired lease row and some with none: neither fails the other (a backend that took
+// the new rows before locking the existing ones, while the claim does the opposite, could
+// deadlock, and PostgreSQL then fails one side), and each session is won once.
+TEST_P(LeaseConformance, ABurstAndAClaimOfTheSameSessionsAtOnceNeverFailEachOther) {
+    auto second = b_->another();
+    ownership::lease_store& a = store();
+    ownership::lease_store& b = second ? *second : store();
+    for (int round = 0; round < 8; ++round) {
+        std::vector<session_id> ids;
+        for (int i = 0; i < 12; ++i) {
+            const auto id =
+                "r" + std::to_string(round) + (i % 2 == 0 ? "e" : "n") + std::to_string(10 + i);
+            ids.push_back(sid(id.c_str()));
+            if (i % 2 == 0) {
+                granted(a.acquire(ids.back(), "w2", 1s));  // to expire: a row, nobody live
+            }
+        }
+        b_->now += 2'000;
+        std::vector<ownership::result<acquisition>> burst;
+        ownership::result<std::vector<lease>> claimed(storage::errc::unavailable);
+        std::thread sweep([&] { claimed = b.claim(ids, "w3", 60s, 100); });
+        burst = a.acquire_all(ids, "w1", 60s);
+        sweep.join();
+        ASSERT_TRUE(claimed.has_value()) << "round " << round << ": " << claimed.error().message();
+        ASSERT_EQ(burst.size(), ids.size());
+        for (std::size_t i = 0; i < ids.size(); ++i) {
+            ASSERT_TRUE(burst[i].has_value())
+                << "round " << round << ": " << burst[i].error().message();
+            const bool burst_won = std::holds_alternative<lease>(*burst[i]);
+            const bool sweep_won = std::any_of(claimed->begin(), claimed->end(),
+                                               [&](const lease& l) { return l.id == ids[i]; });
+            EXPECT_NE(burst_won, sweep_won) << ids[i].str();
+        }
+    }
+}
+
 // The recovery sweep's claim: only free, expired or own leases, at most `limit`, new epochs.
 TEST_P(LeaseConformance, ClaimTakesAtMostLimitOfTheSessionsNoLiveOwnerHolds) {
     auto other = granted(store().acquire(sid("held"), "w2", 10s));
