@@ -118,16 +118,39 @@ void catalog::flush() {
     write_unwritten();
 }
 
+namespace {
+
+// Whether `a` says more than `b` of what the recovery sweep reads: work, more timers, one due
+// earlier.
+bool says_more(const session::session_summary& a, const session::session_summary& b) {
+    return (a.has_work && !b.has_work) || a.timers > b.timers ||
+           (a.next_timer && (!b.next_timer || *a.next_timer < *b.next_timer));
+}
+
+}  // namespace
+
 void catalog::note(const session_id& id, lease_epoch epoch, const session::session_summary& sum,
-                   bool urgent) {
+                   bool raise) {
     std::lock_guard lock(mu_);
     auto& row = unwritten_[id.str()];
     if (row.first <= epoch) {
         row = {epoch, sum};
     }
-    if (urgent) {
-        write_unwritten();
+    if (!raise) {
+        return;
     }
+    if (auto it = raised_.find(id.str());
+        it != raised_.end() && it->second.first == epoch && !says_more(sum, it->second.second)) {
+        return;  // the row says as much already
+    }
+    if (raise_failed_) {
+        write_unwritten();
+        return;
+    }
+    // This row alone: the others (lowered, or columns the sweep does not read) wait for a
+    // read, which writes them first (a row written lowered would need its next raise).
+    auto it = unwritten_.find(id.str());
+    write(it, std::next(it));
 }
 
 void catalog::note_loaded(const session_id& id, lease_epoch epoch,
@@ -145,6 +168,10 @@ void catalog::note_loaded(const session_id& id, lease_epoch epoch,
         return;  // a hint: the next commit writes it
     }
     if (!stored || stored->summary != sum) {
+        {
+            std::lock_guard lock(mu_);
+            raised_.erase(id.str());  // the row is not what this process wrote
+        }
         note(id, epoch, sum, true);
     }
 }
@@ -154,15 +181,21 @@ void catalog::write_unwritten(const session_id& id) {
     if (unwritten_.contains(id.str())) {
         write_unwritten();
     }
+    raised_.erase(id.str());
 }
 
 void catalog::write_unwritten() {
-    if (unwritten_.empty()) {
+    write(unwritten_.begin(), unwritten_.end());
+}
+
+void catalog::write(rows::iterator first, rows::iterator last) {
+    if (first == last) {
         return;
     }
     try {
         transaction tx(db_);
-        for (const auto& [id, row] : unwritten_) {
+        for (auto it = first; it != last; ++it) {
+            const auto& [id, row] = *it;
             const auto& [epoch, sum] = row;
             auto& q = db_.prepare(
                 "UPDATE sessions SET epoch = ?2, has_work = ?3, paused = ?4, lane_system = ?5, "
@@ -189,9 +222,22 @@ void catalog::write_unwritten() {
                 .run();
         }
         tx.commit();
-        unwritten_.clear();
+        for (auto it = first; it != last; ++it) {
+            auto& [id, row] = *it;
+            if (row.second.has_work || row.second.timers > 0) {
+                raised_.insert_or_assign(id, std::move(row));
+            } else {
+                raised_.erase(id);
+            }
+        }
+        if (first == unwritten_.begin() && last == unwritten_.end()) {
+            raise_failed_ = false;  // every row kept after a failed raise is written
+        }
+        unwritten_.erase(first, last);
     } catch (const error&) {
-        // The rows stay for the next write; the failure is counted (failures()).
+        // The rows stay for the next write; the failure is counted (failures()). A raise that
+        // failed is retried with every row by the next raise.
+        raise_failed_ = true;
         ++failures_;
     }
 }
@@ -234,6 +280,7 @@ void catalog::note_removed(const session_id& id, lease_epoch epoch) {
     db_.prepare("DELETE FROM sessions WHERE id = ?1").bind(1, id.str()).run();
     tx.commit();
     unwritten_.erase(id.str());
+    raised_.erase(id.str());
 }
 
 std::optional<lease_epoch> catalog::removed_at(const session_id& id) {

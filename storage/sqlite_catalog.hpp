@@ -32,16 +32,21 @@ class catalog {
     // Writes the rows left behind (flush()).
     ~catalog();
 
-    // The session's index row as of a commit (or a load) at `epoch`: written at once when
-    // `urgent` (what the recovery sweep reads changed: has_work or the timers), else with the
-    // next urgent write or read of the catalog, so that most commits of a turn cost no catalog
-    // commit. A row is never overwritten by an older epoch's. A write that fails keeps the
-    // rows for the next one, and is counted (failures()).
+    // The session's index row as of a commit (or a load) at `epoch`. `raise`: the row must
+    // say this much before the commit (work, more timers, an earlier one): written at once,
+    // alone, unless the row as this process last wrote it at this epoch already says as much.
+    // Else (a row that says less, or only other columns) written with the next read of the
+    // catalog by this process (the recovery sweep's, every half TTL) or the session's unload,
+    // so that the commits of a session at work cost no catalog commit: its row stays raised
+    // from its first command until then. A row is never overwritten by an older epoch's. A
+    // write that fails keeps the rows, is counted (failures()), and the next raise writes
+    // them all.
     void note(const session_id& id, lease_epoch epoch, const session::session_summary& sum,
-              bool urgent);
+              bool raise);
     // The row of a session just loaded: rewritten if it says otherwise.
     void note_loaded(const session_id& id, lease_epoch epoch, const session::session_summary& sum);
-    // Writes the session's row now if a commit left it behind; every row left behind.
+    // The session is unloaded: its row is written now if a commit left it behind (every row
+    // left behind is), and what this process wrote of it is forgotten.
     void write_unwritten(const session_id& id);
     void flush();
     // A session opened at `epoch` has a row (at that epoch, if new); `after_removal`: it was
@@ -66,12 +71,21 @@ class catalog {
     std::size_t failures() const { return failures_.load(); }
 
   private:
+    using rows = std::map<std::string, std::pair<lease_epoch, session::session_summary>>;
+
     // REQUIRES: mu_ held.
     void write_unwritten();
+    // Writes the unwritten rows [first, last) in one transaction. REQUIRES: mu_ held.
+    void write(rows::iterator first, rows::iterator last);
 
     std::mutex mu_;
     db db_;
-    std::map<std::string, std::pair<lease_epoch, session::session_summary>> unwritten_;
+    rows unwritten_;
+    // The rows this process last wrote that say the sweep has something to do (work or
+    // timers), while their session is loaded here: a raise they cover writes nothing.
+    rows raised_;
+    // A write failed: the next raise writes every row (a raise kept must not wait for a read).
+    bool raise_failed_ = false;
     std::atomic<std::size_t> failures_{0};
 };
 

@@ -214,9 +214,9 @@ result<s::patch> sqlite_log::do_since(const s::version_vector& from) {
 result<void> sqlite_log::do_commit(const session_state& before, const action_list& actions) {
     const auto was = s::summarize(before);
     const auto now = s::summarize(before, actions);
-    // The row is raised before the file's commit, and lowered after it: a process killed
-    // between the two leaves a row that says too much, never one that hides work or a
-    // timer (issue 31, defect 9).
+    // The row is raised before the file's commit, and lowered after it (later: with the
+    // catalog's next write or read): a process killed between the two leaves a row that says
+    // too much, never one that hides work or a timer (issue 31, defect 9).
     const auto during = at_most_either(was, now);
     if (sweep_reads_differ(during, was)) {
         // A row that cannot be written now (the catalog locked past the busy timeout, a
@@ -255,8 +255,9 @@ result<void> sqlite_log::do_commit(const session_state& before, const action_lis
         return {};
     });
     if (r) {
-        // Lowered now if the commit lowered anything the sweep reads; else written later.
-        catalog_.note(id(), epoch(), now, sweep_reads_differ(now, during));
+        // Written later, lowered or not: a row that says too much costs nothing until the
+        // sweep reads it, and the session's next command needs no raise meanwhile.
+        catalog_.note(id(), epoch(), now, false);
     }
     return r;
 }

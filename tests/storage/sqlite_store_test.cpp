@@ -479,6 +479,61 @@ TEST(SqliteStore, TheCatalogListsSessionsAndHasWork) {
     EXPECT_FALSE(std::filesystem::exists(t.store.path_of(session_id::parse("busy").value())));
 }
 
+// Issue 36: a turn raised its session's catalog row before its first commit and lowered it
+// after its last, a catalog commit each (9% of the worker's CPU in the turn benchmark at
+// `normal`). The row stays raised now until the catalog is next written or read: the next
+// turn's raise, which the row already says, commits nothing, and the recovery sweep's read
+// writes the row lowered first.
+TEST(SqliteStore, ARowLeftRaisedByATurnCostsTheNextTurnNoCatalogCommit) {
+    temp_sqlite_store t;
+    const auto id = session_id::parse("busy").value();
+    auto log = t.store.open(id, lease_epoch{1}).value();
+    session_state st = log->load().value();
+    storage::sqlite::db catalog((t.dir.path() / "catalog.sqlite").string(), "NORMAL", 5000,
+                                storage::sqlite::if_missing::fail);
+    auto commits_seen = [&] {  // changes with every commit of another connection
+        auto& q = catalog.prepare("PRAGMA data_version");
+        EXPECT_TRUE(q.step());
+        const auto v = q.int64(0);
+        q.reset();  // ends the read
+        return v;
+    };
+    auto row_has_work = [&] {
+        auto& q = catalog.prepare("SELECT has_work FROM sessions WHERE id = 'busy'");
+        EXPECT_TRUE(q.step());
+        const bool v = q.int64(0) == 1;
+        q.reset();
+        return v;
+    };
+    auto turn = [&](const char* item, std::int64_t at) {
+        auto in = log->enqueue(st, user_in(lane::follow_up, item, "work"), unix_ms{at});
+        ASSERT_TRUE(in);
+        apply_actions(in->actions, st);
+        EXPECT_TRUE(row_has_work()) << "raised before the commit";
+        auto drained = log->drain(st, checkpoint::follow_up, unix_ms{at + 1});
+        ASSERT_TRUE(drained);
+        apply_actions(*drained, st);
+        auto idle = log->mark_idle(st);
+        ASSERT_TRUE(idle);
+        apply_actions(*idle, st);
+        ASSERT_FALSE(st.has_work);
+    };
+    turn("f1", 1);
+    EXPECT_TRUE(row_has_work()) << "lowered later: it says too much meanwhile, never too little";
+    const auto seen = commits_seen();
+    turn("f2", 3);
+    EXPECT_EQ(commits_seen(), seen) << "the second turn wrote the catalog";
+    storage::catalog_query needing;
+    needing.needing_owner_by = unix_ms{0};
+    EXPECT_TRUE(t.store.sessions(needing).value().empty()) << "a read writes the rows first";
+    EXPECT_FALSE(row_has_work());
+    EXPECT_NE(commits_seen(), seen);
+    turn("f3", 5);  // raised again, at once
+    EXPECT_TRUE(row_has_work());
+    log.reset();  // unloaded: its row is written
+    EXPECT_FALSE(row_has_work());
+}
+
 // Defect (issue 36): the catalog has no statistics, and without them SQLite answered the
 // recovery sweep's query (every round, every worker) by walking the primary key for its
 // timers' half: every session's row, 100,000 of them each round on a worker that idles. Each
