@@ -36,7 +36,7 @@ class catalog {
     // say this much before the commit (work, more timers, an earlier one): written at once,
     // alone, unless the row as this process last wrote it at this epoch already says as much.
     // Else (a row that says less, or only other columns) written with the next read of the
-    // catalog by this process (the recovery sweep's, every half TTL) or the session's unload,
+    // catalog by this process (the recovery sweep's, every sweep interval) or the session's unload,
     // so that the commits of a session at work cost no catalog commit: its row stays raised
     // from its first command until then. A row is never overwritten by an older epoch's. A
     // write that fails keeps the rows, is counted (failures()), and the next raise writes
