@@ -224,6 +224,9 @@ std::vector<result<acquisition>> postgres_lease::acquire_all(const std::vector<s
                                                             std::string_view owner,
                                                             std::chrono::milliseconds ttl) {
     using answers = std::vector<result<acquisition>>;
+    if (ids.empty()) {
+        return {};
+    }
     // Rows are locked in id order, as every transaction that takes several does: two workers'
     // bursts never wait for each other in a cycle.
     std::vector<std::size_t> order(ids.size());

@@ -482,18 +482,21 @@ TEST_P(LeaseConformance, RacingBurstsNeverBothWin) {
 }
 
 // A burst of placements and another worker's sweep claiming the same sessions at once, some
-// with an expired lease row and some with none: neither fails the other (a backend that took
-// the new rows before locking the existing ones, while the claim does the opposite, could
-// deadlock, and PostgreSQL then fails one side), and each session is won once.
+// with an expired lease row and some with none, alternating in id order: neither fails the
+// other (a backend that took the new rows before locking the existing ones, while the claim
+// does the opposite, could deadlock, and PostgreSQL then fails one side; so could one that
+// inserted a burst's new rows in a statement of its own, which waits for the claim's update
+// of an existing row while holding the rows it inserted before it), and each session is won
+// once.
 TEST_P(LeaseConformance, ABurstAndAClaimOfTheSameSessionsAtOnceNeverFailEachOther) {
     auto second = b_->another();
     ownership::lease_store& a = store();
     ownership::lease_store& b = second ? *second : store();
-    for (int round = 0; round < 8; ++round) {
+    for (int round = 0; round < 200; ++round) {
         std::vector<session_id> ids;
         for (int i = 0; i < 12; ++i) {
-            const auto id =
-                "r" + std::to_string(round) + (i % 2 == 0 ? "e" : "n") + std::to_string(10 + i);
+            const auto id = "r" + std::to_string(round) + "s" + std::to_string(10 + i) +
+                            (i % 2 == 0 ? "e" : "n");
             ids.push_back(sid(id.c_str()));
             if (i % 2 == 0) {
                 granted(a.acquire(ids.back(), "w2", 1s));  // to expire: a row, nobody live
@@ -503,6 +506,8 @@ TEST_P(LeaseConformance, ABurstAndAClaimOfTheSameSessionsAtOnceNeverFailEachOthe
         std::vector<ownership::result<acquisition>> burst;
         ownership::result<std::vector<lease>> claimed(storage::errc::unavailable);
         std::thread sweep([&] { claimed = b.claim(ids, "w3", 60s, 100); });
+        // The burst starts at another moment of the claim in each round.
+        std::this_thread::sleep_for(std::chrono::microseconds(round % 20 * 100));
         burst = a.acquire_all(ids, "w1", 60s);
         sweep.join();
         ASSERT_TRUE(claimed.has_value()) << "round " << round << ": " << claimed.error().message();
