@@ -137,6 +137,9 @@ void catalog::note(const session_id& id, lease_epoch epoch, const session::sessi
         row = {epoch, sum};
     }
     if (!raise) {
+        if (unwritten_.size() >= catalog::max_unwritten) {
+            write_unwritten();  // one transaction of a bounded length
+        }
         return;
     }
     if (auto it = raised_.find(id.str());

@@ -27,6 +27,10 @@ std::string_view needing_owner_statement();
 // Thread-safe. `mu_` guards the connection and the rows not yet written (`unwritten_`).
 class catalog {
   public:
+    // A bound on the rows left unwritten (note()): no write of them holds the catalog, where
+    // the host's leases are too, for long.
+    static constexpr std::size_t max_unwritten = 512;
+
     // Opens (and migrates) the catalog; throws sqlite::error if it cannot.
     catalog(const std::filesystem::path& file, int busy_timeout_ms);
     // Writes the rows left behind (flush()).
@@ -40,7 +44,8 @@ class catalog {
     // so that the commits of a session at work cost no catalog commit: its row stays raised
     // from its first command until then. A row is never overwritten by an older epoch's. A
     // write that fails keeps the rows, is counted (failures()), and the next raise writes
-    // them all.
+    // them all. Fewer than max_unwritten rows wait: the note that would make them as many
+    // writes them all.
     void note(const session_id& id, lease_epoch epoch, const session::session_summary& sum,
               bool raise);
     // The row of a session just loaded: rewritten if it says otherwise.

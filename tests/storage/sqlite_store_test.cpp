@@ -534,6 +534,43 @@ TEST(SqliteStore, ARowLeftRaisedByATurnCostsTheNextTurnNoCatalogCommit) {
     EXPECT_FALSE(row_has_work());
 }
 
+// The rows a read of the catalog writes first are bounded: the note that makes them
+// max_unwritten writes them all, so that no write holds the catalog (and the host's leases in it)
+// for long.
+TEST(SqliteStore, TheCatalogKeepsFewerThanMaxUnwrittenRowsUnwritten) {
+    temp_dir dir;
+    const auto file = dir.path() / "catalog.sqlite";
+    storage::sqlite::catalog catalog(file, 5000);
+    storage::sqlite::db other(file.string(), "NORMAL", 5000, storage::sqlite::if_missing::fail);
+    auto lowered = [&] {
+        auto& q = other.prepare("SELECT count(*) FROM sessions WHERE has_work = 0");
+        EXPECT_TRUE(q.step());
+        const auto n = q.int64(0);
+        q.reset();
+        return n;
+    };
+    const std::size_t n = storage::sqlite::catalog::max_unwritten + 8;
+    session_summary working;
+    working.has_work = true;
+    for (std::size_t i = 0; i < n; ++i) {
+        const auto id = session_id::parse("s" + std::to_string(i)).value();
+        catalog.note_opened(id, lease_epoch{1}, false);
+        catalog.note(id, lease_epoch{1}, working, true);
+    }
+    EXPECT_EQ(lowered(), 0);
+    for (std::size_t i = 0; i < n; ++i) {
+        const auto id = session_id::parse("s" + std::to_string(i)).value();
+        catalog.note(id, lease_epoch{1}, session_summary{}, false);  // its turn ended
+        if (i + 2 == storage::sqlite::catalog::max_unwritten) {
+            EXPECT_EQ(lowered(), 0) << "kept until a read, below the bound";
+        }
+    }
+    EXPECT_EQ(lowered(), static_cast<std::int64_t>(storage::sqlite::catalog::max_unwritten))
+        << "the note that reached the bound wrote every row kept, its own too";
+    catalog.flush();
+    EXPECT_EQ(lowered(), static_cast<std::int64_t>(n));
+}
+
 // Defect (issue 36): the catalog has no statistics, and without them SQLite answered the
 // recovery sweep's query (every round, every worker) by walking the primary key for its
 // timers' half: every session's row, 100,000 of them each round on a worker that idles. Each
