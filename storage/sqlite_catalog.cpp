@@ -120,11 +120,15 @@ void catalog::flush() {
 
 namespace {
 
-// Whether `a` says more than `b` of what the recovery sweep reads: work, more timers, one due
-// earlier.
+// Whether `a` says more than `b` of what the recovery sweep reads (sessions with work and not
+// paused, due timers): work, not paused, more timers, one due earlier.
 bool says_more(const session::session_summary& a, const session::session_summary& b) {
-    return (a.has_work && !b.has_work) || a.timers > b.timers ||
+    return (a.has_work && !b.has_work) || (!a.paused && b.paused) || a.timers > b.timers ||
            (a.next_timer && (!b.next_timer || *a.next_timer < *b.next_timer));
+}
+
+bool says_something(const session::session_summary& s) {
+    return s.has_work || s.timers > 0;
 }
 
 }  // namespace
@@ -137,23 +141,29 @@ void catalog::note(const session_id& id, lease_epoch epoch, const session::sessi
         row = {epoch, sum};
     }
     if (!raise) {
-        if (unwritten_.size() >= catalog::max_unwritten) {
+        if (unwritten_.size() >= catalog::max_unwritten && !write_failed_) {
             write_unwritten();  // one transaction of a bounded length
         }
         return;
     }
-    if (auto it = raised_.find(id.str());
-        it != raised_.end() && it->second.first == epoch && !says_more(sum, it->second.second)) {
-        return;  // the row says as much already
-    }
-    if (raise_failed_) {
+    const auto written = row;  // this note's, or a newer epoch's kept
+    if (write_failed_) {
+        // A raise kept by a failed write must not wait for a read: every row goes.
         write_unwritten();
-        return;
+    } else if (auto it = raised_.find(id.str()); it != raised_.end() && it->second.first == epoch &&
+                                                 !says_more(sum, it->second.second)) {
+        return;  // the row says as much already
+    } else {
+        // This row alone: the others (lowered, or columns the sweep does not read) wait for a
+        // read, which writes them first (a row written lowered would need its next raise).
+        auto at = unwritten_.find(id.str());
+        write(at, std::next(at));
     }
-    // This row alone: the others (lowered, or columns the sweep does not read) wait for a
-    // read, which writes them first (a row written lowered would need its next raise).
-    auto it = unwritten_.find(id.str());
-    write(it, std::next(it));
+    // Known from now on as this process wrote it, if it was written (a raise, with its
+    // session loaded here: write() keeps the entry as the rows it writes later, or drops it).
+    if (!unwritten_.contains(id.str()) && says_something(written.second)) {
+        raised_.insert_or_assign(id.str(), written);
+    }
 }
 
 void catalog::note_loaded(const session_id& id, lease_epoch epoch,
@@ -226,21 +236,27 @@ void catalog::write(rows::iterator first, rows::iterator last) {
         }
         tx.commit();
         for (auto it = first; it != last; ++it) {
-            auto& [id, row] = *it;
-            if (row.second.has_work || row.second.timers > 0) {
-                raised_.insert_or_assign(id, std::move(row));
-            } else {
-                raised_.erase(id);
+            // What this process knows of a row is what it wrote last.
+            if (auto known = raised_.find(it->first); known != raised_.end()) {
+                if (says_something(it->second.second)) {
+                    known->second = it->second;
+                } else {
+                    raised_.erase(known);
+                }
             }
         }
         if (first == unwritten_.begin() && last == unwritten_.end()) {
-            raise_failed_ = false;  // every row kept after a failed raise is written
+            write_failed_ = false;  // every row a failed write kept is written
         }
         unwritten_.erase(first, last);
     } catch (const error&) {
-        // The rows stay for the next write; the failure is counted (failures()). A raise that
-        // failed is retried with every row by the next raise.
-        raise_failed_ = true;
+        // The rows stay for the next write; the failure is counted (failures()), and the next
+        // raise writes them all. A commit that failed may have landed: what this process knew
+        // of those rows is forgotten (a raise then writes, never trusts).
+        for (auto it = first; it != last; ++it) {
+            raised_.erase(it->first);
+        }
+        write_failed_ = true;
         ++failures_;
     }
 }

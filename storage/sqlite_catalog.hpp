@@ -87,10 +87,12 @@ class catalog {
     db db_;
     rows unwritten_;
     // The rows this process last wrote that say the sweep has something to do (work or
-    // timers), while their session is loaded here: a raise they cover writes nothing.
+    // timers), recorded by a raise and kept as later writes of the row leave it, while the
+    // session is loaded here: a raise they cover writes nothing.
     rows raised_;
-    // A write failed: the next raise writes every row (a raise kept must not wait for a read).
-    bool raise_failed_ = false;
+    // A write failed: the next raise writes every row (a raise kept must not wait for a read),
+    // and no note writes them for the bound meanwhile (each would wait the busy timeout).
+    bool write_failed_ = false;
     std::atomic<std::size_t> failures_{0};
 };
 

@@ -80,6 +80,7 @@ std::string dump(const json::value& v) {
 s::session_summary at_most_either(const s::session_summary& was, const s::session_summary& now) {
     s::session_summary out = now;
     out.has_work = was.has_work || now.has_work;
+    out.paused = was.paused && now.paused;  // the sweep skips paused sessions
     out.timers = std::max(was.timers, now.timers);
     if (was.next_timer && (!now.next_timer || *was.next_timer < *now.next_timer)) {
         out.next_timer = was.next_timer;
@@ -87,9 +88,11 @@ s::session_summary at_most_either(const s::session_summary& was, const s::sessio
     return out;
 }
 
-// Whether two summaries differ in what the recovery sweep reads (work, timers, when one is due).
+// Whether two summaries differ in what the recovery sweep reads (work, paused, timers, when
+// one is due).
 bool sweep_reads_differ(const s::session_summary& a, const s::session_summary& b) {
-    return a.has_work != b.has_work || a.timers != b.timers || a.next_timer != b.next_timer;
+    return a.has_work != b.has_work || a.paused != b.paused || a.timers != b.timers ||
+           a.next_timer != b.next_timer;
 }
 
 // One action's rows.

@@ -215,10 +215,19 @@ TEST(SqliteStore, ACatalogRowThatCannotBeWrittenIsCountedAndWrittenWithTheNextWr
             << "what wuhu_store_index_write_failures_total counts";
         other.exec("ROLLBACK");
     }
-    // The next write of the catalog (here another session's) writes the kept row too.
+    // The next raise of the catalog (here another session's) writes the kept row too, before
+    // anything reads the catalog.
     auto other_log = store.open(session_id::parse("other").value(), lease_epoch{1}).value();
     auto other_state = other_log->load().value();
     ASSERT_TRUE(other_log->enqueue(other_state, user_in(lane::follow_up, "g1", "x"), unix_ms{1}));
+    {
+        storage::sqlite::db raw((dir.path() / "catalog.sqlite").string(), "NORMAL", 5000,
+                                storage::sqlite::if_missing::fail);
+        auto& q = raw.prepare("SELECT has_work FROM sessions WHERE id = 'blocked'");
+        ASSERT_TRUE(q.step());
+        EXPECT_EQ(q.int64(0), 1) << "the kept raise waited for a read";
+        q.reset();
+    }
     std::set<std::string> listed;
     for (const auto& e : store.sessions(q).value()) {
         listed.insert(e.id.str());
@@ -532,6 +541,32 @@ TEST(SqliteStore, ARowLeftRaisedByATurnCostsTheNextTurnNoCatalogCommit) {
     EXPECT_TRUE(row_has_work());
     log.reset();  // unloaded: its row is written
     EXPECT_FALSE(row_has_work());
+}
+
+// The sweep finds sessions with work that are not paused: unpausing a session that has work
+// raises its row as work does, at once, before the file's commit (a worker killed after it
+// would otherwise leave the row paused, and the session unseen by every sweep of the host).
+TEST(SqliteStore, UnpausingASessionWithWorkRaisesItsRowAtOnce) {
+    temp_sqlite_store t;
+    auto log = t.store.open(session_id::parse("p").value(), lease_epoch{1}).value();
+    session_state st = log->load().value();
+    auto paused = log->set_paused(st, true);
+    ASSERT_TRUE(paused);
+    apply_actions(*paused, st);
+    auto in = log->enqueue(st, user_in(lane::follow_up, "f1", "work"), unix_ms{1});
+    ASSERT_TRUE(in);
+    apply_actions(in->actions, st);
+    auto resumed = log->set_paused(st, false);
+    ASSERT_TRUE(resumed);
+    apply_actions(*resumed, st);
+    ASSERT_TRUE(st.has_work);
+    storage::sqlite::db catalog((t.dir.path() / "catalog.sqlite").string(), "NORMAL", 5000,
+                                storage::sqlite::if_missing::fail);
+    auto& q = catalog.prepare("SELECT has_work, paused FROM sessions WHERE id = 'p'");
+    ASSERT_TRUE(q.step());
+    EXPECT_EQ(q.int64(0), 1);
+    EXPECT_EQ(q.int64(1), 0) << "the row still says paused: no sweep would find the session";
+    q.reset();
 }
 
 // The rows a read of the catalog writes first are bounded: the note that makes them
