@@ -404,24 +404,29 @@ void catalog::set_boot_id(const std::string& boot) {
     db_.exec("PRAGMA synchronous=NORMAL");
 }
 
-bool catalog::raise(const session_id& id, lease_epoch epoch, bool has_work, std::int64_t timers) {
+bool catalog::raise(const session_id& id, lease_epoch epoch, bool has_work, bool paused,
+                    std::int64_t timers) {
     // Only ever raised: a row that says too much costs the sweep a load, which rewrites it; one
-    // that says too little would hide a session with work. A session with timers is due at once
-    // (a lost row may have held an earlier due time): its load rewrites the row with the real
-    // one.
+    // that says too little would hide a session with work (work, or a row left paused of a
+    // session that is not, since the sweep skips paused sessions). A session with timers is
+    // due at once (a lost row may have held an earlier due time): its load rewrites the row
+    // with the real one.
     std::lock_guard lock(mu_);
     db_.prepare(
-           "INSERT INTO sessions (id, epoch, has_work, timers, next_timer) "
-           "VALUES (?1, ?2, ?3, ?4, CASE WHEN ?4 > 0 THEN 0 END) "
+           "INSERT INTO sessions (id, epoch, has_work, paused, timers, next_timer) "
+           "VALUES (?1, ?2, ?3, ?5, ?4, CASE WHEN ?4 > 0 THEN 0 END) "
            "ON CONFLICT (id) DO UPDATE SET has_work = max(has_work, excluded.has_work), "
+           "paused = CASE WHEN excluded.has_work = 1 THEN min(paused, excluded.paused) "
+           "ELSE paused END, "
            "timers = max(timers, excluded.timers), next_timer = CASE WHEN "
            "excluded.timers > 0 THEN 0 ELSE next_timer END "
-           "WHERE excluded.has_work > has_work OR (excluded.timers > 0 AND "
-           "(next_timer IS NULL OR next_timer > 0))")
+           "WHERE excluded.has_work > has_work OR (excluded.has_work = 1 AND excluded.paused < "
+           "paused) OR (excluded.timers > 0 AND (next_timer IS NULL OR next_timer > 0))")
         .bind(1, id.str())
         .bind(2, static_cast<std::int64_t>(epoch.value))
         .bind(3, has_work ? 1 : 0)
         .bind(4, timers)
+        .bind(5, paused ? 1 : 0)
         .run();
     return sqlite3_changes(db_.raw()) > 0;
 }

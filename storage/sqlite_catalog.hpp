@@ -69,8 +69,10 @@ class catalog {
     std::string boot_id();
     void set_boot_id(const std::string& boot);
     // After a restart of the machine: raises the session's row to what its file says (has
-    // work, holds timers: then due at once), never lowers it. Whether the row changed.
-    bool raise(const session_id& id, lease_epoch epoch, bool has_work, std::int64_t timers);
+    // work, and is not paused; holds timers: then due at once), never lowers it. Whether the
+    // row changed.
+    bool raise(const session_id& id, lease_epoch epoch, bool has_work, bool paused,
+               std::int64_t timers);
 
     // Catalog writes that failed (the catalog locked past the busy timeout, a full disk).
     std::size_t failures() const { return failures_.load(); }

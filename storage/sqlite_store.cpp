@@ -85,7 +85,7 @@ void sqlite_store::check_after_reboot() {
             if (!h) {
                 continue;
             }
-            std::string epoch, has_work;
+            std::string epoch, has_work, paused;
             std::int64_t timers = 0;
             {
                 std::lock_guard file(h->mu);
@@ -95,6 +95,7 @@ void sqlite_store::check_after_reboot() {
                 sqlite::read_transaction read(*h->db);
                 epoch = meta(*h->db, "epoch");
                 has_work = meta(*h->db, "has_work");
+                paused = meta(*h->db, "paused");
                 auto& q = h->db->prepare("SELECT count(*) FROM timers");
                 timers = q.step() ? q.int64(0) : 0;
                 q.reset();
@@ -113,7 +114,8 @@ void sqlite_store::check_after_reboot() {
                 continue;
             }
             const auto at = lease_epoch{std::stoull(epoch.empty() ? "0" : epoch)};
-            raised_at_start_ += catalog_->raise(*id, at, has_work == "1", timers) ? 1 : 0;
+            raised_at_start_ +=
+                catalog_->raise(*id, at, has_work == "1", paused == "1", timers) ? 1 : 0;
         } catch (const sqlite::error&) {
             // A file that cannot be read now is checked when it is loaded.
         }

@@ -59,11 +59,12 @@ TEST(SqliteStore, AfterTheMachineRestartedTheCatalogIsCheckedAgainstTheSessionFi
             }
         }
     }
-    // What a power loss may leave: rows that say nothing about the work, or no row at all.
+    // What a power loss may leave: rows that say nothing about the work, or say paused what
+    // is not (the sweep skips paused sessions), or no row at all.
     auto lose_rows = [&] {
         storage::sqlite::db catalog((dir.path() / "data" / "catalog.sqlite").string(), "FULL",
                                     5000);
-        catalog.exec("UPDATE sessions SET has_work = 0, timers = 0, next_timer = NULL");
+        catalog.exec("UPDATE sessions SET has_work = 0, timers = 0, next_timer = NULL, paused = 1");
         catalog.exec("DELETE FROM sessions WHERE id = 'gone'");
     };
     storage::catalog_query needing;
