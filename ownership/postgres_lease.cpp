@@ -169,16 +169,15 @@ result<acquisition> take(pqxx::work& w, const session_id& id, const std::string&
                              unix_ms{took[0][1].as<std::int64_t>()}, std::move(previous)}};
 }
 
-// take() of each of `ids` (in id order) inside `w`: the rows there are locked first, then one
-// statement inserts the leases of those with no row, and the others go lease by lease (and an
-// id given twice), in the order of lease_lock_existing's comment.
+// take() of each of `ids` (in id order) inside `w`: one statement locks the rows there, then
+// inserts the leases of those with no row, and the others go lease by lease (and an id given
+// twice), in the order of lease_take_new's comment.
 std::vector<result<acquisition>> take_all(pqxx::work& w, const std::vector<const session_id*>& ids,
                                           const std::string& me, std::chrono::milliseconds ttl,
                                           std::optional<std::int64_t> now,
                                           std::int64_t generation) {
     const auto ms = static_cast<std::int64_t>(ttl.count());
     const auto all = array_of(ids, [](const session_id* id) { return id->str(); });
-    w.exec_prepared("lease_lock_existing", all);
     std::map<std::string, lease, std::less<>> fresh;
     for (const auto& r : w.exec_prepared("lease_take_new", now, all, me, ms, generation)) {
         auto id = session_id::parse_key(r[0].c_str()).value();

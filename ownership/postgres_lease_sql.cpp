@@ -96,19 +96,23 @@ void prepare(pqxx::connection& c, const std::string& schema) {
                   expires_of("leases") + " <= " + now +
                   " OR leases.owner = $3 "
                   "RETURNING epoch, own_expires");
-    // A burst's acquisitions: first the lease rows the burst's sessions have, locked in id order
-    // (as the sweep's claim does before it inserts), then the leases of the sessions that have
-    // no row (every new session, every one loaded after its last owner released it) inserted by
-    // one statement, in id order; the sessions with a row go on to lease_current and
+    // A burst's acquisitions, one statement: first the lease rows the burst's sessions have,
+    // locked in id order (as the sweep's claim does before it inserts), then the leases of the
+    // sessions that have no row (every new session, every one loaded after its last owner
+    // released it) inserted in id order; the sessions with a row go on to lease_current and
     // lease_take. Two bursts, or a burst and a claim, never wait for each other in a cycle.
-    c.prepare("lease_lock_existing",
-              "SELECT session_id FROM leases WHERE session_id = ANY($1::text[]) "
-              "ORDER BY session_id FOR UPDATE");
+    // The locks come first because the insert's one-time filter counts the CTE whole (an
+    // InitPlan, run before the first row): a statement that inserted a new row, then waited
+    // for a claim's update of an existing one, deadlocked with that claim's insert of the same
+    // new row (LeaseConformance.ABurstAndAClaimOfTheSameSessionsAtOnceNeverFailEachOther).
     c.prepare("lease_take_new",
+              "WITH locked AS (SELECT session_id FROM leases WHERE session_id = ANY($2::text[]) "
+              "ORDER BY session_id FOR UPDATE) "
               "INSERT INTO leases (session_id, owner, epoch, own_expires, generation) "
               "SELECT c.id, $3, nextval('lease_epoch'), " +
                   now +
-                  " + $4, $5 FROM unnest($2::text[]) AS c(id) ORDER BY c.id COLLATE \"C\" "
+                  " + $4, $5 FROM unnest($2::text[]) AS c(id) "
+                  "WHERE (SELECT count(*) FROM locked) >= 0 ORDER BY c.id COLLATE \"C\" "
                   "ON CONFLICT (session_id) DO NOTHING RETURNING session_id, epoch, own_expires");
     // An owner's generations: its first, live only once a renewal extends it; the next, made by
     // a renewal lease by lease; the renewal of its current one (not once spoiled: another run of
