@@ -167,9 +167,10 @@ void prepare(pqxx::connection& c, const std::string& schema) {
                   " + $4, $6 "
                   "FROM unnest($2::text[]) AS c(id) "
                   "WHERE NOT EXISTS (SELECT 1 FROM leases l WHERE l.session_id = c.id) "
-                  // In id order: two workers inserting the same new rows wait on each other in
-                  // the same order, never in a cycle (a deadlock).
-                  "ORDER BY c.id LIMIT $5 "
+                  // In id order, byte order as every statement that inserts several: two
+                  // workers inserting the same new rows wait on each other in the same order,
+                  // never in a cycle (a deadlock), whatever the database's collation.
+                  "ORDER BY c.id COLLATE \"C\" LIMIT $5 "
                   "ON CONFLICT (session_id) DO NOTHING RETURNING session_id, epoch, own_expires");
     c.prepare("lease_renew", "UPDATE leases l SET own_expires = " + now +
                                  " + $2, generation = $6 "
