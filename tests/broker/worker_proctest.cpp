@@ -212,8 +212,13 @@ TEST(WorkerProcess, LogsInWithATokenAnNKeyOrACredentialsFile) {
                 std::this_thread::sleep_for(100ms);
             }
         }
-        EXPECT_EQ(sent, 0) << k.name << ": wuhuctl and the worker could not talk";
-        EXPECT_EQ(ctl({"status", "k1"}), 0) << k.name;
+        auto ctl_log = [&] {  // what wuhuctl said, for a failure's message
+            std::ifstream in(worker.dir() / "ctl.log");
+            return std::string((std::istreambuf_iterator<char>(in)),
+                               std::istreambuf_iterator<char>());
+        };
+        EXPECT_EQ(sent, 0) << k.name << ": wuhuctl and the worker could not talk\n" << ctl_log();
+        EXPECT_EQ(ctl({"status", "k1"}), 0) << k.name << "\n" << ctl_log();
         EXPECT_EQ(worker.stop(), 0) << k.name;
         std::ifstream f(worker.log());
         const std::string text((std::istreambuf_iterator<char>(f)),
