@@ -218,8 +218,8 @@ result<void> sqlite_log::do_commit(const session_state& before, const action_lis
     const auto was = s::summarize(before);
     const auto now = s::summarize(before, actions);
     // The row is raised before the file's commit, and lowered after it (later: with the
-    // catalog's next write or read): a process killed between the two leaves a row that says
-    // too much, never one that hides work or a timer (issue 31, defect 9).
+    // catalog's next read, or the session's unload): a process killed between the two leaves a row
+    // that says too much, never one that hides work or a timer (issue 31, defect 9).
     const auto during = at_most_either(was, now);
     if (sweep_reads_differ(during, was)) {
         // A row that cannot be written now (the catalog locked past the busy timeout, a
